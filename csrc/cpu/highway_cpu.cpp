@@ -1,0 +1,139 @@
+// CPU kernel of one highway layer's gating (the matmul that produces `projected` stays in ATen).
+//   out[N, H] = g * x + (1 - g) * relu(transform),  g = sigmoid(gate),
+//   projected[N, 2H] = [transform | gate].
+// Oracle: elmo_fast.reference.highway_gate_ref.
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/macros/Macros.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "checks.h"
+
+namespace elmo_fast {
+namespace {
+
+// Rows are `*_row_stride` elements apart (a slice of a wider buffer needs no copy); within a row
+// elements are contiguous, which the binding guarantees.
+template <typename scalar_t>
+struct HighwayGateParams {
+  const scalar_t* projected;     // [N, 2H]: [transform | gate]
+  const scalar_t* x;             // [N, H]
+  scalar_t* out;                 // [N, H], contiguous
+  int64_t n;                     // N rows
+  int64_t h;                     // H features
+  int64_t projected_row_stride;  // >= 2H unless N <= 1
+  int64_t x_row_stride;          // >= H unless N <= 1
+};
+
+// expf without a libm call, so the row loop below auto-vectorizes (GCC will not vectorize
+// std::exp without -ffast-math, which we refuse for the rest of the file). Cephes expf: Cody-Waite
+// reduction x = n ln2 + r, degree-6 polynomial on |r| <= ln2/2, scale by 2^n through the exponent
+// bits. Relative error ~2 ulp; the clamp keeps 2^n a normal float (sigmoid saturates long before).
+inline float exp_vectorizable(float x) {
+  x = std::min(std::max(x, -87.3f), 88.3f);
+  float fn = x * 1.44269504088896341f;  // x / ln2
+  fn += fn < 0.f ? -0.5f : 0.5f;        // round half away from zero by truncation below
+  const int32_t n = static_cast<int32_t>(fn);
+  const float nf = static_cast<float>(n);
+  const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;  // ln2 split in two: exact n*C1
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t bits = (n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// float64 is the oracle-precision path (tested to 1e-12): keep libm.
+inline double exp_vectorizable(double x) { return std::exp(x); }
+
+template <typename scalar_t>
+void highway_gate_rows(const HighwayGateParams<scalar_t>& p, int64_t row_begin, int64_t row_end) {
+  // bfloat16 is loaded into fp32, computed there and rounded once on the store.
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t h = p.h;
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const scalar_t* C10_RESTRICT transform = p.projected + i * p.projected_row_stride;
+    const scalar_t* C10_RESTRICT gate = transform + h;
+    const scalar_t* C10_RESTRICT x = p.x + i * p.x_row_stride;
+    scalar_t* C10_RESTRICT out = p.out + i * h;
+    for (int64_t j = 0; j < h; ++j) {
+      const acc_t t = static_cast<acc_t>(transform[j]);
+      const acc_t g = acc_t(1) / (acc_t(1) + exp_vectorizable(-static_cast<acc_t>(gate[j])));
+      const acc_t relu = t < acc_t(0) ? acc_t(0) : t;  // this order keeps NaN, as F.relu does
+      out[j] = static_cast<scalar_t>(g * static_cast<acc_t>(x[j]) + (acc_t(1) - g) * relu);
+    }
+  }
+}
+
+template <typename scalar_t>
+void highway_gate_kernel(const HighwayGateParams<scalar_t>& p) {
+  // At least ATen's GRAIN_SIZE (32768) elements per task: small inputs stay on one thread.
+  constexpr int64_t kGrainElements = 32768;
+  const int64_t grain_rows = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(p.h, 1));
+  at::parallel_for(0, p.n, grain_rows, [&](int64_t begin, int64_t end) {
+    highway_gate_rows(p, begin, end);
+  });
+}
+
+// The kernel wants unit stride along the feature dim; any other layout is copied once here.
+at::Tensor with_contiguous_rows(const at::Tensor& t) {
+  return (t.size(1) <= 1 || t.stride(1) == 1) ? t : t.contiguous();
+}
+
+// projected: [N, 2H], x: [N, H] -> [N, H], same dtype (float32, float64, bfloat16), on CPU.
+at::Tensor highway_gate_cpu(const at::Tensor& projected, const at::Tensor& x) {
+  static constexpr char kOp[] = "highway_gate";
+  ELMO_CHECK_DIM(projected, 2);
+  ELMO_CHECK_DIM(x, 2);
+  const int64_t n = x.size(0);
+  const int64_t h = x.size(1);
+  ELMO_CHECK(projected.size(0) == n, "projected and x must have the same number of rows N, got ",
+             projected.size(0), " and ", n);
+  ELMO_CHECK(projected.size(1) == 2 * h, "projected must have 2 * H = ", 2 * h,
+             " columns ([transform | gate]) for x of shape ", x.sizes(), ", got ",
+             projected.size(1));
+  ELMO_CHECK_CPU(projected);
+  ELMO_CHECK_CPU(x);
+  ELMO_CHECK_SAME_DTYPE(projected, x);
+  const at::ScalarType dtype = x.scalar_type();
+  ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16,
+             "x has dtype ", dtype_name(dtype), "; supported: float32, float64, bfloat16");
+
+  const at::Tensor projected_c = with_contiguous_rows(projected);
+  const at::Tensor x_c = with_contiguous_rows(x);
+  at::Tensor out = at::empty({n, h}, x.options().memory_format(at::MemoryFormat::Contiguous));
+
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, dtype, "highway_gate", [&] {
+    HighwayGateParams<scalar_t> params;
+    params.projected = projected_c.const_data_ptr<scalar_t>();
+    params.x = x_c.const_data_ptr<scalar_t>();
+    params.out = out.mutable_data_ptr<scalar_t>();
+    params.n = n;
+    params.h = h;
+    params.projected_row_stride = projected_c.stride(0);
+    params.x_row_stride = x_c.stride(0);
+    highway_gate_kernel(params);
+  });
+  return out;
+}
+
+}  // namespace
+}  // namespace elmo_fast
+
+TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
+  m.impl("highway_gate", &elmo_fast::highway_gate_cpu);
+}

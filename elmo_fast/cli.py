@@ -1,0 +1,114 @@
+"""``elmo-fast``: the command line (``embed``, ``random-model``, ``models``)."""
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+
+from .errors import ElmoFastError
+
+USAGE_ERROR = 2
+
+
+def _embed(args: argparse.Namespace) -> int:
+    from .embedder import ElmoEmbedder
+
+    if args.model:
+        if args.options or args.weights:
+            raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
+        from .hub import fetch_model
+
+        options, weights = fetch_model(args.model, progress=not args.quiet)
+    else:
+        if not (args.options and args.weights):
+            raise ElmoFastError("give --options F and --weights F together (or --model NAME)")
+        options, weights = args.options, args.weights
+    if args.input == "-":
+        source = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8")
+    else:
+        source = args.input
+    embedder = ElmoEmbedder(options, weights, device=args.device, batch_size=args.batch_size,
+                            stateful=args.stateful, backend=args.backend)
+    embedder.embed_file(source, args.output, output_format=args.output_format,
+                        use_sentence_keys=args.use_sentence_keys, progress=not args.quiet)
+    return 0
+
+
+def _random_model(args: argparse.Namespace) -> int:
+    from .testing import random_model
+
+    options, weights = random_model(args.preset, args.directory, seed=args.seed, exercise_clips=args.exercise_clips)
+    print(f"wrote {options} and {weights}", file=sys.stderr)
+    print("WARNING: these weights are RANDOM: the vectors they give mean nothing. Use them to test and "
+          "benchmark elmo-fast, not to embed text.", file=sys.stderr)
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from .hub import MODEL_DESCRIPTIONS, cache_dir
+
+    for name, text in MODEL_DESCRIPTIONS.items():
+        print(f"{name:15s} {text}")
+    print(f"cache: {cache_dir()} (set ELMO_FAST_CACHE to move it)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .hub import model_names
+    from .testing import PRESETS
+
+    parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("embed", help="embed a file of sentences into HDF5 (allennlp's `allennlp elmo` layout)",
+                       description="Embed one whitespace-tokenized sentence per line into an HDF5 file: one "
+                                   "float32 dataset per line, keyed by its index, plus 'sentence_to_index'.")
+    p.add_argument("input", help="input text file, one sentence per line ('-' reads stdin)")
+    p.add_argument("output", help="output HDF5 file (written to a temporary name, renamed when complete)")
+    fmt = p.add_mutually_exclusive_group(required=True)
+    fmt.add_argument("--all", action="store_const", const="all", dest="output_format",
+                     help="all 3 layers per sentence: (3, T, D)")
+    fmt.add_argument("--top", action="store_const", const="top", dest="output_format",
+                     help="the top layer: (T, D)")
+    fmt.add_argument("--average", action="store_const", const="average", dest="output_format",
+                     help="the mean of the 3 layers: (T, D)")
+    p.add_argument("--options", help="options.json of the model")
+    p.add_argument("--weights", help="weights.hdf5 of the model (bilm-tf layout)")
+    p.add_argument("--model", choices=model_names(), metavar="NAME",
+                   help=f"an official model by name, downloaded once into the cache: {', '.join(model_names())}")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--backend", default="reference", help="reference (plain PyTorch)")
+    p.add_argument("--use-sentence-keys", action="store_true", help="key datasets by sentence text, not line index")
+    p.add_argument("--stateful", action="store_true",
+                   help="carry LSTM states from batch to batch, as allennlp and bilm-tf do (default: stateless)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.set_defaults(func=_embed)
+
+    p = sub.add_parser("random-model", help="write a model with RANDOM weights (for tests and benchmarks)")
+    p.add_argument("preset", choices=list(PRESETS), help="shapes: " + ", ".join(PRESETS))
+    p.add_argument("directory", help="where to write options.json and weights.hdf5")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--exercise-clips", action="store_true", help="scale the LSTM so that the +-3 clips are hit")
+    p.set_defaults(func=_random_model)
+
+    p = sub.add_parser("models", help="list the official models --model accepts")
+    p.set_defaults(func=_models)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ElmoFastError as e:
+        print(f"elmo-fast: error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print("elmo-fast: interrupted; no output was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Fetch the official ELMo models by name, downloading each file once into a local cache.
+
+``fetch_model("small")`` returns ``(options_path, weights_path)`` under
+``cache_dir()/small/``. Files already in the cache are used as they are, without any request.
+A download goes to a temporary file in the same directory and is moved into place with
+``os.replace`` only once complete, so the final path never holds a partial file.
+
+Environment:
+
+* ``ELMO_FAST_CACHE``: the cache directory (default ``~/.cache/elmo_fast``).
+* ``ELMO_FAST_BASE_URL``: where the models live (default :data:`DEFAULT_BASE_URL`); the
+  relative paths in :data:`MODELS` are appended to it.
+"""
+from __future__ import annotations
+
+import http.client
+import os
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .errors import DownloadError, ElmoFastError
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "MODELS",
+    "MODEL_DESCRIPTIONS",
+    "cache_dir",
+    "fetch_model",
+    "model_names",
+    "model_urls",
+]
+
+DEFAULT_BASE_URL = "https://allennlp.s3.amazonaws.com/models/elmo"
+
+OPTIONS_FILENAME = "options.json"
+WEIGHTS_FILENAME = "weights.hdf5"
+
+
+def _paths(directory: str, stem: str) -> tuple[str, str]:
+    return (f"{directory}/{stem}_options.json", f"{directory}/{stem}_weights.hdf5")
+
+
+#: name -> (options path, weights path), both relative to the base URL.
+MODELS: dict[str, tuple[str, str]] = {
+    "small": _paths(
+        "2x1024_128_2048cnn_1xhighway", "elmo_2x1024_128_2048cnn_1xhighway"
+    ),
+    "medium": _paths(
+        "2x2048_256_2048cnn_1xhighway", "elmo_2x2048_256_2048cnn_1xhighway"
+    ),
+    "original": _paths(
+        "2x4096_512_2048cnn_2xhighway", "elmo_2x4096_512_2048cnn_2xhighway"
+    ),
+    "original-5.5b": _paths(
+        "2x4096_512_2048cnn_2xhighway_5.5B", "elmo_2x4096_512_2048cnn_2xhighway_5.5B"
+    ),
+}
+
+#: name -> one-line description (for ``--help`` and listings).
+MODEL_DESCRIPTIONS: dict[str, str] = {
+    "small": "13.6M params, LSTM 2x1024, output dim 256 (weights ~55 MB)",
+    "medium": "28.0M params, LSTM 2x2048, output dim 512 (weights ~110 MB)",
+    "original": "93.6M params, LSTM 2x4096, output dim 1024 (weights ~375 MB)",
+    "original-5.5b": "93.6M params, as 'original', trained on 5.5B tokens (weights ~375 MB)",
+}
+
+_CHUNK_SIZE = 1 << 16
+_USER_AGENT = "elmo-fast"
+
+
+def model_names() -> list[str]:
+    """The names :func:`fetch_model` accepts, in a stable order."""
+    return list(MODELS)
+
+
+def base_url() -> str:
+    """``$ELMO_FAST_BASE_URL`` if set and non-empty, else :data:`DEFAULT_BASE_URL`."""
+    return (os.environ.get("ELMO_FAST_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def cache_dir() -> Path:
+    """``$ELMO_FAST_CACHE`` if set and non-empty, else ``~/.cache/elmo_fast``."""
+    return Path(os.environ.get("ELMO_FAST_CACHE") or "~/.cache/elmo_fast").expanduser()
+
+
+def _check_name(name: str) -> None:
+    if name not in MODELS:
+        raise ElmoFastError(
+            f"unknown ELMo model {name!r}; valid names: {', '.join(model_names())}"
+        )
+
+
+def model_urls(name: str) -> tuple[str, str]:
+    """The (options URL, weights URL) of model ``name`` under the current base URL."""
+    _check_name(name)
+    base = base_url()
+    options, weights = MODELS[name]
+    return f"{base}/{options}", f"{base}/{weights}"
+
+
+def fetch_model(
+    name: str,
+    cache: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    timeout: float = 30,
+) -> tuple[Path, Path]:
+    """Return ``(options_path, weights_path)`` of model ``name``, downloading what is missing.
+
+    ``cache`` overrides :func:`cache_dir`; files go to ``<cache>/<name>/options.json`` and
+    ``<cache>/<name>/weights.hdf5``. ``timeout`` (seconds) applies to connecting and to each
+    read. Raises :class:`ElmoFastError` for an unknown name and :class:`DownloadError` when a
+    file cannot be fetched (HTTP error, truncated response, network failure).
+    """
+    options_url, weights_url = model_urls(name)
+    root = Path(cache).expanduser() if cache is not None else cache_dir()
+    model_dir = root / name
+    targets = [
+        (options_url, model_dir / OPTIONS_FILENAME),
+        (weights_url, model_dir / WEIGHTS_FILENAME),
+    ]
+    if all(path.is_file() for _, path in targets):
+        return targets[0][1], targets[1][1]
+
+    created_dir = not model_dir.exists()
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadError(
+            f"cannot fetch ELMo model {name!r}: cannot create cache directory "
+            f"{model_dir}: {exc}"
+        ) from exc
+    try:
+        for url, path in targets:
+            if not path.is_file():
+                _download(name, url, path, model_dir, progress=progress, timeout=timeout)
+    except BaseException:
+        if created_dir:
+            try:
+                model_dir.rmdir()  # only succeeds if nothing landed there
+            except OSError:
+                pass
+        raise
+    return targets[0][1], targets[1][1]
+
+
+def _offline_hint(model_dir: Path) -> str:
+    return (
+        "This machine seems to be offline (or the server cannot be reached). To proceed "
+        "without downloading, pass local files with `--options F --weights F`, or put the "
+        f"model's files into the cache as {model_dir / OPTIONS_FILENAME} and "
+        f"{model_dir / WEIGHTS_FILENAME}."
+    )
+
+
+def _network_error(name: str, url: str, model_dir: Path, reason: object) -> DownloadError:
+    return DownloadError(
+        f"cannot download ELMo model {name!r} from {url}: {reason}. "
+        + _offline_hint(model_dir)
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _download(
+    name: str, url: str, path: Path, model_dir: Path, *, progress: bool, timeout: float
+) -> None:
+    """Download ``url`` to ``path`` via a temporary file in the same directory."""
+    request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise DownloadError(
+            f"cannot download ELMo model {name!r} from {url}: HTTP {exc.code} {exc.reason}"
+        ) from exc
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, OSError):
+            raise _network_error(name, url, model_dir, _describe(exc.reason)) from exc
+        raise DownloadError(
+            f"cannot download ELMo model {name!r} from {url}: {exc.reason}"
+        ) from exc
+    except (OSError, http.client.HTTPException) as exc:  # timeout, reset, bad status line
+        raise _network_error(name, url, model_dir, _describe(exc)) from exc
+
+    tmp = None
+    try:
+        with response:
+            length_header = response.headers.get("Content-Length")
+            try:
+                expected = int(length_header) if length_header is not None else None
+            except ValueError:
+                expected = None
+            tmp = tempfile.NamedTemporaryFile(
+                dir=model_dir, prefix=f".{path.name}.", suffix=".part", delete=False
+            )
+            received = 0
+            with tqdm(
+                total=expected,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=f"{name}/{path.name}",
+                file=sys.stderr,
+                disable=not progress,
+                leave=True,
+            ) as bar:
+                try:
+                    while True:
+                        chunk = response.read(_CHUNK_SIZE)
+                        if not chunk:
+                            break
+                        tmp.write(chunk)
+                        received += len(chunk)
+                        bar.update(len(chunk))
+                except http.client.IncompleteRead as exc:
+                    received += len(exc.partial)
+                    raise DownloadError(
+                        f"cannot download ELMo model {name!r} from {url}: incomplete "
+                        f"response ({received} of {expected} bytes)"
+                    ) from exc
+                except (OSError, http.client.HTTPException) as exc:
+                    raise _network_error(
+                        name, url, model_dir,
+                        f"connection lost after {received} bytes ({_describe(exc)})",
+                    ) from exc
+            if expected is not None and received != expected:
+                raise DownloadError(
+                    f"cannot download ELMo model {name!r} from {url}: incomplete response "
+                    f"(received {received} of {expected} bytes announced by Content-Length)"
+                )
+            tmp.flush()
+            os.fsync(tmp.fileno())
+            tmp.close()
+        os.replace(tmp.name, path)
+        tmp = None
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                tmp.close()
+            except OSError:
+                pass
+            try:
+                os.unlink(tmp.name)
+            except OSError:
+                pass
+        if isinstance(exc, OSError):
+            # Network errors were wrapped above; this is a local problem (disk full,
+            # permissions) while writing the cache.
+            raise DownloadError(
+                f"cannot download ELMo model {name!r} from {url}: cannot write {path}: {exc}"
+            ) from exc
+        raise

@@ -1,0 +1,170 @@
+"""Reference biLM in plain PyTorch: the oracle every fast kernel is tested against.
+
+One function per stage, fp32 inside, written to be obviously right rather than fast.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def highway_gate_ref(projected: Tensor, x: Tensor) -> Tensor:
+    """One highway layer's gating, given its affine output.
+
+    projected: [N, 2H], the layer's affine map of ``x``: ``[transform | gate]`` (the gate half is
+               already ``-(x W_carry + b_carry)`` in allennlp's sign convention).
+    x:         [N, H], the layer's input.
+    returns    [N, H] = g * x + (1 - g) * relu(transform), with g = sigmoid(gate).
+    """
+    transform, gate = projected.chunk(2, dim=-1)
+    g = torch.sigmoid(gate)
+    return g * x + (1 - g) * F.relu(transform)
+
+
+def char_cnn_ref(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
+                 conv_biases: list[Tensor], activation: str = "relu") -> Tensor:
+    """Character CNN: one token vector per row of character ids.
+
+    char_ids:       [N, 50] long, allennlp's +1 shifted ids (0 = no character / no token).
+    char_embedding: [262, D], row 0 zero.
+    conv_weights:   K tensors [n_k, D, w_k]; conv_biases: K tensors [n_k].
+    activation:     "relu" or "tanh", applied after the max over positions.
+    returns         [N, sum n_k].
+    """
+    x = F.embedding(char_ids, char_embedding).transpose(1, 2)  # [N, D, 50]
+    act = torch.relu if activation == "relu" else torch.tanh
+    # Each width slides over all 50 positions (no padding): 50 - w + 1 windows, max over them.
+    return torch.cat([act(F.conv1d(x, w, b).amax(dim=-1)) for w, b in zip(conv_weights, conv_biases)], dim=-1)
+
+
+def highway_ref(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tensor],
+                proj_weight: Tensor, proj_bias: Tensor) -> Tensor:
+    """Highway stack, then the projection to the LSTM's input width.
+
+    x:               [N, F] char CNN output.
+    highway_weights: L tensors [2F, F] ([W_transform; -W_carry]); highway_biases: L tensors [2F].
+    proj_weight:     [P, F]; proj_bias: [P].
+    returns          [N, P].
+    """
+    for w, b in zip(highway_weights, highway_biases):
+        x = highway_gate_ref(F.linear(x, w, b), x)
+    return F.linear(x, proj_weight, proj_bias)
+
+
+def lstm_layer_ref(x: Tensor, lengths: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor, w_proj: Tensor,
+                   h0: Tensor, c0: Tensor, cell_clip: float | None, proj_clip: float | None,
+                   reverse: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """One direction of one projected LSTM layer (allennlp's ``LstmCellWithProjection``).
+
+    x:       [B, T, In] inputs; positions t >= lengths[b] are padding and never read.
+    lengths: [B] long, each row's own length; a row's state stops changing after it.
+    w_ih:    [4C, In]; w_hh: [4C, P]; bias: [4C]; w_proj: [P, C]. Gates in order i, f, g, o.
+    h0, c0:  [B, P], [B, C] initial states.
+    reverse: run from each row's own last token back to its first.
+    returns  y [B, T, P] (zero at padding), h [B, P], c [B, C] (each row's state after its last step).
+    """
+    B, T, _ = x.shape
+    h, c = h0, c0
+    y = x.new_zeros(B, T, w_proj.shape[0])
+    x_proj = F.linear(x, w_ih)  # the input's share of the gates, for every step at once
+    for t in (range(T - 1, -1, -1) if reverse else range(T)):
+        gates = x_proj[:, t] + F.linear(h, w_hh, bias)
+        i, f, g, o = gates.chunk(4, dim=1)
+        c_new = torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c
+        if cell_clip:
+            c_new = c_new.clamp(-cell_clip, cell_clip)
+        h_new = F.linear(torch.sigmoid(o) * torch.tanh(c_new), w_proj)
+        if proj_clip:
+            h_new = h_new.clamp(-proj_clip, proj_clip)
+        active = (t < lengths).unsqueeze(1)  # [B, 1]
+        c = torch.where(active, c_new, c)
+        h = torch.where(active, h_new, h)
+        y[:, t] = torch.where(active, h_new, torch.zeros_like(h_new))
+    return y, h, c
+
+
+def bilstm_ref(x: Tensor, lengths: Tensor, lstm: list, cell_clip: float | None, proj_clip: float | None,
+               h0: Tensor | None = None, c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """ELMo's stacked biLSTM: forward and backward stacks kept apart, skip connections from layer 1.
+
+    x:       [B, T, P] token vectors (boundaries included); lengths: [B].
+    lstm:    per layer a pair (forward, backward) of :class:`~elmo_fast.weights.LstmWeights`.
+    h0, c0:  [L, B, 2P], [L, B, 2C] initial states ([forward | backward] on the last axis), or None
+             for zeros.
+    returns  outputs [L, B, T, 2P], final h [L, B, 2P], final c [L, B, 2C].
+    """
+    B, T, _ = x.shape
+    P, C = lstm[0][0].w_proj.shape
+    L = len(lstm)
+    if h0 is None:
+        h0 = x.new_zeros(L, B, 2 * P)
+    if c0 is None:
+        c0 = x.new_zeros(L, B, 2 * C)
+    outputs, hs, cs = [], [], []
+    inputs = [x, x]  # the forward stack reads only forward outputs, the backward only backward
+    for layer, pair in enumerate(lstm):
+        ys, h_layer, c_layer = [], [], []
+        for d, w in enumerate(pair):
+            y, h, c = lstm_layer_ref(inputs[d], lengths, w.w_ih, w.w_hh, w.bias, w.w_proj,
+                                     h0[layer, :, d * P:(d + 1) * P], c0[layer, :, d * C:(d + 1) * C],
+                                     cell_clip, proj_clip, reverse=(d == 1))
+            if layer > 0:
+                y = y + inputs[d]
+            ys.append(y)
+            h_layer.append(h)
+            c_layer.append(c)
+        inputs = ys
+        outputs.append(torch.cat(ys, dim=-1))
+        hs.append(torch.cat(h_layer, dim=-1))
+        cs.append(torch.cat(c_layer, dim=-1))
+    return torch.stack(outputs), torch.stack(hs), torch.stack(cs)
+
+
+def add_sentence_boundaries(char_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Wrap every sentence in ``<S>`` ... ``</S>`` (as allennlp does, also for empty sentences).
+
+    char_ids: [B, T, 50]; a token slot is present when any of its ids is non-zero.
+    returns   ids [B, T + 2, 50] and mask [B, T + 2] (bool).
+    """
+    from .char_ids import BOS_CHAR_IDS, EOS_CHAR_IDS
+
+    B, T, W = char_ids.shape
+    lengths = (char_ids > 0).any(dim=-1).sum(dim=1)
+    out = char_ids.new_zeros(B, T + 2, W)
+    out[:, 1:-1] = char_ids
+    out[:, 0] = char_ids.new_tensor(BOS_CHAR_IDS)
+    out[torch.arange(B), lengths + 1] = char_ids.new_tensor(EOS_CHAR_IDS)
+    return out, (out > 0).any(dim=-1)
+
+
+def remove_sentence_boundaries(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Drop ``<S>``/``</S>``: x [B, T + 2, ...], mask [B, T + 2] -> x [B, T, ...], mask [B, T]."""
+    lengths = mask.sum(dim=1) - 2
+    T = x.shape[1] - 2
+    new_mask = torch.arange(T, device=mask.device).unsqueeze(0) < lengths.unsqueeze(1)
+    body = x[:, 1:-1]
+    return body * new_mask.view(*new_mask.shape, *([1] * (x.dim() - 2))).to(x.dtype), new_mask
+
+
+def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None,
+             c0: Tensor | None = None) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:
+    """The whole biLM (allennlp's ``_ElmoBiLm``), boundaries included in what it returns.
+
+    char_ids: [B, T, 50] from :func:`~elmo_fast.batch_to_ids`.
+    weights:  :class:`~elmo_fast.weights.ElmoWeights`.
+    h0, c0:   [L, B, 2P], [L, B, 2C] initial LSTM states, or None for zeros.
+    returns   activations: L + 1 tensors [B, T + 2, 2P] (layer 0 is the token vector twice),
+              mask [B, T + 2], final h [L, B, 2P], final c [L, B, 2C].
+    """
+    o = weights.options
+    ids, mask = add_sentence_boundaries(char_ids)
+    B, T2, W = ids.shape
+    tokens = char_cnn_ref(ids.reshape(B * T2, W), weights.char_embedding, weights.conv_weights,
+                          weights.conv_biases, o.activation)
+    tokens = highway_ref(tokens, weights.highway_weights, weights.highway_biases,
+                         weights.proj_weight, weights.proj_bias).view(B, T2, -1)
+    tokens = tokens * mask.unsqueeze(-1).to(tokens.dtype)
+    lengths = mask.sum(dim=1)
+    outputs, h, c = bilstm_ref(tokens, lengths, weights.lstm, o.cell_clip, o.proj_clip, h0, c0)
+    return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c

@@ -1,0 +1,329 @@
+"""ELMo model files: ``options.json`` and the bilm-tf ``weights.hdf5`` layout.
+
+:func:`load_options` and :func:`load_weights` read them exactly as allennlp does and convert every
+tensor to PyTorch's layout once, at load time; every dataset is checked against the options
+first, and a mismatch raises :class:`~elmo_fast.errors.ModelFileError` naming the file, the
+dataset, and the expected and found shapes.
+
+The bilm-tf layout (TensorFlow shapes, ``F`` = total filters, ``P`` = projection dim, ``C`` =
+LSTM cell dim, ``In`` = layer input dim = ``P``)::
+
+    char_embed                                   [261, char_dim]
+    CNN/W_cnn_{i}, CNN/b_cnn_{i}                 [1, width_i, char_dim, num_i], [num_i]
+    CNN_high_{k}/W_transform, W_carry            [F, F] each (x @ W)
+    CNN_high_{k}/b_transform, b_carry            [F] each
+    CNN_proj/W_proj, CNN_proj/b_proj             [F, P], [P]
+    RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0    [In + P, 4C]  gates i, j, f, o
+                                              B      [4C]          (TF adds 1 to f at run time)
+                                              W_P_0  [C, P]
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .errors import ModelFileError
+
+#: Rows of ``char_embed`` in a bilm-tf file: 256 bytes + 5 marks; a zero row 0 is added on load.
+FILE_CHAR_ROWS = 261
+
+
+@dataclass(frozen=True)
+class ElmoOptions:
+    """The architecture, as read from ``options.json``."""
+
+    filters: tuple[tuple[int, int], ...]  # (width, number of filters) per convolution
+    char_dim: int
+    n_highway: int
+    projection_dim: int
+    cell_dim: int
+    n_layers: int
+    cell_clip: float | None
+    proj_clip: float | None
+    activation: str = "relu"
+    n_characters: int = 262
+    max_characters_per_token: int = 50
+
+    @property
+    def n_filters(self) -> int:
+        return sum(n for _, n in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """Width of every output layer: both directions' projections."""
+        return 2 * self.projection_dim
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any], source: str = "options") -> "ElmoOptions":
+        def get(section: str, key: str, default: Any = KeyError) -> Any:
+            try:
+                return options[section][key]
+            except (KeyError, TypeError):
+                if default is KeyError:
+                    raise ModelFileError(f"{source}: missing key '{section}.{key}'") from None
+                return default
+
+        def number(section: str, key: str, kind: type = int, default: Any = KeyError) -> Any:
+            value = get(section, key, default)
+            if value is None and default is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+                raise ModelFileError(f"{source}: '{section}.{key}' must be {'an integer' if kind is int else 'a number'}, "
+                                     f"got {value!r}")
+            return kind(value)
+
+        cnn_embedding = get("char_cnn", "embedding")
+        if not isinstance(cnn_embedding, dict) or "dim" not in cnn_embedding:
+            raise ModelFileError(f"{source}: missing key 'char_cnn.embedding.dim'")
+        char_dim = cnn_embedding["dim"]
+        if isinstance(char_dim, bool) or not isinstance(char_dim, int):
+            raise ModelFileError(f"{source}: 'char_cnn.embedding.dim' must be an integer, got {char_dim!r}")
+        try:
+            filters = tuple((int(w), int(n)) for w, n in get("char_cnn", "filters"))
+            if any(isinstance(v, bool) or not isinstance(v, int) for pair in get("char_cnn", "filters") for v in pair):
+                raise TypeError
+        except (TypeError, ValueError):
+            raise ModelFileError(f"{source}: 'char_cnn.filters' must be a list of [width, number] pairs") from None
+        activation = get("char_cnn", "activation", "relu")
+        if activation not in ("relu", "tanh"):
+            raise ModelFileError(f"{source}: 'char_cnn.activation' must be 'relu' or 'tanh', got {activation!r}")
+        if not get("lstm", "use_skip_connections", False):
+            raise ModelFileError(f"{source}: only biLMs with 'lstm.use_skip_connections': true are supported (as in allennlp)")
+
+        def clip(key: str) -> float | None:
+            value = number("lstm", key, float, None)
+            return value if value else None  # 0 / null mean "no clip", as in allennlp
+
+        opts = cls(
+            filters=filters,
+            char_dim=char_dim,
+            n_highway=number("char_cnn", "n_highway"),
+            projection_dim=number("lstm", "projection_dim"),
+            cell_dim=number("lstm", "dim"),
+            n_layers=number("lstm", "n_layers"),
+            cell_clip=clip("cell_clip"),
+            proj_clip=clip("proj_clip"),
+            activation=activation,
+            n_characters=number("char_cnn", "n_characters", int, 262),
+            max_characters_per_token=number("char_cnn", "max_characters_per_token", int, 50),
+        )
+        if opts.max_characters_per_token != 50:
+            raise ModelFileError(f"{source}: 'char_cnn.max_characters_per_token' must be 50, got {opts.max_characters_per_token}")
+        if opts.n_characters not in (261, 262):
+            raise ModelFileError(f"{source}: 'char_cnn.n_characters' must be 261 or 262, got {opts.n_characters}")
+        if any(w < 1 or w > 50 or n < 1 for w, n in filters) or not filters:
+            raise ModelFileError(f"{source}: 'char_cnn.filters' must hold widths in 1..50 and counts >= 1, got {list(filters)}")
+        for name in ("char_dim", "projection_dim", "cell_dim", "n_layers"):
+            if getattr(opts, name) < 1:
+                raise ModelFileError(f"{source}: '{name}' must be >= 1, got {getattr(opts, name)}")
+        if opts.n_highway < 0:
+            raise ModelFileError(f"{source}: 'char_cnn.n_highway' must be >= 0, got {opts.n_highway}")
+        return opts
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``options.json`` content (bilm-tf's keys)."""
+        return {
+            "lstm": {
+                "use_skip_connections": True,
+                "projection_dim": self.projection_dim,
+                "cell_clip": self.cell_clip,
+                "proj_clip": self.proj_clip,
+                "dim": self.cell_dim,
+                "n_layers": self.n_layers,
+            },
+            "char_cnn": {
+                "activation": self.activation,
+                "filters": [list(f) for f in self.filters],
+                "n_highway": self.n_highway,
+                "embedding": {"dim": self.char_dim},
+                "n_characters": self.n_characters,
+                "max_characters_per_token": self.max_characters_per_token,
+            },
+        }
+
+
+def load_options(path: str | os.PathLike) -> ElmoOptions:
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: options file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelFileError(f"{path}: cannot read options file as JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise ModelFileError(f"{path}: options file must hold a JSON object")
+    return ElmoOptions.from_dict(raw, source=path)
+
+
+@dataclass
+class LstmWeights:
+    """One direction of one LSTM layer, in PyTorch layout, gates ordered i, f, g, o."""
+
+    w_ih: Tensor  # [4C, In]
+    w_hh: Tensor  # [4C, P]
+    bias: Tensor  # [4C], forget-gate bias already +1
+    w_proj: Tensor  # [P, C]
+
+
+@dataclass
+class ElmoWeights:
+    """Every parameter of the biLM, in PyTorch layout (as allennlp's modules hold them)."""
+
+    options: ElmoOptions
+    char_embedding: Tensor  # [262, char_dim], row 0 zero (the id of "no token")
+    conv_weights: list[Tensor]  # [num_i, char_dim, width_i]
+    conv_biases: list[Tensor]  # [num_i]
+    highway_weights: list[Tensor]  # [2F, F]: [W_transform; -W_carry]
+    highway_biases: list[Tensor]  # [2F]: [b_transform; -b_carry]
+    proj_weight: Tensor  # [P, F]
+    proj_bias: Tensor  # [P]
+    lstm: list[tuple[LstmWeights, LstmWeights]] = field(default_factory=list)  # per layer: (fwd, bwd)
+
+    def tensors(self) -> list[Tensor]:
+        out = [self.char_embedding, *self.conv_weights, *self.conv_biases, *self.highway_weights,
+               *self.highway_biases, self.proj_weight, self.proj_bias]
+        for pair in self.lstm:
+            for w in pair:
+                out += [w.w_ih, w.w_hh, w.bias, w.w_proj]
+        return out
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "ElmoWeights":
+        def mv(t: Tensor) -> Tensor:
+            return t.to(device=device, dtype=dtype)
+
+        return replace(
+            self,
+            char_embedding=mv(self.char_embedding),
+            conv_weights=[mv(t) for t in self.conv_weights],
+            conv_biases=[mv(t) for t in self.conv_biases],
+            highway_weights=[mv(t) for t in self.highway_weights],
+            highway_biases=[mv(t) for t in self.highway_biases],
+            proj_weight=mv(self.proj_weight),
+            proj_bias=mv(self.proj_bias),
+            lstm=[tuple(LstmWeights(**{f.name: mv(getattr(w, f.name)) for f in fields(w)}) for w in pair)
+                  for pair in self.lstm],
+        )
+
+
+def lstm_dataset(direction: int, layer: int, name: str) -> str:
+    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/{name}"
+
+
+def expected_datasets(options: ElmoOptions) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every dataset a weights file must hold: name -> (TensorFlow shape, why that shape)."""
+    o = options
+    F, P, C = o.n_filters, o.projection_dim, o.cell_dim
+    out: dict[str, tuple[tuple[int, ...], str]] = {
+        "char_embed": ((FILE_CHAR_ROWS, o.char_dim), "261 characters x char_cnn.embedding.dim"),
+    }
+    for i, (width, num) in enumerate(o.filters):
+        out[f"CNN/W_cnn_{i}"] = ((1, width, o.char_dim, num), f"char_cnn.filters[{i}] = [{width}, {num}]")
+        out[f"CNN/b_cnn_{i}"] = ((num,), f"char_cnn.filters[{i}] = [{width}, {num}]")
+    for k in range(o.n_highway):
+        for name in ("W_transform", "W_carry"):
+            out[f"CNN_high_{k}/{name}"] = ((F, F), f"total filters {F}")
+        for name in ("b_transform", "b_carry"):
+            out[f"CNN_high_{k}/{name}"] = ((F,), f"total filters {F}")
+    out["CNN_proj/W_proj"] = ((F, P), f"total filters {F} x lstm.projection_dim {P}")
+    out["CNN_proj/b_proj"] = ((P,), f"lstm.projection_dim {P}")
+    for d in range(2):
+        for layer in range(o.n_layers):
+            out[lstm_dataset(d, layer, "W_0")] = ((P + P, 4 * C), f"(input {P} + projection {P}) x 4 * lstm.dim {C}")
+            out[lstm_dataset(d, layer, "B")] = ((4 * C,), f"4 * lstm.dim {C}")
+            out[lstm_dataset(d, layer, "W_P_0")] = ((C, P), f"lstm.dim {C} x lstm.projection_dim {P}")
+    return out
+
+
+def _read_checked(weight_file: str, options: ElmoOptions) -> dict[str, np.ndarray]:
+    import h5py
+
+    if not os.path.exists(weight_file):
+        raise ModelFileError(f"{weight_file}: weights file not found")
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        fin = h5py.File(weight_file, "r")
+    except OSError as e:
+        raise ModelFileError(f"{weight_file}: not a readable HDF5 file (truncated or corrupt?): {e}") from None
+    with fin:
+        for name, (shape, why) in expected_datasets(options).items():
+            ds = fin.get(name)
+            if ds is None or not isinstance(ds, h5py.Dataset):
+                raise ModelFileError(f"{weight_file}: dataset '{name}' is missing (expected shape {shape}, from {why})")
+            if tuple(ds.shape) != shape:
+                raise ModelFileError(
+                    f"{weight_file}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} (from {why})")
+            if ds.dtype.kind != "f":
+                raise ModelFileError(f"{weight_file}: dataset '{name}' has dtype {ds.dtype}, expected a float type")
+            try:
+                arr = np.asarray(ds[...], dtype=np.float32)
+            except (OSError, RuntimeError, ValueError) as e:
+                raise ModelFileError(f"{weight_file}: dataset '{name}' cannot be read (truncated or corrupt?): {e}") from None
+            if not np.isfinite(arr).all():
+                raise ModelFileError(f"{weight_file}: dataset '{name}' holds NaN or Inf values")
+            arrays[name] = arr
+    return arrays
+
+
+def _tf_lstm_to_torch(w0: np.ndarray, b: np.ndarray, wp: np.ndarray, input_size: int, cell: int) -> LstmWeights:
+    # TF: [x, h] @ W_0, gates i, j(new memory), f, o; torch: W @ x, gates i, f, g, o.
+    w = w0.T  # [4C, In + P]
+    order = np.concatenate([np.arange(0, cell), np.arange(2 * cell, 3 * cell),
+                            np.arange(cell, 2 * cell), np.arange(3 * cell, 4 * cell)])
+    w = w[order]
+    bias = b.copy()
+    bias[2 * cell:3 * cell] += 1.0  # TF's LSTMCell adds forget_bias=1 at run time
+    bias = bias[order]
+    return LstmWeights(
+        w_ih=torch.from_numpy(np.ascontiguousarray(w[:, :input_size])),
+        w_hh=torch.from_numpy(np.ascontiguousarray(w[:, input_size:])),
+        bias=torch.from_numpy(np.ascontiguousarray(bias)),
+        w_proj=torch.from_numpy(np.ascontiguousarray(wp.T)),
+    )
+
+
+def load_weights(weight_file: str | os.PathLike, options: ElmoOptions) -> ElmoWeights:
+    """Read and check a bilm-tf weights file; tensors come back fp32, on CPU, in torch layout."""
+    weight_file = os.fspath(weight_file)
+    a = _read_checked(weight_file, options)
+    o = options
+
+    def t(x: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+
+    char_embedding = torch.zeros(FILE_CHAR_ROWS + 1, o.char_dim)
+    char_embedding[1:] = t(a["char_embed"])
+    conv_weights = [t(a[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)) for i in range(len(o.filters))]
+    conv_biases = [t(a[f"CNN/b_cnn_{i}"]) for i in range(len(o.filters))]
+    highway_weights, highway_biases = [], []
+    for k in range(o.n_highway):
+        g = f"CNN_high_{k}/"
+        highway_weights.append(t(np.concatenate([a[g + "W_transform"].T, -a[g + "W_carry"].T], axis=0)))
+        highway_biases.append(t(np.concatenate([a[g + "b_transform"], -a[g + "b_carry"]])))
+    lstm = []
+    for layer in range(o.n_layers):
+        lstm.append(tuple(
+            _tf_lstm_to_torch(a[lstm_dataset(d, layer, "W_0")], a[lstm_dataset(d, layer, "B")],
+                              a[lstm_dataset(d, layer, "W_P_0")], o.projection_dim, o.cell_dim)
+            for d in range(2)))
+    return ElmoWeights(
+        options=o,
+        char_embedding=char_embedding,
+        conv_weights=conv_weights,
+        conv_biases=conv_biases,
+        highway_weights=highway_weights,
+        highway_biases=highway_biases,
+        proj_weight=t(a["CNN_proj/W_proj"].T),
+        proj_bias=t(a["CNN_proj/b_proj"]),
+        lstm=lstm,
+    )
+
+
+def load_model_files(options_file: str | os.PathLike, weight_file: str | os.PathLike) -> ElmoWeights:
+    return load_weights(weight_file, load_options(options_file))

@@ -1,0 +1,43 @@
+import json
+from pathlib import Path
+
+import pytest
+
+#: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here).
+FIXTURE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny"
+
+
+@pytest.fixture(scope="session")
+def bilm_tf_tiny() -> Path:
+    if not (FIXTURE_DIR / "lm_weights.hdf5").exists():
+        pytest.skip(f"bilm-tf fixture not found at {FIXTURE_DIR} (it lives in the workspace's shared/ folder)")
+    return FIXTURE_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_files(bilm_tf_tiny):
+    """(options, weights) of the bilm-tf tiny model."""
+    return bilm_tf_tiny / "options.json", bilm_tf_tiny / "lm_weights.hdf5"
+
+
+@pytest.fixture(scope="session")
+def fixture_sentences(bilm_tf_tiny) -> list[list[str]]:
+    """3 lists of 10 sentences (strings)."""
+    return json.loads((bilm_tf_tiny / "sentences.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def random_models(tmp_path_factory):
+    """Random-weight models by (preset, exercise_clips), written once per session."""
+    from elmo_fast.testing import random_model
+
+    cache: dict = {}
+
+    def get(preset: str, exercise_clips: bool = False, seed: int = 0):
+        key = (preset, exercise_clips, seed)
+        if key not in cache:
+            cache[key] = random_model(preset, tmp_path_factory.mktemp(f"{preset}_{int(exercise_clips)}_{seed}"),
+                                      seed=seed, exercise_clips=exercise_clips)
+        return cache[key]
+
+    return get
