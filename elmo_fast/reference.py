@@ -52,25 +52,23 @@ def highway_ref(x: Tensor, highway_weights: list[Tensor], highway_biases: list[T
     return F.linear(x, proj_weight, proj_bias)
 
 
-def lstm_layer_ref(x: Tensor, lengths: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor, w_proj: Tensor,
-                   h0: Tensor, c0: Tensor, cell_clip: float | None, proj_clip: float | None,
-                   reverse: bool) -> tuple[Tensor, Tensor, Tensor]:
+def lstm_layer_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, h0: Tensor, c0: Tensor,
+                   cell_clip: float | None, proj_clip: float | None, reverse: bool) -> tuple[Tensor, Tensor, Tensor]:
     """One direction of one projected LSTM layer (allennlp's ``LstmCellWithProjection``).
 
-    x:       [B, T, In] inputs; positions t >= lengths[b] are padding and never read.
+    xg:      [B, T, 4C] the input's share of the gates, x W_ih^T + bias, gates in order i, f, g, o;
+             positions t >= lengths[b] are padding and never read.
     lengths: [B] long, each row's own length; a row's state stops changing after it.
-    w_ih:    [4C, In]; w_hh: [4C, P]; bias: [4C]; w_proj: [P, C]. Gates in order i, f, g, o.
+    w_hh:    [4C, P]; w_proj: [P, C].
     h0, c0:  [B, P], [B, C] initial states.
     reverse: run from each row's own last token back to its first.
     returns  y [B, T, P] (zero at padding), h [B, P], c [B, C] (each row's state after its last step).
     """
-    B, T, _ = x.shape
+    B, T, _ = xg.shape
     h, c = h0, c0
-    y = x.new_zeros(B, T, w_proj.shape[0])
-    x_proj = F.linear(x, w_ih)  # the input's share of the gates, for every step at once
+    y = xg.new_zeros(B, T, w_proj.shape[0])
     for t in (range(T - 1, -1, -1) if reverse else range(T)):
-        gates = x_proj[:, t] + F.linear(h, w_hh, bias)
-        i, f, g, o = gates.chunk(4, dim=1)
+        i, f, g, o = (xg[:, t] + F.linear(h, w_hh)).chunk(4, dim=1)
         c_new = torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c
         if cell_clip:
             c_new = c_new.clamp(-cell_clip, cell_clip)
@@ -84,31 +82,51 @@ def lstm_layer_ref(x: Tensor, lengths: Tensor, w_ih: Tensor, w_hh: Tensor, bias:
     return y, h, c
 
 
-def bilstm_ref(x: Tensor, lengths: Tensor, lstm: list, cell_clip: float | None, proj_clip: float | None,
-               h0: Tensor | None = None, c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def layer0_gates_ref(tokens: Tensor, weights: list[Tensor]) -> Tensor:
+    """Layer 0's input projections of distinct tokens, both directions: context-free, so the fast
+    path computes (and caches) them once per distinct token.
+
+    tokens:  [U, P] token vectors (the highway + projection output).
+    weights: the flat LSTM weight list of :func:`bilstm_ref`.
+    returns  [U, 2, 4C]: tokens W_ih^T + bias for the forward (0) and backward (1) layer 0.
+    """
+    return torch.stack([F.linear(tokens, weights[4 * d], weights[4 * d + 2]) for d in range(2)], dim=1)
+
+
+def bilstm_ref(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor],
+               cell_clip: float | None, proj_clip: float | None, h0: Tensor | None = None,
+               c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """ELMo's stacked biLSTM: forward and backward stacks kept apart, skip connections from layer 1.
 
-    x:       [B, T, P] token vectors (boundaries included); lengths: [B].
-    lstm:    per layer a pair (forward, backward) of :class:`~elmo_fast.weights.LstmWeights`.
-    h0, c0:  [L, B, 2P], [L, B, 2C] initial states ([forward | backward] on the last axis), or None
-             for zeros.
-    returns  outputs [L, B, T, 2P], final h [L, B, 2P], final c [L, B, 2C].
+    xg0:         [U, 2, 4C] layer 0's input projections of the distinct tokens
+                 (:func:`layer0_gates_ref`).
+    token_index: [B, T] long, the row of ``xg0`` at each position (ignored past a row's length).
+    lengths:     [B] long, 0 <= lengths <= T.
+    weights:     4 tensors per (layer, direction), layer-major, forward first:
+                 weights[4 * (2 * l + d) + k], k = 0: w_ih [4C, P], 1: w_hh [4C, P], 2: bias [4C]
+                 (forget-gate bias already +1), 3: w_proj [P, C]. Layer 0's w_ih and bias are
+                 already folded into ``xg0``.
+    h0, c0:      [L, B, 2P], [L, B, 2C] initial states ([forward | backward] on the last axis), or
+                 None for zeros.
+    returns      outputs [L, B, T, 2P] (zero at padding), final h [L, B, 2P], final c [L, B, 2C].
     """
-    B, T, _ = x.shape
-    P, C = lstm[0][0].w_proj.shape
-    L = len(lstm)
+    B, T = token_index.shape
+    P, C = weights[3].shape
+    L = len(weights) // 8
     if h0 is None:
-        h0 = x.new_zeros(L, B, 2 * P)
+        h0 = xg0.new_zeros(L, B, 2 * P)
     if c0 is None:
-        c0 = x.new_zeros(L, B, 2 * C)
+        c0 = xg0.new_zeros(L, B, 2 * C)
+    index = token_index.clamp(0, max(xg0.shape[0] - 1, 0)) if xg0.shape[0] else token_index
     outputs, hs, cs = [], [], []
-    inputs = [x, x]  # the forward stack reads only forward outputs, the backward only backward
-    for layer, pair in enumerate(lstm):
+    inputs: list[Tensor] = []  # the forward stack reads only forward outputs, the backward only backward
+    for layer in range(L):
         ys, h_layer, c_layer = [], [], []
-        for d, w in enumerate(pair):
-            y, h, c = lstm_layer_ref(inputs[d], lengths, w.w_ih, w.w_hh, w.bias, w.w_proj,
-                                     h0[layer, :, d * P:(d + 1) * P], c0[layer, :, d * C:(d + 1) * C],
-                                     cell_clip, proj_clip, reverse=(d == 1))
+        for d in range(2):
+            w_ih, w_hh, bias, w_proj = weights[4 * (2 * layer + d): 4 * (2 * layer + d) + 4]
+            xg = xg0[index, d] if layer == 0 else F.linear(inputs[d], w_ih, bias)
+            y, h, c = lstm_layer_ref(xg, lengths, w_hh, w_proj, h0[layer, :, d * P:(d + 1) * P],
+                                     c0[layer, :, d * C:(d + 1) * C], cell_clip, proj_clip, reverse=(d == 1))
             if layer > 0:
                 y = y + inputs[d]
             ys.append(y)
@@ -119,6 +137,11 @@ def bilstm_ref(x: Tensor, lengths: Tensor, lstm: list, cell_clip: float | None, 
         hs.append(torch.cat(h_layer, dim=-1))
         cs.append(torch.cat(c_layer, dim=-1))
     return torch.stack(outputs), torch.stack(hs), torch.stack(cs)
+
+
+def flat_lstm_weights(lstm: list) -> list[Tensor]:
+    """Per-layer (forward, backward) :class:`~elmo_fast.weights.LstmWeights` -> the flat list."""
+    return [t for pair in lstm for w in pair for t in (w.w_ih, w.w_hh, w.bias, w.w_proj)]
 
 
 def add_sentence_boundaries(char_ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -165,6 +188,8 @@ def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None,
     tokens = highway_ref(tokens, weights.highway_weights, weights.highway_biases,
                          weights.proj_weight, weights.proj_bias).view(B, T2, -1)
     tokens = tokens * mask.unsqueeze(-1).to(tokens.dtype)
-    lengths = mask.sum(dim=1)
-    outputs, h, c = bilstm_ref(tokens, lengths, weights.lstm, o.cell_clip, o.proj_clip, h0, c0)
+    lstm = flat_lstm_weights(weights.lstm)
+    token_index = torch.arange(B * T2, device=ids.device).view(B, T2)
+    outputs, h, c = bilstm_ref(layer0_gates_ref(tokens.view(B * T2, -1), lstm), token_index, mask.sum(dim=1),
+                               lstm, o.cell_clip, o.proj_clip, h0, c0)
     return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c

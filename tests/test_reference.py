@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids, load_options, load_weights
-from elmo_fast.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, highway_ref,
-                                 lstm_layer_ref, remove_sentence_boundaries)
+from elmo_fast.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
+                                 highway_ref, layer0_gates_ref, lstm_layer_ref, remove_sentence_boundaries)
 from tolerances import TOL
 
 FP32 = TOL[torch.float32]["atol"]
@@ -134,15 +134,15 @@ def test_lstm_layer_matches_torch_lstm_without_clips():
     x = torch.randn(B, T, In)
     h0, c0 = torch.randn(B, P), torch.randn(B, C)
     want, (hT, cT) = lstm(x, (h0[None], c0[None]))
-    got, h, c = lstm_layer_ref(x, torch.full((B,), T), lstm.weight_ih_l0, lstm.weight_hh_l0,
-                               lstm.bias_ih_l0 + lstm.bias_hh_l0, lstm.weight_hr_l0, h0, c0, None, None, reverse=False)
+    xg = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
+    got, h, c = lstm_layer_ref(xg, torch.full((B,), T), lstm.weight_hh_l0, lstm.weight_hr_l0, h0, c0, None, None,
+                               reverse=False)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     torch.testing.assert_close(h, hT[0], atol=1e-6, rtol=0)
     torch.testing.assert_close(c, cT[0], atol=1e-6, rtol=0)
     # reverse: the same as running nn.LSTM over each row's own reversed tokens
     lengths = torch.tensor([7, 1, 4])
-    got, h, c = lstm_layer_ref(x, lengths, lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0,
-                               lstm.weight_hr_l0, h0, c0, None, None, reverse=True)
+    got, h, c = lstm_layer_ref(xg, lengths, lstm.weight_hh_l0, lstm.weight_hr_l0, h0, c0, None, None, reverse=True)
     for b, n in enumerate(lengths.tolist()):
         want, (hT, cT) = lstm(x[b:b + 1, :n].flip(1), (h0[None, b:b + 1], c0[None, b:b + 1]))
         torch.testing.assert_close(got[b, :n], want[0].flip(0), atol=1e-6, rtol=0)
@@ -190,7 +190,10 @@ def test_bilstm_matches_allennlp_loop_with_clips(random_models):
     lengths = torch.tensor([9, 6, 6, 3, 1])  # sorted, as allennlp requires
     x = torch.randn(5, 9, 16) * 2
     x = x * (torch.arange(9)[None, :, None] < lengths[:, None, None])
-    outputs, h, c = bilstm_ref(x, lengths, w.lstm, 3.0, 3.0)
+    flat = flat_lstm_weights(w.lstm)
+    # each position its own "distinct token"
+    outputs, h, c = bilstm_ref(layer0_gates_ref(x.reshape(45, 16), flat), torch.arange(45).view(5, 9), lengths,
+                               flat, 3.0, 3.0)
     fwd_in, bwd_in = x, x
     for layer, (wf, wb) in enumerate(w.lstm):
         yf, hf, cf = _allennlp_style_layer(fwd_in, lengths.tolist(), wf, 3.0, 3.0, True)
