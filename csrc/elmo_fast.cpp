@@ -40,4 +40,8 @@ TORCH_LIBRARY(elmo_fast, m) {
   // projected: [N, 2H] = [transform | gate], x: [N, H] -> [N, H]
   //   out = g * x + (1 - g) * relu(transform), g = sigmoid(gate)
   m.def("highway_gate(Tensor projected, Tensor x) -> Tensor");
+  // x: [N, F] char CNN output; highway_weights: L x [2F, F] ([W_transform; -W_carry]);
+  // highway_biases: L x [2F]; proj_weight: [P, F]; proj_bias: [P] -> [N, P]
+  m.def("highway(Tensor x, Tensor[] highway_weights, Tensor[] highway_biases, Tensor proj_weight, "
+        "Tensor proj_bias) -> Tensor");
 }

@@ -49,7 +49,27 @@ def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
     return torch.ops.elmo_fast.highway_gate.default(projected, x)
 
 
+def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tensor], proj_weight: Tensor,
+            proj_bias: Tensor) -> Tensor:
+    """Highway stack and projection (twin of :func:`elmo_fast.reference.highway_ref`).
+
+    x:               [N, F] char CNN output.
+    highway_weights: L tensors [2F, F] ([W_transform; -W_carry]); highway_biases: L tensors [2F].
+    proj_weight:     [P, F]; proj_bias: [P]. All of x's dtype and device.
+    returns          [N, P]: GEMMs through ATen's BLAS, each layer's gating one fused pass.
+    """
+    require_extension()
+    return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias)
+
+
 if HAS_EXTENSION:
+
+    @torch.library.register_fake("elmo_fast::highway")
+    def _highway_fake(x, highway_weights, highway_biases, proj_weight, proj_bias):
+        torch._check(x.dim() == 2, lambda: "highway: x must have 2 dims")
+        torch._check(proj_weight.dim() == 2 and proj_weight.shape[1] == x.shape[1],
+                     lambda: "highway: proj_weight must be [P, F]")
+        return x.new_empty((x.shape[0], proj_weight.shape[0]))
 
     @torch.library.register_fake("elmo_fast::highway_gate")
     def _highway_gate_fake(projected: Tensor, x: Tensor) -> Tensor:

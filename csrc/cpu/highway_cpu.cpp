@@ -1,11 +1,12 @@
-// CPU kernel of one highway layer's gating (the matmul that produces `projected` stays in ATen).
+// CPU highway: the stack of highway layers and the projection (oracle: reference.highway_ref).
+// The GEMMs go through ATen (MKL/oneDNN); each layer's gating is one fused pass (highway_gate):
 //   out[N, H] = g * x + (1 - g) * relu(transform),  g = sigmoid(gate),
-//   projected[N, 2H] = [transform | gate].
-// Oracle: elmo_fast.reference.highway_gate_ref.
+//   projected[N, 2H] = [transform | gate] = x W^T + b  (oracle: reference.highway_gate_ref).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <c10/macros/Macros.h>
 #include <torch/library.h>
@@ -131,9 +132,51 @@ at::Tensor highway_gate_cpu(const at::Tensor& projected, const at::Tensor& x) {
   return out;
 }
 
+// x: [N, F]; highway_weights: L x [2F, F]; highway_biases: L x [2F]; proj_weight: [P, F];
+// proj_bias: [P] -> [N, P]. One [N, 2F] buffer serves every layer's GEMM output.
+at::Tensor highway_cpu(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
+                       const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
+  static constexpr char kOp[] = "highway";
+  ELMO_CHECK_DIM(x, 2);
+  ELMO_CHECK_CPU(x);
+  const int64_t n = x.size(0);
+  const int64_t f = x.size(1);
+  ELMO_CHECK(highway_weights.size() == highway_biases.size(), "highway_weights and highway_biases must have the "
+             "same length, got ", highway_weights.size(), " and ", highway_biases.size());
+  for (size_t k = 0; k < highway_weights.size(); ++k) {
+    ELMO_CHECK(highway_weights[k].dim() == 2 && highway_weights[k].size(0) == 2 * f &&
+                   highway_weights[k].size(1) == f,
+               "highway_weights[", k, "] must have shape [", 2 * f, ", ", f, "], got ", highway_weights[k].sizes());
+    ELMO_CHECK(highway_biases[k].dim() == 1 && highway_biases[k].size(0) == 2 * f, "highway_biases[", k,
+               "] must have shape [", 2 * f, "], got ", highway_biases[k].sizes());
+    ELMO_CHECK(highway_weights[k].scalar_type() == x.scalar_type() &&
+                   highway_biases[k].scalar_type() == x.scalar_type(),
+               "highway_weights[", k, "] and highway_biases[", k, "] must have x's dtype ",
+               dtype_name(x.scalar_type()));
+  }
+  ELMO_CHECK_DIM(proj_weight, 2);
+  ELMO_CHECK(proj_weight.size(1) == f, "proj_weight must have shape [P, ", f, "], got ", proj_weight.sizes());
+  ELMO_CHECK(proj_bias.dim() == 1 && proj_bias.size(0) == proj_weight.size(0), "proj_bias must have shape [",
+             proj_weight.size(0), "], got ", proj_bias.sizes());
+  ELMO_CHECK_SAME_DTYPE(proj_weight, x);
+  ELMO_CHECK_SAME_DTYPE(proj_bias, x);
+
+  at::Tensor cur = x;
+  at::Tensor projected;
+  if (!highway_weights.empty()) {
+    projected = at::empty({n, 2 * f}, x.options());
+  }
+  for (size_t k = 0; k < highway_weights.size(); ++k) {
+    at::addmm_out(projected, highway_biases[k], cur, highway_weights[k].t());
+    cur = highway_gate_cpu(projected, cur);
+  }
+  return at::addmm(proj_bias, cur, proj_weight.t());
+}
+
 }  // namespace
 }  // namespace elmo_fast
 
 TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
   m.impl("highway_gate", &elmo_fast::highway_gate_cpu);
+  m.impl("highway", &elmo_fast::highway_cpu);
 }
