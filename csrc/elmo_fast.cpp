@@ -40,4 +40,9 @@ TORCH_LIBRARY(elmo_fast, m) {
   // projected: [N, 2H] = [transform | gate], x: [N, H] -> [N, H]
   //   out = g * x + (1 - g) * relu(transform), g = sigmoid(gate)
   m.def("highway_gate(Tensor projected, Tensor x) -> Tensor");
+  // char_ids: [N, 50] int64 in [0, V), char_embedding: [V, D], conv_weights[k]: [n_k, D, w_k],
+  // conv_biases[k]: [n_k], activation: "relu" | "tanh" -> [N, sum n_k] in the weights' dtype
+  //   out[:, k-th block] = act(max over the 50 - w_k + 1 windows of conv1d(embed(ids), W_k, b_k))
+  m.def("char_cnn(Tensor char_ids, Tensor char_embedding, Tensor[] conv_weights, Tensor[] conv_biases, "
+        "str activation) -> Tensor");
 }
