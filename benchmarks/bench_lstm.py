@@ -45,6 +45,20 @@ def cpu_ticks() -> tuple[int, float]:
     return busy, usage.ru_utime + usage.ru_stime
 
 
+def wait_quiet(max_wait: float, share: float = 0.1) -> float:
+    """Wait (up to max_wait s) until other processes use < share of the CPUs over 2 s; returns their share."""
+    deadline = time.monotonic() + max_wait
+    ticks_per_s = os.sysconf("SC_CLK_TCK")
+    while True:
+        busy0, own0 = cpu_ticks()
+        time.sleep(2.0)
+        busy1, own1 = cpu_ticks()
+        others = max(0.0, ((busy1 - busy0) / ticks_per_s - (own1 - own0)) / (2.0 * os.cpu_count()))
+        if others < share or time.monotonic() > deadline:
+            return others
+        time.sleep(5.0)
+
+
 def timed(fn, warmup: int, repeats: int) -> tuple[float, float]:
     """(median seconds per call, share of all CPUs used by other processes meanwhile)."""
     for _ in range(warmup):
@@ -125,6 +139,8 @@ def main() -> None:
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--modes", action="store_true", help="time both thread schedules of the op")
     ap.add_argument("--gemms", action="store_true", help="time the op's GEMM shapes standalone")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                    help="before each row, wait up to S seconds for the other processes to go quiet")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -146,11 +162,15 @@ def main() -> None:
             for mode in modes:
                 if mode is not None:
                     os.environ["ELMO_FAST_BILSTM_THREADS"] = mode
+                if args.wait_quiet:
+                    wait_quiet(args.wait_quiet)
                 t, busy = timed(lambda: ops.bilstm(xg0, index, lengths, weights, 3.0, 3.0), args.warmup,
                                 args.repeats)
                 rows.append((f"bilstm{'' if mode is None else ' [' + mode + ']'}", t, busy))
             os.environ.pop("ELMO_FAST_BILSTM_THREADS", None)
             if not args.no_reference:
+                if args.wait_quiet:
+                    wait_quiet(args.wait_quiet)
                 t, busy = timed(lambda: bilstm_ref(xg0, index, lengths, weights, 3.0, 3.0), 1,
                                 max(1, args.repeats // 2))
                 rows.append(("bilstm_ref", t, busy))

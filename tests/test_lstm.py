@@ -6,7 +6,7 @@ import torch
 
 from elmo_fast import ops
 from elmo_fast.reference import bilstm_ref
-from tolerances import TOL, assert_close
+from tolerances import assert_close, max_abs_error
 
 needs_extension = pytest.mark.skipif(
     not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
@@ -180,6 +180,17 @@ def test_bilstm_thread_schedules(schedule, threads, monkeypatch):
 
 
 @needs_extension
+@pytest.mark.parametrize("gemv_rows", ["0", "1000"])
+@pytest.mark.parametrize("P,C", [(3, 5), (16, 64), (37, 50)])
+def test_bilstm_gemm_paths(P, C, gemv_rows, monkeypatch):
+    # Steps with few active rows use the op's own GEMV, the others BLAS (float32): force each one
+    # for every step (ELMO_FAST_BILSTM_GEMV_ROWS), on sizes that leave remainders everywhere.
+    monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
+    case = lstm_case(11, 13, 2, P, C, torch.float32, seed=P + C)
+    check_bilstm(case, CLIP, CLIP, f"bilstm P={P} C={C} gemv rows <= {gemv_rows}")
+
+
+@needs_extension
 def test_bilstm_inference_mode_and_parameters():
     # The directions run on two threads: the second must see the caller's inference mode, or
     # writing to the workspace (inference tensors) fails. Weights that require grad work too.
@@ -228,6 +239,70 @@ def test_bilstm_opcheck(B, T, L, P, C, state, clip, dtype):
                           (xg0, token_index, lengths, weights, clip, clip, h0, c0))
 
 
+# --- bfloat16 weights: GEMMs in bf16 with fp32 accumulation; states, gates and outputs in fp32 -----
+
+
+def bf16_case(B, T, L, P, C, seed, bias_dtype=torch.bfloat16, **kw):
+    """lstm_case in float32 with the GEMM weights rounded to bfloat16 (biases in bias_dtype)."""
+    xg0, token_index, lengths, weights, h0, c0 = lstm_case(B, T, L, P, C, torch.float32, seed, **kw)
+    weights = [w.to(bias_dtype if k % 4 == 2 else torch.bfloat16) for k, w in enumerate(weights)]
+    return xg0, token_index, lengths, weights, h0, c0
+
+
+def check_bf16(case, what):
+    """The op with bf16 weights against the oracle on the same weights widened: the bf16 row of TOL."""
+    xg0, token_index, lengths, weights, h0, c0 = case
+    got = ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
+    assert all(t.dtype == torch.float32 for t in got), what
+    want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
+    for name, g, w in zip(("outputs", "h", "c"), got, want):
+        assert_close(g, w, dtype=torch.bfloat16, what=f"{what} {name}")
+    padding = torch.arange(token_index.shape[1])[None, :] >= lengths[:, None]
+    assert torch.all(got[0][:, padding] == 0), f"{what}: padding must be exactly 0"
+    return got, want
+
+
+# Error budget of bf16 weights. Every GEMM input is rounded to bf16 and, on the oneDNN path, every
+# GEMM result too; one layer stays within the bf16 row of TOL. A stack does not: each layer's output
+# adds the previous ones' (skip connections), so their errors add up. Measured max abs error of the
+# layer-l output with activations at the +-3 clips ('small' shapes, all steps through oneDNN):
+# ~1.3e-2, 2.0e-2 (up to 2.4e-2), 3.2e-2 for l = 0, 1, 2, about half of what PyTorch's own bf16
+# gives (2.4e-2, 4.4e-2, 7.6e-2). Stacks are held to that relative bound.
+@needs_extension
+@pytest.mark.parametrize("gemv_rows", ["0", "8", "1000"])  # oneDNN for every step / the default / GEMV
+@pytest.mark.parametrize("B,T,P,C", [(1, 1, 3, 5), (5, 7, 3, 5), (11, 13, 16, 64), (2, 19, 37, 50)])
+def test_bilstm_bf16_weights_one_layer(B, T, P, C, gemv_rows, monkeypatch):
+    monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
+    check_bf16(bf16_case(B, T, 1, P, C, seed=B + T), f"bilstm bf16 B={B} T={T} gemv rows <= {gemv_rows}")
+
+
+@needs_extension
+def test_bilstm_bf16_gemv_is_fp32_accurate():
+    # Steps through gemv_nt keep the activations in fp32 (only the weights are bf16): with one layer
+    # (no bf16 input GEMM) the result meets the float32 bar against the same widened weights.
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(7, 19, 1, 16, 64, seed=5, bias_dtype=torch.float32)
+    got = ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
+    want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
+    for g, w in zip(got, want):
+        assert_close(g, w, dtype=torch.float32, what="bilstm bf16 weights through gemv_nt")
+
+
+@needs_extension
+@pytest.mark.parametrize("gemv_rows", ["0", "8"])  # oneDNN for every step / the default
+@pytest.mark.parametrize("B,T,L,P,C", [(16, 30, 2, 128, 1024), (11, 13, 2, 16, 64), (11, 13, 3, 16, 64)])
+def test_bilstm_bf16_stack_no_worse_than_pytorch_bf16(B, T, L, P, C, gemv_rows, monkeypatch):
+    monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
+    lengths = torch.randint(1, T + 1, (B,), generator=torch.Generator().manual_seed(B + L))
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(B, T, L, P, C, seed=14, lengths=lengths, U=B * T)
+    got = ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
+    want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
+    torch_bf16 = bilstm_ref(xg0.bfloat16(), token_index, lengths, weights, CLIP, CLIP, h0.bfloat16(), c0.bfloat16())
+    for name, g, t, w in zip(("outputs", "h", "c"), got, torch_bf16, want):
+        assert max_abs_error(g, w) <= max_abs_error(t, w), f"bilstm bf16 L={L} {name}"
+    padding = torch.arange(T)[None, :] >= lengths[:, None]
+    assert torch.all(got[0][:, padding] == 0)
+
+
 def _error_case():
     return lstm_case(3, 4, 2, 3, 5, torch.float32, seed=0)
 
@@ -262,8 +337,14 @@ def _with(case, **changes):
      r"bilstm: weights\[10\] \(bias of layer 1, forward\) expected shape \[20\], got \[4\]"),
     (lambda c: dict(weights=c[3][:15] + [c[3][15].t()]),
      r"bilstm: weights\[15\] \(w_proj of layer 1, backward\) expected shape \[3, 5\], got \[5, 3\]"),
-    (lambda c: dict(weights=c[3][:1] + [c[3][1].double()] + c[3][2:]),
-     r"bilstm: weights\[1\] \(w_hh of layer 0, forward\) must have the dtype of xg0 \(float32\), got float64"),
+    (lambda c: dict(weights=[w.double() for w in c[3]]),
+     r"bilstm: weights\[1\] \(w_hh of layer 0, forward\) has dtype float64; with xg0 of dtype float32 the "
+     r"weights must be float32 or bfloat16"),
+    (lambda c: dict(xg0=c[0].double(), h0=c[4].double(), c0=c[5].double(), weights=[w.bfloat16() for w in c[3]]),
+     r"bilstm: weights\[1\] .* has dtype bfloat16; with xg0 of dtype float64 the weights must be float64$"),
+    (lambda c: dict(weights=c[3][:5] + [c[3][5].bfloat16()] + c[3][6:]),
+     r"bilstm: weights\[5\] \(w_hh of layer 0, backward\) must have the dtype of the other weights \(float32\), "
+     r"got bfloat16"),
     (lambda c: dict(h0=c[4][:1]), r"bilstm: h0 expected shape \[2, 3, 6\], got \[1, 3, 6\]"),
     (lambda c: dict(c0=c[5][..., :-1]), r"bilstm: c0 expected shape \[2, 3, 10\], got \[2, 3, 9\]"),
     (lambda c: dict(h0=c[4].double()), "bilstm: h0 and xg0 must have the same dtype, got float64 and float32"),

@@ -8,9 +8,11 @@
 //   * Per (layer, direction), the step-s rows are stored packed at [off_s, off_s + n_s) (as a
 //     PackedSequence): nothing is computed for padding, and a layer's input gates for all steps
 //     are one GEMM over the packed rows.
-//   * Per step: recurrent GEMM h[:n_s] W_hh^T (ATen/BLAS) -> one fused pass (input gates, gate
+//   * Per step: recurrent GEMM h[:n_s] W_hh^T -> one fused pass (input gates, gate
 //     nonlinearities, cell update and clip, o * tanh(c)) -> projection GEMM -> a pass for the
-//     projection clip, the skip connection and the packed output.
+//     projection clip, the skip connection and the packed output. GEMMs go to ATen (BLAS), except
+//     for steps with few rows: those stream the weights through gemv_nt (lstm_gemv.h).
+//   * Weights in bfloat16 (with float32 states): see linear_nt().
 //   * The forward and backward stacks never read each other, so with >= 2 threads they can run
 //     concurrently, one per thread, each with single-threaded GEMMs (BLAS runs one thread inside a
 //     parallel region), or in turn with multi-threaded GEMMs: see directions_in_parallel().
@@ -19,6 +21,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
@@ -38,10 +41,11 @@
 #include <vector>
 
 #include "checks.h"
+#include "cpu/lstm_gemv.h"
 #include "cpu/lstm_pointwise.h"
 
-// The float pointwise pass is compiled once per ISA level and picked at load time (GNU ifunc);
-// the extension itself is built for the baseline x86-64.
+// The float kernels are compiled once per ISA level and picked at load time (GNU ifunc); the
+// extension itself is built for the baseline x86-64.
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__ELF__)
 #define ELMO_FAST_TARGET_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -60,6 +64,16 @@ void cell_rows_f32(const lstm::CellParams<float>& p, int64_t row_begin, int64_t 
 ELMO_FAST_TARGET_CLONES
 void proj_elems_f32(const lstm::ProjParams<float>& p, int64_t begin, int64_t end) {
   lstm::proj_elems(p, begin, end);
+}
+
+ELMO_FAST_TARGET_CLONES
+void gemv_nt_f32(const lstm::GemvParams<float>& p, int64_t g_begin, int64_t g_end) {
+  lstm::gemv_nt(p, g_begin, g_end);
+}
+
+ELMO_FAST_TARGET_CLONES
+void gemv_nt_bf16(const lstm::GemvParams<uint16_t>& p, int64_t g_begin, int64_t g_end) {
+  lstm::gemv_nt(p, g_begin, g_end);
 }
 
 void cell_rows_any(const lstm::CellParams<float>& p, int64_t b, int64_t e) { cell_rows_f32(p, b, e); }
@@ -111,15 +125,23 @@ Schedule make_schedule(const int64_t* lengths, int64_t batch, int64_t time) {
   return s;
 }
 
-// Everything one call reads; the per-(layer, direction) weights are pre-transposed views so the
-// GEMMs are x @ W^T without copies.
+// One GEMM operand of weights: w [N, K] contiguous (the dtype of the states, or bfloat16) and its
+// transposed view, so that BLAS computes x @ w^T without copies.
+struct Weight {
+  at::Tensor w;    // [N, K]
+  at::Tensor w_t;  // [K, N]
+};
+
+// Everything one call reads.
 template <typename scalar_t>
 struct Problem {
   const Schedule* sched;
   int64_t layers, proj, cell;                  // L, P, C
   const scalar_t* xg0;                         // [U, 2, 4C], rows 4C contiguous
   const int64_t* xg0_offset;                   // [2, packed rows]: element offset of each packed row's gates
-  std::vector<at::Tensor> w_ih_t, w_hh_t, w_proj_t, bias;  // [2L]: [P, 4C], [P, 4C], [C, P], [4C]
+  std::vector<Weight> w_ih, w_hh, w_proj;      // [2L]: [4C, P], [4C, P], [P, C] (w_ih undefined for l = 0)
+  std::vector<at::Tensor> bias;                // [2L]: [4C] in scalar_t (undefined for l = 0)
+  int64_t gemv_max_rows;                       // steps with at most this many rows use gemv_nt
   const scalar_t* h0;                          // [L, B, 2P] contiguous, or nullptr (zeros)
   const scalar_t* c0;                          // [L, B, 2C] contiguous, or nullptr (zeros)
   scalar_t cell_clip, proj_clip;               // +inf: none
@@ -136,11 +158,66 @@ struct Workspace {
   at::Tensor hc;    // [n_0, C] sig(o) * tanh(c) of one step
   at::Tensor h;     // [B, P] state, sorted rows; rows past n_s keep their final value
   at::Tensor c;     // [B, C] state, likewise
+  // bfloat16 weights only: the GEMM operands and results of the oneDNN path, flat so that any
+  // [rows, cols] prefix view is contiguous.
+  at::Tensor in16;     // [n_0 * max(P, C)] a GEMM's input rounded to bf16
+  at::Tensor out16;    // [n_0 * 4C] a GEMM's bf16 result
+  at::Tensor x16;      // [packed rows, P] the layer input rounded to bf16 (L > 1)
+  at::Tensor gates16;  // [packed rows, 4C] x W_ih^T in bf16 (L > 1)
 };
 
 // Work below these sizes stays on the calling thread (ATen's GRAIN_SIZE is 32768 elements).
 constexpr int64_t kCellGrainElements = 16384;
 constexpr int64_t kElemGrain = 32768;
+
+// A [rows, cols] contiguous view of the front of a flat buffer.
+at::Tensor front(const at::Tensor& flat, int64_t rows, int64_t cols) {
+  return flat.narrow(0, 0, rows * cols).view({rows, cols});
+}
+
+// out[n, N] = a[n, K] @ w^T (a, out in the states' dtype). Few rows (float states): gemv_nt, which
+// streams w once at memory bandwidth and keeps a in fp32 even for bf16 weights. Otherwise BLAS; for
+// bf16 weights that is oneDNN with a rounded to bf16, fp32 accumulation and a bf16 result, widened
+// into out: on CPU, ATen's only bf16 GEMM with an fp32 result (cpublas -> MKL gemm_bf16bf16f32)
+// ran no faster than fp32 on the AMD Zen 4 this was tuned on, and aten::mm.dtype has no CPU kernel.
+void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows, Workspace& ws) {
+  const int64_t n = a.size(0);
+  const int64_t N = w.w.size(0);
+  const int64_t K = w.w.size(1);
+  const bool bf16 = w.w.scalar_type() == at::kBFloat16;
+  if (out.scalar_type() == at::kFloat && n <= gemv_max_rows) {
+    const int64_t grain = std::max<int64_t>(64, kElemGrain / std::max<int64_t>(K * n, 1));
+    const auto run = [&](auto params, auto kernel) {
+      params.a = a.const_data_ptr<float>();
+      params.lda = a.stride(0);
+      params.ldw = K;
+      params.out = out.mutable_data_ptr<float>();
+      params.ldo = out.stride(0);
+      params.n = n;
+      params.k = K;
+      at::parallel_for(0, N, grain, [&](int64_t g0, int64_t g1) { kernel(params, g0, g1); });
+    };
+    if (bf16) {
+      lstm::GemvParams<uint16_t> p;
+      p.w = reinterpret_cast<const uint16_t*>(w.w.const_data_ptr<at::BFloat16>());
+      run(p, gemv_nt_bf16);
+    } else {
+      lstm::GemvParams<float> p;
+      p.w = w.w.const_data_ptr<float>();
+      run(p, gemv_nt_f32);
+    }
+    return;
+  }
+  if (bf16) {
+    at::Tensor in16 = front(ws.in16, n, K);
+    at::Tensor out16 = front(ws.out16, n, N);
+    in16.copy_(a);
+    at::mm_out(out16, in16, w.w_t);
+    out.copy_(out16);
+    return;
+  }
+  at::mm_out(out, a, w.w_t);
+}
 
 template <typename scalar_t>
 void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
@@ -167,14 +244,20 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       }
     }
     if (l > 0 && S > 0) {
-      at::addmm_out(ws.gates, pb.bias[ld], ws.x, pb.w_ih_t[ld]);
+      if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
+        ws.x16.copy_(ws.x);
+        at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);
+        at::add_out(ws.gates, ws.gates16, pb.bias[ld]);  // the bias in fp32
+      } else {
+        at::addmm_out(ws.gates, pb.bias[ld], ws.x, pb.w_ih[ld].w_t);
+      }
     }
     for (const auto s : c10::irange(S)) {
       const int64_t n = sc.active[s];
       const int64_t off = sc.offset[s];
       at::Tensor h_active = ws.h.narrow(0, 0, n);
       at::Tensor rec = ws.rec.narrow(0, 0, n);
-      at::mm_out(rec, h_active, pb.w_hh_t[ld]);
+      linear_nt(rec, h_active, pb.w_hh[ld], pb.gemv_max_rows, ws);
 
       lstm::CellParams<scalar_t> cp;
       if (l == 0) {
@@ -192,7 +275,7 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       at::parallel_for(0, n, std::max<int64_t>(1, kCellGrainElements / C),
                        [&](int64_t b0, int64_t b1) { cell_rows_any(cp, b0, b1); });
 
-      at::mm_out(h_active, ws.hc.narrow(0, 0, n), pb.w_proj_t[ld]);
+      linear_nt(h_active, ws.hc.narrow(0, 0, n), pb.w_proj[ld], pb.gemv_max_rows, ws);
 
       lstm::ProjParams<scalar_t> pp;
       pp.h = h;
@@ -242,6 +325,13 @@ bool directions_in_parallel() {
   return true;
 }
 
+// Steps with at most this many active rows use gemv_nt rather than BLAS.
+// ELMO_FAST_BILSTM_GEMV_ROWS overrides, for benchmarking and tests.
+int64_t gemv_max_rows() {
+  const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS");
+  return env != nullptr ? std::atoll(env) : 8;
+}
+
 template <typename scalar_t>
 void run_bilstm(const Problem<scalar_t>& pb, Workspace* ws) {
   if (directions_in_parallel()) {
@@ -288,6 +378,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   const at::ScalarType dtype = xg0.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "xg0 has dtype ", dtype_name(dtype),
              "; supported: float32, float64");
+  // The GEMM weights share one dtype: xg0's, or bfloat16 with float32 states.
+  const at::ScalarType wdtype = weights[1].scalar_type();
+  ELMO_CHECK(wdtype == dtype || (dtype == at::kFloat && wdtype == at::kBFloat16), "weights[1] (w_hh of ",
+             "layer 0, forward) has dtype ", dtype_name(wdtype), "; with xg0 of dtype ", dtype_name(dtype),
+             " the weights must be ", dtype_name(dtype), dtype == at::kFloat ? " or bfloat16" : "");
   ELMO_CHECK_CPU(xg0);
   ELMO_CHECK_CPU(token_index);
   ELMO_CHECK_CPU(lengths);
@@ -307,9 +402,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
         ELMO_CHECK(w.sizes() == at::IntArrayRef(want), "weights[", 4 * (2 * l + d) + k, "] (",
                    kWeightName[k], " of layer ", l, ", ", dir, ") expected shape ", at::IntArrayRef(want),
                    ", got ", w.sizes());
-        ELMO_CHECK(w.scalar_type() == dtype, "weights[", 4 * (2 * l + d) + k, "] (", kWeightName[k],
-                   " of layer ", l, ", ", dir, ") must have the dtype of xg0 (", dtype_name(dtype),
-                   "), got ", dtype_name(w.scalar_type()));
+        // A bias may also come in the states' dtype (fp32 with bf16 weights).
+        ELMO_CHECK(w.scalar_type() == wdtype || (k == 2 && w.scalar_type() == dtype), "weights[",
+                   4 * (2 * l + d) + k, "] (", kWeightName[k], " of layer ", l, ", ", dir,
+                   ") must have the dtype of the other weights (", dtype_name(wdtype), "), got ",
+                   dtype_name(w.scalar_type()));
         ELMO_CHECK(w.device().is_cpu(), "weights[", 4 * (2 * l + d) + k, "] must be a CPU tensor, got ",
                    w.device());
       }
@@ -387,6 +484,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
     w.hc = at::empty({n0, C}, opts);
     w.h = at::empty({B, P}, opts);
     w.c = at::empty({B, C}, opts);
+    if (wdtype == at::kBFloat16) {
+      const auto opts16 = opts.dtype(at::kBFloat16);
+      w.in16 = at::empty({n0 * std::max(P, C)}, opts16);
+      w.out16 = at::empty({n0 * 4 * C}, opts16);
+      if (L > 1) {
+        w.x16 = at::empty({N, P}, opts16);
+        w.gates16 = at::empty({N, 4 * C}, opts16);
+      }
+    }
   }
 
   AT_DISPATCH_FLOATING_TYPES(dtype, "bilstm", [&] {
@@ -397,13 +503,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
     pb.cell = C;
     pb.xg0 = xg0_c.const_data_ptr<scalar_t>();
     pb.xg0_offset = xg0_offset.data();
+    const auto weight = [](const at::Tensor& t) {
+      at::Tensor w = t.contiguous();
+      return Weight{w, w.t()};
+    };
     for (const auto ld : c10::irange(2 * L)) {
       const bool first = ld < 2;
-      pb.w_ih_t.push_back(first ? at::Tensor() : weights[4 * ld].contiguous().t());
-      pb.w_hh_t.push_back(weights[4 * ld + 1].contiguous().t());
-      pb.bias.push_back(first ? at::Tensor() : weights[4 * ld + 2].contiguous());
-      pb.w_proj_t.push_back(weights[4 * ld + 3].contiguous().t());
+      pb.w_ih.push_back(first ? Weight{} : weight(weights[4 * ld]));
+      pb.w_hh.push_back(weight(weights[4 * ld + 1]));
+      pb.bias.push_back(first ? at::Tensor() : weights[4 * ld + 2].to(dtype).contiguous());
+      pb.w_proj.push_back(weight(weights[4 * ld + 3]));
     }
+    pb.gemv_max_rows = gemv_max_rows();
     pb.h0 = h0_c.defined() ? h0_c.const_data_ptr<scalar_t>() : nullptr;
     pb.c0 = c0_c.defined() ? c0_c.const_data_ptr<scalar_t>() : nullptr;
     pb.cell_clip = static_cast<scalar_t>(cell_clip_v);
