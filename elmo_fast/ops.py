@@ -75,6 +75,29 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
     require_extension()
     return torch.ops.elmo_fast.char_cnn.default(char_ids, char_embedding, list(conv_weights), list(conv_biases),
                                                 activation)
+def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
+           proj_clip: float | None, h0: Tensor | None = None,
+           c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """ELMo's stacked projected biLSTM, fused: the whole stack and time loop in C++.
+
+    Same semantics as :func:`elmo_fast.reference.bilstm_ref`.
+
+    xg0:         [U, 2, 4C] layer 0's input gates of the distinct tokens, bias included, gates
+                 i, f, g, o (:func:`~elmo_fast.reference.layer0_gates_ref`); rows may be a slice of
+                 a wider buffer. float32 or float64.
+    token_index: [B, T] int64, the row of ``xg0`` at each position (ignored at t >= lengths[b]).
+    lengths:     [B] int64 in [0, T], any order.
+    weights:     8L tensors, weights[4 * (2l + d) + k]: w_ih [4C, P], w_hh [4C, P], bias [4C],
+                 w_proj [P, C] (layer 0's w_ih and bias are unused: folded into ``xg0``); the
+                 dtype of ``xg0``.
+    cell_clip, proj_clip: clip values, None or 0 for none.
+    h0, c0:      [L, B, 2P], [L, B, 2C] initial states ([forward | backward]), or None (zeros).
+    returns      outputs [L, B, T, 2P] (exactly 0 at t >= lengths[b]), h [L, B, 2P], c [L, B, 2C]
+                 (each row's state after its last step; a row of length 0 keeps its initial state).
+    """
+    require_extension()
+    return torch.ops.elmo_fast.bilstm.default(xg0, token_index, lengths, list(weights), cell_clip, proj_clip,
+                                              h0, c0)
 
 
 if HAS_EXTENSION:
@@ -107,3 +130,18 @@ if HAS_EXTENSION:
             torch._check(b.dim() == 1 and b.shape[0] == w.shape[0], lambda: "char_cnn: conv_biases[k] must be [n_k]")
         torch._check(activation in ("relu", "tanh"), lambda: "char_cnn: activation must be 'relu' or 'tanh'")
         return char_embedding.new_empty((char_ids.shape[0], sum(w.shape[0] for w in conv_weights)))
+    @torch.library.register_fake("elmo_fast::bilstm")
+    def _bilstm_fake(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor],
+                     cell_clip: float | None, proj_clip: float | None, h0: Tensor | None,
+                     c0: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        torch._check(len(weights) > 0 and len(weights) % 8 == 0,
+                     lambda: "bilstm: weights must hold 8 tensors per layer")
+        torch._check(xg0.dim() == 3 and token_index.dim() == 2 and lengths.dim() == 1,
+                     lambda: "bilstm: xg0, token_index and lengths must have 3, 2 and 1 dims")
+        num_layers = len(weights) // 8
+        P, C = weights[3].shape
+        B, T = token_index.shape
+        torch._check(xg0.shape[1] == 2 and xg0.shape[2] == 4 * C, lambda: "bilstm: xg0 must be [U, 2, 4C]")
+        torch._check(lengths.shape[0] == B, lambda: "bilstm: lengths must be [B]")
+        return (xg0.new_empty(num_layers, B, T, 2 * P), xg0.new_empty(num_layers, B, 2 * P),
+                xg0.new_empty(num_layers, B, 2 * C))

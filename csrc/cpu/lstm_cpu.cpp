@@ -1,0 +1,535 @@
+// CPU kernel of ELMo's stacked projected biLSTM (op `bilstm`; oracle: elmo_fast.reference.bilstm_ref).
+//
+// The whole stack runs here, no Python in the time loop:
+//   * Rows are sorted by length (descending) once, so the rows still running at step s are the
+//     prefix [0, n_s). The backward direction walks each row from its own last token (step s of
+//     sorted row j is position len_j - 1 - s), which gives it the same prefixes; it stays in that
+//     reversed order through all layers and is put back in place only when outputs are written.
+//   * Per (layer, direction), the step-s rows are stored packed at [off_s, off_s + n_s) (as a
+//     PackedSequence): nothing is computed for padding, and a layer's input gates for all steps
+//     are one GEMM over the packed rows.
+//   * Per step: recurrent GEMM h[:n_s] W_hh^T -> one fused pass (input gates, gate
+//     nonlinearities, cell update and clip, o * tanh(c)) -> projection GEMM -> a pass for the
+//     projection clip, the skip connection and the packed output. GEMMs go to ATen (BLAS), except
+//     for steps with few rows: those stream the weights through gemv_nt (lstm_gemv.h).
+//   * Weights in bfloat16 (with float32 states): see linear_nt().
+//   * The forward and backward stacks never read each other, so with >= 2 threads they can run
+//     concurrently, one per thread, each with single-threaded GEMMs (BLAS runs one thread inside a
+//     parallel region), or in turn with multi-threaded GEMMs: see directions_in_parallel().
+//   * Every buffer is allocated once per call.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <c10/util/irange.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "checks.h"
+#include "cpu/lstm_gemv.h"
+#include "cpu/lstm_pointwise.h"
+
+// The float kernels are compiled once per ISA level and picked at load time (GNU ifunc); the
+// extension itself is built for the baseline x86-64.
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__ELF__)
+#define ELMO_FAST_TARGET_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ELMO_FAST_TARGET_CLONES
+#endif
+
+namespace elmo_fast {
+namespace {
+
+ELMO_FAST_TARGET_CLONES
+void cell_rows_f32(const lstm::CellParams<float>& p, int64_t row_begin, int64_t row_end) {
+  lstm::cell_rows(p, row_begin, row_end);
+}
+
+ELMO_FAST_TARGET_CLONES
+void proj_elems_f32(const lstm::ProjParams<float>& p, int64_t begin, int64_t end) {
+  lstm::proj_elems(p, begin, end);
+}
+
+ELMO_FAST_TARGET_CLONES
+void gemv_nt_f32(const lstm::GemvParams<float>& p, int64_t g_begin, int64_t g_end) {
+  lstm::gemv_nt(p, g_begin, g_end);
+}
+
+ELMO_FAST_TARGET_CLONES
+void gemv_nt_bf16(const lstm::GemvParams<uint16_t>& p, int64_t g_begin, int64_t g_end) {
+  lstm::gemv_nt(p, g_begin, g_end);
+}
+
+void cell_rows_any(const lstm::CellParams<float>& p, int64_t b, int64_t e) { cell_rows_f32(p, b, e); }
+void cell_rows_any(const lstm::CellParams<double>& p, int64_t b, int64_t e) { lstm::cell_rows(p, b, e); }
+void proj_elems_any(const lstm::ProjParams<float>& p, int64_t b, int64_t e) { proj_elems_f32(p, b, e); }
+void proj_elems_any(const lstm::ProjParams<double>& p, int64_t b, int64_t e) { lstm::proj_elems(p, b, e); }
+
+// The order of work shared by both directions and all layers.
+struct Schedule {
+  int64_t batch = 0;               // B
+  int64_t time = 0;                // T (positions per row in token_index and outputs)
+  std::vector<int64_t> order;      // [B] sorted row j -> input row b (lengths descending, stable)
+  std::vector<int64_t> rank;       // [B] input row b -> sorted row j
+  std::vector<int64_t> length;     // [B] length of sorted row j (descending)
+  std::vector<int64_t> active;     // [S] n_s, rows still running at step s (S = max length)
+  std::vector<int64_t> offset;     // [S + 1] off_s, first packed row of step s; offset[S] = sum of lengths
+
+  int64_t steps() const { return static_cast<int64_t>(active.size()); }
+  int64_t packed_rows() const { return offset.back(); }
+  // Packed row of (sorted row j, step s) and the position it reads / writes in direction d.
+  int64_t position(int64_t d, int64_t j, int64_t s) const { return d == 0 ? s : length[j] - 1 - s; }
+};
+
+Schedule make_schedule(const int64_t* lengths, int64_t batch, int64_t time) {
+  Schedule s;
+  s.batch = batch;
+  s.time = time;
+  s.order.resize(batch);
+  std::iota(s.order.begin(), s.order.end(), int64_t{0});
+  std::stable_sort(s.order.begin(), s.order.end(),
+                   [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+  s.rank.resize(batch);
+  s.length.resize(batch);
+  for (const auto j : c10::irange(batch)) {
+    s.rank[s.order[j]] = j;
+    s.length[j] = lengths[s.order[j]];
+  }
+  const int64_t steps = batch > 0 ? s.length[0] : 0;
+  s.active.assign(steps, 0);
+  s.offset.assign(steps + 1, 0);
+  for (const auto t : c10::irange(steps)) {
+    int64_t n = 0;
+    while (n < batch && s.length[n] > t) {
+      ++n;
+    }
+    s.active[t] = n;
+    s.offset[t + 1] = s.offset[t] + n;
+  }
+  return s;
+}
+
+// One GEMM operand of weights: w [N, K] contiguous (the dtype of the states, or bfloat16) and its
+// transposed view, so that BLAS computes x @ w^T without copies.
+struct Weight {
+  at::Tensor w;    // [N, K]
+  at::Tensor w_t;  // [K, N]
+};
+
+// Everything one call reads.
+template <typename scalar_t>
+struct Problem {
+  const Schedule* sched;
+  int64_t layers, proj, cell;                  // L, P, C
+  const scalar_t* xg0;                         // [U, 2, 4C], rows 4C contiguous
+  const int64_t* xg0_offset;                   // [2, packed rows]: element offset of each packed row's gates
+  std::vector<Weight> w_ih, w_hh, w_proj;      // [2L]: [4C, P], [4C, P], [P, C] (w_ih undefined for l = 0)
+  std::vector<at::Tensor> bias;                // [2L]: [4C] in scalar_t (undefined for l = 0)
+  int64_t gemv_max_rows;                       // steps with at most this many rows use gemv_nt
+  const scalar_t* h0;                          // [L, B, 2P] contiguous, or nullptr (zeros)
+  const scalar_t* c0;                          // [L, B, 2C] contiguous, or nullptr (zeros)
+  scalar_t cell_clip, proj_clip;               // +inf: none
+  scalar_t* out;                               // [L, B, T, 2P]
+  scalar_t* h_out;                             // [L, B, 2P]
+  scalar_t* c_out;                             // [L, B, 2C]
+};
+
+// One direction's buffers, allocated once per call and reused by every layer and step.
+struct Workspace {
+  at::Tensor x;     // [packed rows, P] the layer's output (its input before; the skip adds in place)
+  at::Tensor gates; // [packed rows, 4C] input gates x W_ih^T + bias of layers >= 1 (undefined if L = 1)
+  at::Tensor rec;   // [n_0, 4C] recurrent gates of one step
+  at::Tensor hc;    // [n_0, C] sig(o) * tanh(c) of one step
+  at::Tensor h;     // [B, P] state, sorted rows; rows past n_s keep their final value
+  at::Tensor c;     // [B, C] state, likewise
+  // bfloat16 weights only: the GEMM operands and results of the oneDNN path, flat so that any
+  // [rows, cols] prefix view is contiguous.
+  at::Tensor in16;     // [n_0 * max(P, C)] a GEMM's input rounded to bf16
+  at::Tensor out16;    // [n_0 * 4C] a GEMM's bf16 result
+  at::Tensor x16;      // [packed rows, P] the layer input rounded to bf16 (L > 1)
+  at::Tensor gates16;  // [packed rows, 4C] x W_ih^T in bf16 (L > 1)
+};
+
+// Work below these sizes stays on the calling thread (ATen's GRAIN_SIZE is 32768 elements).
+constexpr int64_t kCellGrainElements = 16384;
+constexpr int64_t kElemGrain = 32768;
+
+// A [rows, cols] contiguous view of the front of a flat buffer.
+at::Tensor front(const at::Tensor& flat, int64_t rows, int64_t cols) {
+  return flat.narrow(0, 0, rows * cols).view({rows, cols});
+}
+
+// out[n, N] = a[n, K] @ w^T (a, out in the states' dtype). Few rows (float states): gemv_nt, which
+// streams w once at memory bandwidth and keeps a in fp32 even for bf16 weights. Otherwise BLAS; for
+// bf16 weights that is oneDNN with a rounded to bf16, fp32 accumulation and a bf16 result, widened
+// into out: on CPU, ATen's only bf16 GEMM with an fp32 result (cpublas -> MKL gemm_bf16bf16f32)
+// ran no faster than fp32 on the AMD Zen 4 this was tuned on, and aten::mm.dtype has no CPU kernel.
+void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows, Workspace& ws) {
+  const int64_t n = a.size(0);
+  const int64_t N = w.w.size(0);
+  const int64_t K = w.w.size(1);
+  const bool bf16 = w.w.scalar_type() == at::kBFloat16;
+  if (out.scalar_type() == at::kFloat && n <= gemv_max_rows) {
+    const int64_t grain = std::max<int64_t>(64, kElemGrain / std::max<int64_t>(K * n, 1));
+    const auto run = [&](auto params, auto kernel) {
+      params.a = a.const_data_ptr<float>();
+      params.lda = a.stride(0);
+      params.ldw = K;
+      params.out = out.mutable_data_ptr<float>();
+      params.ldo = out.stride(0);
+      params.n = n;
+      params.k = K;
+      at::parallel_for(0, N, grain, [&](int64_t g0, int64_t g1) { kernel(params, g0, g1); });
+    };
+    if (bf16) {
+      lstm::GemvParams<uint16_t> p;
+      p.w = reinterpret_cast<const uint16_t*>(w.w.const_data_ptr<at::BFloat16>());
+      run(p, gemv_nt_bf16);
+    } else {
+      lstm::GemvParams<float> p;
+      p.w = w.w.const_data_ptr<float>();
+      run(p, gemv_nt_f32);
+    }
+    return;
+  }
+  if (bf16) {
+    at::Tensor in16 = front(ws.in16, n, K);
+    at::Tensor out16 = front(ws.out16, n, N);
+    in16.copy_(a);
+    at::mm_out(out16, in16, w.w_t);
+    out.copy_(out16);
+    return;
+  }
+  at::mm_out(out, a, w.w_t);
+}
+
+template <typename scalar_t>
+void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
+  const Schedule& sc = *pb.sched;
+  const int64_t B = sc.batch, T = sc.time, P = pb.proj, C = pb.cell, L = pb.layers;
+  const int64_t S = sc.steps();
+  scalar_t* x = ws.x.mutable_data_ptr<scalar_t>();
+  scalar_t* h = ws.h.mutable_data_ptr<scalar_t>();
+  scalar_t* c = ws.c.mutable_data_ptr<scalar_t>();
+  for (const auto l : c10::irange(L)) {
+    const int64_t ld = 2 * l + d;
+    // Initial state of every row (rows of length 0 keep it).
+    for (const auto j : c10::irange(B)) {
+      const int64_t b = sc.order[j];
+      if (pb.h0 != nullptr) {
+        std::memcpy(h + j * P, pb.h0 + (l * B + b) * 2 * P + d * P, P * sizeof(scalar_t));
+      } else {
+        std::fill_n(h + j * P, P, scalar_t(0));
+      }
+      if (pb.c0 != nullptr) {
+        std::memcpy(c + j * C, pb.c0 + (l * B + b) * 2 * C + d * C, C * sizeof(scalar_t));
+      } else {
+        std::fill_n(c + j * C, C, scalar_t(0));
+      }
+    }
+    if (l > 0 && S > 0) {
+      if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
+        ws.x16.copy_(ws.x);
+        at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);
+        at::add_out(ws.gates, ws.gates16, pb.bias[ld]);  // the bias in fp32
+      } else {
+        at::addmm_out(ws.gates, pb.bias[ld], ws.x, pb.w_ih[ld].w_t);
+      }
+    }
+    for (const auto s : c10::irange(S)) {
+      const int64_t n = sc.active[s];
+      const int64_t off = sc.offset[s];
+      at::Tensor h_active = ws.h.narrow(0, 0, n);
+      at::Tensor rec = ws.rec.narrow(0, 0, n);
+      linear_nt(rec, h_active, pb.w_hh[ld], pb.gemv_max_rows, ws);
+
+      lstm::CellParams<scalar_t> cp;
+      if (l == 0) {
+        cp.xg = pb.xg0;
+        cp.xg_offset = pb.xg0_offset + d * sc.packed_rows() + off;
+      } else {
+        cp.xg = ws.gates.const_data_ptr<scalar_t>() + off * 4 * C;
+        cp.xg_offset = nullptr;
+      }
+      cp.rec = rec.const_data_ptr<scalar_t>();
+      cp.c = c;
+      cp.hc = ws.hc.mutable_data_ptr<scalar_t>();
+      cp.cell = C;
+      cp.cell_clip = pb.cell_clip;
+      at::parallel_for(0, n, std::max<int64_t>(1, kCellGrainElements / C),
+                       [&](int64_t b0, int64_t b1) { cell_rows_any(cp, b0, b1); });
+
+      linear_nt(h_active, ws.hc.narrow(0, 0, n), pb.w_proj[ld], pb.gemv_max_rows, ws);
+
+      lstm::ProjParams<scalar_t> pp;
+      pp.h = h;
+      pp.x = x + off * P;
+      pp.numel = n * P;
+      pp.skip = l > 0;
+      pp.proj_clip = pb.proj_clip;
+      at::parallel_for(0, pp.numel, kElemGrain, [&](int64_t e0, int64_t e1) { proj_elems_any(pp, e0, e1); });
+    }
+
+    // Outputs of this layer and direction, back in input order and time order; zero at padding.
+    scalar_t* out = pb.out + l * B * T * 2 * P + d * P;
+    at::parallel_for(0, B, std::max<int64_t>(1, kElemGrain / std::max<int64_t>(T * P, 1)),
+                     [&](int64_t b0, int64_t b1) {
+      for (const auto b : c10::irange(b0, b1)) {
+        const int64_t j = sc.rank[b];
+        const int64_t len = sc.length[j];
+        for (const auto t : c10::irange(T)) {
+          scalar_t* dst = out + (b * T + t) * 2 * P;
+          if (t < len) {
+            const int64_t s = d == 0 ? t : len - 1 - t;
+            std::memcpy(dst, x + (sc.offset[s] + j) * P, P * sizeof(scalar_t));
+          } else {
+            std::fill_n(dst, P, scalar_t(0));
+          }
+        }
+      }
+    });
+    for (const auto b : c10::irange(B)) {
+      const int64_t j = sc.rank[b];
+      std::memcpy(pb.h_out + (l * B + b) * 2 * P + d * P, h + j * P, P * sizeof(scalar_t));
+      std::memcpy(pb.c_out + (l * B + b) * 2 * C + d * C, c + j * C, C * sizeof(scalar_t));
+    }
+  }
+}
+
+// How the two directions share the threads: concurrently (true) or in turn (false).
+// ELMO_FAST_BILSTM_THREADS=sequential|directions overrides, for benchmarking.
+bool directions_in_parallel() {
+  if (at::get_num_threads() < 2 || at::in_parallel_region()) {
+    return false;
+  }
+  const char* env = std::getenv("ELMO_FAST_BILSTM_THREADS");
+  if (env != nullptr && std::string(env) == "sequential") {
+    return false;
+  }
+  return true;
+}
+
+// Steps with at most this many active rows use gemv_nt rather than BLAS.
+// ELMO_FAST_BILSTM_GEMV_ROWS overrides, for benchmarking and tests.
+int64_t gemv_max_rows() {
+  const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS");
+  return env != nullptr ? std::atoll(env) : 8;
+}
+
+template <typename scalar_t>
+void run_bilstm(const Problem<scalar_t>& pb, Workspace* ws) {
+  if (directions_in_parallel()) {
+    // The worker thread runs ATen ops on tensors made here: it needs this thread's dispatch state
+    // (inference mode, grad mode), which at::parallel_for does not carry over.
+    const at::ThreadLocalState caller_state;
+    at::parallel_for(0, 2, 1, [&](int64_t d0, int64_t d1) {
+      const at::ThreadLocalStateGuard state_guard(caller_state);
+      for (const auto d : c10::irange(d0, d1)) {
+        run_direction(pb, ws[d], d);
+      }
+    });
+  } else {
+    for (const auto d : c10::irange(2)) {
+      run_direction(pb, ws[d], d);
+    }
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
+    const at::Tensor& xg0, const at::Tensor& token_index, const at::Tensor& lengths,
+    at::TensorList weights, std::optional<double> cell_clip, std::optional<double> proj_clip,
+    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
+  static constexpr char kOp[] = "bilstm";
+  ELMO_CHECK(!weights.empty() && weights.size() % 8 == 0,
+             "weights must hold 8 tensors per layer (w_ih, w_hh, bias, w_proj of the forward, then "
+             "the backward direction), got ", weights.size());
+  const int64_t L = static_cast<int64_t>(weights.size()) / 8;
+  ELMO_CHECK(weights[3].dim() == 2, "weights[3] (w_proj of layer 0, forward) must have 2 dims, got ",
+             weights[3].dim());
+  const int64_t P = weights[3].size(0);
+  const int64_t C = weights[3].size(1);
+  ELMO_CHECK_DIM(xg0, 3);
+  ELMO_CHECK_DIM(token_index, 2);
+  ELMO_CHECK_DIM(lengths, 1);
+  const int64_t U = xg0.size(0);
+  const int64_t B = token_index.size(0);
+  const int64_t T = token_index.size(1);
+  ELMO_CHECK(xg0.size(1) == 2 && xg0.size(2) == 4 * C, "xg0 expected shape [U, 2, 4C] = [", U, ", 2, ",
+             4 * C, "] (C = ", C, " from weights[3] = w_proj [P, C]), got ", xg0.sizes());
+  ELMO_CHECK_SHAPE(lengths, B);
+  ELMO_CHECK_DTYPE(token_index, at::kLong);
+  ELMO_CHECK_DTYPE(lengths, at::kLong);
+  const at::ScalarType dtype = xg0.scalar_type();
+  ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "xg0 has dtype ", dtype_name(dtype),
+             "; supported: float32, float64");
+  // The GEMM weights share one dtype: xg0's, or bfloat16 with float32 states.
+  const at::ScalarType wdtype = weights[1].scalar_type();
+  ELMO_CHECK(wdtype == dtype || (dtype == at::kFloat && wdtype == at::kBFloat16), "weights[1] (w_hh of ",
+             "layer 0, forward) has dtype ", dtype_name(wdtype), "; with xg0 of dtype ", dtype_name(dtype),
+             " the weights must be ", dtype_name(dtype), dtype == at::kFloat ? " or bfloat16" : "");
+  ELMO_CHECK_CPU(xg0);
+  ELMO_CHECK_CPU(token_index);
+  ELMO_CHECK_CPU(lengths);
+
+  static const char* const kWeightName[4] = {"w_ih", "w_hh", "bias", "w_proj"};
+  for (const auto l : c10::irange(L)) {
+    for (const auto d : c10::irange(2)) {
+      for (const auto k : c10::irange(4)) {
+        if (l == 0 && (k == 0 || k == 2)) {
+          continue;  // layer 0's w_ih and bias are folded into xg0
+        }
+        const at::Tensor& w = weights[4 * (2 * l + d) + k];
+        const std::vector<int64_t> want = k == 2 ? std::vector<int64_t>{4 * C}
+                                          : k == 3 ? std::vector<int64_t>{P, C}
+                                                   : std::vector<int64_t>{4 * C, P};
+        const char* dir = d == 0 ? "forward" : "backward";
+        ELMO_CHECK(w.sizes() == at::IntArrayRef(want), "weights[", 4 * (2 * l + d) + k, "] (",
+                   kWeightName[k], " of layer ", l, ", ", dir, ") expected shape ", at::IntArrayRef(want),
+                   ", got ", w.sizes());
+        // A bias may also come in the states' dtype (fp32 with bf16 weights).
+        ELMO_CHECK(w.scalar_type() == wdtype || (k == 2 && w.scalar_type() == dtype), "weights[",
+                   4 * (2 * l + d) + k, "] (", kWeightName[k], " of layer ", l, ", ", dir,
+                   ") must have the dtype of the other weights (", dtype_name(wdtype), "), got ",
+                   dtype_name(w.scalar_type()));
+        ELMO_CHECK(w.device().is_cpu(), "weights[", 4 * (2 * l + d) + k, "] must be a CPU tensor, got ",
+                   w.device());
+      }
+    }
+  }
+  if (h0_opt.has_value()) {
+    const at::Tensor& h0 = *h0_opt;
+    ELMO_CHECK_SHAPE(h0, L, B, 2 * P);
+    ELMO_CHECK_SAME_DTYPE(h0, xg0);
+    ELMO_CHECK_CPU(h0);
+  }
+  if (c0_opt.has_value()) {
+    const at::Tensor& c0 = *c0_opt;
+    ELMO_CHECK_SHAPE(c0, L, B, 2 * C);
+    ELMO_CHECK_SAME_DTYPE(c0, xg0);
+    ELMO_CHECK_CPU(c0);
+  }
+  const auto clip_value = [&](std::optional<double> v, const char* name) {
+    // As the reference: None or 0 means no clip.
+    if (!v.has_value() || *v == 0.0) {
+      return std::numeric_limits<double>::infinity();
+    }
+    ELMO_CHECK(*v > 0.0, name, " must be positive, 0 or None, got ", *v);
+    return *v;
+  };
+  const double cell_clip_v = clip_value(cell_clip, "cell_clip");
+  const double proj_clip_v = clip_value(proj_clip, "proj_clip");
+
+  const at::Tensor lengths_c = lengths.contiguous();
+  const at::Tensor index_c = token_index.contiguous();
+  const int64_t* len_p = lengths_c.const_data_ptr<int64_t>();
+  const int64_t* idx_p = index_c.const_data_ptr<int64_t>();
+  for (const auto b : c10::irange(B)) {
+    ELMO_CHECK(len_p[b] >= 0 && len_p[b] <= T, "lengths[", b, "] = ", len_p[b], " is out of range [0, T = ",
+               T, "]");
+    for (const auto t : c10::irange(len_p[b])) {
+      const int64_t u = idx_p[b * T + t];
+      ELMO_CHECK(u >= 0 && u < U, "token_index[", b, ", ", t, "] = ", u, " is out of range for xg0 with ", U,
+                 " rows (positions before lengths[", b, "] = ", len_p[b], " must index xg0)");
+    }
+  }
+
+  // Gates rows must be contiguous; any other layout of xg0's last dim is copied once.
+  const at::Tensor xg0_c = (xg0.size(2) <= 1 || xg0.stride(2) == 1) ? xg0 : xg0.contiguous();
+  const Schedule sched = make_schedule(len_p, B, T);
+  const int64_t N = sched.packed_rows();
+  const int64_t n0 = sched.steps() > 0 ? sched.active[0] : 0;
+
+  // Layer 0 reads its gates from xg0 in place: the element offset of each packed row, per direction.
+  std::vector<int64_t> xg0_offset(2 * N);
+  for (const auto d : c10::irange(2)) {
+    for (const auto s : c10::irange(sched.steps())) {
+      for (const auto j : c10::irange(sched.active[s])) {
+        const int64_t b = sched.order[j];
+        const int64_t u = idx_p[b * T + sched.position(d, j, s)];
+        xg0_offset[d * N + sched.offset[s] + j] = u * xg0_c.stride(0) + d * xg0_c.stride(1);
+      }
+    }
+  }
+
+  const auto opts = xg0.options().memory_format(at::MemoryFormat::Contiguous);
+  at::Tensor out = at::empty({L, B, T, 2 * P}, opts);
+  at::Tensor h_out = at::empty({L, B, 2 * P}, opts);
+  at::Tensor c_out = at::empty({L, B, 2 * C}, opts);
+  const at::Tensor h0_c = h0_opt.has_value() ? h0_opt->contiguous() : at::Tensor();
+  const at::Tensor c0_c = c0_opt.has_value() ? c0_opt->contiguous() : at::Tensor();
+
+  Workspace ws[2];
+  for (auto& w : ws) {
+    w.x = at::empty({N, P}, opts);
+    if (L > 1) {
+      w.gates = at::empty({N, 4 * C}, opts);
+    }
+    w.rec = at::empty({n0, 4 * C}, opts);
+    w.hc = at::empty({n0, C}, opts);
+    w.h = at::empty({B, P}, opts);
+    w.c = at::empty({B, C}, opts);
+    if (wdtype == at::kBFloat16) {
+      const auto opts16 = opts.dtype(at::kBFloat16);
+      w.in16 = at::empty({n0 * std::max(P, C)}, opts16);
+      w.out16 = at::empty({n0 * 4 * C}, opts16);
+      if (L > 1) {
+        w.x16 = at::empty({N, P}, opts16);
+        w.gates16 = at::empty({N, 4 * C}, opts16);
+      }
+    }
+  }
+
+  AT_DISPATCH_FLOATING_TYPES(dtype, "bilstm", [&] {
+    Problem<scalar_t> pb;
+    pb.sched = &sched;
+    pb.layers = L;
+    pb.proj = P;
+    pb.cell = C;
+    pb.xg0 = xg0_c.const_data_ptr<scalar_t>();
+    pb.xg0_offset = xg0_offset.data();
+    const auto weight = [](const at::Tensor& t) {
+      at::Tensor w = t.contiguous();
+      return Weight{w, w.t()};
+    };
+    for (const auto ld : c10::irange(2 * L)) {
+      const bool first = ld < 2;
+      pb.w_ih.push_back(first ? Weight{} : weight(weights[4 * ld]));
+      pb.w_hh.push_back(weight(weights[4 * ld + 1]));
+      pb.bias.push_back(first ? at::Tensor() : weights[4 * ld + 2].to(dtype).contiguous());
+      pb.w_proj.push_back(weight(weights[4 * ld + 3]));
+    }
+    pb.gemv_max_rows = gemv_max_rows();
+    pb.h0 = h0_c.defined() ? h0_c.const_data_ptr<scalar_t>() : nullptr;
+    pb.c0 = c0_c.defined() ? c0_c.const_data_ptr<scalar_t>() : nullptr;
+    pb.cell_clip = static_cast<scalar_t>(cell_clip_v);
+    pb.proj_clip = static_cast<scalar_t>(proj_clip_v);
+    pb.out = out.mutable_data_ptr<scalar_t>();
+    pb.h_out = h_out.mutable_data_ptr<scalar_t>();
+    pb.c_out = c_out.mutable_data_ptr<scalar_t>();
+    run_bilstm(pb, ws);
+  });
+  return {out, h_out, c_out};
+}
+
+}  // namespace
+}  // namespace elmo_fast
+
+TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
+  m.impl("bilstm", &elmo_fast::bilstm_cpu);
+}

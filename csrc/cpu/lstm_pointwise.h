@@ -1,0 +1,150 @@
+// The pointwise halves of one projected-LSTM step (the GEMMs around them stay in ATen/BLAS):
+//   cell:       gates = xg + rec;  c = sig(f) * c + sig(i) * tanh(g), clipped;  hc = sig(o) * tanh(c)
+//   projection: h = clip(h);  x = h (layer 0) or x + h (skip connection, layers >= 1)
+// Framework-independent: plain structs of raw pointers, no ATen types. Oracle:
+// elmo_fast.reference.lstm_layer_ref.
+//
+// float uses a polynomial exp that GCC vectorizes (libm's expf blocks vectorization without
+// -ffast-math); the caller compiles the float instantiation once per ISA with target_clones.
+// double keeps libm: it is the oracle-precision path, tested to 1e-12.
+#pragma once
+
+#include <c10/macros/Macros.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace elmo_fast {
+namespace lstm {
+
+// Cephes expf (as csrc/cpu/highway_cpu.cpp): Cody-Waite reduction x = n ln2 + r, degree-6
+// polynomial on |r| <= ln2/2, 2^n through the exponent bits; max relative error 8e-8 over
+// [-87, 88]. n = round(x / ln2) comes from the float adder (adding 1.5 * 2^23 pushes the fraction
+// out) instead of a float -> int conversion: GCC will not speculate that conversion, so a select
+// between exp and another value (tanh_fast) would not vectorize. The clamp keeps 2^n a normal
+// float; sigmoid and tanh saturate long before it matters.
+C10_ALWAYS_INLINE float exp_fast(float x) {
+  x = std::min(std::max(x, -87.3f), 88.3f);
+  constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23
+  const float shifted = x * 1.44269504088896341f + kShifter;
+  const float nf = shifted - kShifter;
+  int32_t shifted_bits, shifter_bits;
+  std::memcpy(&shifted_bits, &shifted, sizeof(float));
+  const float shifter = kShifter;
+  std::memcpy(&shifter_bits, &shifter, sizeof(float));
+  const int32_t n = shifted_bits - shifter_bits;
+  const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;  // ln2 split in two: exact n*C1
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t bits = (n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+C10_ALWAYS_INLINE float sigmoid_fast(float x) { return 1.0f / (1.0f + exp_fast(-x)); }
+
+// tanh without cancellation near 0: Cephes tanhf's odd polynomial for |x| < 0.625, else
+// 1 - 2 / (exp(2|x|) + 1); both branches are computed and one is selected, which vectorizes.
+// Relative error ~2e-7 everywhere (checked against libm in tests/test_lstm.py).
+C10_ALWAYS_INLINE float tanh_fast(float x) {
+  const float a = std::fabs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * a + a;
+  const float big = 1.0f - 2.0f / (exp_fast(2.0f * a) + 1.0f);
+  return std::copysign(a < 0.625f ? small : big, x);
+}
+
+C10_ALWAYS_INLINE double sigmoid_fast(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+C10_ALWAYS_INLINE double tanh_fast(double x) { return std::tanh(x); }
+
+// Clamps to [-clip, clip]; clip = +inf means no clip. NaN stays NaN (std::max/min return their
+// first argument when the comparison is false).
+template <typename T>
+C10_ALWAYS_INLINE T clip_to(T v, T clip) {
+  return std::min(std::max(v, -clip), clip);
+}
+
+// One step's cell update for rows [row_begin, row_end) of the active prefix. All rows are
+// contiguous in the feature dim; gate blocks are ordered i, f, g, o, C apart.
+template <typename scalar_t>
+struct CellParams {
+  const scalar_t* xg;        // input gates: row j at xg + xg_offset[j] (4C contiguous) ...
+  const int64_t* xg_offset;  // [n] element offsets, or nullptr: row j at xg + j * 4C
+  const scalar_t* rec;       // [n, 4C] recurrent gates h W_hh^T
+  scalar_t* c;               // [n, C] cell state, updated in place
+  scalar_t* hc;              // [n, C] out: sig(o) * tanh(c), the projection's input
+  int64_t cell;              // C
+  scalar_t cell_clip;        // +inf: none
+};
+
+// One row: 4C gates in (input + recurrent), C cells updated, C values of sig(o) * tanh(c) out.
+template <typename scalar_t>
+C10_ALWAYS_INLINE void cell_row(const scalar_t* C10_RESTRICT xg, const scalar_t* C10_RESTRICT rec,
+                                scalar_t* C10_RESTRICT c, scalar_t* C10_RESTRICT hc, int64_t C,
+                                scalar_t clip) {
+  for (int64_t k = 0; k < C; ++k) {
+    const scalar_t i = sigmoid_fast(xg[k] + rec[k]);
+    const scalar_t f = sigmoid_fast(xg[C + k] + rec[C + k]);
+    const scalar_t g = tanh_fast(xg[2 * C + k] + rec[2 * C + k]);
+    const scalar_t o = sigmoid_fast(xg[3 * C + k] + rec[3 * C + k]);
+    const scalar_t c_new = clip_to(i * g + f * c[k], clip);
+    c[k] = c_new;
+    hc[k] = o * tanh_fast(c_new);
+  }
+}
+
+template <typename scalar_t>
+C10_ALWAYS_INLINE void cell_rows(const CellParams<scalar_t>& p, int64_t row_begin, int64_t row_end) {
+  const int64_t C = p.cell;
+  for (int64_t j = row_begin; j < row_end; ++j) {
+    cell_row(p.xg + (p.xg_offset ? p.xg_offset[j] : j * 4 * C), p.rec + j * 4 * C, p.c + j * C,
+             p.hc + j * C, C, p.cell_clip);
+  }
+}
+
+// After the projection GEMM: clip h in place and write the layer's output (with the skip
+// connection from layers >= 1 on). h and x are [n, P] contiguous, so this is one flat loop.
+template <typename scalar_t>
+struct ProjParams {
+  scalar_t* h;          // [n, P] projected h, clipped in place (the state for the next step)
+  scalar_t* x;          // [n, P] the layer's output rows (packed), overwritten or accumulated
+  int64_t numel;        // n * P
+  bool skip;            // x += h (layers >= 1) instead of x = h
+  scalar_t proj_clip;   // +inf: none
+};
+
+template <typename scalar_t>
+C10_ALWAYS_INLINE void proj_elems(const ProjParams<scalar_t>& p, int64_t begin, int64_t end) {
+  scalar_t* C10_RESTRICT h = p.h;
+  scalar_t* C10_RESTRICT x = p.x;
+  const scalar_t clip = p.proj_clip;
+  if (p.skip) {
+    for (int64_t e = begin; e < end; ++e) {
+      const scalar_t v = clip_to(h[e], clip);
+      h[e] = v;
+      x[e] += v;
+    }
+  } else {
+    for (int64_t e = begin; e < end; ++e) {
+      const scalar_t v = clip_to(h[e], clip);
+      h[e] = v;
+      x[e] = v;
+    }
+  }
+}
+
+}  // namespace lstm
+}  // namespace elmo_fast

@@ -1,0 +1,364 @@
+"""The fused biLSTM op (elmo_fast.ops.bilstm) against its oracle, elmo_fast.reference.bilstm_ref."""
+import itertools
+
+import pytest
+import torch
+
+from elmo_fast import ops
+from elmo_fast.reference import bilstm_ref
+from tolerances import assert_close, max_abs_error
+
+needs_extension = pytest.mark.skipif(
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
+
+CLIP = 3.0
+
+
+def lengths_for(B, T, pattern, gen):
+    """[B] lengths in [0, T], deliberately unsorted."""
+    if pattern == "random":  # ties and zeros likely for small T
+        return torch.randint(0, T + 1, (B,), generator=gen)
+    if pattern == "full":
+        return torch.full((B,), T)
+    if pattern == "one_long":  # one long row among many of length 1 (and a 0 when B allows)
+        lengths = torch.ones(B, dtype=torch.long)
+        lengths[B // 2] = T
+        if B > 3:
+            lengths[-1] = 0
+        return lengths
+    raise ValueError(pattern)
+
+
+def lstm_case(B, T, L, P, C, dtype, seed, *, lengths="random", state=True, U=None, xg0_layout="contiguous"):
+    """Fresh random inputs of bilstm: (xg0, token_index, lengths, weights, h0, c0).
+
+    Scaled so that the cell clip and the projection clip (at CLIP) are hit: forget gates lean open
+    (+1.5) so cells integrate up to the clip, projections are 3x larger than unit gain; the
+    recurrent weights stay small so the recurrence is contractive and fp32 rounding cannot grow.
+    token_index repeats xg0's rows (U < B * T) and holds out-of-range junk past each row's length,
+    which the op must never read.
+    """
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape, std=1.0):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * std
+
+    weights = []
+    for _ in range(L):
+        for _ in range(2):
+            bias = randn(4 * C, std=0.1)
+            bias[C:2 * C] += 1.5
+            weights += [randn(4 * C, P, std=P ** -0.5), randn(4 * C, P, std=0.35 * P ** -0.5), bias,
+                        randn(P, C, std=3.0 * C ** -0.5)]
+    if U is None:
+        U = max(1, (B * T) // 2)
+    xg0 = randn(U, 2, 4 * C, std=2.0)
+    xg0[:, :, C:2 * C] += 1.5
+    lengths = lengths_for(B, T, lengths, gen) if isinstance(lengths, str) else torch.as_tensor(lengths)
+    token_index = torch.randint(0, max(U, 1), (B, T), generator=gen)
+    padding = torch.arange(T)[None, :] >= lengths[:, None]
+    token_index[padding] = torch.tensor([-5, U, U + 1000])[torch.randint(0, 3, (int(padding.sum()),), generator=gen)]
+    h0 = randn(L, B, 2 * P, std=1.5).to(dtype) if state else None
+    c0 = randn(L, B, 2 * C, std=2.0).to(dtype) if state else None
+    xg0 = xg0.to(dtype)
+    if xg0_layout == "sliced":  # rows of a wider buffer: strides (3 * (4C + 7), 4C + 7, 1)
+        buf = torch.randn(U, 3, 4 * C + 7, generator=gen, dtype=torch.float64).to(dtype)
+        buf[:, 1:, 3:3 + 4 * C] = xg0
+        xg0 = buf[:, 1:, 3:3 + 4 * C]
+    elif xg0_layout == "feature_major":  # last dim not unit-stride: the op copies it once
+        xg0 = xg0.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+    elif xg0_layout != "contiguous":
+        raise ValueError(xg0_layout)
+    return xg0, token_index, lengths, [w.to(dtype) for w in weights], h0, c0
+
+
+def reference(xg0, token_index, lengths, weights, cell_clip, proj_clip, h0, c0):
+    """bilstm_ref in float64 on the same (already rounded) inputs."""
+    d = lambda t: None if t is None else t.double()  # noqa: E731
+    return bilstm_ref(d(xg0), token_index, lengths, [d(w) for w in weights], cell_clip, proj_clip, d(h0), d(c0))
+
+
+def check_bilstm(case, cell_clip, proj_clip, what):
+    xg0, token_index, lengths, weights, h0, c0 = case
+    out, h, c = ops.bilstm(xg0, token_index, lengths, weights, cell_clip, proj_clip, h0, c0)
+    L, B, T = len(weights) // 8, token_index.shape[0], token_index.shape[1]
+    P, C = weights[3].shape
+    assert out.shape == (L, B, T, 2 * P) and h.shape == (L, B, 2 * P) and c.shape == (L, B, 2 * C), what
+    assert out.dtype == h.dtype == c.dtype == xg0.dtype, what
+    want_out, want_h, want_c = reference(*case[:4], cell_clip, proj_clip, h0, c0)
+    assert_close(out, want_out, what=f"{what} outputs")
+    assert_close(h, want_h, what=f"{what} h")
+    assert_close(c, want_c, what=f"{what} c")
+    padding = torch.arange(T)[None, :] >= lengths[:, None]  # [B, T]
+    assert torch.all(out[:, padding] == 0), f"{what}: padding must be exactly 0"
+    return (out, h, c), (want_out, want_h, want_c)
+
+
+SHAPES = list(itertools.product([0, 1, 2, 5], [1, 2, 7, 19], [1, 2, 3]))
+
+
+@needs_extension
+@pytest.mark.parametrize("variant", ["clips+state", "noclip+zeros"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("B,T,L", SHAPES)
+def test_bilstm_matches_reference(B, T, L, dtype, variant):
+    P, C = [(3, 5), (16, 64)][(B + T + L) % 2]
+    clip = CLIP if variant == "clips+state" else None
+    seed = 1000 * B + 10 * T + L
+    case = lstm_case(B, T, L, P, C, dtype, seed, state=variant == "clips+state")
+    check_bilstm(case, clip, clip, f"bilstm B={B} T={T} L={L} P={P} C={C} {dtype} {variant}")
+
+
+@needs_extension
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("pattern", ["one_long", "full", "random"])
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "feature_major"])
+def test_bilstm_lengths_and_layouts(pattern, layout, dtype):
+    B, T, L, P, C = 9, 19, 2, 16, 64
+    case = lstm_case(B, T, L, P, C, dtype, seed=7, lengths=pattern, xg0_layout=layout)
+    if layout != "contiguous":
+        assert not case[0].is_contiguous()
+    (_, _, c), (want_out, _, want_c) = check_bilstm(case, CLIP, CLIP, f"bilstm {pattern} {layout} {dtype}")
+    # the data really exercise both clips (the reference's own states sit at +-CLIP)
+    assert bool((want_c.abs() == CLIP).any()), "the cell clip was not reached"
+    assert bool((want_out[0].abs() == CLIP).any()), "the projection clip was not reached"
+
+
+@needs_extension
+def test_bilstm_clips_are_applied_and_zero_means_none():
+    case = lstm_case(5, 19, 2, 16, 64, torch.float32, seed=3, lengths=[19, 4, 19, 0, 11])
+    (out, _, c), (want_out, _, want_c) = check_bilstm(case, CLIP, CLIP, "bilstm clips 3.0")
+    assert bool((want_c.abs() == CLIP).any()) and bool((want_out[0].abs() == CLIP).any())
+    ran = case[2] > 0  # a row of length 0 returns its initial c, which is not clipped
+    assert float(c[:, ran].abs().max()) <= CLIP and float(out[0].abs().max()) <= CLIP
+    unclipped, _, unclipped_c = ops.bilstm(*case[:4], None, None, *case[4:])
+    assert float(unclipped_c[:, ran].abs().max()) > CLIP and float(unclipped[0].abs().max()) > CLIP
+    zero, _, _ = ops.bilstm(*case[:4], 0.0, 0.0, *case[4:])  # as the reference: 0 means no clip
+    assert torch.equal(zero, unclipped)
+    check_bilstm(case, CLIP, None, "bilstm cell clip only")
+    check_bilstm(case, None, CLIP, "bilstm projection clip only")
+
+
+@needs_extension
+def test_bilstm_rows_of_length_zero_keep_their_state():
+    case = lstm_case(4, 5, 2, 3, 5, torch.float32, seed=4, lengths=[0, 5, 0, 2])
+    (out, h, c), _ = check_bilstm(case, CLIP, CLIP, "bilstm zero-length rows")
+    h0, c0 = case[4], case[5]
+    for b in (0, 2):
+        assert torch.equal(h[:, b], h0[:, b]) and torch.equal(c[:, b], c0[:, b])
+        assert torch.all(out[:, b] == 0)
+    everything_empty = lstm_case(3, 4, 2, 3, 5, torch.float32, seed=5, lengths=[0, 0, 0], U=0)
+    out, h, c = ops.bilstm(*everything_empty[:4], CLIP, CLIP, *everything_empty[4:])
+    assert torch.all(out == 0) and torch.equal(h, everything_empty[4]) and torch.equal(c, everything_empty[5])
+
+
+@needs_extension
+def test_bilstm_realistic_small_preset_fp32():
+    # ELMo 'small' shapes: long GEMM reductions (K = 1024 in the projection) at the 1e-5 bar.
+    B, T, L, P, C = 16, 30, 2, 128, 1024
+    gen = torch.Generator().manual_seed(11)
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    lengths[3] = T
+    case = lstm_case(B, T, L, P, C, torch.float32, seed=12, lengths=lengths, U=B * T)
+    (_, _, _), (want_out, _, want_c) = check_bilstm(case, CLIP, CLIP, "bilstm small preset")
+    assert bool((want_c.abs() == CLIP).any()) and bool((want_out[0].abs() == CLIP).any())
+
+
+@needs_extension
+@pytest.mark.parametrize("schedule", ["directions", "sequential"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bilstm_thread_schedules(schedule, threads, monkeypatch):
+    # Both ways of sharing threads between the directions (ELMO_FAST_BILSTM_THREADS), any count.
+    monkeypatch.setenv("ELMO_FAST_BILSTM_THREADS", schedule)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        case = lstm_case(6, 13, 2, 16, 64, torch.float32, seed=21)
+        check_bilstm(case, CLIP, CLIP, f"bilstm {schedule} {threads} threads")
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_extension
+@pytest.mark.parametrize("gemv_rows", ["0", "1000"])
+@pytest.mark.parametrize("P,C", [(3, 5), (16, 64), (37, 50)])
+def test_bilstm_gemm_paths(P, C, gemv_rows, monkeypatch):
+    # Steps with few active rows use the op's own GEMV, the others BLAS (float32): force each one
+    # for every step (ELMO_FAST_BILSTM_GEMV_ROWS), on sizes that leave remainders everywhere.
+    monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
+    case = lstm_case(11, 13, 2, P, C, torch.float32, seed=P + C)
+    check_bilstm(case, CLIP, CLIP, f"bilstm P={P} C={C} gemv rows <= {gemv_rows}")
+
+
+@needs_extension
+def test_bilstm_inference_mode_and_parameters():
+    # The directions run on two threads: the second must see the caller's inference mode, or
+    # writing to the workspace (inference tensors) fails. Weights that require grad work too.
+    case = lstm_case(4, 7, 2, 16, 64, torch.float32, seed=31)
+    weights = [w.clone().requires_grad_() for w in case[3]]
+    with torch.inference_mode():
+        out, _, _ = ops.bilstm(case[0], case[1], case[2], weights, CLIP, CLIP, case[4], case[5])
+    with torch.no_grad():
+        again, _, _ = ops.bilstm(case[0], case[1], case[2], weights, CLIP, CLIP, case[4], case[5])
+    want = reference(*case[:4], CLIP, CLIP, case[4], case[5])[0]
+    assert_close(out, want, what="bilstm inference mode")
+    assert_close(again, want, what="bilstm no_grad")
+
+
+@needs_extension
+def test_bilstm_nonlinearities_accurate_across_scales():
+    # One step, W_proj = I, saturated input/output gates: c = tanh(x) and h = tanh(tanh(x)) for x
+    # over 10 decades and both signs, so the kernel's polynomial tanh shows its relative error
+    # (no cancellation near 0); the sigmoid is exercised through i = x with g saturated.
+    x = torch.cat([torch.logspace(-8, 1.7, 200, dtype=torch.float64)] * 2) * torch.tensor([1.0, -1.0]).repeat_interleave(200)
+    x = torch.cat([x, torch.tensor([0.0, 0.624, 0.625, 0.626, -0.625, 44.0, 90.0, -90.0], dtype=torch.float64)])
+    C = P = x.numel()
+    big = torch.full_like(x, 30.0)
+    weights = [torch.zeros(4 * C, P), torch.zeros(4 * C, P), torch.zeros(4 * C), torch.eye(P)] * 2
+    token_index, lengths = torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)
+    for gates in (torch.cat([big, torch.zeros_like(x), x, big]),   # c = tanh(x)
+                  torch.cat([x, torch.zeros_like(x), big, big])):  # c = sigmoid(x)
+        xg0 = gates.float().expand(1, 2, 4 * C)
+        out, h, c = ops.bilstm(xg0, token_index, lengths, weights, None, None)
+        want_out, want_h, want_c = reference(xg0, token_index, lengths, weights, None, None, None, None)
+        for got, want in ((c, want_c), (h, want_h)):
+            err = (got.double() - want).abs()
+            assert bool((err <= 1e-6 * want.abs() + 1e-30).all()), f"max relative error {(err / want.abs()).max():.2e}"
+
+
+@needs_extension
+@pytest.mark.parametrize("B,T,L,P,C,state,clip,dtype", [
+    (0, 3, 1, 3, 5, False, None, torch.float32),
+    (1, 1, 1, 3, 5, True, CLIP, torch.float32),
+    (5, 7, 2, 3, 5, True, CLIP, torch.float32),
+    (3, 4, 2, 16, 64, False, None, torch.float64),
+])
+def test_bilstm_opcheck(B, T, L, P, C, state, clip, dtype):
+    xg0, token_index, lengths, weights, h0, c0 = lstm_case(B, T, L, P, C, dtype, seed=B + T, state=state)
+    torch.library.opcheck(torch.ops.elmo_fast.bilstm.default,
+                          (xg0, token_index, lengths, weights, clip, clip, h0, c0))
+
+
+# --- bfloat16 weights: GEMMs in bf16 with fp32 accumulation; states, gates and outputs in fp32 -----
+
+
+def bf16_case(B, T, L, P, C, seed, bias_dtype=torch.bfloat16, **kw):
+    """lstm_case in float32 with the GEMM weights rounded to bfloat16 (biases in bias_dtype)."""
+    xg0, token_index, lengths, weights, h0, c0 = lstm_case(B, T, L, P, C, torch.float32, seed, **kw)
+    weights = [w.to(bias_dtype if k % 4 == 2 else torch.bfloat16) for k, w in enumerate(weights)]
+    return xg0, token_index, lengths, weights, h0, c0
+
+
+def check_bf16(case, what):
+    """The op with bf16 weights against the oracle on the same weights widened: the bf16 row of TOL."""
+    xg0, token_index, lengths, weights, h0, c0 = case
+    got = ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
+    assert all(t.dtype == torch.float32 for t in got), what
+    want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
+    for name, g, w in zip(("outputs", "h", "c"), got, want):
+        assert_close(g, w, dtype=torch.bfloat16, what=f"{what} {name}")
+    padding = torch.arange(token_index.shape[1])[None, :] >= lengths[:, None]
+    assert torch.all(got[0][:, padding] == 0), f"{what}: padding must be exactly 0"
+    return got, want
+
+
+# Error budget of bf16 weights. Every GEMM input is rounded to bf16 and, on the oneDNN path, every
+# GEMM result too; one layer stays within the bf16 row of TOL. A stack does not: each layer's output
+# adds the previous ones' (skip connections), so their errors add up. Measured max abs error of the
+# layer-l output with activations at the +-3 clips ('small' shapes, all steps through oneDNN):
+# ~1.3e-2, 2.0e-2 (up to 2.4e-2), 3.2e-2 for l = 0, 1, 2, about half of what PyTorch's own bf16
+# gives (2.4e-2, 4.4e-2, 7.6e-2). Stacks are held to that relative bound.
+@needs_extension
+@pytest.mark.parametrize("gemv_rows", ["0", "8", "1000"])  # oneDNN for every step / the default / GEMV
+@pytest.mark.parametrize("B,T,P,C", [(1, 1, 3, 5), (5, 7, 3, 5), (11, 13, 16, 64), (2, 19, 37, 50)])
+def test_bilstm_bf16_weights_one_layer(B, T, P, C, gemv_rows, monkeypatch):
+    monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
+    check_bf16(bf16_case(B, T, 1, P, C, seed=B + T), f"bilstm bf16 B={B} T={T} gemv rows <= {gemv_rows}")
+
+
+@needs_extension
+def test_bilstm_bf16_gemv_is_fp32_accurate():
+    # Steps through gemv_nt keep the activations in fp32 (only the weights are bf16): with one layer
+    # (no bf16 input GEMM) the result meets the float32 bar against the same widened weights.
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(7, 19, 1, 16, 64, seed=5, bias_dtype=torch.float32)
+    got = ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
+    want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
+    for g, w in zip(got, want):
+        assert_close(g, w, dtype=torch.float32, what="bilstm bf16 weights through gemv_nt")
+
+
+@needs_extension
+@pytest.mark.parametrize("gemv_rows", ["0", "8"])  # oneDNN for every step / the default
+@pytest.mark.parametrize("B,T,L,P,C", [(16, 30, 2, 128, 1024), (11, 13, 2, 16, 64), (11, 13, 3, 16, 64)])
+def test_bilstm_bf16_stack_no_worse_than_pytorch_bf16(B, T, L, P, C, gemv_rows, monkeypatch):
+    monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
+    lengths = torch.randint(1, T + 1, (B,), generator=torch.Generator().manual_seed(B + L))
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(B, T, L, P, C, seed=14, lengths=lengths, U=B * T)
+    got = ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
+    want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
+    torch_bf16 = bilstm_ref(xg0.bfloat16(), token_index, lengths, weights, CLIP, CLIP, h0.bfloat16(), c0.bfloat16())
+    for name, g, t, w in zip(("outputs", "h", "c"), got, torch_bf16, want):
+        assert max_abs_error(g, w) <= max_abs_error(t, w), f"bilstm bf16 L={L} {name}"
+    padding = torch.arange(T)[None, :] >= lengths[:, None]
+    assert torch.all(got[0][:, padding] == 0)
+
+
+def _error_case():
+    return lstm_case(3, 4, 2, 3, 5, torch.float32, seed=0)
+
+
+def _with(case, **changes):
+    names = ["xg0", "token_index", "lengths", "weights", "h0", "c0"]
+    args = dict(zip(names, case))
+    args.update(changes)
+    return [args[n] for n in names]
+
+
+@needs_extension
+@pytest.mark.parametrize("change,match", [
+    (lambda c: dict(xg0=c[0][:, 0]), "bilstm: xg0 must have 3 dims, got 2"),
+    (lambda c: dict(xg0=c[0][..., :-1]), r"bilstm: xg0 expected shape \[U, 2, 4C\] = \[\d+, 2, 20\]"),
+    (lambda c: dict(token_index=c[1][0]), "bilstm: token_index must have 2 dims, got 1"),
+    (lambda c: dict(lengths=c[2][None]), "bilstm: lengths must have 1 dims, got 2"),
+    (lambda c: dict(lengths=c[2][:2]), r"bilstm: lengths expected shape \[3\], got \[2\]"),
+    (lambda c: dict(lengths=c[2].int()), "bilstm: lengths must have dtype int64, got int32"),
+    (lambda c: dict(token_index=c[1].int()), "bilstm: token_index must have dtype int64, got int32"),
+    (lambda c: dict(lengths=torch.tensor([1, 5, 2])), r"bilstm: lengths\[1\] = 5 is out of range \[0, T = 4\]"),
+    (lambda c: dict(lengths=torch.tensor([1, -1, 2])), r"bilstm: lengths\[1\] = -1 is out of range"),
+    (lambda c: dict(lengths=torch.tensor([4, 4, 4]), token_index=torch.full((3, 4), 99)),
+     r"bilstm: token_index\[0, 0\] = 99 is out of range for xg0 with \d+ rows"),
+    (lambda c: dict(weights=c[3][:7]), "bilstm: weights must hold 8 tensors per layer .* got 7"),
+    (lambda c: dict(weights=[]), "bilstm: weights must hold 8 tensors per layer .* got 0"),
+    (lambda c: dict(weights=c[3][:5] + [c[3][5][:, :2]] + c[3][6:]),
+     r"bilstm: weights\[5\] \(w_hh of layer 0, backward\) expected shape \[20, 3\], got \[20, 2\]"),
+    (lambda c: dict(weights=c[3][:8] + [c[3][8][:-1]] + c[3][9:]),
+     r"bilstm: weights\[8\] \(w_ih of layer 1, forward\) expected shape \[20, 3\], got \[19, 3\]"),
+    (lambda c: dict(weights=c[3][:10] + [c[3][10][:4]] + c[3][11:]),
+     r"bilstm: weights\[10\] \(bias of layer 1, forward\) expected shape \[20\], got \[4\]"),
+    (lambda c: dict(weights=c[3][:15] + [c[3][15].t()]),
+     r"bilstm: weights\[15\] \(w_proj of layer 1, backward\) expected shape \[3, 5\], got \[5, 3\]"),
+    (lambda c: dict(weights=[w.double() for w in c[3]]),
+     r"bilstm: weights\[1\] \(w_hh of layer 0, forward\) has dtype float64; with xg0 of dtype float32 the "
+     r"weights must be float32 or bfloat16"),
+    (lambda c: dict(xg0=c[0].double(), h0=c[4].double(), c0=c[5].double(), weights=[w.bfloat16() for w in c[3]]),
+     r"bilstm: weights\[1\] .* has dtype bfloat16; with xg0 of dtype float64 the weights must be float64$"),
+    (lambda c: dict(weights=c[3][:5] + [c[3][5].bfloat16()] + c[3][6:]),
+     r"bilstm: weights\[5\] \(w_hh of layer 0, backward\) must have the dtype of the other weights \(float32\), "
+     r"got bfloat16"),
+    (lambda c: dict(h0=c[4][:1]), r"bilstm: h0 expected shape \[2, 3, 6\], got \[1, 3, 6\]"),
+    (lambda c: dict(c0=c[5][..., :-1]), r"bilstm: c0 expected shape \[2, 3, 10\], got \[2, 3, 9\]"),
+    (lambda c: dict(h0=c[4].double()), "bilstm: h0 and xg0 must have the same dtype, got float64 and float32"),
+    (lambda c: dict(xg0=c[0].half(), weights=[w.half() for w in c[3]]),
+     "bilstm: xg0 has dtype float16; supported: float32, float64"),
+])
+def test_bilstm_errors_name_the_argument(change, match):
+    case = _error_case()
+    with pytest.raises(RuntimeError, match=match):
+        ops.bilstm(*_with(case, **change(case))[:4], CLIP, CLIP, *_with(case, **change(case))[4:])
+
+
+@needs_extension
+def test_bilstm_negative_clip_is_an_error():
+    case = _error_case()
+    with pytest.raises(RuntimeError, match="bilstm: cell_clip must be positive, 0 or None, got -1"):
+        ops.bilstm(*case[:4], -1.0, CLIP, *case[4:])
