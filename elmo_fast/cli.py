@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"an official model by name, downloaded once into the cache: {', '.join(model_names())}")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    p.add_argument("--backend", default="reference", help="reference (plain PyTorch)")
+    p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
+                   help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)")
     p.add_argument("--use-sentence-keys", action="store_true", help="key datasets by sentence text, not line index")
     p.add_argument("--stateful", action="store_true",
                    help="carry LSTM states from batch to batch, as allennlp and bilm-tf do (default: stateless)")

@@ -15,6 +15,7 @@ import torch
 from .char_ids import batch_to_ids
 from .errors import ElmoFastError, InputError
 from .model import ElmoBiLm
+from .weights import load_options
 
 OUTPUT_FORMATS = ("all", "top", "average")
 
@@ -42,6 +43,10 @@ def _check_sentence(sentence: object, where: str) -> None:
 class ElmoEmbedder:
     """Embed tokenized sentences with a biLM given by its ``options.json`` and ``weights.hdf5``.
 
+    backend: "auto" (the fused fast path when the extension is built, else the reference),
+    "fast" or "reference". token_cache_mb bounds the cache of distinct tokens' context-free
+    results kept across batches by the fast path (0 turns it off); results do not depend on it.
+
     Each sentence gets an array ``(3, T, 2P)``: the context-free token layer (duplicated to 2P, as
     allennlp does) and the two biLSTM layers, without the ``<S>``/``</S>`` boundaries.
 
@@ -50,12 +55,20 @@ class ElmoEmbedder:
     """
 
     def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike, device: str | torch.device = "cpu",
-                 batch_size: int = 64, stateful: bool = False, backend: str = "reference") -> None:
+                 batch_size: int = 64, stateful: bool = False, backend: str = "auto",
+                 token_cache_mb: float = 256.0) -> None:
         if batch_size < 1:
             raise ElmoFastError(f"batch_size must be >= 1, got {batch_size}")
+        if token_cache_mb < 0:
+            raise ElmoFastError(f"token_cache_mb must be >= 0, got {token_cache_mb}")
         self.device = resolve_device(device)
         self.batch_size = batch_size
-        self.elmo_bilm = ElmoBiLm(options_file, weight_file, stateful=stateful, backend=backend).to(self.device).eval()
+        options = load_options(options_file)
+        # a cached token holds its vector [P] and its layer-0 gates [2, 4C], in fp32
+        entry_bytes = 4 * (options.projection_dim + 8 * options.cell_dim)
+        cache_size = int(token_cache_mb * 2**20 // entry_bytes)
+        self.elmo_bilm = ElmoBiLm(options_file, weight_file, stateful=stateful, backend=backend,
+                                  token_cache_size=cache_size).to(self.device).eval()
         self.output_dim = self.elmo_bilm.get_output_dim()
         self.num_layers = self.elmo_bilm.num_layers
 

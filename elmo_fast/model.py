@@ -2,15 +2,75 @@
 from __future__ import annotations
 
 import os
+import time
+import warnings
+from collections import OrderedDict
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
 
-from . import reference
+from . import ops, reference
 from .errors import ElmoFastError
 from .weights import ElmoOptions, ElmoWeights, LstmWeights, load_model_files
 
-BACKENDS = ("reference",)
+BACKENDS = ("auto", "fast", "reference")
+_warned_fallback = False
+
+
+def resolve_backend(backend: str) -> str:
+    """"auto" is "fast" when the extension is built, else "reference" (with a warning, once)."""
+    global _warned_fallback
+    if backend not in BACKENDS:
+        raise ElmoFastError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    has_fast = ops.HAS_EXTENSION and all(hasattr(ops, name) for name in ("char_cnn", "highway", "bilstm"))
+    if backend == "fast":
+        ops.require_extension()
+        if not has_fast:
+            raise ElmoFastError("this build of elmo_fast._C lacks the fast-path ops; rebuild it with "
+                                "`pip install --no-build-isolation -e .`")
+    if backend == "auto":
+        if has_fast:
+            return "fast"
+        if not _warned_fallback:
+            warnings.warn("elmo_fast._C is not built, so elmo-fast runs its plain-PyTorch reference path (slow). "
+                          "Build the fast path from the source tree with `pip install --no-build-isolation -e .`.",
+                          RuntimeWarning, stacklevel=3)
+            _warned_fallback = True
+        return "reference"
+    return backend
+
+
+class TokenCache:
+    """Context-free results of distinct tokens, kept across batches: LRU, bounded in entries.
+
+    Keyed by a token's 50 character ids; holds its vector [P] and its layer-0 input gates
+    [2, 4C], the two results the fast path would otherwise recompute for every batch it appears in.
+    """
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[bytes, tuple[Tensor, Tensor]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: bytes) -> tuple[Tensor, Tensor] | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: bytes, value: tuple[Tensor, Tensor]) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 class ElmoBiLm(nn.Module):
@@ -27,12 +87,16 @@ class ElmoBiLm(nn.Module):
     """
 
     def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
-                 requires_grad: bool = False, stateful: bool = False, backend: str = "reference") -> None:
+                 requires_grad: bool = False, stateful: bool = False, backend: str = "auto",
+                 token_cache_size: int = 0) -> None:
         super().__init__()
-        if backend not in BACKENDS:
-            raise ElmoFastError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-        self.backend = backend
+        self.backend = resolve_backend(backend)
         self.stateful = stateful
+        #: distinct tokens whose context-free results are kept across batches (fast path; 0: none)
+        self.token_cache = TokenCache(token_cache_size) if token_cache_size > 0 else None
+        #: when True, forward() adds the seconds spent per stage to stage_times
+        self.profile = False
+        self.stage_times: dict[str, float] = {}
         w = load_model_files(options_file, weight_file)
         self.options: ElmoOptions = w.options
 
@@ -93,15 +157,84 @@ class ElmoBiLm(nn.Module):
             old_h, old_c = self._states
             self._states = (torch.cat([h.detach(), old_h[:, B:]], dim=1), torch.cat([c.detach(), old_c[:, B:]], dim=1))
 
+    @contextmanager
+    def _stage(self, name: str):
+        if not self.profile:
+            yield
+            return
+        if self.char_embedding.is_cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        yield
+        if self.char_embedding.is_cuda:
+            torch.cuda.synchronize()
+        self.stage_times[name] = self.stage_times.get(name, 0.0) + time.perf_counter() - start
+
     def forward(self, char_ids: Tensor) -> dict[str, Tensor | list[Tensor]]:
         if char_ids.dim() != 3 or char_ids.shape[-1] != 50:
             raise ElmoFastError(f"char_ids must have shape [batch, tokens, 50], got {list(char_ids.shape)}")
         char_ids = char_ids.to(self.char_embedding.device)
         h0, c0 = self._initial_states(char_ids.shape[0])
-        activations, mask, h, c = reference.bilm_ref(char_ids, self.weights(), h0, c0)
+        if self.backend == "reference" or torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+            with self._stage("reference"):
+                activations, mask, h, c = reference.bilm_ref(char_ids, self.weights(), h0, c0)
+        else:
+            activations, mask, h, c = self._forward_fast(char_ids, h0, c0)
         if self.stateful:
             self._update_states(h, c)
         return {"activations": activations, "mask": mask}
+
+    def _distinct_tokens(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Each distinct token once: char CNN, highway, projection and layer-0 input gates.
+
+        ids [B, T, 50] -> token vectors [U, P], layer-0 gates [U, 2, 4C], and token_index [B, T]
+        (the row of each position). Padding slots are one more "token" (all-zero ids): one row.
+        """
+        B, T, W = ids.shape
+        distinct, inverse = torch.unique(ids.reshape(B * T, W), dim=0, return_inverse=True)
+        token_index = inverse.view(B, T)
+        cache = self.token_cache
+        if cache is None:
+            vectors = self._token_vectors(distinct)
+            return vectors, self._layer0_gates(vectors), token_index
+        # int16 holds every id: 100-byte keys, one host copy for the batch's distinct tokens
+        keys = [k.tobytes() for k in distinct.to(device="cpu", dtype=torch.int16).numpy()]
+        entries = [cache.get(k) for k in keys]
+        missing = [i for i, e in enumerate(entries) if e is None]
+        cache.hits += len(keys) - len(missing)
+        cache.misses += len(missing)
+        if missing:
+            vectors = self._token_vectors(distinct[torch.tensor(missing, device=ids.device)])
+            gates = self._layer0_gates(vectors)
+            for j, i in enumerate(missing):
+                entries[i] = (vectors[j].clone(), gates[j].clone())
+                cache.put(keys[i], entries[i])
+        return (torch.stack([e[0] for e in entries]), torch.stack([e[1] for e in entries]), token_index)
+
+    def _token_vectors(self, distinct_ids: Tensor) -> Tensor:
+        w = self.weights()
+        with self._stage("char_cnn"):
+            cnn = ops.char_cnn(distinct_ids, w.char_embedding, w.conv_weights, w.conv_biases, w.options.activation)
+        with self._stage("highway"):
+            return ops.highway(cnn, w.highway_weights, w.highway_biases, w.proj_weight, w.proj_bias)
+
+    def _layer0_gates(self, vectors: Tensor) -> Tensor:
+        with self._stage("lstm"):
+            return reference.layer0_gates_ref(vectors, self._flat_lstm())
+
+    def _flat_lstm(self) -> list[Tensor]:
+        return list(self.lstm_params)
+
+    def _forward_fast(self, char_ids: Tensor, h0: Tensor | None, c0: Tensor | None):
+        ids, mask = reference.add_sentence_boundaries(char_ids)
+        B, T, _ = ids.shape
+        vectors, gates, token_index = self._distinct_tokens(ids)
+        o = self.options
+        with self._stage("lstm"):
+            outputs, h, c = ops.bilstm(gates, token_index, mask.sum(dim=1), self._flat_lstm(), o.cell_clip,
+                                       o.proj_clip, h0, c0)
+        tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
+        return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
 
     def embed(self, char_ids: Tensor) -> tuple[Tensor, Tensor]:
         """Outputs without the sentence boundaries: [B, L + 1, T, 2P] and mask [B, T]."""

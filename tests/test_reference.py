@@ -26,7 +26,7 @@ def test_golden_lm_embeddings_stateful(bilm_tf_tiny, tiny_files, fixture_sentenc
     # bilm-tf ran batch i = [sentences[0][i], sentences[1][i], sentences[2][i]] for i = 0..9 in order,
     # each row carrying its LSTM state into the next batch (see the fixture's NOTICE).
     expected = expected_top_layers(bilm_tf_tiny)
-    bilm = ElmoBiLm(*tiny_files, stateful=True)
+    bilm = ElmoBiLm(*tiny_files, stateful=True, backend="reference")
     worst = 0.0
     for i in range(10):
         batch = [fixture_sentences[k][i].split() for k in range(3)]
@@ -42,7 +42,7 @@ def test_golden_lm_embeddings_stateful(bilm_tf_tiny, tiny_files, fixture_sentenc
 def test_golden_lm_embeddings_need_state(bilm_tf_tiny, tiny_files, fixture_sentences):
     """The fixture really exercises the carried state: stateless outputs differ after batch 0."""
     expected = expected_top_layers(bilm_tf_tiny)
-    bilm = ElmoBiLm(*tiny_files, stateful=False)
+    bilm = ElmoBiLm(*tiny_files, stateful=False, backend="reference")
     batch = [fixture_sentences[k][1].split() for k in range(3)]
     top, _ = bilm.embed(batch_to_ids(batch))
     assert np.abs(top[0, 2, : len(batch[0])].numpy() - expected[0][1]).max() > 1e-3
@@ -59,7 +59,7 @@ def test_golden_token_embeddings(bilm_tf_tiny, tiny_files):
                       w.highway_weights, w.highway_biases, w.proj_weight, w.proj_bias)
     assert np.abs(got.numpy() - expected).max() <= FP32
     # the same vectors come out of layer 0 of the embedder, whatever the context
-    emb = ElmoEmbedder(*tiny_files)
+    emb = ElmoEmbedder(*tiny_files, backend="reference")
     layer0 = np.concatenate([emb.embed_sentence(words[i:i + 50])[0] for i in range(0, len(words), 50)])
     assert np.abs(layer0[:, :16] - expected).max() <= FP32
     assert np.abs(layer0[:, 16:] - expected).max() <= FP32
@@ -67,7 +67,7 @@ def test_golden_token_embeddings(bilm_tf_tiny, tiny_files):
 
 def test_golden_through_embedder_stateful(bilm_tf_tiny, tiny_files, fixture_sentences):
     expected = expected_top_layers(bilm_tf_tiny)
-    emb = ElmoEmbedder(*tiny_files, batch_size=3, stateful=True)
+    emb = ElmoEmbedder(*tiny_files, batch_size=3, stateful=True, backend="reference")
     order = [fixture_sentences[k][i].split() for i in range(10) for k in range(3)]
     for n, got in enumerate(emb.embed_sentences(order)):
         i, k = divmod(n, 3)
@@ -86,7 +86,7 @@ def test_stateful_rules_for_growing_and_shrinking_batches(random_models):
     """Row i starts from row i's last state; new rows from zero; unused rows keep their state."""
     options, weights = random_models("tiny", exercise_clips=True)
     w = load_weights(weights, load_options(options))
-    bilm = ElmoBiLm(options, weights, stateful=True)
+    bilm = ElmoBiLm(options, weights, stateful=True, backend="reference")
     rng = np.random.default_rng(0)
     L, P2, C2 = 2, 32, 128
     h = torch.zeros(L, 0, P2)
@@ -109,9 +109,10 @@ def test_stateful_rules_for_growing_and_shrinking_batches(random_models):
     assert bilm._states is None
 
 
-def test_stateless_vectors_do_not_depend_on_batching(random_models):
+@pytest.mark.parametrize("backend", ["reference", "auto"])
+def test_stateless_vectors_do_not_depend_on_batching(random_models, backend):
     options, weights = random_models("tiny", exercise_clips=True)
-    emb = ElmoEmbedder(options, weights, batch_size=4)
+    emb = ElmoEmbedder(options, weights, batch_size=4, backend=backend)
     rng = np.random.default_rng(1)
     sentences = _sentences(rng, 11, 1, 30)
     alone = [emb.embed_sentence(s) for s in sentences]
@@ -253,7 +254,7 @@ def test_sentence_boundaries_roundtrip():
 @pytest.mark.parametrize("exercise_clips", [False, True])
 def test_random_models_have_realistic_scales(random_models, exercise_clips):
     options, weights = random_models("small", exercise_clips=exercise_clips)
-    emb = ElmoEmbedder(options, weights)
+    emb = ElmoEmbedder(options, weights, backend="reference")
     rng = np.random.default_rng(3)
     out = np.concatenate([emb.embed_sentence(s) for s in _sentences(rng, 4, 8, 20)], axis=1)
     top_std = out[2].std()
