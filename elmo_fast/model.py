@@ -88,9 +88,17 @@ class ElmoBiLm(nn.Module):
 
     def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
                  requires_grad: bool = False, stateful: bool = False, backend: str = "auto",
-                 token_cache_size: int = 0) -> None:
+                 token_cache_size: int = 0, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.backend = resolve_backend(backend)
+        if dtype not in (torch.float32, torch.bfloat16):
+            raise ElmoFastError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype}")
+        if dtype == torch.bfloat16 and self.backend != "fast":
+            raise ElmoFastError("dtype=torch.bfloat16 needs the fast backend (the reference path is fp32)")
+        #: the GEMMs' dtype on the fast path: bfloat16 runs them in bf16 with fp32 accumulation, while
+        #: the char CNN, cell states and everything elementwise stay fp32 (parameters stay fp32 too)
+        self.compute_dtype = dtype
+        self._lowp: tuple[torch.device, dict] | None = None
         self.stateful = stateful
         #: distinct tokens whose context-free results are kept across batches (fast path; 0: none)
         self.token_cache = TokenCache(token_cache_size) if token_cache_size > 0 else None
@@ -211,18 +219,38 @@ class ElmoBiLm(nn.Module):
                 cache.put(keys[i], entries[i])
         return (torch.stack([e[0] for e in entries]), torch.stack([e[1] for e in entries]), token_index)
 
+    def _bf16_weights(self) -> dict:
+        """bf16 copies of the GEMM weights (made once per device; biases of the LSTM stay fp32)."""
+        device = self.char_embedding.device
+        if self._lowp is None or self._lowp[0] != device:
+            bf = torch.bfloat16
+            lstm = [p.detach().to(bf) if k % 4 != 2 else p.detach() for k, p in enumerate(self.lstm_params)]
+            self._lowp = (device, {
+                "highway_weights": [p.detach().to(bf) for p in self.highway_weights],
+                "highway_biases": [p.detach().to(bf) for p in self.highway_biases],
+                "proj_weight": self.proj_weight.detach().to(bf), "proj_bias": self.proj_bias.detach().to(bf),
+                "lstm": lstm})
+        return self._lowp[1]
+
     def _token_vectors(self, distinct_ids: Tensor) -> Tensor:
         w = self.weights()
         with self._stage("char_cnn"):
             cnn = ops.char_cnn(distinct_ids, w.char_embedding, w.conv_weights, w.conv_biases, w.options.activation)
         with self._stage("highway"):
+            if self.compute_dtype == torch.bfloat16:
+                b = self._bf16_weights()
+                return ops.highway(cnn.to(torch.bfloat16), b["highway_weights"], b["highway_biases"],
+                                   b["proj_weight"], b["proj_bias"]).float()
             return ops.highway(cnn, w.highway_weights, w.highway_biases, w.proj_weight, w.proj_bias)
 
     def _layer0_gates(self, vectors: Tensor) -> Tensor:
+        # fp32 in both modes: once per distinct token (and cached), a small share of the work
         with self._stage("lstm"):
-            return reference.layer0_gates_ref(vectors, self._flat_lstm())
+            return reference.layer0_gates_ref(vectors, list(self.lstm_params))
 
     def _flat_lstm(self) -> list[Tensor]:
+        if self.compute_dtype == torch.bfloat16:
+            return self._bf16_weights()["lstm"]
         return list(self.lstm_params)
 
     def _forward_fast(self, char_ids: Tensor, h0: Tensor | None, c0: Tensor | None):

@@ -99,3 +99,37 @@ def test_whole_forward_compiles_fullgraph(random_models):
 def test_auto_backend_is_fast_when_built():
     assert resolve_backend("auto") == "fast"
     assert resolve_backend("reference") == "reference"
+
+
+# bf16 on CPU: GEMMs in bf16 with fp32 accumulation, char CNN / cell state / elementwise in fp32.
+# Stated bound, per output layer, against the fp32 reference: max abs error <= 5% of the layer's
+# max |value|, RMS error <= 1% of its RMS (measured: max 0.8% at default scales, 2.5% with the
+# clips exercised; RMS ~0.2-0.4%).
+BF16_MAX_REL, BF16_RMS_REL = 0.05, 0.01
+
+
+@pytest.mark.parametrize("preset,exercise_clips", [("tiny", True), ("small", False), ("small", True)])
+def test_bf16_error_bound(random_models, preset, exercise_clips):
+    files = random_models(preset, exercise_clips=exercise_clips)
+    ids = batch_to_ids(_batch(11, 8))
+    with torch.inference_mode():
+        ref = ElmoBiLm(*files, backend="reference")(ids)
+        low = ElmoBiLm(*files, backend="fast", dtype=torch.bfloat16)(ids)
+    mask = ref["mask"]
+    for k, (r, x) in enumerate(zip(ref["activations"], low["activations"])):
+        assert x.dtype == torch.float32
+        r, x = r[mask].double(), x[mask].double()
+        err = (x - r).abs()
+        assert err.max() <= BF16_MAX_REL * r.abs().max(), f"layer {k}: max err {err.max():.3g}"
+        rms = err.pow(2).mean().sqrt() / r.pow(2).mean().sqrt()
+        assert rms <= BF16_RMS_REL, f"layer {k}: relative RMS err {rms:.3g}"
+        assert err.max() > 0  # it really ran in bf16
+
+
+def test_bf16_needs_fast_backend(random_models):
+    from elmo_fast import ElmoFastError
+
+    with pytest.raises(ElmoFastError, match="fast backend"):
+        ElmoBiLm(*random_models("tiny"), backend="reference", dtype=torch.bfloat16)
+    with pytest.raises(ElmoFastError, match="dtype"):
+        ElmoBiLm(*random_models("tiny"), dtype=torch.float16)
