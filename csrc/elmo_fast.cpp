@@ -1,6 +1,6 @@
 // The elmo_fast op library: every op schema is declared here, once. Each backend registers its
-// kernels in its own file (csrc/cpu/*.cpp: TORCH_LIBRARY_IMPL(elmo_fast, CPU, m), csrc/cuda/*.cu:
-// TORCH_LIBRARY_IMPL(elmo_fast, CUDA, m)). Python reaches the ops through torch.ops.elmo_fast.*;
+// kernels in its own file (csrc/cpu/*.cpp: TORCH_LIBRARY_IMPL(elmo_fast, CPU, m), csrc/cuda/*.cpp:
+// TORCH_LIBRARY_IMPL(elmo_fast, CUDA, m), launching the kernels of csrc/cuda/*.cu). Python reaches the ops through torch.ops.elmo_fast.*;
 // elmo_fast/ops.py holds the typed wrappers and the fake (meta) implementations.
 #include <Python.h>
 
@@ -44,4 +44,20 @@ TORCH_LIBRARY(elmo_fast, m) {
   // highway_biases: L x [2F]; proj_weight: [P, F]; proj_bias: [P] -> [N, P]
   m.def("highway(Tensor x, Tensor[] highway_weights, Tensor[] highway_biases, Tensor proj_weight, "
         "Tensor proj_bias) -> Tensor");
+  // char_ids: [N, 50] int64 in [0, V), char_embedding: [V, D], conv_weights[k]: [n_k, D, w_k],
+  // conv_biases[k]: [n_k], activation: "relu" | "tanh" -> [N, sum n_k] in the weights' dtype
+  //   out[:, k-th block] = act(max over the 50 - w_k + 1 windows of conv1d(embed(ids), W_k, b_k))
+  m.def("char_cnn(Tensor char_ids, Tensor char_embedding, Tensor[] conv_weights, Tensor[] conv_biases, "
+        "str activation) -> Tensor");
+  // ELMo's stacked projected biLSTM (forward and backward stacks, skip connections from layer 1):
+  //   xg0: [U, 2, 4C] layer 0's input gates of distinct tokens (bias included), gates i, f, g, o
+  //   token_index: [B, T] int64, the row of xg0 at each position (ignored at t >= lengths[b])
+  //   lengths: [B] int64 in [0, T], any order
+  //   weights: 8L tensors, weights[4 * (2l + d) + k]: w_ih [4C, P], w_hh [4C, P], bias [4C],
+  //            w_proj [P, C] (layer 0's w_ih and bias unused: folded into xg0)
+  //   cell_clip, proj_clip: None or 0 = no clip;  h0: [L, B, 2P], c0: [L, B, 2C] or None (zeros)
+  //   -> outputs [L, B, T, 2P] (0 at padding), h [L, B, 2P], c [L, B, 2C] (after each row's last step)
+  m.def(
+      "bilstm(Tensor xg0, Tensor token_index, Tensor lengths, Tensor[] weights, float? cell_clip, "
+      "float? proj_clip, Tensor? h0, Tensor? c0) -> (Tensor, Tensor, Tensor)");
 }
