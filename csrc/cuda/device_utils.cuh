@@ -68,6 +68,13 @@ __device__ __forceinline__ A relu_math(A x) {
   return x < A(0) ? A(0) : x;
 }
 
+// kernel<<<grid, block, 0, stream>>>(args...). A macro so that the CPU emulator of the tests
+// (tests/cuda_emulation), which compiles the *_kernels.cuh files with g++, can run the same
+// launchers with its own definition.
+#ifndef ELMO_KERNEL_LAUNCH
+#define ELMO_KERNEL_LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+
 // Grid dims y and z are limited to 65535: kernels loop over rows with a stride of gridDim.y.
 constexpr int64_t kMaxGridY = 65535;
 
