@@ -163,7 +163,7 @@ def main() -> int:
         groups = [corpus[i * batch:(i + 1) * batch] for i in range(4)]
         id_sets = [batch_to_ids(g).to(dev) for g in groups]
         lengths = [[len(s) for s in g] for g in groups]
-        words = sum(map(len, lengths)) / len(lengths)
+        words = sum(sum(ls) for ls in lengths) / len(lengths)  # tokens per batch, boundaries not counted
         flops = sum(model_flops(options, ls) for ls in lengths) / len(lengths)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
