@@ -168,20 +168,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
     return {outputs, h, c};
   }
 
-  // One host-to-device copy: [order (B) | out_row (2 total)], out_row[d][offset_s + i] = b T + t.
-  at::Tensor plan_host = at::empty({B + 2 * total}, lengths_host.options());
+  // One host-to-device copy: [order (B) | rank (B) | out_row (2 total)]; rank[order[i]] = i (batch
+  // row -> sorted row), out_row[d][offset_s + i] = b T + t.
+  at::Tensor plan_host = at::empty({2 * B + 2 * total}, lengths_host.options());
   int64_t* ph = plan_host.mutable_data_ptr<int64_t>();
   std::copy(plan.order.begin(), plan.order.end(), ph);
+  for (int64_t i = 0; i < B; ++i) {
+    ph[B + plan.order[i]] = i;
+  }
+  int64_t* row = ph + 2 * B;
   for (int64_t s = 0; s < steps; ++s) {
     for (int64_t i = 0; i < plan.running[s]; ++i) {
       const int64_t b = plan.order[i];
-      ph[B + plan.offset[s] + i] = b * T + s;                              // forward: t = s
-      ph[B + total + plan.offset[s] + i] = b * T + (len[b] - 1 - s);       // backward: t = len - 1 - s
+      row[plan.offset[s] + i] = b * T + s;                              // forward: t = s
+      row[total + plan.offset[s] + i] = b * T + (len[b] - 1 - s);       // backward: t = len - 1 - s
     }
   }
   const at::Tensor plan_dev = plan_host.to(xg0.device());
   const at::Tensor order = plan_dev.narrow(0, 0, B);
-  const at::Tensor out_row = plan_dev.narrow(0, B, 2 * total);  // [2 * total]
+  const at::Tensor rank = plan_dev.narrow(0, B, B);
+  const at::Tensor out_row = plan_dev.narrow(0, 2 * B, 2 * total);  // [2 * total]
   // Layer 0 reads its input gates through token_index, clamped as the reference clamps.
   const at::Tensor xg0_row = token_index.reshape({B * T}).index_select(0, out_row).clamp_(0, U - 1).contiguous();
   const at::Tensor xg0_c = xg0.contiguous();
@@ -265,9 +271,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
       ELMO_GPU_LAUNCH_CHECK();
     }
 
-    // Final states back in batch order: out[l][order[i]] = [state[0][i] | state[1][i]].
-    h_out.select(0, l).index_copy_(0, order, h_state.transpose(0, 1).reshape({B, 2 * P}));
-    c_out.select(0, l).index_copy_(0, order, c_state.transpose(0, 1).reshape({B, 2 * C}).to(dtype));
+    // Final states back in batch order: out[l][b] = [state[0][rank[b]] | state[1][rank[b]]] (a gather:
+    // index_copy_ would refuse to run under torch.use_deterministic_algorithms on CUDA).
+    h_out.select(0, l).copy_(h_state.transpose(0, 1).reshape({B, 2 * P}).index_select(0, rank));
+    c_out.select(0, l).copy_(c_state.transpose(0, 1).reshape({B, 2 * C}).index_select(0, rank));
   }
   return {outputs, h_out, c_out};
 }
