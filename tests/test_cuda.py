@@ -245,7 +245,9 @@ def test_highway_ops_opcheck(cuda_target):
 def test_highway_errors_name_the_argument_on_cuda(cuda_target):
     dev = cuda_target.device
     with pytest.raises(RuntimeError, match="highway_gate: projected and x must be on the same device"):
-        torch.ops.elmo_fast.highway_gate.default(torch.randn(4, 8, device=dev), torch.randn(4, 4).cuda().cpu())
+        torch.ops.elmo_fast.highway_gate.default(torch.randn(4, 8), torch.randn(4, 4, device=dev))
+    with pytest.raises(RuntimeError, match="highway_gate: x must be a CUDA tensor, got cpu"):
+        torch.ops.elmo_fast.highway_gate.default(torch.randn(4, 8, device=dev), torch.randn(4, 4))
     with pytest.raises(RuntimeError, match="highway_gate: x has dtype int64; supported on CUDA"):
         torch.ops.elmo_fast.highway_gate.default(torch.zeros(4, 8, dtype=torch.long, device=dev),
                                                  torch.zeros(4, 4, dtype=torch.long, device=dev))
