@@ -1,6 +1,7 @@
 """Build elmo-fast and its compiled extension ``elmo_fast._C``.
 
 The CPU extension (csrc/*.cpp, csrc/cpu/*.cpp) is always built. The CUDA kernels (csrc/cuda/*.cu)
+and their host bindings (csrc/cuda/*.cpp, which register TORCH_LIBRARY_IMPL(elmo_fast, CUDA, m))
 are added, making it a CUDAExtension, only when nvcc is found AND torch is a CUDA build AND
 ELMO_FAST_SKIP_CUDA_BUILD is not 1. A visible GPU plays no part: a build box without one builds
 the same extension as a GPU machine.
@@ -118,7 +119,9 @@ def get_extensions():
         "-DELMO_FAST_WITH_CUDA",
         "-lineinfo",
     ] + cuda_gencode_flags(archs)
-    return [CUDAExtension("elmo_fast._C", srcs + sources(os.path.join("cuda", "*.cu")), **kwargs)]
+    # .cu: kernels and launchers only (CUDA headers, no torch: nvcc stays fast); .cpp: the bindings.
+    cuda_srcs = sources(os.path.join("cuda", "*.cu")) + sources(os.path.join("cuda", "*.cpp"))
+    return [CUDAExtension("elmo_fast._C", srcs + cuda_srcs, **kwargs)]
 
 
 setup(

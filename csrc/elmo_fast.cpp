@@ -1,6 +1,6 @@
 // The elmo_fast op library: every op schema is declared here, once. Each backend registers its
-// kernels in its own file (csrc/cpu/*.cpp: TORCH_LIBRARY_IMPL(elmo_fast, CPU, m), csrc/cuda/*.cu:
-// TORCH_LIBRARY_IMPL(elmo_fast, CUDA, m)). Python reaches the ops through torch.ops.elmo_fast.*;
+// kernels in its own file (csrc/cpu/*.cpp: TORCH_LIBRARY_IMPL(elmo_fast, CPU, m), csrc/cuda/*.cpp:
+// TORCH_LIBRARY_IMPL(elmo_fast, CUDA, m), launching the kernels of csrc/cuda/*.cu). Python reaches the ops through torch.ops.elmo_fast.*;
 // elmo_fast/ops.py holds the typed wrappers and the fake (meta) implementations.
 #include <Python.h>
 

@@ -26,8 +26,12 @@ def resolve_device(device: str | torch.device) -> torch.device:
     except (RuntimeError, TypeError) as e:
         raise ElmoFastError(f"invalid device {device!r}: {e}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
+        how = ""
+        if torch.version.cuda is None:  # the usual cause: pip's default torch wheel is CPU-only here
+            from .ops import cuda_kernels_missing_reason
+            how = f"; {cuda_kernels_missing_reason()}"
         raise ElmoFastError(f"device {str(dev)!r} requested, but torch sees no CUDA GPU "
-                            f"(torch {torch.__version__}, torch.cuda.is_available() is False)")
+                            f"(torch {torch.__version__}, torch.cuda.is_available() is False){how}")
     if dev.type not in ("cpu", "cuda"):
         raise ElmoFastError(f"device {str(dev)!r} is not supported: use 'cpu' or 'cuda[:N]'")
     return dev

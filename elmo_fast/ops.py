@@ -37,15 +37,48 @@ def require_extension() -> None:
         )
 
 
+def cuda_kernels_missing_reason() -> str | None:
+    """Why this install cannot run the ops on CUDA tensors, with the fix; None when it can."""
+    if not HAS_EXTENSION:
+        return (f"the compiled extension elmo_fast._C is not available ({EXTENSION_IMPORT_ERROR}); build it with "
+                "`pip install --no-build-isolation -e .` from the source tree")
+    if HAS_CUDA_KERNELS:
+        return None
+    if torch.version.cuda is None:
+        return (f"this torch ({torch.__version__}) is a CPU-only build, so elmo_fast._C was built without its CUDA "
+                "kernels. Install a CUDA build of torch (https://pytorch.org/get-started/locally/), make sure "
+                "nvcc is found (CUDA_HOME or PATH), then rebuild from the source tree with "
+                "`pip install --no-build-isolation -e .`")
+    return (f"elmo_fast._C was built without its CUDA kernels although torch {torch.__version__} is a CUDA "
+            f"{torch.version.cuda} build: the build found no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1 was set. Make "
+            "sure nvcc is found (CUDA_HOME or PATH), unset ELMO_FAST_SKIP_CUDA_BUILD, then rebuild from the "
+            "source tree with `pip install --no-build-isolation -e .`")
+
+
+def require_cuda_kernels() -> None:
+    """Raise :class:`ExtensionNotBuiltError`, saying how to get them, unless the CUDA kernels are built in."""
+    reason = cuda_kernels_missing_reason()
+    if reason is not None:
+        raise ExtensionNotBuiltError(f"elmo-fast's CUDA kernels are not available: {reason}")
+
+
+def _require_kernels_for(*tensors: Tensor) -> None:
+    """The extension, and its CUDA kernels when any input is a CUDA tensor: a clear error instead of
+    the dispatcher's "Could not run 'elmo_fast::...' with arguments from the 'CUDA' backend"."""
+    require_extension()
+    if not HAS_CUDA_KERNELS and any(t.is_cuda for t in tensors):
+        require_cuda_kernels()
+
+
 def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
     """One highway layer's gating, given its affine output (fused, one pass over memory).
 
     projected: [N, 2H], ``[transform | gate]`` (rows may be a slice of a wider buffer).
     x:         [N, H], the layer's input; same dtype (float32, float64, bfloat16) and device.
     returns    [N, H] contiguous, ``g * x + (1 - g) * relu(transform)`` with ``g = sigmoid(gate)``;
-               bfloat16 is computed in float32 and rounded once.
+               bfloat16 (and float16, on CUDA) is computed in float32 and rounded once.
     """
-    require_extension()
+    _require_kernels_for(projected, x)
     return torch.ops.elmo_fast.highway_gate.default(projected, x)
 
 
@@ -58,7 +91,7 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
     proj_weight:     [P, F]; proj_bias: [P]. All of x's dtype and device.
     returns          [N, P]: GEMMs through ATen's BLAS, each layer's gating one fused pass.
     """
-    require_extension()
+    _require_kernels_for(x)
     return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias)
 def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor], conv_biases: list[Tensor],
              activation: str = "relu") -> Tensor:

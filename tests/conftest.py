@@ -1,10 +1,13 @@
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-#: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here).
-FIXTURE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny"
+#: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
+#: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).
+FIXTURE_DIR = Path(os.environ.get("ELMO_FAST_FIXTURE_DIR")
+                   or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny")
 
 
 @pytest.fixture(scope="session")

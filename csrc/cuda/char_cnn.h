@@ -1,0 +1,60 @@
+// CUDA character CNN (oracle: elmo_fast.reference.char_cnn_ref). For token t (a row of W
+// character ids) and convolution k (n_k filters of width w_k over D-dim embeddings):
+//   out[t, off_k + f] = act(b_k[f] + max_p sum_{j < w_k} T_k[j][ids[t, p + j]][f]),
+//   T_k[j][c][f] = sum_d E[c, d] W_k[f, d, j]      (the embedding folded into the filters),
+// p over the W - w_k + 1 windows. Windows that start inside the token's trailing run of one
+// repeated id (ELMo's padding after the end-of-word mark, or a whole row of zeros) all have the
+// value of the run's first window: only windows 0..min(run start, W - w_k) are computed.
+// The bias moves out of the max exactly: rounding is monotonic, so max_p fl(b + s_p) = fl(b + max_p s_p).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/dtype.h"
+
+namespace elmo_fast {
+namespace gpu {
+
+constexpr int kCharCnnMaxConvs = 16;  // ELMo has 7 widths
+constexpr int kCharCnnMaxChars = 64;  // W; ELMo's is 50
+
+// Builds the folded tables of every convolution, in the math type (float; double for float64).
+struct CharCnnTableParams {
+  const void* embedding;                          // [V, D], rows embedding_row_stride apart
+  int64_t embedding_row_stride;                   // elements
+  const void* weights[kCharCnnMaxConvs];          // conv k: [n_k, D, w_k], contiguous
+  int widths[kCharCnnMaxConvs];                   // w_k
+  int filters[kCharCnnMaxConvs];                  // n_k
+  int64_t table_offset[kCharCnnMaxConvs + 1];     // conv k's table [w_k, V, n_k] starts here; [K] = size
+  int num_convs;                                  // K
+  int64_t vocab;                                  // V
+  int64_t dim;                                    // D
+  void* table;                                    // [table_offset[K]] math type
+  Dtype dtype;                                    // of embedding and weights
+};
+
+struct CharCnnParams {
+  const int64_t* char_ids;                        // [N, W], contiguous
+  const void* table;                              // the folded tables (CharCnnTableParams::table)
+  const void* biases[kCharCnnMaxConvs];           // conv k: [n_k], contiguous
+  void* out;                                      // [N, F], contiguous, F = col_offset[K]
+  int64_t n;                                      // N tokens
+  int chars;                                      // W, 1..kCharCnnMaxChars
+  int64_t vocab;                                  // V; an id outside [0, V) makes its token's row NaN
+  int num_convs;                                  // K
+  int widths[kCharCnnMaxConvs];                   // w_k, 1..W
+  int filters[kCharCnnMaxConvs];                  // n_k
+  int col_offset[kCharCnnMaxConvs + 1];           // conv k's columns start here; [K] = F
+  int64_t table_offset[kCharCnnMaxConvs + 1];     // as CharCnnTableParams
+  bool tanh_activation;                           // else relu
+  Dtype dtype;                                    // of biases and out
+};
+
+// Enqueue on `stream`; nothing for empty work. The caller checks each launch.
+void char_cnn_table_launch(const CharCnnTableParams& params, cudaStream_t stream);
+void char_cnn_launch(const CharCnnParams& params, cudaStream_t stream);
+
+}  // namespace gpu
+}  // namespace elmo_fast

@@ -1,0 +1,158 @@
+// CUDA character CNN: a folded-table kernel (see char_cnn.h for the math).
+//
+// Work per token is sum_k n_k * w_k * (windows computed), one table read and one add each: for
+// ELMo's 2048 filters and an English word (~8 windows before the padding run) ~100k adds instead
+// of the convolution's ~9M multiply-adds. The fp32 tables (262 ids x sum_k w_k n_k = 3.2M floats,
+// 12.9 MB) stay in L2; a warp reads 32 consecutive filters of one table row: coalesced.
+//
+// Included once, by char_cnn.cu (nvcc) or by the CPU emulator of the tests (tests/cuda_emulation, g++),
+// which runs these very kernels and launchers on CPU tensors where no GPU is available.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/char_cnn.h"
+#include "cuda/device_utils.cuh"
+
+namespace elmo_fast {
+namespace gpu {
+namespace {
+
+constexpr int kTableThreads = 256;
+constexpr int kThreads = 128;  // filters (output columns) per block
+constexpr int kTokens = 8;     // tokens whose ids a block stages at once
+
+// One thread per table entry e = table_offset[k] + (j * V + c) * n_k + f (grid-stride).
+template <typename T>
+__global__ void __launch_bounds__(kTableThreads) char_cnn_table_kernel(const __grid_constant__ CharCnnTableParams p) {
+  using A = math_t<T>;
+  A* __restrict__ table = static_cast<A*>(p.table);
+  const int64_t size = p.table_offset[p.num_convs];
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kTableThreads + threadIdx.x; e < size;
+       e += static_cast<int64_t>(gridDim.x) * kTableThreads) {
+    int k = 0;
+    while (k + 1 < p.num_convs && e >= p.table_offset[k + 1]) {
+      ++k;  // empty convolutions (n_k = 0) have equal offsets and are skipped
+    }
+    const int64_t local = e - p.table_offset[k];
+    const int64_t nf = p.filters[k];
+    const int64_t w = p.widths[k];
+    const int64_t f = local % nf;
+    const int64_t c = (local / nf) % p.vocab;
+    const int64_t j = local / nf / p.vocab;
+    const T* emb = static_cast<const T*>(p.embedding) + c * p.embedding_row_stride;
+    const T* wk = static_cast<const T*>(p.weights[k]) + f * p.dim * w + j;  // W_k[f, d, j], d-stride w
+    A acc = A(0);
+    for (int64_t d = 0; d < p.dim; ++d) {
+      acc += to_math(emb[d]) * to_math(wk[d * w]);
+    }
+    table[e] = acc;
+  }
+}
+
+// grid: x over the F output columns in blocks of kThreads, y over groups of kTokens tokens
+// (strided by gridDim.y). Each thread owns one column (conv k, filter f) for all its tokens.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) char_cnn_kernel(const __grid_constant__ CharCnnParams p) {
+  using A = math_t<T>;
+  __shared__ int s_ids[kTokens * kCharCnnMaxChars];  // -1: id outside [0, V)
+  __shared__ int s_run[kTokens];                     // start of the trailing run, -1: invalid token
+
+  const int W = p.chars;
+  const int F = p.col_offset[p.num_convs];
+  const int col = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  const bool active = col < F;  // inactive threads still stage ids and reach every barrier
+  int k = 0;
+  while (active && k + 1 < p.num_convs && col >= p.col_offset[k + 1]) {
+    ++k;
+  }
+  const int w = p.widths[k];
+  const int64_t nf = p.filters[k];
+  const int64_t f = active ? col - p.col_offset[k] : 0;
+  // T_k[j][c][f] = column[j * row_stride + c * nf]
+  const A* __restrict__ column = static_cast<const A*>(p.table) + p.table_offset[k] + f;
+  const int64_t j_stride = p.vocab * nf;
+  const A bias = active ? to_math(static_cast<const T*>(p.biases[k])[f]) : A(0);
+  const int windows = W - w + 1;  // >= 1: the binding checks w <= W
+
+  for (int64_t tok0 = static_cast<int64_t>(blockIdx.y) * kTokens; tok0 < p.n;
+       tok0 += static_cast<int64_t>(gridDim.y) * kTokens) {
+    const int count = static_cast<int>(p.n - tok0 < kTokens ? p.n - tok0 : kTokens);
+    __syncthreads();  // the previous group's ids are no longer read
+    for (int e = threadIdx.x; e < count * W; e += kThreads) {
+      const int64_t id = p.char_ids[tok0 * W + e];
+      s_ids[e] = (id >= 0 && id < p.vocab) ? static_cast<int>(id) : -1;
+    }
+    __syncthreads();
+    if (threadIdx.x < count) {
+      // The trailing run of one repeated id starts at `run`; every window starting at p >= run
+      // equals window `run`, so windows 0..min(run, windows - 1) cover the max. The run is the
+      // token's; `windows` is each thread's own (the block's columns span several widths).
+      const int* ids = s_ids + threadIdx.x * W;
+      bool valid = true;
+      for (int q = 0; q < W; ++q) {
+        valid = valid && ids[q] >= 0;
+      }
+      int run = W - 1;
+      while (run > 0 && ids[run - 1] == ids[W - 1]) {
+        --run;
+      }
+      s_run[threadIdx.x] = valid ? run : -1;
+    }
+    __syncthreads();
+    if (!active) {
+      continue;
+    }
+    for (int t = 0; t < count; ++t) {
+      const int run = s_run[t];
+      const int last = run < windows - 1 ? run : windows - 1;  // -1 stays -1: an invalid token
+      const int* ids = s_ids + t * W;
+      A best = -INFINITY;
+      for (int q = 0; q <= last; ++q) {
+        A v = A(0);
+        for (int j = 0; j < w; ++j) {
+          v += column[j * j_stride + static_cast<int64_t>(ids[q + j]) * nf];
+        }
+        best = (v > best || v != v) ? v : best;  // NaN wins, as amax; once NaN, stays NaN
+      }
+      A result;
+      if (last < 0) {
+        result = A(NAN);  // an id outside [0, V): no value to give (the reference would raise)
+      } else {
+        result = best + bias;
+        result = p.tanh_activation ? tanh_math(result) : relu_math(result);
+      }
+      static_cast<T*>(p.out)[(tok0 + t) * F + col] = from_math<T>(result);
+    }
+  }
+}
+
+}  // namespace
+
+void char_cnn_table_launch(const CharCnnTableParams& params, cudaStream_t stream) {
+  const int64_t size = params.table_offset[params.num_convs];
+  if (size == 0) {
+    return;
+  }
+  const int64_t blocks = (size + kTableThreads - 1) / kTableThreads;
+  const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);  // grid-stride beyond
+  dispatch_dtype(params.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ELMO_KERNEL_LAUNCH(char_cnn_table_kernel<T>, grid, kTableThreads, stream, params);
+  });
+}
+
+void char_cnn_launch(const CharCnnParams& params, cudaStream_t stream) {
+  const int64_t cols = params.col_offset[params.num_convs];
+  if (params.n == 0 || cols == 0) {
+    return;
+  }
+  const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + kTokens - 1) / kTokens));
+  dispatch_dtype(params.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ELMO_KERNEL_LAUNCH(char_cnn_kernel<T>, grid, kThreads, stream, params);
+  });
+}
+
+}  // namespace gpu
+}  // namespace elmo_fast

@@ -1,0 +1,105 @@
+// Helpers for the kernels in csrc/cuda/*.cu: the math type of each element type, conversions,
+// the transcendental functions the references use, and the dtype switch of the launchers.
+// CUDA headers only: nothing here may pull in torch (nvcc compile time).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/dtype.h"
+
+namespace elmo_fast {
+namespace gpu {
+
+// float for float/bfloat16/half, double for double: as at::opmath_type.
+template <typename T>
+struct MathType {
+  using type = float;
+};
+template <>
+struct MathType<double> {
+  using type = double;
+};
+template <typename T>
+using math_t = typename MathType<T>::type;
+
+__device__ __forceinline__ float to_math(float x) { return x; }
+__device__ __forceinline__ double to_math(double x) { return x; }
+__device__ __forceinline__ float to_math(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_math(__half x) { return __half2float(x); }
+
+// Round to nearest even, NaN stays NaN: what c10::BFloat16 / c10::Half do.
+template <typename T>
+__device__ __forceinline__ T from_math(math_t<T> x);
+template <>
+__device__ __forceinline__ float from_math<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ double from_math<double>(double x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_math<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_math<__half>(float x) { return __float2half_rn(x); }
+
+// The accurate libdevice functions (no --use_fast_math anywhere): the fp32 bar is 1e-5.
+__device__ __forceinline__ float exp_math(float x) { return expf(x); }
+__device__ __forceinline__ double exp_math(double x) { return exp(x); }
+__device__ __forceinline__ float tanh_math(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh_math(double x) { return tanh(x); }
+
+// torch.sigmoid's formula: 1 / (1 + exp(-x)); saturates to exactly 0 and 1, NaN stays NaN.
+template <typename A>
+__device__ __forceinline__ A sigmoid_math(A x) {
+  return A(1) / (A(1) + exp_math(-x));
+}
+
+// torch.clamp(x, lo, hi): max with lo first, then min with hi; NaN passes through.
+template <typename A>
+__device__ __forceinline__ A clamp_math(A x, A lo, A hi) {
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+}
+
+// relu as F.relu: NaN passes through.
+template <typename A>
+__device__ __forceinline__ A relu_math(A x) {
+  return x < A(0) ? A(0) : x;
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...). A macro so that the CPU emulator of the tests
+// (tests/cuda_emulation), which compiles the *_kernels.cuh files with g++, can run the same
+// launchers with its own definition.
+#ifndef ELMO_KERNEL_LAUNCH
+#define ELMO_KERNEL_LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+
+// Grid dims y and z are limited to 65535: kernels loop over rows with a stride of gridDim.y.
+constexpr int64_t kMaxGridY = 65535;
+
+inline unsigned grid_y(int64_t rows) { return static_cast<unsigned>(rows < kMaxGridY ? rows : kMaxGridY); }
+
+inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+// Calls f(T{}) with T the element type of `dtype`; the launchers' switch over element types.
+template <typename F>
+void dispatch_dtype(Dtype dtype, F&& f) {
+  switch (dtype) {
+    case Dtype::kFloat32:
+      f(float{});
+      return;
+    case Dtype::kFloat64:
+      f(double{});
+      return;
+    case Dtype::kBFloat16:
+      f(__nv_bfloat16{});
+      return;
+    case Dtype::kFloat16:
+      f(__half{});
+      return;
+  }
+}
+
+}  // namespace gpu
+}  // namespace elmo_fast

@@ -1,0 +1,106 @@
+// CUDA highway: the stack of highway layers and the projection (oracle: reference.highway_ref).
+// The GEMMs are ATen's (cuBLAS through the dispatcher, on the current stream, honouring
+// torch.backends.cuda.matmul.allow_tf32); each layer's gating is one fused kernel (highway.cu).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "checks.h"
+#include "cuda/backend.h"
+#include "cuda/binding_utils.h"
+#include "cuda/highway.h"
+
+namespace elmo_fast {
+namespace {
+
+// projected: [N, 2H], x: [N, H] -> [N, H] contiguous, same dtype (float32, float64, bfloat16,
+// float16), on one CUDA device.
+at::Tensor highway_gate_cuda(const at::Tensor& projected, const at::Tensor& x) {
+  static constexpr char kOp[] = "highway_gate";
+  ELMO_CHECK_DIM(projected, 2);
+  ELMO_CHECK_DIM(x, 2);
+  const int64_t n = x.size(0);
+  const int64_t h = x.size(1);
+  ELMO_CHECK(projected.size(0) == n, "projected and x must have the same number of rows N, got ",
+             projected.size(0), " and ", n);
+  ELMO_CHECK(projected.size(1) == 2 * h, "projected must have 2 * H = ", 2 * h,
+             " columns ([transform | gate]) for x of shape ", x.sizes(), ", got ", projected.size(1));
+  ELMO_CHECK_GPU(x);
+  ELMO_CHECK_SAME_DEVICE(projected, x);
+  ELMO_CHECK_SAME_DTYPE(projected, x);
+  ELMO_CHECK_CUDA_DTYPE(x);
+
+  const gpu::DeviceGuard guard(x.device());
+  const at::Tensor projected_c = gpu::with_unit_col_stride(projected);
+  const at::Tensor x_c = gpu::with_unit_col_stride(x);
+  at::Tensor out = at::empty({n, h}, x.options().memory_format(at::MemoryFormat::Contiguous));
+
+  gpu::HighwayGateParams params;
+  params.projected = projected_c.const_data_ptr();
+  params.x = x_c.const_data_ptr();
+  params.out = out.mutable_data_ptr();
+  params.n = n;
+  params.h = h;
+  params.projected_row_stride = projected_c.stride(0);
+  params.x_row_stride = x_c.stride(0);
+  params.dtype = gpu::to_gpu_dtype(x.scalar_type());
+  gpu::highway_gate_launch(params, gpu::current_stream());
+  ELMO_GPU_LAUNCH_CHECK();
+  return out;
+}
+
+// x: [N, F]; highway_weights: L x [2F, F]; highway_biases: L x [2F]; proj_weight: [P, F];
+// proj_bias: [P] -> [N, P]. One [N, 2F] buffer serves every layer's GEMM output.
+at::Tensor highway_cuda(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
+                        const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
+  static constexpr char kOp[] = "highway";
+  ELMO_CHECK_DIM(x, 2);
+  ELMO_CHECK_GPU(x);
+  ELMO_CHECK_CUDA_DTYPE(x);
+  const int64_t n = x.size(0);
+  const int64_t f = x.size(1);
+  ELMO_CHECK(highway_weights.size() == highway_biases.size(), "highway_weights and highway_biases must have the "
+             "same length, got ", highway_weights.size(), " and ", highway_biases.size());
+  for (size_t k = 0; k < highway_weights.size(); ++k) {
+    ELMO_CHECK(highway_weights[k].dim() == 2 && highway_weights[k].size(0) == 2 * f &&
+                   highway_weights[k].size(1) == f,
+               "highway_weights[", k, "] must have shape [", 2 * f, ", ", f, "], got ", highway_weights[k].sizes());
+    ELMO_CHECK(highway_biases[k].dim() == 1 && highway_biases[k].size(0) == 2 * f, "highway_biases[", k,
+               "] must have shape [", 2 * f, "], got ", highway_biases[k].sizes());
+    ELMO_CHECK(highway_weights[k].scalar_type() == x.scalar_type() &&
+                   highway_biases[k].scalar_type() == x.scalar_type(),
+               "highway_weights[", k, "] and highway_biases[", k, "] must have x's dtype ",
+               dtype_name(x.scalar_type()));
+    ELMO_CHECK(highway_weights[k].device() == x.device() && highway_biases[k].device() == x.device(),
+               "highway_weights[", k, "] and highway_biases[", k, "] must be on x's device ", x.device());
+  }
+  ELMO_CHECK_DIM(proj_weight, 2);
+  ELMO_CHECK(proj_weight.size(1) == f, "proj_weight must have shape [P, ", f, "], got ", proj_weight.sizes());
+  ELMO_CHECK(proj_bias.dim() == 1 && proj_bias.size(0) == proj_weight.size(0), "proj_bias must have shape [",
+             proj_weight.size(0), "], got ", proj_bias.sizes());
+  ELMO_CHECK_SAME_DTYPE(proj_weight, x);
+  ELMO_CHECK_SAME_DTYPE(proj_bias, x);
+  ELMO_CHECK_SAME_DEVICE(proj_weight, x);
+  ELMO_CHECK_SAME_DEVICE(proj_bias, x);
+
+  const gpu::DeviceGuard guard(x.device());
+  at::Tensor cur = x;
+  at::Tensor projected;
+  if (!highway_weights.empty()) {
+    projected = at::empty({n, 2 * f}, x.options().memory_format(at::MemoryFormat::Contiguous));
+  }
+  for (size_t k = 0; k < highway_weights.size(); ++k) {
+    at::addmm_out(projected, highway_biases[k], cur, highway_weights[k].t());
+    cur = highway_gate_cuda(projected, cur);
+  }
+  return at::addmm(proj_bias, cur, proj_weight.t());
+}
+
+}  // namespace
+}  // namespace elmo_fast
+
+TORCH_LIBRARY_IMPL(ELMO_GPU_LIBRARY, ELMO_GPU_DISPATCH_KEY, m) {
+  m.impl("highway_gate", &elmo_fast::highway_gate_cuda);
+  m.impl("highway", &elmo_fast::highway_cuda);
+}
