@@ -93,6 +93,8 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
     """
     _require_kernels_for(x)
     return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias)
+
+
 def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor], conv_biases: list[Tensor],
              activation: str = "relu") -> Tensor:
     """Character CNN: one token vector per row of character ids (fused; twin of ``char_cnn_ref``).
@@ -105,9 +107,11 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
     returns         [N, sum n_k] contiguous, in char_embedding's dtype: for each k in order,
                     ``act(amax(conv1d(embedding(char_ids).transpose(1, 2), W_k, b_k), -1))``.
     """
-    require_extension()
+    _require_kernels_for(char_ids, char_embedding)
     return torch.ops.elmo_fast.char_cnn.default(char_ids, char_embedding, list(conv_weights), list(conv_biases),
                                                 activation)
+
+
 def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
            proj_clip: float | None, h0: Tensor | None = None,
            c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -128,7 +132,7 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
     returns      outputs [L, B, T, 2P] (exactly 0 at t >= lengths[b]), h [L, B, 2P], c [L, B, 2C]
                  (each row's state after its last step; a row of length 0 keeps its initial state).
     """
-    require_extension()
+    _require_kernels_for(xg0, token_index)
     return torch.ops.elmo_fast.bilstm.default(xg0, token_index, lengths, list(weights), cell_clip, proj_clip,
                                               h0, c0)
 
