@@ -33,6 +33,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -63,8 +64,8 @@ namespace {
 // Bytes of filters per slice (64 fp32 / 32 fp64): one pass of 4 AVX-512 registers, 2 passes of 4
 // AVX2 ones, 4 of 4 SSE ones. Every table row starts 64-byte aligned.
 constexpr int64_t kBlockBytes = 256;
-// Tokens a thread runs through one slice before the next slice: their ids (50 * 4 bytes each)
-// stay in L2 next to the slice's table, and each slice's table is read into L2 once for them all.
+// Tokens run through one slice at a time (one work item): their ids (50 * 4 bytes each) stay in
+// L2 next to the slice's table, which is read into L2 once for them all.
 constexpr int64_t kChunkTokens = 512;
 // Output rows are a row apart per token: the hot loop prefetches (for writing) the row of the
 // token this many ahead, else each store waits on its line's read-for-ownership (1.6x slower at
@@ -121,9 +122,29 @@ struct Slice {
   int64_t lanes;      // valid filters, <= block; the table pads the rest with zeros
   int64_t out_col;    // its first output column
   int64_t table_at;   // offset of its table [T: w][U][block] + [S: w][U][block], in elements
-  int64_t work;       // relative cost of a token (w_k): balances slices across threads
-  int64_t work_at;    // prefix sum of work
+  int64_t work;       // relative cost (w_k): the most costly slices are handed out first
 };
+
+// Runs body(item) for every item in [0, count) on the intra-op threads, each thread taking the
+// next item from a shared counter: a thread that gets less CPU (a busy machine, another process
+// on its core) does fewer items instead of holding the others up at the end.
+template <typename Body>
+void for_each_item(int64_t count, bool parallel, const Body& body) {
+  const int64_t threads = parallel ? std::min<int64_t>(at::get_num_threads(), count) : 1;
+  if (threads <= 1) {
+    for (int64_t i = 0; i < count; ++i) {
+      body(i);
+    }
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < count;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      body(i);
+    }
+  });
+}
 
 enum class Isa { kAvx512, kAvx2, kBase };
 
@@ -475,9 +496,9 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
   }
   const int64_t num_used = static_cast<int64_t>(used.size());
 
-  // 2. Slices, and the fold of every slice's table (parallel over slices, balanced by size).
+  // 2. Slices, and the fold of every slice's table.
   std::vector<Slice> slices;
-  int64_t table_size = 0, total_work = 0, out_col = 0;
+  int64_t table_size = 0, out_col = 0;
   for (int64_t k = 0; k < p.num_convs; ++k) {
     const CharConv<scalar_t>& conv = p.convs[k];
     for (int64_t first = 0; first < conv.num; first += block) {
@@ -488,25 +509,21 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
       s.out_col = out_col + first;
       s.table_at = table_size;
       s.work = conv.width;
-      s.work_at = total_work;
       slices.push_back(s);
       table_size += 2 * conv.width * num_used * block;
-      total_work += s.work;
     }
     out_col += conv.num;
   }
   AlignedArray<scalar_t> table(table_size);
   AlignedArray<scalar_t> biases(static_cast<int64_t>(slices.size()) * block);
-  // Calls `body(slice, index)` for the slices whose work starts in [begin, end): with
-  // parallel_for over [0, total_work) each thread gets about the same work, however the filter
-  // counts are shaped.
-  const auto for_slices = [&](int64_t begin, int64_t end, const auto& body) {
-    for (size_t i = 0; i < slices.size(); ++i) {
-      if (slices[i].work_at >= begin && slices[i].work_at < end) {
-        body(slices[i], static_cast<int64_t>(i));
-      }
-    }
-  };
+  // Slice indices, the widest (most costly per token) first: the last items handed out are small.
+  std::vector<int64_t> order(slices.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = static_cast<int64_t>(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t x, int64_t y) { return slices[x].work > slices[y].work; });
+  const int64_t num_slices = static_cast<int64_t>(slices.size());
   // Rows past U are zero: the fold reads whole groups of kFoldIds.
   const int64_t used_rows_padded = (num_used + kFoldIds - 1) / kFoldIds * kFoldIds;
   std::vector<scalar_t> used_rows(static_cast<size_t>(used_rows_padded * p.dim), scalar_t(0));
@@ -538,41 +555,44 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
     }
   };
   // Two parallel regions in all (threads meet twice per call, which matters on a busy machine):
-  // the fold with the staging of ids, then the windows. Both split the slices by work (their
-  // widths); the first also splits the tokens in the same proportions. Parallel only when a
-  // thread's share is worth waking it: a slice of width 1 folds U ids in ~U * 0.1 us and a token
-  // costs ~15 ns per slice of width 1.
-  const bool parallel = num_used >= 16 || n >= 16;
-  at::parallel_for(0, total_work, parallel ? 1 : total_work, [&](int64_t begin, int64_t end) {
-    std::vector<scalar_t> wt;
-    for_slices(begin, end, [&](const Slice& s, int64_t index) {
-      slice_small[index] =
-          fold_slice(p, s, used_rows.data(), num_used, limit, table.get(), biases.get() + index * block, wt);
-    });
-    stage_tokens(n * begin / total_work, n * end / total_work);
+  // the folds and the staging of ids, then the windows. Parallel only when a thread's share is
+  // worth waking it: a slice of width 1 folds U ids in ~U * 0.1 us and a token costs ~15 ns per
+  // slice of width 1.
+  constexpr int64_t kStageTokens = 256;
+  const int64_t stage_items = (n + kStageTokens - 1) / kStageTokens;
+  for_each_item(num_slices + stage_items, num_used >= 16 || n >= 16, [&](int64_t item) {
+    if (item < num_slices) {
+      const int64_t index = order[item];
+      std::vector<scalar_t> wt;
+      slice_small[index] = fold_slice(p, slices[index], used_rows.data(), num_used, limit, table.get(),
+                                      biases.get() + index * block, wt);
+    } else {
+      const int64_t begin = (item - num_slices) * kStageTokens;
+      stage_tokens(begin, std::min(n, begin + kStageTokens));
+    }
   });
   const bool propagate_nan = std::find(slice_small.begin(), slice_small.end(), 0) != slice_small.end();
 
-  // 3. Each thread: its slices over chunks of tokens, so that a slice's table stays in L2 for a
-  // chunk's tokens (and the chunk's ids too: 200 bytes per token).
-  at::parallel_for(0, total_work, n >= 16 ? 1 : total_work, [&](int64_t begin, int64_t end) {
-    for (int64_t chunk = 0; chunk < n; chunk += kChunkTokens) {
-      for_slices(begin, end, [&](const Slice& s, int64_t index) {
-        SliceTask<scalar_t> task;
-        task.table = table.get() + s.table_at;
-        task.bias = biases.get() + index * block;
-        task.cids = cids.get() + chunk * length;
-        task.runs = runs.get() + chunk;
-        task.out = p.out + chunk * out_cols + s.out_col;
-        task.tokens = std::min(kChunkTokens, n - chunk);
-        task.length = length;
-        task.width = p.convs[s.conv].width;
-        task.num_used = num_used;
-        task.out_stride = out_cols;
-        task.lanes = s.lanes;
-        slice_tokens(task, propagate_nan, p.relu);
-      });
-    }
+  // 3. Items of one slice over one chunk of tokens: the slice's table stays in L2 for the chunk's
+  // tokens (and so do the chunk's ids: 200 bytes per token).
+  const int64_t num_chunks = (n + kChunkTokens - 1) / kChunkTokens;
+  for_each_item(num_chunks * num_slices, n >= 16, [&](int64_t item) {
+    const int64_t chunk = item / num_slices * kChunkTokens;
+    const int64_t index = order[item % num_slices];
+    const Slice& s = slices[index];
+    SliceTask<scalar_t> task;
+    task.table = table.get() + s.table_at;
+    task.bias = biases.get() + index * block;
+    task.cids = cids.get() + chunk * length;
+    task.runs = runs.get() + chunk;
+    task.out = p.out + chunk * out_cols + s.out_col;
+    task.tokens = std::min(kChunkTokens, n - chunk);
+    task.length = length;
+    task.width = p.convs[s.conv].width;
+    task.num_used = num_used;
+    task.out_stride = out_cols;
+    task.lanes = s.lanes;
+    slice_tokens(task, propagate_nan, p.relu);
   });
 }
 
