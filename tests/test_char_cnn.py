@@ -1,5 +1,9 @@
 """The fused char CNN (elmo_fast.ops.char_cnn) against its oracle, elmo_fast.reference.char_cnn_ref."""
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -264,6 +268,44 @@ def test_many_chunks_and_threads_give_identical_results():
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(single, multi)
+
+
+ISA_SCRIPT = """
+import sys, torch
+from elmo_fast import ops
+cases = torch.load(sys.argv[1])
+torch.save([ops.char_cnn(*case) for case in cases], sys.argv[2])
+"""
+
+
+@needs_extension
+@pytest.mark.parametrize("isa", ["avx2", "base"])
+def test_narrower_isa_variants_match_reference(isa, tmp_path):
+    # The kernel picks its AVX-512, AVX2 or baseline (SSE2/NEON) variant once per process; a
+    # subprocess capped by ELMO_FAST_CPU_ISA runs the narrower ones on this machine.
+    cases = []
+    for dtype in DTYPES:
+        for activation in ACTIVATIONS:
+            emb, ws, bs = random_cnn(ELMO_FILTERS + ((50, 70), (3, 17)), 16, dtype, seed=len(cases))
+            ids = torch.cat([elmo_ids(150, seed=1), torch.randint(0, 262, (60, 50)), trailing_run_ids(seed=2)])
+            cases.append((ids, emb, ws, bs, activation))
+    emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=8)
+    emb[int(ids[0, 3]), 0] = float("nan")  # the NaN-propagating path
+    cases.append((ids, emb, ws, bs, "relu"))
+    torch.save(cases, tmp_path / "cases.pt")
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "ELMO_FAST_CPU_ISA": isa,
+           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],
+                   env=env, check=True, timeout=300)
+    outs = torch.load(tmp_path / "out.pt")
+    for (ids, emb, ws, bs, activation), out in zip(cases[:-1], outs):
+        expected = char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs], activation)
+        assert_close(out, expected, what=f"char_cnn {isa} {activation} {emb.dtype}")
+    ids, emb, ws, bs, activation = cases[-1]
+    expected = char_cnn_ref(ids, emb, ws, bs, activation)
+    assert expected.isnan().any() and torch.equal(outs[-1].isnan(), expected.isnan())
+    assert_close(outs[-1].nan_to_num(), expected.nan_to_num(), what=f"char_cnn {isa} NaN path")
 
 
 @needs_extension
