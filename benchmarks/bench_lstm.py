@@ -136,6 +136,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--weights", default="fp32", choices=["fp32", "bf16"],
+                    help="dtype of the GEMM weights (states and outputs stay fp32)")
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--modes", action="store_true", help="time both thread schedules of the op")
     ap.add_argument("--gemms", action="store_true", help="time the op's GEMM shapes standalone")
@@ -147,13 +149,17 @@ def main() -> None:
     ops.require_extension()
     P, C = PRESETS[args.preset]
     L, T = args.layers, args.time
+    knobs = {k: v for k, v in os.environ.items() if k.startswith("ELMO_FAST_")}
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, MKL {torch.backends.mkl.is_available()}; "
-          f"preset {args.preset} P={P} C={C} L={L} T={T} {'ragged' if args.ragged else 'full'} lengths")
+          f"preset {args.preset} P={P} C={C} L={L} T={T} {'ragged' if args.ragged else 'full'} lengths, "
+          f"{args.weights} weights {knobs or ''}")
     modes = ["directions", "sequential"] if args.modes else [None]
     with torch.inference_mode():
         for B in [int(b) for b in args.batch.split(",")]:
             xg0, index, lengths, weights = make_inputs(P, C, L, B, T, args.ragged)
+            if args.weights == "bf16":
+                weights = [w.bfloat16() if k % 4 != 2 else w for k, w in enumerate(weights)]
             fl = gemm_flops(P, C, L, lengths)
             total = sum(fl.values())
             print(f"B={B}: GEMM GFLOP per call {total / 1e9:.2f} (recurrent {fl['recurrent'] / 1e9:.2f}, "
@@ -171,7 +177,8 @@ def main() -> None:
             if not args.no_reference:
                 if args.wait_quiet:
                     wait_quiet(args.wait_quiet)
-                t, busy = timed(lambda: bilstm_ref(xg0, index, lengths, weights, 3.0, 3.0), 1,
+                ref_weights = [w.float() for w in weights]
+                t, busy = timed(lambda: bilstm_ref(xg0, index, lengths, ref_weights, 3.0, 3.0), 1,
                                 max(1, args.repeats // 2))
                 rows.append(("bilstm_ref", t, busy))
             for name, t, busy in rows:

@@ -191,6 +191,30 @@ def test_bilstm_gemm_paths(P, C, gemv_rows, monkeypatch):
 
 
 @needs_extension
+@pytest.mark.parametrize("capability", ["default", "avx2"])
+def test_bilstm_other_isa_levels(capability):
+    # The float kernels exist per ISA level, picked once per process from ATen's CPU capability:
+    # run the lower levels in a fresh process (ATEN_CPU_CAPABILITY caps the level).
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import torch, test_lstm as t\n"
+        "assert torch.backends.cpu.get_cpu_capability() == {want!r}, torch.backends.cpu.get_cpu_capability()\n"
+        "t.check_bilstm(t.lstm_case(11, 13, 2, 37, 50, torch.float32, seed=3), 3.0, 3.0, 'bilstm')\n"
+        "t.test_bilstm_nonlinearities_accurate_across_scales()\n"
+        "t.check_bf16(t.bf16_case(5, 7, 1, 16, 64, seed=4), 'bilstm bf16')\n"
+    ).format(want="DEFAULT" if capability == "default" else capability.upper())
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability,
+               PYTHONPATH=os.pathsep.join([str(here), *sys.path]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@needs_extension
 def test_bilstm_inference_mode_and_parameters():
     # The directions run on two threads: the second must see the caller's inference mode, or
     # writing to the workspace (inference tensors) fails. Weights that require grad work too.

@@ -20,6 +20,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
+#include <ATen/Version.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/addmm.h>
@@ -44,37 +45,54 @@
 #include "cpu/lstm_gemv.h"
 #include "cpu/lstm_pointwise.h"
 
-// The float kernels are compiled once per ISA level and picked at load time (GNU ifunc); the
-// extension itself is built for the baseline x86-64.
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__ELF__)
-#define ELMO_FAST_TARGET_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ELMO_FAST_TARGET_CLONES
-#endif
-
 namespace elmo_fast {
 namespace {
 
-ELMO_FAST_TARGET_CLONES
-void cell_rows_f32(const lstm::CellParams<float>& p, int64_t row_begin, int64_t row_end) {
-  lstm::cell_rows(p, row_begin, row_end);
+// The float kernels are compiled once per ISA level (the extension itself is built for baseline
+// x86-64) and the level is picked once per process, as ATen picks its own kernels:
+// at::get_cpu_capability() (which honours ATEN_CPU_CAPABILITY). GCC 12's target_clones with
+// "arch=x86-64-v4" never selects that clone (its resolver asks __builtin_cpu_is), hence this.
+enum class Isa { kBase, kAvx2, kAvx512 };
+
+Isa kernel_isa() {
+  static const Isa isa = [] {
+    const std::string cap = at::get_cpu_capability();
+    return cap == "AVX512" ? Isa::kAvx512 : cap == "AVX2" ? Isa::kAvx2 : Isa::kBase;
+  }();
+  return isa;
 }
 
-ELMO_FAST_TARGET_CLONES
-void proj_elems_f32(const lstm::ProjParams<float>& p, int64_t begin, int64_t end) {
-  lstm::proj_elems(p, begin, end);
-}
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define ELMO_FAST_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512")))
+#define ELMO_FAST_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define ELMO_FAST_HAVE_ISA_VARIANTS 1
+#endif
 
-ELMO_FAST_TARGET_CLONES
-void gemv_nt_f32(const lstm::GemvParams<float>& p, int64_t g_begin, int64_t g_end) {
-  lstm::gemv_nt(p, g_begin, g_end);
-}
+// name(params, begin, end) running kernel(params, begin, end) built for the CPU's ISA level.
+#ifdef ELMO_FAST_HAVE_ISA_VARIANTS
+#define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel)                                          \
+  ELMO_FAST_TARGET_AVX512 void name##_avx512(const Params& p, int64_t b, int64_t e) {           \
+    kernel(p, b, e);                                                                            \
+  }                                                                                             \
+  ELMO_FAST_TARGET_AVX2 void name##_avx2(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); } \
+  void name##_base(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }                  \
+  void name(const Params& p, int64_t b, int64_t e) {                                            \
+    switch (kernel_isa()) {                                                                     \
+      case Isa::kAvx512: return name##_avx512(p, b, e);                                         \
+      case Isa::kAvx2: return name##_avx2(p, b, e);                                             \
+      default: return name##_base(p, b, e);                                                     \
+    }                                                                                           \
+  }
+#else
+#define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel) \
+  void name(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }
+#endif
 
-ELMO_FAST_TARGET_CLONES
-void gemv_nt_bf16(const lstm::GemvParams<uint16_t>& p, int64_t g_begin, int64_t g_end) {
-  lstm::gemv_nt(p, g_begin, g_end);
-}
+ELMO_FAST_ISA_DISPATCHED(cell_rows_f32, lstm::CellParams<float>, lstm::cell_rows<float>)
+ELMO_FAST_ISA_DISPATCHED(proj_elems_f32, lstm::ProjParams<float>, lstm::proj_elems<float>)
+ELMO_FAST_ISA_DISPATCHED(gemv_nt_f32, lstm::GemvParams<float>, lstm::gemv_nt<float>)
+ELMO_FAST_ISA_DISPATCHED(gemv_nt_bf16, lstm::GemvParams<uint16_t>, lstm::gemv_nt<uint16_t>)
 
 void cell_rows_any(const lstm::CellParams<float>& p, int64_t b, int64_t e) { cell_rows_f32(p, b, e); }
 void cell_rows_any(const lstm::CellParams<double>& p, int64_t b, int64_t e) { lstm::cell_rows(p, b, e); }
