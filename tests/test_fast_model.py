@@ -133,3 +133,19 @@ def test_bf16_needs_fast_backend(random_models):
         ElmoBiLm(*random_models("tiny"), backend="reference", dtype=torch.bfloat16)
     with pytest.raises(ElmoFastError, match="dtype"):
         ElmoBiLm(*random_models("tiny"), dtype=torch.float16)
+
+
+def test_auto_falls_back_to_reference_once_with_a_build_hint(monkeypatch):
+    import warnings
+
+    import elmo_fast.model as model_module
+
+    monkeypatch.setattr(ops, "HAS_EXTENSION", False)
+    monkeypatch.setattr(model_module, "_warned_fallback", False)
+    with pytest.warns(RuntimeWarning, match="pip install --no-build-isolation -e ."):
+        assert resolve_backend("auto") == "reference"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second time: no warning
+        assert resolve_backend("auto") == "reference"
+    with pytest.raises(ValueError, match="pip install --no-build-isolation"):
+        resolve_backend("fast")
