@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "checks.h"
+#include "cpu/vec_math.h"
 
 namespace elmo_fast {
 namespace {
@@ -34,32 +35,6 @@ struct HighwayGateParams {
   int64_t x_row_stride;          // >= H unless N <= 1
 };
 
-// expf without a libm call, so the row loop below auto-vectorizes (GCC will not vectorize
-// std::exp without -ffast-math, which we refuse for the rest of the file). Cephes expf: Cody-Waite
-// reduction x = n ln2 + r, degree-6 polynomial on |r| <= ln2/2, scale by 2^n through the exponent
-// bits. Relative error ~2 ulp; the clamp keeps 2^n a normal float (sigmoid saturates long before).
-inline float exp_vectorizable(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);
-  float fn = x * 1.44269504088896341f;  // x / ln2
-  fn += fn < 0.f ? -0.5f : 0.5f;        // round half away from zero by truncation below
-  const int32_t n = static_cast<int32_t>(fn);
-  const float nf = static_cast<float>(n);
-  const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;  // ln2 split in two: exact n*C1
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const int32_t bits = (n + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-// float64 is the oracle-precision path (tested to 1e-12): keep libm.
-inline double exp_vectorizable(double x) { return std::exp(x); }
 
 template <typename scalar_t>
 void highway_gate_rows(const HighwayGateParams<scalar_t>& p, int64_t row_begin, int64_t row_end) {
@@ -73,7 +48,7 @@ void highway_gate_rows(const HighwayGateParams<scalar_t>& p, int64_t row_begin, 
     scalar_t* C10_RESTRICT out = p.out + i * h;
     for (int64_t j = 0; j < h; ++j) {
       const acc_t t = static_cast<acc_t>(transform[j]);
-      const acc_t g = acc_t(1) / (acc_t(1) + exp_vectorizable(-static_cast<acc_t>(gate[j])));
+      const acc_t g = acc_t(1) / (acc_t(1) + vec_math::exp(-static_cast<acc_t>(gate[j])));
       const acc_t relu = t < acc_t(0) ? acc_t(0) : t;  // this order keeps NaN, as F.relu does
       out[j] = static_cast<scalar_t>(g * static_cast<acc_t>(x[j]) + (acc_t(1) - g) * relu);
     }
