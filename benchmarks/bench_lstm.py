@@ -126,6 +126,29 @@ def standalone_gemms(P: int, C: int, B: int, T: int, warmup: int, repeats: int) 
     return lines
 
 
+def breakdown(fn) -> str:
+    """Share of one call spent in ATen GEMMs (aten::mm / addmm, BLAS or oneDNN) vs the rest (the op's
+    own kernels: pointwise passes, gemv_nt, copies), with the directions in turn so that every
+    GEMM runs on the profiled thread."""
+    from torch.profiler import ProfilerActivity, profile
+
+    os.environ["ELMO_FAST_BILSTM_THREADS"] = "sequential"
+    try:
+        fn()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            fn()
+            total = time.perf_counter() - start
+    finally:
+        os.environ.pop("ELMO_FAST_BILSTM_THREADS", None)
+    per_op = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
+    gemm = sum(per_op.get(k, 0.0) for k in ("aten::mm", "aten::addmm"))
+    copies = sum(per_op.get(k, 0.0) for k in ("aten::copy_", "aten::add"))
+    return (f"  breakdown (directions in turn): {total * 1e3:.1f} ms, ATen GEMMs {gemm * 1e3:.1f} ms "
+            f"({gemm / total:.0%}), ATen copies/adds {copies * 1e3:.1f} ms, rest {(total - gemm - copies) * 1e3:.1f} ms "
+            f"({(total - gemm - copies) / total:.0%})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="original", choices=PRESETS)
@@ -141,6 +164,7 @@ def main() -> None:
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--modes", action="store_true", help="time both thread schedules of the op")
     ap.add_argument("--gemms", action="store_true", help="time the op's GEMM shapes standalone")
+    ap.add_argument("--breakdown", action="store_true", help="profile where one call's time goes")
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                     help="before each row, wait up to S seconds for the other processes to go quiet")
     args = ap.parse_args()
@@ -183,6 +207,10 @@ def main() -> None:
                 rows.append(("bilstm_ref", t, busy))
             for name, t, busy in rows:
                 print(f"  {name:24s} {t * 1e3:9.2f} ms  {total / t / 1e9:6.1f} GFLOP/s  busy {busy:.0%}")
+            if args.breakdown:
+                if args.wait_quiet:
+                    wait_quiet(args.wait_quiet)
+                print(breakdown(lambda: ops.bilstm(xg0, index, lengths, weights, 3.0, 3.0)))
             if args.gemms:
                 print("\n".join(standalone_gemms(P, C, B, T, args.warmup, args.repeats)))
 

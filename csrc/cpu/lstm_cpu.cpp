@@ -22,10 +22,10 @@
 #include <ATen/ThreadLocalState.h>
 #include <ATen/Version.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/add.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/irange.h>
 #include <torch/library.h>
 
@@ -39,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "checks.h"
@@ -89,14 +90,29 @@ Isa kernel_isa() {
   void name(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }
 #endif
 
-ELMO_FAST_ISA_DISPATCHED(cell_rows_f32, lstm::CellParams<float>, lstm::cell_rows<float>)
-ELMO_FAST_ISA_DISPATCHED(proj_elems_f32, lstm::ProjParams<float>, lstm::proj_elems<float>)
-ELMO_FAST_ISA_DISPATCHED(gemv_nt_f32, lstm::GemvParams<float>, lstm::gemv_nt<float>)
-ELMO_FAST_ISA_DISPATCHED(gemv_nt_bf16, lstm::GemvParams<uint16_t>, lstm::gemv_nt<uint16_t>)
+// The float cell passes: <states, input gates, recurrent gates, hc>, bf16 as raw bits.
+using CellF32 = lstm::CellParams<float>;
+using CellBf16Rec = lstm::CellParams<float, float, uint16_t, uint16_t>;       // layer 0, oneDNN step
+using CellBf16 = lstm::CellParams<float, uint16_t, uint16_t, uint16_t>;       // layers >= 1, oneDNN step
+using CellBf16Gates = lstm::CellParams<float, uint16_t, float, float>;        // layers >= 1, gemv_nt step
+using ProjF32 = lstm::ProjParams<float>;
+using ProjBf16 = lstm::ProjParams<float, uint16_t>;
+ELMO_FAST_ISA_DISPATCHED(cell_rows_f32, CellF32, lstm::cell_rows)
+ELMO_FAST_ISA_DISPATCHED(cell_rows_bf16_rec, CellBf16Rec, lstm::cell_rows)
+ELMO_FAST_ISA_DISPATCHED(cell_rows_bf16, CellBf16, lstm::cell_rows)
+ELMO_FAST_ISA_DISPATCHED(cell_rows_bf16_gates, CellBf16Gates, lstm::cell_rows)
+ELMO_FAST_ISA_DISPATCHED(proj_elems_f32, ProjF32, lstm::proj_elems)
+ELMO_FAST_ISA_DISPATCHED(proj_elems_bf16, ProjBf16, lstm::proj_elems)
+ELMO_FAST_ISA_DISPATCHED(gemv_nt_f32, lstm::GemvParams<float>, lstm::gemv_nt)
+ELMO_FAST_ISA_DISPATCHED(gemv_nt_bf16, lstm::GemvParams<uint16_t>, lstm::gemv_nt)
 
-void cell_rows_any(const lstm::CellParams<float>& p, int64_t b, int64_t e) { cell_rows_f32(p, b, e); }
+void cell_rows_any(const CellF32& p, int64_t b, int64_t e) { cell_rows_f32(p, b, e); }
+void cell_rows_any(const CellBf16Rec& p, int64_t b, int64_t e) { cell_rows_bf16_rec(p, b, e); }
+void cell_rows_any(const CellBf16& p, int64_t b, int64_t e) { cell_rows_bf16(p, b, e); }
+void cell_rows_any(const CellBf16Gates& p, int64_t b, int64_t e) { cell_rows_bf16_gates(p, b, e); }
 void cell_rows_any(const lstm::CellParams<double>& p, int64_t b, int64_t e) { lstm::cell_rows(p, b, e); }
-void proj_elems_any(const lstm::ProjParams<float>& p, int64_t b, int64_t e) { proj_elems_f32(p, b, e); }
+void proj_elems_any(const ProjF32& p, int64_t b, int64_t e) { proj_elems_f32(p, b, e); }
+void proj_elems_any(const ProjBf16& p, int64_t b, int64_t e) { proj_elems_bf16(p, b, e); }
 void proj_elems_any(const lstm::ProjParams<double>& p, int64_t b, int64_t e) { lstm::proj_elems(p, b, e); }
 
 // The order of work shared by both directions and all layers.
@@ -159,6 +175,7 @@ struct Problem {
   const int64_t* xg0_offset;                   // [2, packed rows]: element offset of each packed row's gates
   std::vector<Weight> w_ih, w_hh, w_proj;      // [2L]: [4C, P], [4C, P], [P, C] (w_ih undefined for l = 0)
   std::vector<at::Tensor> bias;                // [2L]: [4C] in scalar_t (undefined for l = 0)
+  const scalar_t* zeros;                       // [4C] the bias of gates that already hold theirs
   int64_t gemv_max_rows;                       // steps with at most this many rows use gemv_nt
   const scalar_t* h0;                          // [L, B, 2P] contiguous, or nullptr (zeros)
   const scalar_t* c0;                          // [L, B, 2C] contiguous, or nullptr (zeros)
@@ -171,7 +188,7 @@ struct Problem {
 // One direction's buffers, allocated once per call and reused by every layer and step.
 struct Workspace {
   at::Tensor x;     // [packed rows, P] the layer's output (its input before; the skip adds in place)
-  at::Tensor gates; // [packed rows, 4C] input gates x W_ih^T + bias of layers >= 1 (undefined if L = 1)
+  at::Tensor gates; // [packed rows, 4C] input gates x W_ih^T + bias of layers >= 1 (L > 1, not bf16)
   at::Tensor rec;   // [n_0, 4C] recurrent gates of one step
   at::Tensor hc;    // [n_0, C] sig(o) * tanh(c) of one step
   at::Tensor h;     // [B, P] state, sorted rows; rows past n_s keep their final value
@@ -181,7 +198,7 @@ struct Workspace {
   at::Tensor in16;     // [n_0 * max(P, C)] a GEMM's input rounded to bf16
   at::Tensor out16;    // [n_0 * 4C] a GEMM's bf16 result
   at::Tensor x16;      // [packed rows, P] the layer input rounded to bf16 (L > 1)
-  at::Tensor gates16;  // [packed rows, 4C] x W_ih^T in bf16 (L > 1)
+  at::Tensor gates16;  // [packed rows, 4C] x W_ih^T in bf16, without the bias (L > 1)
 };
 
 // Work below these sizes stays on the calling thread (ATen's GRAIN_SIZE is 32768 elements).
@@ -193,12 +210,9 @@ at::Tensor front(const at::Tensor& flat, int64_t rows, int64_t cols) {
   return flat.narrow(0, 0, rows * cols).view({rows, cols});
 }
 
-// out[n, N] = a[n, K] @ w^T (a, out in the states' dtype). Few rows (float states): gemv_nt, which
-// streams w once at memory bandwidth and keeps a in fp32 even for bf16 weights. Otherwise BLAS; for
-// bf16 weights that is oneDNN with a rounded to bf16, fp32 accumulation and a bf16 result, widened
-// into out: on CPU, ATen's only bf16 GEMM with an fp32 result (cpublas -> MKL gemm_bf16bf16f32)
-// ran no faster than fp32 on the AMD Zen 4 this was tuned on, and aten::mm.dtype has no CPU kernel.
-void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows, Workspace& ws) {
+// out[n, N] = a[n, K] @ w^T, all in the states' dtype but w, which may be bf16. Few rows (float
+// states): gemv_nt, which streams w once and keeps a in fp32 even for bf16 weights; else BLAS.
+void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows) {
   const int64_t n = a.size(0);
   const int64_t N = w.w.size(0);
   const int64_t K = w.w.size(1);
@@ -226,15 +240,13 @@ void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t ge
     }
     return;
   }
-  if (bf16) {
-    at::Tensor in16 = front(ws.in16, n, K);
-    at::Tensor out16 = front(ws.out16, n, N);
-    in16.copy_(a);
-    at::mm_out(out16, in16, w.w_t);
-    out.copy_(out16);
-    return;
-  }
+  TORCH_INTERNAL_ASSERT(!bf16, "bilstm: bf16 weights take the oneDNN step");
   at::mm_out(out, a, w.w_t);
+}
+
+// uint16_t view of a bf16 tensor's data, for the kernels (which know bf16 as raw bits).
+uint16_t* bf16_bits(const at::Tensor& t) {
+  return reinterpret_cast<uint16_t*>(t.mutable_data_ptr<at::BFloat16>());
 }
 
 template <typename scalar_t>
@@ -264,8 +276,7 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
     if (l > 0 && S > 0) {
       if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
         ws.x16.copy_(ws.x);
-        at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);
-        at::add_out(ws.gates, ws.gates16, pb.bias[ld]);  // the bias in fp32
+        at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);  // the cell pass adds the fp32 bias
       } else {
         at::addmm_out(ws.gates, pb.bias[ld], ws.x, pb.w_ih[ld].w_t);
       }
@@ -273,35 +284,77 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
     for (const auto s : c10::irange(S)) {
       const int64_t n = sc.active[s];
       const int64_t off = sc.offset[s];
+      // Input gates: layer 0's from xg0; later layers' from the packed GEMM result (bf16 weights:
+      // in bf16, without the bias).
+      const bool gates16 = l > 0 && ws.gates16.defined();
+      const scalar_t* xg = l == 0 ? pb.xg0 : gates16 ? nullptr : ws.gates.const_data_ptr<scalar_t>() + off * 4 * C;
+      const uint16_t* xg16 = gates16 ? bf16_bits(ws.gates16) + off * 4 * C : nullptr;
+      const int64_t* xg_offset = l == 0 ? pb.xg0_offset + d * sc.packed_rows() + off : nullptr;
+      const scalar_t* bias = gates16 ? pb.bias[ld].template const_data_ptr<scalar_t>() : pb.zeros;
+      const auto cell = [&](auto cp, auto rec, auto hc) {
+        if constexpr (std::is_same_v<decltype(cp.xg), const uint16_t*>) {
+          cp.xg = xg16;
+        } else {
+          cp.xg = xg;
+        }
+        cp.xg_offset = xg_offset;
+        cp.bias = bias;
+        cp.rec = rec;
+        cp.c = c;
+        cp.hc = hc;
+        cp.cell = C;
+        cp.cell_clip = pb.cell_clip;
+        at::parallel_for(0, n, std::max<int64_t>(1, kCellGrainElements / C),
+                         [&](int64_t b0, int64_t b1) { cell_rows_any(cp, b0, b1); });
+      };
+      const auto proj = [&](auto pp, auto in) {
+        pp.in = in;
+        pp.h = h;
+        pp.x = x + off * P;
+        pp.numel = n * P;
+        pp.skip = l > 0;
+        pp.proj_clip = pb.proj_clip;
+        at::parallel_for(0, pp.numel, kElemGrain, [&](int64_t e0, int64_t e1) { proj_elems_any(pp, e0, e1); });
+      };
       at::Tensor h_active = ws.h.narrow(0, 0, n);
-      at::Tensor rec = ws.rec.narrow(0, 0, n);
-      linear_nt(rec, h_active, pb.w_hh[ld], pb.gemv_max_rows, ws);
-
-      lstm::CellParams<scalar_t> cp;
-      if (l == 0) {
-        cp.xg = pb.xg0;
-        cp.xg_offset = pb.xg0_offset + d * sc.packed_rows() + off;
-      } else {
-        cp.xg = ws.gates.const_data_ptr<scalar_t>() + off * 4 * C;
-        cp.xg_offset = nullptr;
+      bool done = false;
+      if constexpr (std::is_same_v<scalar_t, float>) {
+        if (pb.w_hh[ld].w.scalar_type() == at::kBFloat16 && n > pb.gemv_max_rows) {
+          // oneDNN's bf16 GEMMs, with bf16 in and out; the pointwise passes convert on the fly.
+          at::Tensor h16 = front(ws.in16, n, P);
+          at::Tensor rec16 = front(ws.out16, n, 4 * C);
+          h16.copy_(h_active);
+          at::mm_out(rec16, h16, pb.w_hh[ld].w_t);
+          at::Tensor hc16 = front(ws.in16, n, C);  // h16 is consumed
+          if (gates16) {
+            cell(CellBf16{}, bf16_bits(rec16), bf16_bits(hc16));
+          } else {
+            cell(CellBf16Rec{}, bf16_bits(rec16), bf16_bits(hc16));
+          }
+          at::Tensor proj16 = front(ws.out16, n, P);  // rec16 is consumed
+          at::mm_out(proj16, hc16, pb.w_proj[ld].w_t);
+          proj(ProjBf16{}, bf16_bits(proj16));
+          done = true;
+        }
       }
-      cp.rec = rec.const_data_ptr<scalar_t>();
-      cp.c = c;
-      cp.hc = ws.hc.mutable_data_ptr<scalar_t>();
-      cp.cell = C;
-      cp.cell_clip = pb.cell_clip;
-      at::parallel_for(0, n, std::max<int64_t>(1, kCellGrainElements / C),
-                       [&](int64_t b0, int64_t b1) { cell_rows_any(cp, b0, b1); });
-
-      linear_nt(h_active, ws.hc.narrow(0, 0, n), pb.w_proj[ld], pb.gemv_max_rows, ws);
-
-      lstm::ProjParams<scalar_t> pp;
-      pp.h = h;
-      pp.x = x + off * P;
-      pp.numel = n * P;
-      pp.skip = l > 0;
-      pp.proj_clip = pb.proj_clip;
-      at::parallel_for(0, pp.numel, kElemGrain, [&](int64_t e0, int64_t e1) { proj_elems_any(pp, e0, e1); });
+      if (!done) {
+        at::Tensor rec = ws.rec.narrow(0, 0, n);
+        linear_nt(rec, h_active, pb.w_hh[ld], pb.gemv_max_rows);
+        const scalar_t* rec_p = rec.const_data_ptr<scalar_t>();
+        scalar_t* hc_p = ws.hc.mutable_data_ptr<scalar_t>();
+        bool celled = false;
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          if (gates16) {
+            cell(CellBf16Gates{}, rec_p, hc_p);
+            celled = true;
+          }
+        }
+        if (!celled) {
+          cell(lstm::CellParams<scalar_t>{}, rec_p, hc_p);
+        }
+        linear_nt(h_active, ws.hc.narrow(0, 0, n), pb.w_proj[ld], pb.gemv_max_rows);
+        proj(lstm::ProjParams<scalar_t>{}, static_cast<const scalar_t*>(h));  // in place
+      }
     }
 
     // Outputs of this layer and direction, back in input order and time order; zero at padding.
@@ -330,9 +383,27 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
   }
 }
 
-// How the two directions share the threads: concurrently (true) or in turn (false).
+// Tuned on a 2-core AMD Zen 4 (32 MB L3), 'original' shapes (P = 512, C = 4096), T = 27; see
+// benchmarks/bench_lstm.py and the commit messages for the measurements.
+//
+// Steps with at most this many active rows use gemv_nt rather than BLAS. float: the 4x4-blocked
+// gemv_nt beat MKL sgemm at every n measured (1..128; e.g. B = 64: 1466 vs 1614 ms per call), so
+// BLAS only takes larger batches. bf16: gemv_nt widens the weights and computes in fp32, which
+// oneDNN's bf16 dot products outrun from n = 4 on; it keeps n <= 2 (B = 1: 62 vs 102 ms).
+// ELMO_FAST_BILSTM_GEMV_ROWS overrides, for benchmarking and tests.
+int64_t gemv_max_rows(bool bf16_weights) {
+  const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS");
+  return env != nullptr ? std::atoll(env) : bf16_weights ? 2 : 128;
+}
+
+// How the two directions share the threads: concurrently, one each with single-threaded GEMMs
+// (true), or in turn, each GEMM and pass on all threads (false). Small batches are bound by
+// reading the weights: in turn, one (layer, direction)'s weights are read by both threads and, in
+// bf16 (20 MB), stay in L3 from step to step (B = 1 fp32: 102 vs 155 ms; bf16: 62 vs 136 ms).
+// Larger batches are compute-bound and single-threaded GEMMs run closer to peak (B = 16 fp32: 483
+// vs 545 ms; bf16 from B = 64: 814 vs 886 ms).
 // ELMO_FAST_BILSTM_THREADS=sequential|directions overrides, for benchmarking.
-bool directions_in_parallel() {
+bool directions_in_parallel(int64_t rows, bool bf16_weights) {
   if (at::get_num_threads() < 2 || at::in_parallel_region()) {
     return false;
   }
@@ -340,19 +411,15 @@ bool directions_in_parallel() {
   if (env != nullptr && std::string(env) == "sequential") {
     return false;
   }
-  return true;
-}
-
-// Steps with at most this many active rows use gemv_nt rather than BLAS.
-// ELMO_FAST_BILSTM_GEMV_ROWS overrides, for benchmarking and tests.
-int64_t gemv_max_rows() {
-  const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS");
-  return env != nullptr ? std::atoll(env) : 8;
+  if (env != nullptr && std::string(env) == "directions") {
+    return true;
+  }
+  return rows > (bf16_weights ? 32 : 8);
 }
 
 template <typename scalar_t>
-void run_bilstm(const Problem<scalar_t>& pb, Workspace* ws) {
-  if (directions_in_parallel()) {
+void run_bilstm(const Problem<scalar_t>& pb, Workspace* ws, bool concurrent_directions) {
+  if (concurrent_directions) {
     // The worker thread runs ATen ops on tensors made here: it needs this thread's dispatch state
     // (inference mode, grad mode), which at::parallel_for does not carry over.
     const at::ThreadLocalState caller_state;
@@ -492,10 +559,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   const at::Tensor h0_c = h0_opt.has_value() ? h0_opt->contiguous() : at::Tensor();
   const at::Tensor c0_c = c0_opt.has_value() ? c0_opt->contiguous() : at::Tensor();
 
+  const at::Tensor zeros = at::zeros({4 * C}, opts);
   Workspace ws[2];
   for (auto& w : ws) {
     w.x = at::empty({N, P}, opts);
-    if (L > 1) {
+    if (L > 1 && wdtype != at::kBFloat16) {
       w.gates = at::empty({N, 4 * C}, opts);
     }
     w.rec = at::empty({n0, 4 * C}, opts);
@@ -532,7 +600,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
       pb.bias.push_back(first ? at::Tensor() : weights[4 * ld + 2].to(dtype).contiguous());
       pb.w_proj.push_back(weight(weights[4 * ld + 3]));
     }
-    pb.gemv_max_rows = gemv_max_rows();
+    pb.gemv_max_rows = gemv_max_rows(wdtype == at::kBFloat16);
+    pb.zeros = zeros.const_data_ptr<scalar_t>();
     pb.h0 = h0_c.defined() ? h0_c.const_data_ptr<scalar_t>() : nullptr;
     pb.c0 = c0_c.defined() ? c0_c.const_data_ptr<scalar_t>() : nullptr;
     pb.cell_clip = static_cast<scalar_t>(cell_clip_v);
@@ -540,7 +609,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
     pb.out = out.mutable_data_ptr<scalar_t>();
     pb.h_out = h_out.mutable_data_ptr<scalar_t>();
     pb.c_out = c_out.mutable_data_ptr<scalar_t>();
-    run_bilstm(pb, ws);
+    run_bilstm(pb, ws, directions_in_parallel(n0, wdtype == at::kBFloat16));
   });
   return {out, h_out, c_out};
 }

@@ -12,19 +12,11 @@
 #include <c10/macros/Macros.h>
 
 #include <cstdint>
-#include <cstring>
+
+#include "cpu/lstm_pointwise.h"  // widen()
 
 namespace elmo_fast {
 namespace lstm {
-
-C10_ALWAYS_INLINE float widen(float v) { return v; }
-// bfloat16 is the top half of a float.
-C10_ALWAYS_INLINE float widen(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof(f));
-  return f;
-}
 
 template <typename w_t>
 struct GemvParams {
@@ -38,33 +30,77 @@ struct GemvParams {
   int64_t k;       // K
 };
 
-// Columns [g_begin, g_end) of out, four weight rows at a time (each read from memory once, then
-// from L1 for the other rows of a).
+// out[r0:r0+4, g:g+4]: four weight rows against four rows of a, 16 sums (8 loads per 16 FMAs).
+template <typename w_t>
+C10_ALWAYS_INLINE void gemv_block4x4(const GemvParams<w_t>& p, int64_t r0, int64_t g) {
+  const int64_t K = p.k;
+  const w_t* w0 = p.w + g * p.ldw;
+  const w_t* w1 = w0 + p.ldw;
+  const w_t* w2 = w1 + p.ldw;
+  const w_t* w3 = w2 + p.ldw;
+  const float* a0 = p.a + r0 * p.lda;
+  const float* a1 = a0 + p.lda;
+  const float* a2 = a1 + p.lda;
+  const float* a3 = a2 + p.lda;
+  float s00 = 0.f, s01 = 0.f, s02 = 0.f, s03 = 0.f, s10 = 0.f, s11 = 0.f, s12 = 0.f, s13 = 0.f;
+  float s20 = 0.f, s21 = 0.f, s22 = 0.f, s23 = 0.f, s30 = 0.f, s31 = 0.f, s32 = 0.f, s33 = 0.f;
+#pragma omp simd reduction(+ : s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33)
+  for (int64_t k = 0; k < K; ++k) {
+    const float v0 = widen(w0[k]), v1 = widen(w1[k]), v2 = widen(w2[k]), v3 = widen(w3[k]);
+    const float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+    s00 += x0 * v0; s01 += x0 * v1; s02 += x0 * v2; s03 += x0 * v3;
+    s10 += x1 * v0; s11 += x1 * v1; s12 += x1 * v2; s13 += x1 * v3;
+    s20 += x2 * v0; s21 += x2 * v1; s22 += x2 * v2; s23 += x2 * v3;
+    s30 += x3 * v0; s31 += x3 * v1; s32 += x3 * v2; s33 += x3 * v3;
+  }
+  float* o = p.out + r0 * p.ldo + g;
+  o[0] = s00; o[1] = s01; o[2] = s02; o[3] = s03;
+  o += p.ldo;
+  o[0] = s10; o[1] = s11; o[2] = s12; o[3] = s13;
+  o += p.ldo;
+  o[0] = s20; o[1] = s21; o[2] = s22; o[3] = s23;
+  o += p.ldo;
+  o[0] = s30; o[1] = s31; o[2] = s32; o[3] = s33;
+}
+
+// out[r, g:g+4]: four weight rows against one row of a.
+template <typename w_t>
+C10_ALWAYS_INLINE void gemv_block1x4(const GemvParams<w_t>& p, int64_t r, int64_t g) {
+  const int64_t K = p.k;
+  const w_t* w0 = p.w + g * p.ldw;
+  const w_t* w1 = w0 + p.ldw;
+  const w_t* w2 = w1 + p.ldw;
+  const w_t* w3 = w2 + p.ldw;
+  const float* a = p.a + r * p.lda;
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (int64_t k = 0; k < K; ++k) {
+    const float x = a[k];
+    s0 += x * widen(w0[k]);
+    s1 += x * widen(w1[k]);
+    s2 += x * widen(w2[k]);
+    s3 += x * widen(w3[k]);
+  }
+  float* o = p.out + r * p.ldo + g;
+  o[0] = s0;
+  o[1] = s1;
+  o[2] = s2;
+  o[3] = s3;
+}
+
+// Columns [g_begin, g_end) of out, four weight rows at a time: each is read from memory once,
+// then from L1 for every block of rows of a.
 template <typename w_t>
 C10_ALWAYS_INLINE void gemv_nt(const GemvParams<w_t>& p, int64_t g_begin, int64_t g_end) {
   const int64_t K = p.k;
   int64_t g = g_begin;
   for (; g + 4 <= g_end; g += 4) {
-    const w_t* w0 = p.w + g * p.ldw;
-    const w_t* w1 = w0 + p.ldw;
-    const w_t* w2 = w1 + p.ldw;
-    const w_t* w3 = w2 + p.ldw;
-    for (int64_t r = 0; r < p.n; ++r) {
-      const float* a = p.a + r * p.lda;
-      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-      for (int64_t k = 0; k < K; ++k) {
-        const float x = a[k];
-        s0 += x * widen(w0[k]);
-        s1 += x * widen(w1[k]);
-        s2 += x * widen(w2[k]);
-        s3 += x * widen(w3[k]);
-      }
-      float* o = p.out + r * p.ldo + g;
-      o[0] = s0;
-      o[1] = s1;
-      o[2] = s2;
-      o[3] = s3;
+    int64_t r = 0;
+    for (; r + 4 <= p.n; r += 4) {
+      gemv_block4x4(p, r, g);
+    }
+    for (; r < p.n; ++r) {
+      gemv_block1x4(p, r, g);
     }
   }
   for (; g < g_end; ++g) {

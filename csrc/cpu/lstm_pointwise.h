@@ -77,69 +77,97 @@ C10_ALWAYS_INLINE T clip_to(T v, T clip) {
   return std::min(std::max(v, -clip), clip);
 }
 
+// bfloat16 as raw bits (the top half of a float): widened exactly; narrowed with round to nearest
+// even, NaN kept a (quiet) NaN, as c10::BFloat16 does.
+C10_ALWAYS_INLINE float widen(float v) { return v; }
+C10_ALWAYS_INLINE double widen(double v) { return v; }
+C10_ALWAYS_INLINE float widen(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof(f));
+  return f;
+}
+
+C10_ALWAYS_INLINE uint16_t to_bf16_bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  const uint16_t rounded = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  return v != v ? uint16_t{0x7FC0} : rounded;
+}
+
+// *dst = v in dst's type.
+C10_ALWAYS_INLINE void store(float* dst, float v) { *dst = v; }
+C10_ALWAYS_INLINE void store(double* dst, double v) { *dst = v; }
+C10_ALWAYS_INLINE void store(uint16_t* dst, float v) { *dst = to_bf16_bits(v); }
+
 // One step's cell update for rows [row_begin, row_end) of the active prefix. All rows are
-// contiguous in the feature dim; gate blocks are ordered i, f, g, o, C apart.
-template <typename scalar_t>
+// contiguous in the feature dim; gate blocks are ordered i, f, g, o, C apart. xg_t, rec_t and
+// hc_t are scalar_t, or bfloat16 bits (uint16_t) around oneDNN's bf16 GEMMs.
+template <typename scalar_t, typename xg_t = scalar_t, typename rec_t = scalar_t, typename hc_t = scalar_t>
 struct CellParams {
-  const scalar_t* xg;        // input gates: row j at xg + xg_offset[j] (4C contiguous) ...
+  const xg_t* xg;            // input gates x W_ih^T: row j at xg + xg_offset[j] (4C contiguous) ...
   const int64_t* xg_offset;  // [n] element offsets, or nullptr: row j at xg + j * 4C
-  const scalar_t* rec;       // [n, 4C] recurrent gates h W_hh^T
+  const scalar_t* bias;      // [4C] added to every row's input gates (zeros where xg has it)
+  const rec_t* rec;          // [n, 4C] recurrent gates h W_hh^T
   scalar_t* c;               // [n, C] cell state, updated in place
-  scalar_t* hc;              // [n, C] out: sig(o) * tanh(c), the projection's input
+  hc_t* hc;                  // [n, C] out: sig(o) * tanh(c), the projection's input
   int64_t cell;              // C
   scalar_t cell_clip;        // +inf: none
 };
 
-// One row: 4C gates in (input + recurrent), C cells updated, C values of sig(o) * tanh(c) out.
-template <typename scalar_t>
-C10_ALWAYS_INLINE void cell_row(const scalar_t* C10_RESTRICT xg, const scalar_t* C10_RESTRICT rec,
-                                scalar_t* C10_RESTRICT c, scalar_t* C10_RESTRICT hc, int64_t C,
-                                scalar_t clip) {
+// One row: 4C gates in (input + bias + recurrent), C cells updated, C values of sig(o) * tanh(c) out.
+template <typename scalar_t, typename xg_t, typename rec_t, typename hc_t>
+C10_ALWAYS_INLINE void cell_row(const xg_t* C10_RESTRICT xg, const scalar_t* C10_RESTRICT bias,
+                                const rec_t* C10_RESTRICT rec, scalar_t* C10_RESTRICT c,
+                                hc_t* C10_RESTRICT hc, int64_t C, scalar_t clip) {
   for (int64_t k = 0; k < C; ++k) {
-    const scalar_t i = sigmoid_fast(xg[k] + rec[k]);
-    const scalar_t f = sigmoid_fast(xg[C + k] + rec[C + k]);
-    const scalar_t g = tanh_fast(xg[2 * C + k] + rec[2 * C + k]);
-    const scalar_t o = sigmoid_fast(xg[3 * C + k] + rec[3 * C + k]);
+    const scalar_t i = sigmoid_fast(widen(xg[k]) + bias[k] + widen(rec[k]));
+    const scalar_t f = sigmoid_fast(widen(xg[C + k]) + bias[C + k] + widen(rec[C + k]));
+    const scalar_t g = tanh_fast(widen(xg[2 * C + k]) + bias[2 * C + k] + widen(rec[2 * C + k]));
+    const scalar_t o = sigmoid_fast(widen(xg[3 * C + k]) + bias[3 * C + k] + widen(rec[3 * C + k]));
     const scalar_t c_new = clip_to(i * g + f * c[k], clip);
     c[k] = c_new;
-    hc[k] = o * tanh_fast(c_new);
+    store(hc + k, o * tanh_fast(c_new));
   }
 }
 
-template <typename scalar_t>
-C10_ALWAYS_INLINE void cell_rows(const CellParams<scalar_t>& p, int64_t row_begin, int64_t row_end) {
+template <typename scalar_t, typename xg_t, typename rec_t, typename hc_t>
+C10_ALWAYS_INLINE void cell_rows(const CellParams<scalar_t, xg_t, rec_t, hc_t>& p, int64_t row_begin,
+                                 int64_t row_end) {
   const int64_t C = p.cell;
   for (int64_t j = row_begin; j < row_end; ++j) {
-    cell_row(p.xg + (p.xg_offset ? p.xg_offset[j] : j * 4 * C), p.rec + j * 4 * C, p.c + j * C,
+    cell_row(p.xg + (p.xg_offset ? p.xg_offset[j] : j * 4 * C), p.bias, p.rec + j * 4 * C, p.c + j * C,
              p.hc + j * C, C, p.cell_clip);
   }
 }
 
-// After the projection GEMM: clip h in place and write the layer's output (with the skip
-// connection from layers >= 1 on). h and x are [n, P] contiguous, so this is one flat loop.
-template <typename scalar_t>
+// After the projection GEMM: h = clip(projection) (the state for the next step) and the layer's
+// output (with the skip connection from layers >= 1 on). All [n, P] contiguous: one flat loop.
+template <typename scalar_t, typename in_t = scalar_t>
 struct ProjParams {
-  scalar_t* h;          // [n, P] projected h, clipped in place (the state for the next step)
+  const in_t* in;       // [n, P] the projection GEMM's result; may be h itself
+  scalar_t* h;          // [n, P] out: clipped h
   scalar_t* x;          // [n, P] the layer's output rows (packed), overwritten or accumulated
   int64_t numel;        // n * P
   bool skip;            // x += h (layers >= 1) instead of x = h
   scalar_t proj_clip;   // +inf: none
 };
 
-template <typename scalar_t>
-C10_ALWAYS_INLINE void proj_elems(const ProjParams<scalar_t>& p, int64_t begin, int64_t end) {
-  scalar_t* C10_RESTRICT h = p.h;
+template <typename scalar_t, typename in_t>
+C10_ALWAYS_INLINE void proj_elems(const ProjParams<scalar_t, in_t>& p, int64_t begin, int64_t end) {
+  const in_t* in = p.in;  // may alias h: no restrict
+  scalar_t* h = p.h;
   scalar_t* C10_RESTRICT x = p.x;
   const scalar_t clip = p.proj_clip;
   if (p.skip) {
     for (int64_t e = begin; e < end; ++e) {
-      const scalar_t v = clip_to(h[e], clip);
+      const scalar_t v = clip_to(static_cast<scalar_t>(widen(in[e])), clip);
       h[e] = v;
       x[e] += v;
     }
   } else {
     for (int64_t e = begin; e < end; ++e) {
-      const scalar_t v = clip_to(h[e], clip);
+      const scalar_t v = clip_to(static_cast<scalar_t>(widen(in[e])), clip);
       h[e] = v;
       x[e] = v;
     }
