@@ -126,7 +126,8 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
     lengths:     [B] int64 in [0, T], any order.
     weights:     8L tensors, weights[4 * (2l + d) + k]: w_ih [4C, P], w_hh [4C, P], bias [4C],
                  w_proj [P, C] (layer 0's w_ih and bias are unused: folded into ``xg0``); the
-                 dtype of ``xg0``.
+                 dtype of ``xg0``, or bfloat16 with a float32 ``xg0`` (biases bf16 or fp32): then the
+                 GEMMs run in bf16 with fp32 accumulation while states, gates and outputs stay fp32.
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:      [L, B, 2P], [L, B, 2C] initial states ([forward | backward]), or None (zeros).
     returns      outputs [L, B, T, 2P] (exactly 0 at t >= lengths[b]), h [L, B, 2P], c [L, B, 2C]

@@ -263,6 +263,13 @@ def test_bilstm_opcheck(B, T, L, P, C, state, clip, dtype):
                           (xg0, token_index, lengths, weights, clip, clip, h0, c0))
 
 
+@needs_extension
+def test_bilstm_opcheck_bf16_weights():
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(5, 7, 2, 16, 64, seed=8)
+    torch.library.opcheck(torch.ops.elmo_fast.bilstm.default,
+                          (xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0))
+
+
 # --- bfloat16 weights: GEMMs in bf16 with fp32 accumulation; states, gates and outputs in fp32 -----
 
 

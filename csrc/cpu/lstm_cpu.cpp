@@ -10,9 +10,16 @@
 //     are one GEMM over the packed rows.
 //   * Per step: recurrent GEMM h[:n_s] W_hh^T -> one fused pass (input gates, gate
 //     nonlinearities, cell update and clip, o * tanh(c)) -> projection GEMM -> a pass for the
-//     projection clip, the skip connection and the packed output. GEMMs go to ATen (BLAS), except
-//     for steps with few rows: those stream the weights through gemv_nt (lstm_gemv.h).
-//   * Weights in bfloat16 (with float32 states): see linear_nt().
+//     projection clip, the skip connection and the packed output. The recurrent and projection
+//     GEMMs of steps with at most gemv_max_rows() rows (fp32: 128, ELMo's usual batches; bf16: 2)
+//     run in gemv_nt (lstm_gemv.h), the others and the input GEMMs in ATen (BLAS / oneDNN).
+//   * Weights in bfloat16 (states, gates, outputs float32): gemv_nt steps widen the weights and keep
+//     the activations in fp32; other GEMMs are oneDNN's (at::mm in bf16): inputs rounded to bf16,
+//     fp32 accumulation, a bf16 result that the pointwise passes widen as they read it. ATen has
+//     no fast CPU GEMM with bf16 inputs and an fp32 result: aten::mm.dtype has no CPU kernel,
+//     at::native::mkldnn_matmul wants the result in the inputs' dtype, and cpublas' bf16 -> fp32
+//     GEMM (MKL gemm_bf16bf16f32, reachable through cpublas::brgemm(is_vnni=false)) ran no faster
+//     than fp32 sgemm on the AMD Zen 4 this was tuned on (~55 vs ~160 GFLOP/s for oneDNN bf16).
 //   * The forward and backward stacks never read each other, so with >= 2 threads they can run
 //     concurrently, one per thread, each with single-threaded GEMMs (BLAS runs one thread inside a
 //     parallel region), or in turn with multi-threaded GEMMs: see directions_in_parallel().
