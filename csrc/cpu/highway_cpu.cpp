@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "checks.h"
+#include "highway_args.h"
 #include "cpu/vec_math.h"
 
 namespace elmo_fast {
@@ -116,25 +117,7 @@ at::Tensor highway_cpu(const at::Tensor& x, at::TensorList highway_weights, at::
   ELMO_CHECK_CPU(x);
   const int64_t n = x.size(0);
   const int64_t f = x.size(1);
-  ELMO_CHECK(highway_weights.size() == highway_biases.size(), "highway_weights and highway_biases must have the "
-             "same length, got ", highway_weights.size(), " and ", highway_biases.size());
-  for (size_t k = 0; k < highway_weights.size(); ++k) {
-    ELMO_CHECK(highway_weights[k].dim() == 2 && highway_weights[k].size(0) == 2 * f &&
-                   highway_weights[k].size(1) == f,
-               "highway_weights[", k, "] must have shape [", 2 * f, ", ", f, "], got ", highway_weights[k].sizes());
-    ELMO_CHECK(highway_biases[k].dim() == 1 && highway_biases[k].size(0) == 2 * f, "highway_biases[", k,
-               "] must have shape [", 2 * f, "], got ", highway_biases[k].sizes());
-    ELMO_CHECK(highway_weights[k].scalar_type() == x.scalar_type() &&
-                   highway_biases[k].scalar_type() == x.scalar_type(),
-               "highway_weights[", k, "] and highway_biases[", k, "] must have x's dtype ",
-               dtype_name(x.scalar_type()));
-  }
-  ELMO_CHECK_DIM(proj_weight, 2);
-  ELMO_CHECK(proj_weight.size(1) == f, "proj_weight must have shape [P, ", f, "], got ", proj_weight.sizes());
-  ELMO_CHECK(proj_bias.dim() == 1 && proj_bias.size(0) == proj_weight.size(0), "proj_bias must have shape [",
-             proj_weight.size(0), "], got ", proj_bias.sizes());
-  ELMO_CHECK_SAME_DTYPE(proj_weight, x);
-  ELMO_CHECK_SAME_DTYPE(proj_bias, x);
+  check_highway_args(x, highway_weights, highway_biases, proj_weight, proj_bias);
 
   at::Tensor cur = x;
   at::Tensor projected;

@@ -1,0 +1,42 @@
+// Argument checks of the `highway` op, shared by its CPU and CUDA bindings (each adds its own
+// device-type and dtype checks on x first).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "checks.h"
+
+namespace elmo_fast {
+
+// x: [N, F]; highway_weights: L x [2F, F]; highway_biases: L x [2F]; proj_weight: [P, F];
+// proj_bias: [P]; every tensor of x's dtype and device.
+inline void check_highway_args(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
+                               const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
+  static constexpr char kOp[] = "highway";
+  const int64_t f = x.size(1);
+  ELMO_CHECK(highway_weights.size() == highway_biases.size(), "highway_weights and highway_biases must have the "
+             "same length, got ", highway_weights.size(), " and ", highway_biases.size());
+  for (size_t k = 0; k < highway_weights.size(); ++k) {
+    ELMO_CHECK(highway_weights[k].dim() == 2 && highway_weights[k].size(0) == 2 * f &&
+                   highway_weights[k].size(1) == f,
+               "highway_weights[", k, "] must have shape [", 2 * f, ", ", f, "], got ", highway_weights[k].sizes());
+    ELMO_CHECK(highway_biases[k].dim() == 1 && highway_biases[k].size(0) == 2 * f, "highway_biases[", k,
+               "] must have shape [", 2 * f, "], got ", highway_biases[k].sizes());
+    ELMO_CHECK(highway_weights[k].scalar_type() == x.scalar_type() &&
+                   highway_biases[k].scalar_type() == x.scalar_type(),
+               "highway_weights[", k, "] and highway_biases[", k, "] must have x's dtype ",
+               dtype_name(x.scalar_type()));
+    ELMO_CHECK(highway_weights[k].device() == x.device() && highway_biases[k].device() == x.device(),
+               "highway_weights[", k, "] and highway_biases[", k, "] must be on x's device ", x.device());
+  }
+  ELMO_CHECK_DIM(proj_weight, 2);
+  ELMO_CHECK(proj_weight.size(1) == f, "proj_weight must have shape [P, ", f, "], got ", proj_weight.sizes());
+  ELMO_CHECK(proj_bias.dim() == 1 && proj_bias.size(0) == proj_weight.size(0), "proj_bias must have shape [",
+             proj_weight.size(0), "], got ", proj_bias.sizes());
+  ELMO_CHECK_SAME_DTYPE(proj_weight, x);
+  ELMO_CHECK_SAME_DTYPE(proj_bias, x);
+  ELMO_CHECK_SAME_DEVICE(proj_weight, x);
+  ELMO_CHECK_SAME_DEVICE(proj_bias, x);
+}
+
+}  // namespace elmo_fast
