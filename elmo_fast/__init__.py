@@ -3,11 +3,12 @@ from .char_ids import batch_to_ids
 from .embedder import ElmoEmbedder
 from .errors import DownloadError, ElmoFastError, ExtensionNotBuiltError, InputError, ModelFileError
 from .model import ElmoBiLm
+from .scalar_mix import ScalarMix
 from .weights import ElmoOptions, ElmoWeights, load_options, load_weights
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "batch_to_ids", "ElmoEmbedder", "ElmoBiLm", "ElmoOptions", "ElmoWeights", "load_options", "load_weights",
+    "batch_to_ids", "ElmoEmbedder", "ElmoBiLm", "ScalarMix", "ElmoOptions", "ElmoWeights", "load_options", "load_weights",
     "ElmoFastError", "ModelFileError", "InputError", "DownloadError", "ExtensionNotBuiltError", "__version__",
 ]

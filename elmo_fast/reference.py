@@ -193,3 +193,36 @@ def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None,
     outputs, h, c = bilstm_ref(layer0_gates_ref(tokens.view(B * T2, -1), lstm), token_index, mask.sum(dim=1),
                                lstm, o.cell_clip, o.proj_clip, h0, c0)
     return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
+
+
+#: allennlp's ``util.tiny_value_of_dtype(torch.float)``: the variance epsilon of the scalar mix's layer norm
+LAYER_NORM_EPS = 1e-13
+
+
+def scalar_mix_ref(layers: list[Tensor], weights: Tensor, gamma: Tensor, mask: Tensor | None = None,
+                   do_layer_norm: bool = False) -> Tensor:
+    """allennlp's ``ScalarMix``: ``gamma * sum_k softmax(weights)_k * norm(layers[k])``.
+
+    layers:  K tensors [..., D] of one shape (e.g. [B, T, D]).
+    weights: [K] unnormalised scalar weights; gamma: [1] (or a scalar).
+    mask:    [...] (e.g. [B, T]), required with do_layer_norm: each layer is normalised with one mean
+             and one variance over all its unmasked elements (all positions and features of the
+             batch together, not per token), eps 1e-13 as allennlp.
+    returns  [..., D].
+    """
+    if len(layers) != weights.numel():
+        raise ValueError(f"scalar mix: {len(layers)} layers given, but {weights.numel()} scalar weights")
+    s = torch.softmax(weights.reshape(-1), dim=0)
+    if do_layer_norm:
+        if mask is None:
+            raise ValueError("scalar mix: do_layer_norm needs the mask")
+        m = mask.to(layers[0].dtype).unsqueeze(-1)
+        n = m.sum() * layers[0].shape[-1]
+
+        def norm(x: Tensor) -> Tensor:
+            mean = (x * m).sum() / n
+            variance = (((x * m - mean) * m) ** 2).sum() / n
+            return (x - mean) / torch.sqrt(variance + LAYER_NORM_EPS)
+
+        layers = [norm(x) for x in layers]
+    return gamma.reshape(()) * sum(s[k] * x for k, x in enumerate(layers))
