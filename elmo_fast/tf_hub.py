@@ -100,8 +100,9 @@ class HubElmo(nn.Module):
         self.projection_dim = self.elmo_bilm.options.projection_dim
         self.output_dim = self.elmo_bilm.get_output_dim()
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != self.num_layers:
+            n = self.num_layers
             raise ElmoFastError(f"scalar_mix_parameters has {len(scalar_mix_parameters)} values, but this model has "
-                                f"{self.num_layers} layers to mix (the token layer and {self.num_layers - 1} LSTM layers)")
+                                f"{n} layers to mix (the token layer and {n - 1} LSTM layers)")
         self.scalar_mix = ScalarMix(self.num_layers, initial_scalar_parameters=scalar_mix_parameters,
                                     trainable=scalar_mix_parameters is None).to(self.device)
 
@@ -136,15 +137,16 @@ class HubElmo(nn.Module):
 
     def _outputs(self, sentences: list[list[str]], width: int) -> dict[str, Tensor]:
         B, P, D, L = len(sentences), self.projection_dim, self.output_dim, self.num_layers
-        lengths = torch.tensor([len(s) for s in sentences], dtype=torch.long, device=self.device)
-        mask = torch.arange(width, device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-        if any(lengths.tolist()):
-            layers, _ = self.elmo_bilm.embed(batch_to_ids(sentences).to(self.device))  # [B, L, T', D]
+        device = self.elmo_bilm.char_embedding.device  # follows a later .to(device) of the module
+        lengths = torch.tensor([len(s) for s in sentences], dtype=torch.long, device=device)
+        mask = torch.arange(width, device=device).unsqueeze(0) < lengths.unsqueeze(1)
+        if any(len(s) for s in sentences):
+            layers, _ = self.elmo_bilm.embed(batch_to_ids(sentences).to(device))  # [B, L, T', D]
             layers = layers.float()
             if layers.shape[2] < width:  # the tokens signature keeps its input's width
                 layers = nn.functional.pad(layers, (0, 0, 0, width - layers.shape[2]))
         else:  # nothing to embed (no sentences, or only empty ones): skip the model
-            layers = torch.zeros(B, L, width, D, device=self.device)
+            layers = torch.zeros(B, L, width, D, device=device)
         per_layer = layers.unbind(1)
         elmo = self.scalar_mix(per_layer, mask)
         pooled = elmo.sum(dim=1) / lengths.clamp(min=1).unsqueeze(1).to(elmo.dtype)

@@ -1,5 +1,6 @@
 """TF-Hub google/elmo's signatures (HubElmo, hub_signature): outputs against the reference biLM and
 bilm-tf's own outputs, padding conventions, tokenization, statelessness, input errors."""
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -150,8 +151,6 @@ def test_golden_against_bilm_tf(bilm_tf_tiny, tiny_files, fixture_sentences, bac
         got = out["lstm_outputs2"][k, :n].numpy()
         assert got.shape == expected[k][0].shape
         assert np.abs(got - expected[k][0]).max() <= FP32, f"sentence {k}: lstm_outputs2 vs bilm-tf"
-    import h5py
-
     words = (bilm_tf_tiny / "vocab_test.txt").read_text().strip().split("\n")
     with h5py.File(bilm_tf_tiny / "elmo_token_embeddings.hdf5", "r") as f:
         token_embeddings = f["embedding"][...]
