@@ -4,11 +4,13 @@ from .embedder import ElmoEmbedder
 from .errors import DownloadError, ElmoFastError, ExtensionNotBuiltError, InputError, ModelFileError
 from .model import ElmoBiLm
 from .scalar_mix import ScalarMix
+from .tf_hub import HubElmo, hub_module, hub_signature
 from .weights import ElmoOptions, ElmoWeights, load_options, load_weights
 
 __version__ = "0.1.0"
 
 __all__ = [
     "batch_to_ids", "ElmoEmbedder", "ElmoBiLm", "ScalarMix", "ElmoOptions", "ElmoWeights", "load_options", "load_weights",
+    "HubElmo", "hub_signature", "hub_module",
     "ElmoFastError", "ModelFileError", "InputError", "DownloadError", "ExtensionNotBuiltError", "__version__",
 ]
