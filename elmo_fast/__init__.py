@@ -1,5 +1,6 @@
 """elmo-fast: ELMo (Peters et al., 2018) inference on modern PyTorch, from bilm-tf model files."""
 from .char_ids import batch_to_ids
+from .elmo import Elmo
 from .embedder import ElmoEmbedder
 from .errors import DownloadError, ElmoFastError, ExtensionNotBuiltError, InputError, ModelFileError
 from .model import ElmoBiLm
@@ -10,7 +11,7 @@ from .weights import ElmoOptions, ElmoWeights, load_options, load_weights
 __version__ = "0.1.0"
 
 __all__ = [
-    "batch_to_ids", "ElmoEmbedder", "ElmoBiLm", "ScalarMix", "ElmoOptions", "ElmoWeights", "load_options", "load_weights",
-    "HubElmo", "hub_signature", "hub_module",
+    "batch_to_ids", "Elmo", "ElmoEmbedder", "ElmoBiLm", "ScalarMix", "ElmoOptions", "ElmoWeights", "load_options",
+    "load_weights", "HubElmo", "hub_signature", "hub_module",
     "ElmoFastError", "ModelFileError", "InputError", "DownloadError", "ExtensionNotBuiltError", "__version__",
 ]

@@ -6,11 +6,13 @@ import time
 import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from . import ops, reference
+from .char_ids import BOS_CHAR_IDS, EOS_CHAR_IDS, word_to_char_ids
 from .errors import ElmoFastError
 from .weights import ElmoOptions, ElmoWeights, LstmWeights, load_model_files
 
@@ -51,6 +53,8 @@ class TokenCache:
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
         self._entries: OrderedDict[bytes, tuple[Tensor, Tensor]] = OrderedDict()
+        #: the ElmoBiLm weights' key (ElmoBiLm._weights_key) the entries were computed with
+        self.weights_key: tuple | None = None
         self.hits = 0
         self.misses = 0
 
@@ -76,8 +80,20 @@ class TokenCache:
 class ElmoBiLm(nn.Module):
     """allennlp's ``_ElmoBiLm``: char CNN, highway, projection and the biLSTM.
 
-    ``forward(char_ids [B, T, 50])`` returns ``{"activations": [L + 1 tensors [B, T + 2, 2P]],
-    "mask": [B, T + 2]}``, sentence boundaries included, as allennlp does.
+    ``forward(char_ids [B, T, 50], word_inputs [B, T] = None)`` returns ``{"activations": [L + 1
+    tensors [B, T + 2, 2P]], "mask": [B, T + 2]}``, sentence boundaries included, as allennlp does.
+
+    vocab_to_cache (allennlp's option): a list of words whose context-free vectors are computed once
+    (lazily, and again whenever the weights change); ``forward`` then takes ``word_inputs``, ids into
+    that list, with 0 meaning padding (so ``vocab_to_cache[0]`` is never looked up, as in allennlp,
+    where it is the padding token). ``char_ids`` may then be None. A batch holding an id outside the
+    list backs off to ``char_ids`` as a whole, as allennlp does. Either way the outputs equal those
+    of the char path: the cache only saves work.
+
+    Gradients: when grad mode is on and any parameter requires grad (``requires_grad=True``), the
+    module runs the reference path, whose autograd gives exact gradients; otherwise (inference,
+    or a frozen biLM under a trained model) it runs the fast path whatever ``backend`` says
+    besides "reference".
 
     stateful=False (the default): every batch starts from zero LSTM states, so a sentence's
     vectors never depend on its batch-mates or on earlier batches. stateful=True reproduces
@@ -88,7 +104,8 @@ class ElmoBiLm(nn.Module):
 
     def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
                  requires_grad: bool = False, stateful: bool = False, backend: str = "auto",
-                 token_cache_size: int = 0, dtype: torch.dtype = torch.float32) -> None:
+                 token_cache_size: int = 0, dtype: torch.dtype = torch.float32,
+                 vocab_to_cache: Sequence[str] | None = None) -> None:
         super().__init__()
         self.backend = resolve_backend(backend)
         if dtype not in (torch.float32, torch.bfloat16):
@@ -122,6 +139,18 @@ class ElmoBiLm(nn.Module):
         self.lstm_params = nn.ParameterList(
             [p(getattr(d, name)) for pair in w.lstm for d in pair for name in ("w_ih", "w_hh", "bias", "w_proj")])
         self._states: tuple[Tensor, Tensor] | None = None
+        # vocab_to_cache: the words' char ids, row 0 zeros (padding); an empty list means no cache,
+        # as in allennlp. Not in the state dict: it is part of the configuration, not of the weights.
+        self._vocab_table: tuple[tuple, Tensor] | None = None
+        vocab_ids = None
+        if vocab_to_cache is not None:
+            if isinstance(vocab_to_cache, str) or not all(isinstance(w, str) for w in vocab_to_cache):
+                raise ElmoFastError("vocab_to_cache must be a list of words (str), e.g. "
+                                    "vocab.get_index_to_token_vocabulary().values()")
+            if len(vocab_to_cache):
+                vocab_ids = torch.tensor([word_to_char_ids(w) for w in vocab_to_cache], dtype=torch.long)
+                vocab_ids[0] = 0
+        self.register_buffer("_vocab_char_ids", vocab_ids, persistent=False)
 
     @property
     def num_layers(self) -> int:
@@ -178,19 +207,65 @@ class ElmoBiLm(nn.Module):
             torch.cuda.synchronize()
         self.stage_times[name] = self.stage_times.get(name, 0.0) + time.perf_counter() - start
 
-    def forward(self, char_ids: Tensor) -> dict[str, Tensor | list[Tensor]]:
-        if char_ids.dim() != 3 or char_ids.shape[-1] != 50:
-            raise ElmoFastError(f"char_ids must have shape [batch, tokens, 50], got {list(char_ids.shape)}")
-        char_ids = char_ids.to(self.char_embedding.device)
-        h0, c0 = self._initial_states(char_ids.shape[0])
+    @property
+    def vocab_size(self) -> int:
+        """Entries of ``vocab_to_cache`` (0 without one)."""
+        return 0 if self._vocab_char_ids is None else self._vocab_char_ids.shape[0]
+
+    def forward(self, char_ids: Tensor | None = None,
+                word_inputs: Tensor | None = None) -> dict[str, Tensor | list[Tensor]]:
+        word_inputs = self._cached_word_inputs(char_ids, word_inputs)
+        if word_inputs is None and (char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != 50):
+            got = None if char_ids is None else list(char_ids.shape)
+            raise ElmoFastError(f"char_ids must have shape [batch, tokens, 50], got {got}")
+        device = self.char_embedding.device
+        if word_inputs is not None:
+            word_inputs = word_inputs.to(device)
+            batch_size = word_inputs.shape[0]
+        else:
+            char_ids = char_ids.to(device)
+            batch_size = char_ids.shape[0]
+        h0, c0 = self._initial_states(batch_size)
         if self.backend == "reference" or torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+            if word_inputs is not None:  # the words' own char ids: exactly the char path, gradients included
+                char_ids = self._vocab_char_ids[word_inputs]
             with self._stage("reference"):
                 activations, mask, h, c = reference.bilm_ref(char_ids, self.weights(), h0, c0)
         else:
-            activations, mask, h, c = self._forward_fast(char_ids, h0, c0)
+            if word_inputs is not None:
+                vectors, gates, token_index, mask = self._cached_tokens(word_inputs)
+            else:
+                ids, mask = reference.add_sentence_boundaries(char_ids)
+                vectors, gates, token_index = self._distinct_tokens(ids)
+            activations, h, c = self._contextualize(vectors, gates, token_index, mask, h0, c0)
         if self.stateful:
             self._update_states(h, c)
         return {"activations": activations, "mask": mask}
+
+    def _cached_word_inputs(self, char_ids: Tensor | None, word_inputs: Tensor | None) -> Tensor | None:
+        """word_inputs when this batch can use the vocabulary cache, else None (the char path)."""
+        if word_inputs is None:
+            return None
+        if self._vocab_char_ids is None:
+            if char_ids is None:
+                raise ElmoFastError("word_inputs given without char_ids, but the model has no vocab_to_cache")
+            warnings.warn("word_inputs given to a model without vocab_to_cache: they are ignored and the "
+                          "char ids used (as allennlp does)", RuntimeWarning, stacklevel=3)
+            return None
+        if word_inputs.dim() != 2 or word_inputs.dtype.is_floating_point or word_inputs.dtype == torch.bool:
+            raise ElmoFastError(f"word_inputs must be integer ids of shape [batch, tokens], got "
+                                f"{word_inputs.dtype} {list(word_inputs.shape)}")
+        if char_ids is not None and tuple(char_ids.shape) != (*word_inputs.shape, 50):
+            raise ElmoFastError(f"char_ids {list(char_ids.shape)} and word_inputs {list(word_inputs.shape)} "
+                                "must describe the same tokens: [batch, tokens, 50] and [batch, tokens]")
+        if word_inputs.numel() and bool(((word_inputs < 0) | (word_inputs >= self.vocab_size)).any()):
+            if char_ids is None:
+                bad = word_inputs[(word_inputs < 0) | (word_inputs >= self.vocab_size)][0].item()
+                raise ElmoFastError(f"word_inputs holds id {bad}, outside the cached vocabulary of "
+                                    f"{self.vocab_size} words; pass char_ids too, so that such batches can "
+                                    "back off to the char CNN")
+            return None  # back off to the char ids for the whole batch, as allennlp does
+        return word_inputs.long()
 
     def _distinct_tokens(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Each distinct token once: char CNN, highway, projection and layer-0 input gates.
@@ -205,6 +280,10 @@ class ElmoBiLm(nn.Module):
         if cache is None:
             vectors = self._token_vectors(distinct)
             return vectors, self._layer0_gates(vectors), token_index
+        key = self._weights_key()
+        if cache.weights_key != key:
+            cache.clear()
+            cache.weights_key = key
         # int16 holds every id: 100-byte keys, one host copy for the batch's distinct tokens
         keys = [k.tobytes() for k in distinct.to(device="cpu", dtype=torch.int16).numpy()]
         entries = [cache.get(k) for k in keys]
@@ -219,13 +298,21 @@ class ElmoBiLm(nn.Module):
                 cache.put(keys[i], entries[i])
         return (torch.stack([e[0] for e in entries]), torch.stack([e[1] for e in entries]), token_index)
 
+    def _weights_key(self) -> tuple:
+        """Changes whenever a parameter does (an optimizer step, load_state_dict, .to(device)): what
+        the caches derived from the weights are checked against, so that fine-tuning never leaves a
+        stale copy behind. In-place updates bump a tensor's version counter; moves change its storage.
+        (Parameters made under inference_mode have no version counter; they cannot train either.)"""
+        return (self.compute_dtype,
+                *((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters()))
+
     def _bf16_weights(self) -> dict:
-        """bf16 copies of the GEMM weights (made once per device; biases of the LSTM stay fp32)."""
-        device = self.char_embedding.device
-        if self._lowp is None or self._lowp[0] != device:
+        """bf16 copies of the GEMM weights (remade when the weights change; LSTM biases stay fp32)."""
+        key = self._weights_key()
+        if self._lowp is None or self._lowp[0] != key:
             bf = torch.bfloat16
             lstm = [p.detach().to(bf) if k % 4 != 2 else p.detach() for k, p in enumerate(self.lstm_params)]
-            self._lowp = (device, {
+            self._lowp = (key, {
                 "highway_weights": [p.detach().to(bf) for p in self.highway_weights],
                 "highway_biases": [p.detach().to(bf) for p in self.highway_biases],
                 "proj_weight": self.proj_weight.detach().to(bf), "proj_bias": self.proj_bias.detach().to(bf),
@@ -253,16 +340,46 @@ class ElmoBiLm(nn.Module):
             return self._bf16_weights()["lstm"]
         return list(self.lstm_params)
 
-    def _forward_fast(self, char_ids: Tensor, h0: Tensor | None, c0: Tensor | None):
-        ids, mask = reference.add_sentence_boundaries(char_ids)
-        B, T, _ = ids.shape
-        vectors, gates, token_index = self._distinct_tokens(ids)
+    def _cached_tokens(self, word_inputs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The vocabulary cache's counterpart of add_sentence_boundaries + _distinct_tokens.
+
+        word_inputs [B, T], ids in [0, V) -> token vectors [U, P], layer-0 gates [U, 2, 4C], token_index
+        [B, T + 2] and mask [B, T + 2]. Only the vectors are kept for the whole vocabulary: its gates
+        would take 32 C bytes a word (128 KiB for the original model), so they are computed here for
+        the batch's distinct words only, as the char path does.
+        """
+        V = self.vocab_size
+        B, T = word_inputs.shape
+        lengths = (word_inputs > 0).sum(dim=1)
+        # rows V and V + 1 of the table are <S> and </S>; placed as add_sentence_boundaries places them
+        index = word_inputs.new_zeros(B, T + 2)
+        index[:, 1:-1] = word_inputs
+        index[:, 0] = V
+        index[torch.arange(B, device=index.device), lengths + 1] = V + 1
+        distinct, inverse = torch.unique(index, return_inverse=True)
+        vectors = self._vocab_vectors()[distinct]
+        return vectors, self._layer0_gates(vectors), inverse.view(B, T + 2), index > 0
+
+    def _vocab_vectors(self) -> Tensor:
+        """[V + 2, P]: the context-free vectors of vocab_to_cache, then of <S> and </S>."""
+        key = self._weights_key()
+        if self._vocab_table is None or self._vocab_table[0] != key:
+            self._vocab_table = None  # free the stale table before building the new one
+            ids = torch.cat([self._vocab_char_ids, self._vocab_char_ids.new_tensor([BOS_CHAR_IDS, EOS_CHAR_IDS])])
+            with torch.no_grad():  # chunks bound the char CNN's memory for large vocabularies
+                vectors = torch.cat([self._token_vectors(chunk) for chunk in ids.split(4096)])
+            self._vocab_table = (key, vectors)
+        return self._vocab_table[1]
+
+    def _contextualize(self, vectors: Tensor, gates: Tensor, token_index: Tensor, mask: Tensor,
+                       h0: Tensor | None, c0: Tensor | None) -> tuple[list[Tensor], Tensor, Tensor]:
+        """The biLSTM over the distinct tokens' results; the fast path's activations and final states."""
         o = self.options
         with self._stage("lstm"):
             outputs, h, c = ops.bilstm(gates, token_index, mask.sum(dim=1), self._flat_lstm(), o.cell_clip,
                                        o.proj_clip, h0, c0)
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
-        return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
+        return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], h, c
 
     def embed(self, char_ids: Tensor) -> tuple[Tensor, Tensor]:
         """Outputs without the sentence boundaries: [B, L + 1, T, 2P] and mask [B, T]."""

@@ -186,11 +186,11 @@ def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None,
     tokens = char_cnn_ref(ids.reshape(B * T2, W), weights.char_embedding, weights.conv_weights,
                           weights.conv_biases, o.activation)
     tokens = highway_ref(tokens, weights.highway_weights, weights.highway_biases,
-                         weights.proj_weight, weights.proj_bias).view(B, T2, -1)
+                         weights.proj_weight, weights.proj_bias).view(B, T2, weights.proj_weight.shape[0])
     tokens = tokens * mask.unsqueeze(-1).to(tokens.dtype)
     lstm = flat_lstm_weights(weights.lstm)
     token_index = torch.arange(B * T2, device=ids.device).view(B, T2)
-    outputs, h, c = bilstm_ref(layer0_gates_ref(tokens.view(B * T2, -1), lstm), token_index, mask.sum(dim=1),
+    outputs, h, c = bilstm_ref(layer0_gates_ref(tokens.view(B * T2, tokens.shape[-1]), lstm), token_index, mask.sum(dim=1),
                                lstm, o.cell_clip, o.proj_clip, h0, c0)
     return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
 

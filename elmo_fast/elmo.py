@@ -1,0 +1,114 @@
+"""``Elmo``: ELMo inside a PyTorch model, with learned layer mixes (allennlp's ``Elmo``)."""
+from __future__ import annotations
+
+import math
+import os
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .errors import ElmoFastError
+from .model import ElmoBiLm
+from .reference import remove_sentence_boundaries
+from .scalar_mix import ScalarMix
+
+
+class Elmo(nn.Module):
+    """allennlp's ``Elmo``: the biLM run once, then ``num_output_representations`` scalar mixes.
+
+    ``forward(char_ids [..., T, 50], word_inputs [..., T] = None)`` returns
+    ``{"elmo_representations": K tensors [..., T, 2P], "mask": [..., T] (bool)}``, where
+    representation k is ``dropout(gamma_k * sum_j softmax(w_k)_j * h_j)`` over the biLM's layers h_j
+    (the context-free layer and every LSTM layer), each h_j first normalised over all unmasked
+    elements of the batch, boundaries included, when ``do_layer_norm`` (allennlp's ``ScalarMix``).
+
+    Options, with allennlp's meaning and defaults:
+
+    * ``requires_grad``: fine-tune the biLM too. Its weights then train through the reference
+      path (exact autograd); the scalar mixes always train, on the fast path when the biLM is frozen.
+    * ``scalar_mix_parameters``: fixed (pre-softmax) mixing weights for every representation,
+      e.g. ``[-9e10, 1, -9e10]`` for layer 1 alone; gamma is then fixed at 1 too.
+    * ``keep_sentence_boundaries``: keep ``<S>``/``</S>``: representations [..., T + 2, 2P].
+    * ``vocab_to_cache``: words whose context-free vectors are precomputed; ``word_inputs`` are
+      ids into that list (0 = padding) and ``char_ids`` may be None (see :class:`ElmoBiLm`).
+    * ``stateful``: allennlp carries the LSTM states from batch to batch; elmo-fast does not by
+      default (every batch starts from zeros), ``stateful=True`` restores allennlp's behaviour.
+
+    elmo-fast's own: ``backend`` ("auto", "fast", "reference"), ``device``, and ``dtype``
+    (``torch.bfloat16`` runs the fast path's GEMMs in bf16; parameters and outputs stay fp32).
+
+    An empty batch (no sentences) gives empty outputs; allennlp raises on it.
+    Submodules carry allennlp's names (``_elmo_lstm``, ``scalar_mix_{k}``), so the scalar mixes of a
+    state dict saved from an allennlp model load as they are.
+    """
+
+    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
+                 num_output_representations: int, requires_grad: bool = False, do_layer_norm: bool = False,
+                 dropout: float = 0.5, vocab_to_cache: Sequence[str] | None = None,
+                 keep_sentence_boundaries: bool = False, scalar_mix_parameters: Sequence[float] | None = None,
+                 stateful: bool = False, backend: str = "auto", device: str | torch.device | None = None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        if isinstance(num_output_representations, bool) or not isinstance(num_output_representations, int) \
+                or num_output_representations < 1:
+            raise ElmoFastError(f"num_output_representations must be an integer >= 1, got {num_output_representations!r}")
+        if not 0.0 <= dropout <= 1.0:
+            raise ElmoFastError(f"dropout must be in [0, 1], got {dropout!r}")
+        self._elmo_lstm = ElmoBiLm(options_file, weight_file, requires_grad=requires_grad, stateful=stateful,
+                                   backend=backend, dtype=dtype, vocab_to_cache=vocab_to_cache)
+        self._keep_sentence_boundaries = keep_sentence_boundaries
+        self._dropout = nn.Dropout(p=dropout)
+        num_layers = self._elmo_lstm.num_layers
+        if scalar_mix_parameters is not None and len(scalar_mix_parameters) != num_layers:
+            raise ElmoFastError(f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, but this biLM "
+                                f"has {num_layers} layers to mix")
+        self._scalar_mixes: list[ScalarMix] = []
+        for k in range(num_output_representations):
+            mix = ScalarMix(num_layers, do_layer_norm=do_layer_norm, initial_scalar_parameters=scalar_mix_parameters,
+                            trainable=scalar_mix_parameters is None)
+            self.add_module(f"scalar_mix_{k}", mix)
+            self._scalar_mixes.append(mix)
+        if device is not None:
+            from .embedder import resolve_device
+
+            self.to(resolve_device(device))
+
+    def get_output_dim(self) -> int:
+        return self._elmo_lstm.get_output_dim()
+
+    def reset_states(self) -> None:
+        """Forget the LSTM states carried across batches (``stateful=True``)."""
+        self._elmo_lstm.reset_states()
+
+    def forward(self, char_ids: Tensor | None = None,
+                word_inputs: Tensor | None = None) -> dict[str, Tensor | list[Tensor]]:
+        """char_ids [..., T, 50] (``batch_to_ids``), word_inputs [..., T] (with ``vocab_to_cache``).
+
+        Leading dimensions past the batch (e.g. [B, N, T, 50] for N sentences per instance) are
+        flattened for the biLM and restored on every output, as allennlp does.
+        """
+        if char_ids is None and word_inputs is None:
+            raise ElmoFastError("Elmo needs char_ids (from batch_to_ids), or word_inputs with vocab_to_cache")
+        if char_ids is not None and (char_ids.dim() < 3 or char_ids.shape[-1] != 50):
+            raise ElmoFastError(f"char_ids must have shape [batch, ..., tokens, 50], got {list(char_ids.shape)}")
+        if word_inputs is not None and word_inputs.dim() < 2:
+            raise ElmoFastError(f"word_inputs must have shape [batch, ..., tokens], got {list(word_inputs.shape)}")
+        if char_ids is not None and word_inputs is not None and word_inputs.shape != char_ids.shape[:-1]:
+            raise ElmoFastError(f"char_ids {list(char_ids.shape)} and word_inputs {list(word_inputs.shape)} must "
+                                "describe the same tokens: [..., tokens, 50] and [..., tokens]")
+        lead = (char_ids.shape[:-2] if char_ids is not None else word_inputs.shape[:-1])
+        T = char_ids.shape[-2] if char_ids is not None else word_inputs.shape[-1]
+        rows = math.prod(lead)  # explicit: view(-1, ...) cannot infer it when there are no elements
+        bilm = self._elmo_lstm(None if char_ids is None else char_ids.reshape(rows, T, 50),
+                               None if word_inputs is None else word_inputs.reshape(rows, T))
+        layers, mask = bilm["activations"], bilm["mask"]
+        representations = []
+        for mix in self._scalar_mixes:
+            mixed = mix(layers, mask)
+            if not self._keep_sentence_boundaries:
+                mixed, out_mask = remove_sentence_boundaries(mixed, mask)
+            else:
+                out_mask = mask
+            representations.append(self._dropout(mixed).view(*lead, mixed.shape[1], mixed.shape[2]))
+        return {"elmo_representations": representations, "mask": out_mask.view(*lead, out_mask.shape[1])}

@@ -1,0 +1,249 @@
+"""Gradients: the reference stages under gradcheck in float64, and which path Elmo takes to train.
+
+Calls that need gradients of the biLM's weights run the reference path (its autograd is the
+oracle); everything else, training a frozen biLM's scalar mixes included, runs the fast ops.
+"""
+import numpy as np
+import pytest
+import torch
+
+from elmo_fast import Elmo, ElmoWeights, batch_to_ids, load_options, load_weights, ops, reference
+from elmo_fast.reference import (bilm_ref, bilstm_ref, char_cnn_ref, highway_ref, remove_sentence_boundaries,
+                                 scalar_mix_ref)
+from elmo_fast.testing import random_weights, write_model
+from elmo_fast.weights import ElmoOptions, LstmWeights
+from test_reference import _sentences
+
+HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
+GRAD_RTOL = 1e-4  # fast vs reference gradients: max |difference| <= 1e-4 * max |reference gradient|
+
+# Small enough for a full float64 gradcheck; clips low enough that cells and projections hit them.
+MINI = ElmoOptions(filters=((1, 2), (2, 3), (3, 2)), char_dim=3, n_highway=1, projection_dim=3, cell_dim=4,
+                   n_layers=2, cell_clip=0.6, proj_clip=0.5)
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory) -> ElmoWeights:
+    options, weights = write_model(tmp_path_factory.mktemp("mini"), MINI, random_weights(MINI, seed=1))
+    return load_weights(weights, load_options(options)).to(dtype=torch.float64)
+
+
+def rebuild(options: ElmoOptions, tensors) -> ElmoWeights:
+    """The inverse of ElmoWeights.tensors()."""
+    it = iter(tensors)
+
+    def take(n):
+        return [next(it) for _ in range(n)]
+
+    K = len(options.filters)
+    char_embedding, conv_w, conv_b = next(it), take(K), take(K)
+    hw, hb = take(options.n_highway), take(options.n_highway)
+    proj_w, proj_b = next(it), next(it)
+    lstm = [tuple(LstmWeights(*take(4)) for _ in range(2)) for _ in range(options.n_layers)]
+    return ElmoWeights(options, char_embedding, conv_w, conv_b, hw, hb, proj_w, proj_b, lstm)
+
+
+def leaves(tensors):
+    return [t.detach().clone().requires_grad_() for t in tensors]
+
+
+MINI_WORDS = [["ab", "über", "x"], ["<S>"], []]
+
+
+def test_gradcheck_char_cnn(mini):
+    ids = batch_to_ids([["ab", "über", "x", "a" * 60]])[0]
+    ids = torch.cat([ids, torch.zeros(1, 50, dtype=torch.long)])  # and a "no token" row
+    inputs = leaves([mini.char_embedding, *mini.conv_weights, *mini.conv_biases])
+    K = len(mini.conv_weights)
+
+    def f(emb, *convs):
+        return char_cnn_ref(ids, emb, list(convs[:K]), list(convs[K:]), "relu")
+
+    assert torch.autograd.gradcheck(f, inputs)
+
+
+def test_gradcheck_highway(mini):
+    torch.manual_seed(0)
+    x = torch.randn(4, MINI.n_filters, dtype=torch.float64, requires_grad=True)
+    inputs = [x, *leaves([*mini.highway_weights, *mini.highway_biases, mini.proj_weight, mini.proj_bias])]
+    H = MINI.n_highway
+
+    def f(x, *w):
+        return highway_ref(x, list(w[:H]), list(w[H:2 * H]), w[-2], w[-1])
+
+    assert torch.autograd.gradcheck(f, inputs)
+
+
+def test_gradcheck_bilstm_with_clips(mini):
+    torch.manual_seed(1)
+    B, T, P, C = 3, 5, MINI.projection_dim, MINI.cell_dim
+    lengths = torch.tensor([5, 1, 3])
+    token_index = torch.randint(0, 6, (B, T))
+    flat = leaves(reference.flat_lstm_weights(mini.lstm))
+    xg0 = (3 * torch.randn(6, 2, 4 * C, dtype=torch.float64)).requires_grad_()
+    h0 = (0.3 * torch.randn(2, B, 2 * P, dtype=torch.float64)).requires_grad_()
+    c0 = (0.3 * torch.randn(2, B, 2 * C, dtype=torch.float64)).requires_grad_()
+
+    def f(xg0, h0, c0, *w):
+        return bilstm_ref(xg0, token_index, lengths, list(w), MINI.cell_clip, MINI.proj_clip, h0, c0)
+
+    with torch.no_grad():
+        outputs, _, c = f(xg0, h0, c0, *flat)
+    # the clips are exercised: layer 0's outputs (no skip connection) and final cells sit on them
+    assert bool((outputs[0].abs() == MINI.proj_clip).any()) and bool((c.abs() == MINI.cell_clip).any())
+    assert torch.autograd.gradcheck(f, (xg0, h0, c0, *flat))
+
+
+def test_gradcheck_whole_bilm(mini):
+    ids = batch_to_ids(MINI_WORDS)
+    tensors = leaves(mini.tensors())
+
+    def f(*t):
+        layers, _, h, c = bilm_ref(ids, rebuild(MINI, t))
+        return (*layers, h, c)
+
+    # fast_mode: one random direction per input: every weight is covered, in a few seconds
+    assert torch.autograd.gradcheck(f, tensors, fast_mode=True)
+
+
+# --- Elmo: which path, and the gradients it gives --------------------------------------------------
+
+
+@pytest.fixture
+def spies(monkeypatch):
+    """Counts calls of the fast ops and of the reference biLM, as the model makes them."""
+    calls = {"char_cnn": 0, "highway": 0, "bilstm": 0, "bilm_ref": 0}
+
+    def spy(module, name):
+        original = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    for name in ("char_cnn", "highway", "bilstm"):
+        spy(ops, name)
+    spy(reference, "bilm_ref")
+    return calls
+
+
+MIXES = [([0.3, -1.2, 0.9], 0.7), ([-0.5, 0.4, 1.1], 1.6)]
+
+
+def _elmo(files, backend="auto", **kwargs):
+    elmo = Elmo(*files, 2, dropout=0.0, backend=backend, **kwargs).train()
+    for k, (w, g) in enumerate(MIXES):
+        mix = getattr(elmo, f"scalar_mix_{k}")
+        with torch.no_grad():
+            for p, v in zip(mix.scalar_parameters, w):
+                p.fill_(v)
+            mix.gamma.fill_(g)
+    return elmo
+
+
+def _projections(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=g) for _ in MIXES]
+
+
+def _loss(representations, projections):
+    return sum((r * p).sum() for r, p in zip(representations, projections))
+
+
+def _reference_grads(options, bilm_tensors, ids, projections, layer_norm):
+    """The whole computation from scratch: bilm_ref + scalar_mix_ref + boundaries removed."""
+    tensors = leaves(bilm_tensors)
+    mix_leaves = [(torch.tensor(w, requires_grad=True), torch.tensor([g], requires_grad=True)) for w, g in MIXES]
+    layers, mask, _, _ = bilm_ref(ids, rebuild(options, tensors))
+    reps = [remove_sentence_boundaries(scalar_mix_ref(layers, w, g, mask, layer_norm), mask)[0] for w, g in mix_leaves]
+    loss = _loss(reps, projections)
+    flat_mix = [t for pair in mix_leaves for t in pair]
+    grads = torch.autograd.grad(loss, tensors + flat_mix)
+    return grads[:len(tensors)], grads[len(tensors):]
+
+
+def _mix_grads(elmo):
+    out = []
+    for k in range(len(MIXES)):
+        mix = getattr(elmo, f"scalar_mix_{k}")
+        out += [torch.cat([p.grad for p in mix.scalar_parameters]), mix.gamma.grad]
+    return out
+
+
+def _assert_grads_close(got, want, what):
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g is not None, f"{what}: gradient {i} missing"
+        scale = w.abs().max().item()
+        err = (g - w).abs().max().item()
+        assert err <= GRAD_RTOL * max(scale, 1e-30), f"{what}: gradient {i}: max err {err:.3g}, scale {scale:.3g}"
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_fine_tuning_gradients_equal_the_reference(random_models, spies, layer_norm):
+    files = random_models("tiny", exercise_clips=True)
+    elmo = _elmo(files, requires_grad=True, do_layer_norm=layer_norm)
+    sentences = _sentences(np.random.default_rng(2), 4, 1, 9)
+    sentences[1] = ["one"]
+    ids = batch_to_ids(sentences)
+    out = elmo(ids)
+    projections = _projections(out["elmo_representations"][0].shape, 0)
+    _loss(out["elmo_representations"], projections).backward()
+    # with grad on and the biLM trainable, the reference path ran, and no fast op
+    assert spies["bilm_ref"] == 1 and spies["bilstm"] == spies["char_cnn"] == 0
+    bilm_params = elmo._elmo_lstm.weights().tensors()  # the module's own Parameters, in ElmoWeights' order
+    want_bilm, want_mix = _reference_grads(elmo._elmo_lstm.options, [p.detach() for p in bilm_params], ids, projections, layer_norm)
+    _assert_grads_close([p.grad for p in bilm_params], want_bilm, "biLM weights")
+    _assert_grads_close(_mix_grads(elmo), want_mix, "scalar mixes")
+    assert all(p.grad.abs().sum() > 0 for p in bilm_params)  # every weight trains
+
+
+def test_fine_tuning_through_the_vocab_cache(random_models):
+    """requires_grad with word_inputs: the cached words' char ids run through the reference, so the
+    char CNN still gets its gradients, equal to the char path's."""
+    files = random_models("tiny", exercise_clips=True)
+    vocab = ["@@PADDING@@"] + "the a cat sat on mat".split()
+    sentences = [["the", "cat", "sat"], ["a", "mat"]]
+    word_ids = torch.tensor([[1, 3, 4], [2, 6, 0]])
+    grads = []
+    for args in [(batch_to_ids(sentences),), (None, word_ids)]:
+        elmo = _elmo(files, requires_grad=True, vocab_to_cache=vocab)
+        out = elmo(*args)
+        _loss(out["elmo_representations"], _projections(out["elmo_representations"][0].shape, 1)).backward()
+        grads.append([p.grad for p in elmo.parameters()])
+        assert elmo._elmo_lstm.conv_weights[0].grad.abs().sum() > 0  # the char CNN trains
+    _assert_grads_close(grads[1], grads[0], "word_inputs vs char_ids")
+
+
+@pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_frozen_bilm_trains_its_mixes_on_the_fast_path(random_models, spies, layer_norm):
+    files = random_models("tiny", exercise_clips=True)
+    ids = batch_to_ids(_sentences(np.random.default_rng(3), 5, 1, 12))
+    grads = {}
+    for backend in ("fast", "reference"):
+        elmo = _elmo(files, backend=backend, do_layer_norm=layer_norm)
+        assert elmo.training and torch.is_grad_enabled()
+        out = elmo(ids)
+        _loss(out["elmo_representations"], _projections(out["elmo_representations"][0].shape, 2)).backward()
+        grads[backend] = _mix_grads(elmo)
+        assert all(p.grad is None for p in elmo._elmo_lstm.parameters())
+        if backend == "fast":  # train mode, grad on, but nothing in the biLM to train: fast ops only
+            assert spies["bilm_ref"] == 0 and spies["char_cnn"] == spies["highway"] == spies["bilstm"] == 1
+    assert spies["bilm_ref"] == 1
+    _assert_grads_close(grads["fast"], grads["reference"], "scalar mixes, fast vs reference")
+
+
+@pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
+def test_inference_takes_the_fast_path_even_when_fine_tuning(random_models, spies):
+    files = random_models("tiny", exercise_clips=True)
+    elmo = _elmo(files, requires_grad=True)
+    ids = batch_to_ids([["a", "b"], ["c"]])
+    with torch.no_grad():
+        elmo(ids)
+    with torch.inference_mode():
+        elmo.eval()(ids)
+    assert spies["bilm_ref"] == 0 and spies["bilstm"] == 2
+    elmo.train()(ids)  # grad on again: the reference
+    assert spies["bilm_ref"] == 1 and spies["bilstm"] == 2
