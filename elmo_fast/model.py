@@ -375,9 +375,17 @@ class ElmoBiLm(nn.Module):
                        h0: Tensor | None, c0: Tensor | None) -> tuple[list[Tensor], Tensor, Tensor]:
         """The biLSTM over the distinct tokens' results; the fast path's activations and final states."""
         o = self.options
+        weights = self._flat_lstm()
+        if self.compute_dtype == torch.bfloat16 and gates.is_cuda:
+            # The CUDA bilstm takes one floating dtype for all its inputs (the CPU one takes fp32 input
+            # gates and biases beside bf16 weights): round the layer-0 gates and the biases to bf16, as
+            # the gates of layers >= 1 are inside the op. States carried across batches stay bf16.
+            gates = gates.to(torch.bfloat16)
+            weights = [w.to(torch.bfloat16) for w in weights]
         with self._stage("lstm"):
-            outputs, h, c = ops.bilstm(gates, token_index, mask.sum(dim=1), self._flat_lstm(), o.cell_clip,
+            outputs, h, c = ops.bilstm(gates, token_index, mask.sum(dim=1), weights, o.cell_clip,
                                        o.proj_clip, h0, c0)
+            outputs = outputs.float()
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], h, c
 

@@ -639,6 +639,26 @@ def test_fast_model_on_cuda_matches_reference(cuda_target, random_models, preset
             assert_close(g, e, dtype=torch.float32, what=f"fast model {preset} layer {k}")
 
 
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_bf16_fast_model_on_cuda_error_bound(cuda_target, random_models, preset):
+    """dtype=bfloat16 on CUDA: the same stated bound as on CPU (tests/test_fast_model.py), though
+    the CUDA bilstm rounds its layer-0 gates and biases to bf16 too."""
+    from test_fast_model import BF16_MAX_REL, BF16_RMS_REL
+
+    files = random_models(preset, exercise_clips=True)
+    ids = batch_to_ids(sentences(np.random.default_rng(2), 9))
+    with torch.inference_mode():
+        ref = ElmoBiLm(*files, backend="reference")(ids)
+        low = ElmoBiLm(*files, backend="fast", dtype=torch.bfloat16).to("cuda")(ids.cuda())
+    mask = ref["mask"]
+    for k, (r, x) in enumerate(zip(ref["activations"], low["activations"])):
+        assert x.dtype == torch.float32
+        r, x = r[mask].double(), x.cpu()[mask].double()
+        err = (x - r).abs()
+        assert err.max() <= BF16_MAX_REL * r.abs().max(), f"layer {k}: max err {err.max():.3g}"
+        assert err.pow(2).mean().sqrt() <= BF16_RMS_REL * r.pow(2).mean().sqrt(), f"layer {k}: RMS err"
+
+
 def expected_top_layers(bilm_tf_tiny):
     from test_reference import expected_top_layers as read
 
