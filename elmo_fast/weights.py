@@ -3,7 +3,8 @@
 :func:`load_options` and :func:`load_weights` read them exactly as allennlp does and convert every
 tensor to PyTorch's layout once, at load time; every dataset is checked against the options
 first, and a mismatch raises :class:`~elmo_fast.errors.ModelFileError` naming the file, the
-dataset, and the expected and found shapes.
+dataset, and the expected and found shapes. Datasets of other names are ignored, as in allennlp,
+except those of a layer or convolution beyond the options (the options of another model).
 
 The bilm-tf layout (TensorFlow shapes, ``F`` = total filters, ``P`` = projection dim, ``C`` =
 LSTM cell dim, ``In`` = layer input dim = ``P``)::
