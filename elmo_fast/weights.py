@@ -3,7 +3,8 @@
 :func:`load_options` and :func:`load_weights` read them exactly as allennlp does and convert every
 tensor to PyTorch's layout once, at load time; every dataset is checked against the options
 first, and a mismatch raises :class:`~elmo_fast.errors.ModelFileError` naming the file, the
-dataset, and the expected and found shapes.
+dataset, and the expected and found shapes. Datasets of other names are ignored, as in allennlp,
+except those of a layer or convolution beyond the options (the options of another model).
 
 The bilm-tf layout (TensorFlow shapes, ``F`` = total filters, ``P`` = projection dim, ``C`` =
 LSTM cell dim, ``In`` = layer input dim = ``P``)::
@@ -20,9 +21,10 @@ LSTM cell dim, ``In`` = layer input dim = ``P``)::
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -69,35 +71,52 @@ class ElmoOptions:
                     raise ModelFileError(f"{source}: missing key '{section}.{key}'") from None
                 return default
 
+        def check_number(name: str, value: Any, kind: type = int) -> Any:
+            # Python's json reads NaN, Infinity and ints of any length: int(nan) and float(10**400) raise
+            # their own ValueError / OverflowError, so conversions are guarded. A whole float (4.0) counts
+            # as an integer, as it does for bilm-tf, which passes the values on to TensorFlow.
+            try:
+                converted = kind(value) if not isinstance(value, bool) and isinstance(value, (int, float)) else None
+            except (ValueError, OverflowError):
+                converted = None
+            if converted is None or kind is int and converted != value or kind is float and not math.isfinite(converted):
+                raise ModelFileError(f"{source}: '{name}' must be {'an integer' if kind is int else 'a finite number'}, "
+                                     f"got {_short(value)}")
+            return converted
+
         def number(section: str, key: str, kind: type = int, default: Any = KeyError) -> Any:
             value = get(section, key, default)
             if value is None and default is None:
                 return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
-                raise ModelFileError(f"{source}: '{section}.{key}' must be {'an integer' if kind is int else 'a number'}, "
-                                     f"got {value!r}")
-            return kind(value)
+            return check_number(f"{section}.{key}", value, kind)
 
+        for section, holds in (("lstm", "dim, n_layers, projection_dim"), ("char_cnn", "filters, n_highway, embedding")):
+            if section not in options:
+                raise ModelFileError(f"{source}: missing key '{section}' (the section of {section}.{{{holds}}})")
+            if not isinstance(options[section], dict):
+                raise ModelFileError(f"{source}: '{section}' must be a JSON object, got {_short(options[section])}")
         cnn_embedding = get("char_cnn", "embedding")
         if not isinstance(cnn_embedding, dict) or "dim" not in cnn_embedding:
             raise ModelFileError(f"{source}: missing key 'char_cnn.embedding.dim'")
-        char_dim = cnn_embedding["dim"]
-        if isinstance(char_dim, bool) or not isinstance(char_dim, int):
-            raise ModelFileError(f"{source}: 'char_cnn.embedding.dim' must be an integer, got {char_dim!r}")
-        try:
-            filters = tuple((int(w), int(n)) for w, n in get("char_cnn", "filters"))
-            if any(isinstance(v, bool) or not isinstance(v, int) for pair in get("char_cnn", "filters") for v in pair):
-                raise TypeError
-        except (TypeError, ValueError):
-            raise ModelFileError(f"{source}: 'char_cnn.filters' must be a list of [width, number] pairs") from None
+        char_dim = check_number("char_cnn.embedding.dim", cnn_embedding["dim"])
+        raw_filters = get("char_cnn", "filters")
+        if (not isinstance(raw_filters, (list, tuple))
+                or not all(isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in raw_filters)):
+            raise ModelFileError(f"{source}: 'char_cnn.filters' must be a list of [width, number] pairs, "
+                                 f"got {_short(raw_filters)}")
+        filters = tuple((check_number(f"char_cnn.filters[{i}][0]", w), check_number(f"char_cnn.filters[{i}][1]", n))
+                        for i, (w, n) in enumerate(raw_filters))
         activation = get("char_cnn", "activation", "relu")
         if activation not in ("relu", "tanh"):
-            raise ModelFileError(f"{source}: 'char_cnn.activation' must be 'relu' or 'tanh', got {activation!r}")
+            raise ModelFileError(f"{source}: 'char_cnn.activation' must be 'relu' or 'tanh', got {_short(activation)}")
         if not get("lstm", "use_skip_connections", False):
             raise ModelFileError(f"{source}: only biLMs with 'lstm.use_skip_connections': true are supported (as in allennlp)")
 
         def clip(key: str) -> float | None:
             value = number("lstm", key, float, None)
+            if value is not None and value < 0:
+                # clamp(x, -c, c) with c < 0 would set every value to c instead of clipping
+                raise ModelFileError(f"{source}: 'lstm.{key}' must be >= 0 (0 or null: no clip), got {value!r}")
             return value if value else None  # 0 / null mean "no clip", as in allennlp
 
         opts = cls(
@@ -114,16 +133,16 @@ class ElmoOptions:
             max_characters_per_token=number("char_cnn", "max_characters_per_token", int, 50),
         )
         if opts.max_characters_per_token != 50:
-            raise ModelFileError(f"{source}: 'char_cnn.max_characters_per_token' must be 50, got {opts.max_characters_per_token}")
+            raise ModelFileError(f"{source}: 'char_cnn.max_characters_per_token' must be 50, got {_short(opts.max_characters_per_token)}")
         if opts.n_characters not in (261, 262):
-            raise ModelFileError(f"{source}: 'char_cnn.n_characters' must be 261 or 262, got {opts.n_characters}")
+            raise ModelFileError(f"{source}: 'char_cnn.n_characters' must be 261 or 262, got {_short(opts.n_characters)}")
         if any(w < 1 or w > 50 or n < 1 for w, n in filters) or not filters:
-            raise ModelFileError(f"{source}: 'char_cnn.filters' must hold widths in 1..50 and counts >= 1, got {list(filters)}")
+            raise ModelFileError(f"{source}: 'char_cnn.filters' must hold widths in 1..50 and counts >= 1, got {_short(list(filters))}")
         for name in ("char_dim", "projection_dim", "cell_dim", "n_layers"):
             if getattr(opts, name) < 1:
-                raise ModelFileError(f"{source}: '{name}' must be >= 1, got {getattr(opts, name)}")
+                raise ModelFileError(f"{source}: '{name}' must be >= 1, got {_short(getattr(opts, name))}")
         if opts.n_highway < 0:
-            raise ModelFileError(f"{source}: 'char_cnn.n_highway' must be >= 0, got {opts.n_highway}")
+            raise ModelFileError(f"{source}: 'char_cnn.n_highway' must be >= 0, got {_short(opts.n_highway)}")
         return opts
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,15 +167,33 @@ class ElmoOptions:
         }
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """repr() cut to ``limit`` characters: a message quotes a bad value, not a whole file of it."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's str-conversion digit limit
+        return "an integer too long to print"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _one_line(error: BaseException) -> str:
+    # HDF5's messages span lines (with a timestamp); the CLI prints one line per error
+    return " ".join(str(error).split())
+
+
 def load_options(path: str | os.PathLike) -> ElmoOptions:
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ModelFileError(f"{path}: is a directory, expected an options.json file")
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
     except FileNotFoundError:
         raise ModelFileError(f"{path}: options file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFileError(f"{path}: cannot read options file as JSON: {e}") from None
+    # ValueError covers bad JSON, bad UTF-8 and ints past Python's digit limit; RecursionError, nesting
+    # too deep for the decoder
+    except (OSError, ValueError, RecursionError) as e:
+        raise ModelFileError(f"{path}: cannot read options file as JSON: {_one_line(e)}") from None
     if not isinstance(raw, dict):
         raise ModelFileError(f"{path}: options file must hold a JSON object")
     return ElmoOptions.from_dict(raw, source=path)
@@ -216,29 +253,58 @@ def lstm_dataset(direction: int, layer: int, name: str) -> str:
     return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/{name}"
 
 
-def expected_datasets(options: ElmoOptions) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Every dataset a weights file must hold: name -> (TensorFlow shape, why that shape)."""
+def iter_expected_datasets(options: ElmoOptions) -> Iterator[tuple[str, tuple[int, ...], str]]:
+    """Every dataset a weights file must hold, in file order: (name, TensorFlow shape, why that shape).
+
+    A generator, so that a loader checking the file as it goes stops at the first missing dataset:
+    options claiming 10**12 layers cost one lookup, not 10**12 entries.
+    """
     o = options
     F, P, C = o.n_filters, o.projection_dim, o.cell_dim
-    out: dict[str, tuple[tuple[int, ...], str]] = {
-        "char_embed": ((FILE_CHAR_ROWS, o.char_dim), "261 characters x char_cnn.embedding.dim"),
-    }
+    yield "char_embed", (FILE_CHAR_ROWS, o.char_dim), "261 characters x char_cnn.embedding.dim"
     for i, (width, num) in enumerate(o.filters):
-        out[f"CNN/W_cnn_{i}"] = ((1, width, o.char_dim, num), f"char_cnn.filters[{i}] = [{width}, {num}]")
-        out[f"CNN/b_cnn_{i}"] = ((num,), f"char_cnn.filters[{i}] = [{width}, {num}]")
+        yield f"CNN/W_cnn_{i}", (1, width, o.char_dim, num), f"char_cnn.filters[{i}] = [{width}, {num}]"
+        yield f"CNN/b_cnn_{i}", (num,), f"char_cnn.filters[{i}] = [{width}, {num}]"
     for k in range(o.n_highway):
+        layer = f"highway layer {k} of char_cnn.n_highway = {o.n_highway}, total filters {F}"
         for name in ("W_transform", "W_carry"):
-            out[f"CNN_high_{k}/{name}"] = ((F, F), f"total filters {F}")
+            yield f"CNN_high_{k}/{name}", (F, F), layer
         for name in ("b_transform", "b_carry"):
-            out[f"CNN_high_{k}/{name}"] = ((F,), f"total filters {F}")
-    out["CNN_proj/W_proj"] = ((F, P), f"total filters {F} x lstm.projection_dim {P}")
-    out["CNN_proj/b_proj"] = ((P,), f"lstm.projection_dim {P}")
+            yield f"CNN_high_{k}/{name}", (F,), layer
+    yield "CNN_proj/W_proj", (F, P), f"total filters {F} x lstm.projection_dim {P}"
+    yield "CNN_proj/b_proj", (P,), f"lstm.projection_dim {P}"
     for d in range(2):
         for layer in range(o.n_layers):
-            out[lstm_dataset(d, layer, "W_0")] = ((P + P, 4 * C), f"(input {P} + projection {P}) x 4 * lstm.dim {C}")
-            out[lstm_dataset(d, layer, "B")] = ((4 * C,), f"4 * lstm.dim {C}")
-            out[lstm_dataset(d, layer, "W_P_0")] = ((C, P), f"lstm.dim {C} x lstm.projection_dim {P}")
+            of = f"layer {layer} of lstm.n_layers = {o.n_layers}"
+            yield lstm_dataset(d, layer, "W_0"), (P + P, 4 * C), f"(input {P} + projection {P}) x 4 * lstm.dim {C}, {of}"
+            yield lstm_dataset(d, layer, "B"), (4 * C,), f"4 * lstm.dim {C}, {of}"
+            yield lstm_dataset(d, layer, "W_P_0"), (C, P), f"lstm.dim {C} x lstm.projection_dim {P}, {of}"
+
+
+def expected_datasets(options: ElmoOptions) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every dataset a weights file must hold: name -> (TensorFlow shape, why that shape)."""
+    return {name: (shape, why) for name, shape, why in iter_expected_datasets(options)}
+
+
+def _beyond_options(options: ElmoOptions) -> list[tuple[str, str]]:
+    """Paths that exist only in a file of a bigger architecture than ``options``, with the option they exceed.
+
+    Without this check, options saying 1 highway (or LSTM layer) for a file of 2 would load and
+    silently drop a layer; datasets of other names are ignored, as allennlp ignores them.
+    """
+    o = options
+    n = len(o.filters)
+    out = [(f"CNN/W_cnn_{n}", f"char_cnn.filters lists {n} convolutions"),
+           (f"CNN/b_cnn_{n}", f"char_cnn.filters lists {n} convolutions"),
+           (f"CNN_high_{o.n_highway}", f"char_cnn.n_highway = {o.n_highway}"),
+           ("RNN_2", "a biLM has 2 directions, RNN_0 and RNN_1")]
+    out += [(f"RNN_{d}/RNN/MultiRNNCell/Cell{o.n_layers}", f"lstm.n_layers = {o.n_layers}") for d in range(2)]
     return out
+
+
+# What h5py raises on a corrupt file, depending on where the damage is (ModelFileError, a ValueError
+# too, is never raised inside these guarded blocks).
+_H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError)
 
 
 def _read_checked(weight_file: str, options: ElmoOptions) -> dict[str, np.ndarray]:
@@ -246,28 +312,63 @@ def _read_checked(weight_file: str, options: ElmoOptions) -> dict[str, np.ndarra
 
     if not os.path.exists(weight_file):
         raise ModelFileError(f"{weight_file}: weights file not found")
+    if os.path.isdir(weight_file):
+        raise ModelFileError(f"{weight_file}: is a directory, expected an HDF5 weights file")
     arrays: dict[str, np.ndarray] = {}
     try:
         fin = h5py.File(weight_file, "r")
-    except OSError as e:
-        raise ModelFileError(f"{weight_file}: not a readable HDF5 file (truncated or corrupt?): {e}") from None
+    except _H5_ERRORS as e:
+        raise ModelFileError(f"{weight_file}: not a readable HDF5 file (truncated or corrupt?): {_one_line(e)}") from None
+
+    def corrupt(name: str, e: BaseException) -> ModelFileError:
+        return ModelFileError(f"{weight_file}: dataset '{name}' cannot be read (truncated or corrupt?): {_one_line(e)}")
+
     with fin:
-        for name, (shape, why) in expected_datasets(options).items():
-            ds = fin.get(name)
-            if ds is None or not isinstance(ds, h5py.Dataset):
-                raise ModelFileError(f"{weight_file}: dataset '{name}' is missing (expected shape {shape}, from {why})")
-            if tuple(ds.shape) != shape:
-                raise ModelFileError(
-                    f"{weight_file}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} (from {why})")
-            if ds.dtype.kind != "f":
-                raise ModelFileError(f"{weight_file}: dataset '{name}' has dtype {ds.dtype}, expected a float type")
+        for name, shape, why in iter_expected_datasets(options):
             try:
-                arr = np.asarray(ds[...], dtype=np.float32)
-            except (OSError, RuntimeError, ValueError) as e:
-                raise ModelFileError(f"{weight_file}: dataset '{name}' cannot be read (truncated or corrupt?): {e}") from None
-            if not np.isfinite(arr).all():
+                ds = fin.get(name)
+                is_group = isinstance(ds, h5py.Group)
+                found_shape = ds.shape if isinstance(ds, h5py.Dataset) else None
+                dtype = ds.dtype if isinstance(ds, h5py.Dataset) else None
+            except _H5_ERRORS as e:
+                raise corrupt(name, e) from None
+            if is_group:
+                raise ModelFileError(f"{weight_file}: '{name}' is a group, expected a dataset of shape {shape} (from {why})")
+            if not isinstance(ds, h5py.Dataset):
+                raise ModelFileError(f"{weight_file}: dataset '{name}' is missing (expected shape {shape}, from {why})")
+            if found_shape is None:  # HDF5's null dataspace: a dataset without even a scalar
+                raise ModelFileError(f"{weight_file}: dataset '{name}' has no shape (an empty HDF5 dataspace), "
+                                     f"expected {shape} (from {why})")
+            if tuple(found_shape) != shape:
+                raise ModelFileError(
+                    f"{weight_file}: dataset '{name}' has shape {tuple(found_shape)}, expected {shape} (from {why})")
+            if dtype.kind != "f":
+                raise ModelFileError(f"{weight_file}: dataset '{name}' has dtype {dtype}, expected a float type")
+            try:
+                # a dataset created but never written (a dump that died half-way) reads as the fill value, 0
+                unwritten = ds.size > 0 and ds.id.get_storage_size() == 0
+                raw = ds[...]
+            except _H5_ERRORS as e:
+                raise corrupt(name, e) from None
+            if unwritten:
+                raise ModelFileError(f"{weight_file}: dataset '{name}' of shape {shape} holds no stored values "
+                                     f"(created but never written?)")
+            if not np.isfinite(raw).all():
                 raise ModelFileError(f"{weight_file}: dataset '{name}' holds NaN or Inf values")
+            with np.errstate(over="ignore"):
+                arr = np.asarray(raw, dtype=np.float32)
+            if not np.isfinite(arr).all():
+                raise ModelFileError(f"{weight_file}: dataset '{name}' holds values too large for float32 "
+                                     f"(|x| > {float(np.finfo(np.float32).max):.4g}, dtype {dtype})")
             arrays[name] = arr
+        for path, limit in _beyond_options(options):
+            try:
+                present = path in fin
+            except _H5_ERRORS as e:
+                raise corrupt(path, e) from None
+            if present:
+                raise ModelFileError(f"{weight_file}: holds '{path}', beyond the options ({limit}): "
+                                     f"the options file and the weights file are of different models")
     return arrays
 
 

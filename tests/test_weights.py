@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from elmo_fast.errors import ModelFileError
-from elmo_fast.testing import PRESETS, random_model, random_weights
+from elmo_fast.testing import PRESETS, random_model, random_weights, write_model
 from elmo_fast.weights import ElmoOptions, expected_datasets, load_model_files, load_options, load_weights
 
 FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny"
@@ -380,3 +381,193 @@ def test_fixture_copy_with_deleted_dataset(tmp_path):
     _replace(tmp_path / "w.hdf5", "CNN_high_1/W_carry", None)
     msg = _load_error(FIXTURE / "options.json", tmp_path / "w.hdf5")
     assert "CNN_high_1/W_carry" in msg and "(124, 124)" in msg and str(tmp_path / "w.hdf5") in msg
+
+
+# ---- regressions found by tests/test_loader_mutations.py ---------------------------------------
+
+def _set_option_text(options_path: Path, section: str, key: str, literal: str) -> None:
+    """Write ``literal`` (raw JSON text, e.g. NaN) as the value of ``section.key``."""
+    raw = json.loads(options_path.read_text(encoding="utf-8"))
+    raw[section][key] = "@@"
+    options_path.write_text(json.dumps(raw).replace('"@@"', literal), encoding="utf-8")
+
+
+@pytest.mark.parametrize("key,literal", [("dim", "NaN"), ("dim", "Infinity"), ("n_layers", "-Infinity"),
+                                         ("cell_clip", "NaN"), ("proj_clip", "Infinity"),
+                                         ("cell_clip", "1" + "0" * 400)])
+def test_options_non_finite_or_overflowing_numbers(tiny, key, literal):
+    # Python's json reads these; int(nan), int(inf) and float(10**400) used to escape as plain
+    # ValueError / OverflowError, and a NaN clip loaded (every output NaN)
+    options_path, weights_path = tiny
+    _set_option_text(options_path, "lstm", key, literal)
+    msg = _load_error(options_path, weights_path)
+    assert str(options_path) in msg and f"lstm.{key}" in msg and len(msg) < 300
+
+
+@pytest.mark.parametrize("value", [-3, -0.5])
+def test_options_negative_clip(tiny, value):
+    # clamp(x, -c, c) with c < 0 sets everything to c: a negative clip is refused, not applied
+    options_path, weights_path = tiny
+    _edit_options(options_path, lambda raw: raw["lstm"].__setitem__("proj_clip", value))
+    msg = _load_error(options_path, weights_path)
+    assert str(options_path) in msg and "lstm.proj_clip" in msg and ">= 0" in msg
+
+
+def test_options_whole_floats_are_integers(tiny):
+    options_path, weights_path = tiny
+    _edit_options(options_path, lambda raw: (raw["char_cnn"]["embedding"].__setitem__("dim", 4.0),
+                                             raw["char_cnn"].__setitem__("filters", [[1.0, 4], [2, 8.0], [3, 16], [4, 32], [5, 64]]),
+                                             raw["lstm"].__setitem__("dim", 64.0)))
+    assert load_options(options_path) == PRESETS["tiny"]
+    _edit_options(options_path, lambda raw: raw["char_cnn"].__setitem__("filters", [[1.5, 4]]))
+    assert "char_cnn.filters[0][0]" in _load_error(options_path, weights_path)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"lstm": {"dim": ' + "9" * 5000 + "}}"])
+def test_options_json_beyond_python_limits(tiny, text):
+    # nesting too deep for the decoder (RecursionError) and ints past Python's 4300-digit limit
+    # (a plain ValueError) used to escape as other exception types
+    options_path, weights_path = tiny
+    options_path.write_text(text, encoding="utf-8")
+    msg = _load_error(options_path, weights_path)
+    assert str(options_path) in msg and "JSON" in msg and len(msg) < 400
+
+
+@pytest.mark.parametrize("section,value", [("lstm", [1, 2]), ("char_cnn", "relu"), ("lstm", None)])
+def test_options_section_not_an_object(tiny, section, value):
+    options_path, weights_path = tiny
+    _edit_options(options_path, lambda raw: raw.__setitem__(section, value))
+    msg = _load_error(options_path, weights_path)
+    assert str(options_path) in msg and f"'{section}' must be a JSON object" in msg
+
+
+@pytest.mark.parametrize("section,key,value,missing", [
+    ("lstm", "n_layers", 10**12, "RNN_0/RNN/MultiRNNCell/Cell2/LSTMCell/W_0"),
+    ("char_cnn", "n_highway", 10**12, "CNN_high_2/W_transform"),
+])
+def test_huge_layer_counts_fail_fast(tiny, section, key, value, missing):
+    # expected_datasets used to build the whole list first: 10**12 layers hung the loader
+    import time
+
+    options_path, weights_path = tiny
+    _edit_options(options_path, lambda raw: raw[section].__setitem__(key, value))
+    start = time.perf_counter()
+    msg = _load_error(options_path, weights_path)
+    assert time.perf_counter() - start < 5
+    assert missing in msg and "missing" in msg and f"{section}.{key} = {value}" in msg
+
+
+@pytest.mark.parametrize("edit,dataset", [
+    (lambda raw: raw["lstm"].__setitem__("projection_dim", 10**9), "CNN_proj/W_proj"),
+    (lambda raw: raw["lstm"].__setitem__("dim", 10**12), "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"),
+    (lambda raw: raw["char_cnn"]["embedding"].__setitem__("dim", 10**12), "char_embed"),
+    (lambda raw: raw["char_cnn"].__setitem__("filters", [[1, 10**12]]), "CNN/W_cnn_0"),
+])
+def test_huge_sizes_are_compared_with_the_file_before_any_allocation(tiny, edit, dataset):
+    # ElmoEmbedder (which sizes its token cache from the options) and ElmoBiLm must compare the
+    # options with the weights' shapes before allocating anything of the options' sizes
+    import resource
+    import time
+
+    from elmo_fast import ElmoEmbedder
+
+    options_path, weights_path = tiny
+    _edit_options(options_path, edit)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    with pytest.raises(ModelFileError) as info:
+        ElmoEmbedder(options_path, weights_path, backend="reference")
+    assert time.perf_counter() - start < 5
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # ru_maxrss is in KiB on Linux
+    assert grown_mb < 200, f"peak memory grew by {grown_mb:.0f} MiB"
+    msg = str(info.value)
+    assert str(weights_path) in msg and dataset in msg and "expected" in msg
+
+
+@pytest.mark.parametrize("section,key", [("char_cnn", "n_highway"), ("lstm", "n_layers")])
+def test_options_with_fewer_layers_than_the_file(tiny, section, key):
+    # used to load, silently dropping the file's last highway / LSTM layer
+    options_path, weights_path = tiny
+    _edit_options(options_path, lambda raw: raw[section].__setitem__(key, 1))
+    msg = _load_error(options_path, weights_path)
+    layer = "CNN_high_1" if key == "n_highway" else "RNN_0/RNN/MultiRNNCell/Cell1"
+    assert str(weights_path) in msg and layer in msg and f"{section}.{key} = 1" in msg
+
+
+def test_options_with_fewer_filters_than_the_file(tmp_path):
+    # one filter fewer, with n_filters kept equal, so that no shape disagrees
+    options = replace(PRESETS["tiny"], filters=((1, 4), (2, 8), (3, 16), (4, 32), (5, 32), (6, 32)))
+    datasets = random_weights(options, seed=2)
+    fewer = replace(options, filters=options.filters[:4] + ((5, 64),))
+    datasets["CNN/W_cnn_4"] = np.random.default_rng(0).standard_normal((1, 5, 4, 64)).astype(np.float32)
+    datasets["CNN/b_cnn_4"] = np.zeros(64, np.float32)
+    options_path, weights_path = write_model(tmp_path, fewer, datasets)
+    msg = _load_error(options_path, weights_path)
+    assert "CNN/W_cnn_5" in msg and "beyond the options" in msg
+
+
+def test_extra_unrelated_datasets_are_ignored(tiny):
+    # as in allennlp, which reads the datasets it needs by name
+    options_path, weights_path = tiny
+    with h5py.File(weights_path, "r+") as f:
+        f.create_dataset("notes", data="trained on 1B words", dtype=h5py.string_dtype())
+        f.create_dataset("CNN_high_0/extra", data=np.arange(3))
+    check_conversion(load_model_files(options_path, weights_path), file_arrays(weights_path), PRESETS["tiny"])
+
+
+def test_group_instead_of_dataset(tiny):
+    options_path, weights_path = tiny
+    with h5py.File(weights_path, "r+") as f:
+        del f["CNN_proj/b_proj"]
+        f.create_group("CNN_proj/b_proj")
+    msg = _load_error(options_path, weights_path)
+    assert str(weights_path) in msg and "'CNN_proj/b_proj' is a group" in msg and "(16,)" in msg
+
+
+def test_dataset_with_null_dataspace(tiny):
+    # h5py gives shape None; tuple(None) used to escape as a TypeError
+    options_path, weights_path = tiny
+    with h5py.File(weights_path, "r+") as f:
+        del f["CNN_proj/b_proj"]
+        f.create_dataset("CNN_proj/b_proj", shape=None, dtype="f4")
+    msg = _load_error(options_path, weights_path)
+    assert str(weights_path) in msg and "CNN_proj/b_proj" in msg and "no shape" in msg and "(16,)" in msg
+
+
+def test_dataset_never_written(tiny):
+    # bilm-tf's dump_weights creates each dataset, then writes it: a dump that died in between left
+    # a dataset that reads as zeros, which used to load
+    options_path, weights_path = tiny
+    with h5py.File(weights_path, "r+") as f:
+        del f["RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/B"]
+        f.create_dataset("RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/B", shape=(256,), dtype="f4")
+    msg = _load_error(options_path, weights_path)
+    assert str(weights_path) in msg and "Cell0/LSTMCell/B" in msg and "no stored values" in msg
+
+
+def test_float64_values_beyond_float32_range(tiny):
+    options_path, weights_path = tiny
+    value = np.linspace(-1, 1, 16)
+    value[3] = 1e39
+    _replace(weights_path, "CNN_proj/b_proj", value)
+    msg = _load_error(options_path, weights_path)
+    assert str(weights_path) in msg and "CNN_proj/b_proj" in msg and "too large for float32" in msg
+
+
+@pytest.mark.parametrize("which", ["options", "weights"])
+def test_directory_instead_of_file(tiny, which):
+    options_path, weights_path = tiny
+    path = options_path if which == "options" else weights_path
+    path.unlink()
+    path.mkdir()
+    msg = _load_error(options_path, weights_path)
+    assert str(path) in msg and "is a directory" in msg
+
+
+def test_hdf5_errors_are_one_line(tiny):
+    # libhdf5's messages span lines; the CLI prints one line per error
+    options_path, weights_path = tiny
+    data = weights_path.read_bytes()
+    weights_path.write_bytes(data[: len(data) // 3])
+    msg = _load_error(options_path, weights_path)
+    assert str(weights_path) in msg and "\n" not in msg
