@@ -26,7 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from itertools import islice
-from typing import IO, TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -162,19 +162,23 @@ def _refuse_duplicates(lines: Iterable[Line], output: str) -> Iterator[Line]:
 def cut_batches(lines: Sequence[Line], batch_size: int, max_tokens: int | None) -> list[list[Line]]:
     """Consecutive batches of at most batch_size sentences and at most max_tokens padded tokens
     (sentences x longest); a sentence longer than the budget gets a batch of its own."""
-    batches: list[list[Line]] = []
+    return list(_iter_batches(lines, batch_size, lambda: max_tokens))
+
+
+def _iter_batches(lines: Sequence[Line], batch_size: int, budget: Callable[[], int | None]) -> Iterator[list[Line]]:
+    # the budget is read batch by batch: after an out-of-memory it shrinks for the rest of the window
     batch: list[Line] = []
     longest = 0
     for line in lines:
         n = max(len(line.tokens), 1)
+        max_tokens = budget()
         if batch and (len(batch) == batch_size or max_tokens is not None and (len(batch) + 1) * max(longest, n) > max_tokens):
-            batches.append(batch)
+            yield batch
             batch, longest = [], 0
         batch.append(line)
         longest = max(longest, n)
     if batch:
-        batches.append(batch)
-    return batches
+        yield batch
 
 
 def _is_out_of_memory(e: BaseException) -> bool:
@@ -626,7 +630,7 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
                 order = sorted(chunk, key=lambda line: (len(line.tokens), line.index)) if bucketing else chunk
                 position = {id(line): j for j, line in enumerate(chunk)}
                 keys = [line.text if use_sentence_keys else str(line.index) for line in chunk]
-                for batch in cut_batches(order, batch_size, runner.max_tokens):
+                for batch in _iter_batches(order, batch_size, lambda: runner.max_tokens):
                     for line, data in zip(batch, runner.outputs(batch)):
                         j = position[id(line)]
                         writer.put(j, keys[j], data)
