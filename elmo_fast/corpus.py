@@ -45,6 +45,9 @@ DEFAULT_MAX_TOKENS = 4096
 #: sentences read ahead and sorted together; with resume, also the work saved at once
 DEFAULT_WINDOW = 2048
 MANIFEST = "manifest.json"
+#: root attribute of a file assembled by resume=True: its run's manifest and shard digests, so that
+#: resuming a run that was killed after it finished (its work directory gone) is recognised as done
+RUN_RECORD = "elmo_fast_run"
 _MANIFEST_VERSION = 1
 # lone surrogates: what surrogateescape makes of bytes that are not UTF-8
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -363,6 +366,37 @@ def _read_manifest(work: str) -> dict | None:
         raise ElmoFastError(f"{path} is unreadable ({e}); remove {work} to start over") from None
 
 
+def _differences(then: dict, now: dict) -> list[str]:
+    # the input's name may change (a moved file, stdin): its lines are checked against digests instead
+    return [f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in sorted(now)
+            if k not in ("input", "complete") and then.get(k) != now.get(k)]
+
+
+def _run_record(output: str) -> dict | None:
+    import h5py
+
+    try:
+        with h5py.File(output, "r") as f:
+            return json.loads(f.attrs[RUN_RECORD]) if RUN_RECORD in f.attrs else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _finished_run_differs(record: dict, manifest: dict, lines: Iterator[Line], name: str) -> str | None:
+    """Why the finished run recorded in an output is not this one (None: it is, input included)."""
+    differs = _differences(record, manifest)
+    if differs:
+        return "; ".join(differs)
+    for n, digest in record["shards"]:
+        got = list(islice(lines, n))
+        if len(got) < n:
+            return f"{name} has fewer lines than the input it was made from"
+        if _lines_digest(got) != digest:
+            return f"lines {got[0].index + 1}..{got[-1].index + 1} of {name} are not those it was made from"
+    extra = next(lines, None)
+    return f"{name} has more lines than it was made from (line {extra.index + 1})" if extra else None
+
+
 def _is_ours(name: str) -> bool:
     return (name.startswith("shard-") and (name.endswith(".h5") or name.endswith(".h5.tmp"))
             or name in (MANIFEST, MANIFEST + ".tmp", "assembling.h5"))
@@ -402,8 +436,7 @@ class _ShardWriter:
             os.mkdir(self.work)
             _write_json_atomic(os.path.join(self.work, MANIFEST), manifest)
             return
-        differs = [f"{k}: {existing.get(k)!r} then, {manifest.get(k)!r} now" for k in sorted(manifest)
-                   if k not in ("input", "complete") and existing.get(k) != manifest.get(k)]
+        differs = _differences(existing, manifest)
         if differs:
             raise ElmoFastError(f"cannot resume {self.work}: the interrupted run differs ({'; '.join(differs)}); rerun "
                                 f"with its settings, or remove {self.work} to start over")
@@ -511,6 +544,8 @@ class _ShardWriter:
                                 pairs.append((text, key))
                 if keep:
                     _write_sentence_map(fout, pairs)
+                record = {k: v for k, v in self.manifest.items() if k != "complete"}
+                fout.attrs[RUN_RECORD] = json.dumps({**record, "shards": [[s["n"], s["digest"]] for s in self.shards]})
             _fsync_path(assembling)
             _make_readable(assembling)
             # from here the assembled file is final: a kill before the rename is finished by --resume
@@ -551,6 +586,8 @@ def check_output(output: str, overwrite: bool, resume: bool) -> None:
                                     f"it, or remove that directory to start over")
             return  # the run that made it passed the checks below; it may replace the output
     if os.path.exists(output) and not overwrite:
+        if resume and _run_record(output) is not None:
+            return  # made by a resume run that finished; embed_corpus checks that it was this one
         raise ElmoFastError(f"{output} already exists; pass --overwrite to replace it")
 
 
@@ -608,6 +645,25 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
         manifest = {"version": _MANIFEST_VERSION, "input": name, "output_format": output_format,
                     "use_sentence_keys": use_sentence_keys, "forget_sentences": forget_sentences,
                     "stateful": stateful, "batch_size": batch_size if stateful else None, **_model_identity(embedder)}
+        work = work_dir_of(output)
+        record = _run_record(output) if os.path.isfile(output) and not (
+            os.path.isdir(work) and _read_manifest(work) is not None) else None
+        if record is not None:  # no run in progress, but one that finished: was it this one?
+            why = _finished_run_differs(record, manifest, lines, name)
+            if why is None:
+                if progress:
+                    print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
+                return {"sentences": 0, "tokens": 0, "seconds": 0.0, "tokens_per_s": 0.0, "resumed_sentences": 0,
+                        "oom_splits": 0}
+            if not overwrite:
+                raise ElmoFastError(f"{output} already exists, made by another run ({why}); pass --overwrite to "
+                                    f"replace it")
+            if not isinstance(input_file, (str, os.PathLike)):
+                raise ElmoFastError(f"{output} was made by another run ({why}), and {name} cannot be read twice; "
+                                    f"remove {output} to embed it")
+            lines = read_sentences(input_file, encoding_errors, skip_empty)  # read again, from the start
+            if use_sentence_keys:
+                lines = _refuse_duplicates(lines, output)
         writer = _ShardWriter(output, manifest)
         if writer.complete:  # killed between assembling the file and renaming it: finish that
             writer.finish()

@@ -384,10 +384,11 @@ def test_work_dir_leftovers(embedder, tmp_path):
     (work / "shard-000000.h5.tmp").write_bytes(b"half written")  # void: no manifest, so removed
     embedder.embed_file(inp, tmp_path / "o.h5", progress=False, resume=True)
     assert not work.exists() and (tmp_path / "o.h5").exists()
-    work.mkdir()
-    (work / "notes.txt").write_text("mine")
+    (tmp_path / "p.h5.partial").mkdir()
+    (tmp_path / "p.h5.partial" / "notes.txt").write_text("mine")
     with pytest.raises(ElmoFastError, match="holds files elmo-fast did not write \\(notes.txt\\)"):
-        embedder.embed_file(inp, tmp_path / "o.h5", progress=False, resume=True)
+        embedder.embed_file(inp, tmp_path / "p.h5", progress=False, resume=True)
+    assert (tmp_path / "p.h5.partial" / "notes.txt").exists()
     # a run that fails before finishing its first window leaves no work directory
     with pytest.raises(InputError, match="line 2 is empty"):
         embedder.embed_file(write_lines(tmp_path / "bad.txt", ["a", ""]), tmp_path / "q.h5", progress=False,
@@ -427,3 +428,28 @@ def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
     assert not (tmp_path / "o.h5.partial").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5", "want.h5"], f"seed {seed}"
     assert_same_output(out, tmp_path / "want.h5", f"seed {seed}, kills {kills}, shards kept {shards_seen}")
+
+
+def test_resume_after_the_run_finished(embedder, tmp_path, monkeypatch):
+    """Killed after the work directory was removed (say, while the interpreter shut down): --resume
+    recognises the finished run from the record in the output, and only that run."""
+    sentences = random_sentences(random.Random(8), 20)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    out = tmp_path / "o.h5"
+    embedder.embed_file(inp, out, window=6, progress=False, resume=True, overwrite=False)
+    assert json.loads(h5py.File(out, "r").attrs[corpus.RUN_RECORD])["output_format"] == "all"
+    stamp = out.stat().st_mtime_ns
+    stats = embedder.embed_file(inp, out, window=9, progress=False, resume=True, overwrite=False)
+    assert stats["sentences"] == 0 and out.stat().st_mtime_ns == stamp
+    with pytest.raises(ElmoFastError, match=r"o.h5 already exists, made by another run \(output_format: 'all' then, "
+                                            r"'top' now\); pass --overwrite"):
+        embedder.embed_file(inp, out, "top", progress=False, resume=True, overwrite=False)
+    write_lines(inp, sentences + ["one more"])
+    with pytest.raises(ElmoFastError, match=r"in.txt has more lines than it was made from \(line 21\)"):
+        embedder.embed_file(inp, out, progress=False, resume=True, overwrite=False)
+    write_lines(inp, sentences[:7] + ["changed"] + sentences[8:])
+    with pytest.raises(ElmoFastError, match=r"lines 7\.\.12 of .*in.txt are not those it was made from"):
+        embedder.embed_file(inp, out, progress=False, resume=True, overwrite=False)
+    stats = embedder.embed_file(inp, out, progress=False, resume=True, overwrite=True)  # so: embed it again
+    assert stats["sentences"] == 20 and json.loads(contents(out)[1])["changed"] == "7"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5"]
