@@ -175,7 +175,8 @@ def _iter_batches(lines: Sequence[Line], batch_size: int, budget: Callable[[], i
     for line in lines:
         n = max(len(line.tokens), 1)
         max_tokens = budget()
-        if batch and (len(batch) == batch_size or max_tokens is not None and (len(batch) + 1) * max(longest, n) > max_tokens):
+        over_budget = max_tokens is not None and (len(batch) + 1) * max(longest, n) > max_tokens
+        if batch and (len(batch) == batch_size or over_budget):
             yield batch
             batch, longest = [], 0
         batch.append(line)
@@ -193,7 +194,7 @@ def _is_out_of_memory(e: BaseException) -> bool:
                                                                    "out of memory", "not enough memory"))
 
 
-class _Embedder:
+class _BatchRunner:
     """Embeds a batch of lines, halving it on out-of-memory until the halves fit."""
 
     def __init__(self, embedder: ElmoEmbedder, output_format: str, max_tokens: int | None) -> None:
@@ -598,6 +599,31 @@ def _model_identity(embedder: ElmoEmbedder) -> dict:
             "backend": bilm.backend, "dtype": str(bilm.compute_dtype), "device": embedder.device.type}
 
 
+_NOTHING_DONE = {"sentences": 0, "tokens": 0, "seconds": 0.0, "tokens_per_s": 0.0, "resumed_sentences": 0,
+                 "oom_splits": 0}
+
+
+def _finished_already(output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
+                      rereadable: bool) -> bool:
+    """Whether the output is the finished result of this very run (resume=True after the work directory
+    was removed), reading the input to check it; an output of another run is an error unless overwrite."""
+    work = work_dir_of(output)
+    if not os.path.isfile(output) or os.path.isdir(work) and _read_manifest(work) is not None:
+        return False
+    record = _run_record(output)
+    if record is None:
+        return False
+    why = _finished_run_differs(record, manifest, lines, name)
+    if why is None:
+        return True
+    if not overwrite:
+        raise ElmoFastError(f"{output} already exists, made by another run ({why}); pass --overwrite to replace it")
+    if not rereadable:
+        raise ElmoFastError(f"{output} was made by another run ({why}), and {name} cannot be read twice; "
+                            f"remove {output} to embed it")
+    return False
+
+
 def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
                  output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
                  use_sentence_keys: bool = False, progress: bool = True, *, max_tokens_per_batch: int | None = None,
@@ -645,33 +671,22 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
         manifest = {"version": _MANIFEST_VERSION, "input": name, "output_format": output_format,
                     "use_sentence_keys": use_sentence_keys, "forget_sentences": forget_sentences,
                     "stateful": stateful, "batch_size": batch_size if stateful else None, **_model_identity(embedder)}
-        work = work_dir_of(output)
-        record = _run_record(output) if os.path.isfile(output) and not (
-            os.path.isdir(work) and _read_manifest(work) is not None) else None
-        if record is not None:  # no run in progress, but one that finished: was it this one?
-            why = _finished_run_differs(record, manifest, lines, name)
-            if why is None:
-                if progress:
-                    print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
-                return {"sentences": 0, "tokens": 0, "seconds": 0.0, "tokens_per_s": 0.0, "resumed_sentences": 0,
-                        "oom_splits": 0}
-            if not overwrite:
-                raise ElmoFastError(f"{output} already exists, made by another run ({why}); pass --overwrite to "
-                                    f"replace it")
-            if not isinstance(input_file, (str, os.PathLike)):
-                raise ElmoFastError(f"{output} was made by another run ({why}), and {name} cannot be read twice; "
-                                    f"remove {output} to embed it")
-            lines = read_sentences(input_file, encoding_errors, skip_empty)  # read again, from the start
+        rereadable = isinstance(input_file, (str, os.PathLike))
+        if _finished_already(output, manifest, lines, name, overwrite, rereadable):
+            if progress:
+                print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
+            return dict(_NOTHING_DONE)
+        if rereadable:
+            lines = read_sentences(input_file, encoding_errors, skip_empty)  # from the start again, if it was read
             if use_sentence_keys:
                 lines = _refuse_duplicates(lines, output)
         writer = _ShardWriter(output, manifest)
         if writer.complete:  # killed between assembling the file and renaming it: finish that
             writer.finish()
-            return {"sentences": 0, "tokens": 0, "seconds": 0.0, "tokens_per_s": 0.0, "resumed_sentences": 0,
-                    "oom_splits": 0}
+            return dict(_NOTHING_DONE)
     else:
         writer = _PlainWriter(output, keep_sentences)
-    runner = _Embedder(embedder, output_format, max_tokens)
+    runner = _BatchRunner(embedder, output_format, max_tokens)
     total = _count_lines(name) if isinstance(input_file, (str, os.PathLike)) else None
     start = time.perf_counter()
     n_sentences = n_tokens = 0
