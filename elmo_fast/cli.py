@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from .errors import ElmoFastError
+from .errors import ElmoFastError, InputError
 
 USAGE_ERROR = 2
 
@@ -27,6 +28,8 @@ def _embed(args: argparse.Namespace) -> int:
                             "batch to the next in input order, so batches cannot be sorted by length; bound them "
                             "with --batch-size")
     # the cheap refusals come before loading (or downloading) a model
+    if args.input != "-" and not os.path.exists(args.input):
+        raise InputError(f"{args.input}: input file not found")
     check_output(args.output, args.overwrite, args.resume)
     if args.model:
         from .hub import fetch_model

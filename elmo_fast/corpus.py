@@ -442,8 +442,10 @@ class _ShardWriter:
             raise ElmoFastError(f"cannot resume {self.work}: the interrupted run differs ({'; '.join(differs)}); rerun "
                                 f"with its settings, or remove {self.work} to start over")
         self.manifest = existing
+        if self.complete:  # the assembled file is final; shards may be half deleted already
+            return
         for n in os.listdir(self.work):
-            if n.endswith(".tmp") or n == "assembling.h5" and not existing.get("complete"):
+            if n.endswith(".tmp") or n == "assembling.h5":
                 os.unlink(os.path.join(self.work, n))  # cut short by the kill: redone below
         for i, n in enumerate(_shard_names(self.work)):
             if n != f"shard-{i:06d}.h5":

@@ -150,6 +150,7 @@ BAD_INPUTS = {
     "whitespace line": (b"one\ntwo\n \t \n", [], r"in.txt: line 3 is empty"),
     "empty file": (b"", [], r"in.txt: the input holds no sentences"),
     "only blank lines, skipped": (b"\n  \n", ["--skip-empty"], r"in.txt: the input holds no sentences"),
+    "input missing": (None, [], r"in.txt: input file not found"),
     "output directory missing": (b"a\n", ["OUT=missing/out.hdf5"], r"the output's directory .*missing does not exist"),
     "output exists": (b"a\n", ["EXISTS"], r"out.hdf5 already exists; pass --overwrite to replace it"),
     "interrupted run left": (b"a\n", ["WORKDIR"], r"out.hdf5.partial holds an interrupted run .*pass --resume"),
@@ -179,7 +180,8 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, random_models, caps
     data, extra, message = BAD_INPUTS[case]
     options, weights = map(Path, random_models("tiny"))
     inp = tmp_path / "in.txt"
-    inp.write_bytes(data)
+    if data is not None:
+        inp.write_bytes(data)
     out = tmp_path / "out.hdf5"
     model = ["--options", str(options), "--weights", str(weights)]
     for arg in list(extra):

@@ -290,7 +290,8 @@ def _kill_at(monkeypatch, target, name, when):
     _no_cleanup(monkeypatch)
 
 
-@pytest.mark.parametrize("point", ["3rd shard rename", "after complete, before rename", "after rename"])
+@pytest.mark.parametrize("point", ["3rd shard rename", "after complete, before rename", "after rename",
+                                   "tearing down"])
 def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeypatch, point):
     sentences = random_sentences(random.Random(point), 40)
     inp = write_lines(tmp_path / "in.txt", sentences)
@@ -310,12 +311,14 @@ def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeyp
                     raise Killed
 
             m.setattr(corpus, "_write_json_atomic", write_then_die)
-        else:
+        elif point == "after rename":
             _kill_at(m, corpus, "remove_work_dir", 1)
+        else:  # shards 0 and 1 deleted, then killed: the manifest goes last, so it is still there
+            _kill_at(m, corpus.os, "unlink", 3)
         with pytest.raises(Killed):
             embedder.embed_file(inp, out, window=8, progress=False, resume=True, overwrite=False)
     assert (work / corpus.MANIFEST).exists()
-    assert out.exists() == (point == "after rename")
+    assert out.exists() == (point in ("after rename", "tearing down"))
     with pytest.raises(ElmoFastError, match="holds an interrupted run .* pass --resume"):
         embedder.embed_file(inp, out, window=8, progress=False)
     stats = embedder.embed_file(inp, out, window=8, progress=False, resume=True, overwrite=False)
