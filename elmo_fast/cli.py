@@ -2,35 +2,51 @@
 from __future__ import annotations
 
 import argparse
-import io
+import os
 import sys
 
-from .errors import ElmoFastError
+from .errors import ElmoFastError, InputError
 
 USAGE_ERROR = 2
 
 
 def _embed(args: argparse.Namespace) -> int:
+    from .corpus import check_output
     from .embedder import ElmoEmbedder
 
     if args.model:
+        from .hub import model_names
+
         if args.options or args.weights:
             raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
+        if args.model not in model_names():  # argparse's choices would print a usage block, not one line
+            raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
+    elif not (args.options and args.weights):
+        raise ElmoFastError("give --options F and --weights F together (or --model NAME)")
+    if args.stateful and args.max_tokens_per_batch is not None:
+        raise ElmoFastError("--max-tokens-per-batch cannot be used with --stateful: the LSTM states flow from each "
+                            "batch to the next in input order, so batches cannot be sorted by length; bound them "
+                            "with --batch-size")
+    # the cheap refusals come before loading (or downloading) a model
+    if args.input != "-" and not os.path.exists(args.input):
+        raise InputError(f"{args.input}: input file not found")
+    check_output(args.output, args.overwrite, args.resume)
+    if args.model:
         from .hub import fetch_model
 
         options, weights = fetch_model(args.model, progress=not args.quiet)
     else:
-        if not (args.options and args.weights):
-            raise ElmoFastError("give --options F and --weights F together (or --model NAME)")
         options, weights = args.options, args.weights
-    if args.input == "-":
-        source = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8")
-    else:
-        source = args.input
     embedder = ElmoEmbedder(options, weights, device=args.device, batch_size=args.batch_size,
                             stateful=args.stateful, backend=args.backend)
+    # stdin as bytes: lines are decoded one by one, so a line that is not UTF-8 can be named
+    source = sys.stdin.buffer if args.input == "-" else args.input
     embedder.embed_file(source, args.output, output_format=args.output_format,
-                        use_sentence_keys=args.use_sentence_keys, progress=not args.quiet)
+                        forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
+                        progress=not args.quiet, max_tokens_per_batch=args.max_tokens_per_batch,
+                        bucketing=not args.no_bucketing and not args.stateful, window=args.window,
+                        resume=args.resume, overwrite=args.overwrite, skip_empty=args.skip_empty,
+                        encoding_errors=args.encoding_errors)
     return 0
 
 
@@ -54,6 +70,7 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .corpus import DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
     from .hub import model_names
     from .testing import PRESETS
 
@@ -74,15 +91,32 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the mean of the 3 layers: (T, D)")
     p.add_argument("--options", help="options.json of the model")
     p.add_argument("--weights", help="weights.hdf5 of the model (bilm-tf layout)")
-    p.add_argument("--model", choices=model_names(), metavar="NAME",
+    p.add_argument("--model", metavar="NAME",
                    help=f"an official model by name, downloaded once into the cache: {', '.join(model_names())}")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--batch-size", type=int, default=64, help="at most N sentences per batch (default 64)")
+    p.add_argument("--max-tokens-per-batch", type=int, metavar="N",
+                   help=f"at most N padded tokens (sentences x longest) per batch (stateless only; default "
+                        f"{DEFAULT_MAX_TOKENS})")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW, metavar="N",
+                   help=f"sentences read ahead and sorted by length together; with --resume also the work saved "
+                        f"at once (default {DEFAULT_WINDOW})")
+    p.add_argument("--no-bucketing", action="store_true",
+                   help="batch sentences in input order instead of by length (stateful mode always does)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
                    help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)")
     p.add_argument("--use-sentence-keys", action="store_true", help="key datasets by sentence text, not line index")
+    p.add_argument("--forget-sentences", action="store_true",
+                   help="leave out the sentence_to_index map from each line's text to its key")
     p.add_argument("--stateful", action="store_true",
                    help="carry LSTM states from batch to batch, as allennlp and bilm-tf do (default: stateless)")
+    p.add_argument("--resume", action="store_true",
+                   help="work in OUTPUT.partial/, which survives crashes and kills; rerun with --resume to continue")
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists (default: refuse)")
+    p.add_argument("--skip-empty", action="store_true",
+                   help="skip empty and all-whitespace lines (default: an error); the other lines keep their numbers")
+    p.add_argument("--encoding-errors", choices=["strict", "replace"], default="strict",
+                   help="a line that is not UTF-8: an error naming it (strict, default) or read with U+FFFD (replace)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=_embed)
 
@@ -106,8 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     except ElmoFastError as e:
         print(f"elmo-fast: error: {e}", file=sys.stderr)
         return USAGE_ERROR
+    except OSError as e:  # the environment, not the input (disk full, permissions): one line, not a traceback
+        print(f"elmo-fast: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        print("elmo-fast: interrupted; no output was written", file=sys.stderr)
+        if getattr(args, "resume", False):
+            print("elmo-fast: interrupted; completed windows are kept: run again with --resume to continue",
+                  file=sys.stderr)
+        else:
+            print("elmo-fast: interrupted; no output was written", file=sys.stderr)
         return 130
 
 

@@ -1,11 +1,7 @@
 """``ElmoEmbedder``: sentences in, numpy vectors out (allennlp's ``ElmoEmbedder``), and HDF5 files."""
 from __future__ import annotations
 
-import json
 import os
-import sys
-import tempfile
-import time
 from itertools import islice
 from typing import IO, Iterable, Iterator, Sequence
 
@@ -13,11 +9,10 @@ import numpy as np
 import torch
 
 from .char_ids import batch_to_ids
+from .corpus import DEFAULT_WINDOW, OUTPUT_FORMATS, embed_corpus, read_sentences  # noqa: F401  (public here too)
 from .errors import ElmoFastError, InputError
 from .model import ElmoBiLm
 from .weights import load_options
-
-OUTPUT_FORMATS = ("all", "top", "average")
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -69,6 +64,8 @@ class ElmoEmbedder:
             raise ElmoFastError(f"token_cache_mb must be >= 0, got {token_cache_mb}")
         self.device = resolve_device(device)
         self.batch_size = batch_size
+        # embed_file(resume=True) records the model files' digests, to refuse resuming with others
+        self.options_file, self.weight_file = options_file, weight_file
         options = load_options(options_file)
         # a cached token holds its vector [P] and its layer-0 gates [2, 4C], in fp32
         entry_bytes = 4 * (options.projection_dim + 8 * options.cell_dim)
@@ -111,107 +108,38 @@ class ElmoEmbedder:
         while batch := list(islice(it, batch_size)):
             yield from self.embed_batch(batch)
 
-    def embed_file(self, input_file: str | os.PathLike | IO[str], output_file_path: str | os.PathLike,
+    def embed_file(self, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
                    output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
-                   use_sentence_keys: bool = False, progress: bool = True) -> dict[str, float]:
+                   use_sentence_keys: bool = False, progress: bool = True, *, max_tokens_per_batch: int | None = None,
+                   bucketing: bool | None = None, window: int = DEFAULT_WINDOW, resume: bool = False,
+                   overwrite: bool = True, skip_empty: bool = False, encoding_errors: str = "strict") -> dict[str, float]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
         One float32 dataset per line, keyed by the line's index (or by its text with
         ``use_sentence_keys``), of shape (3, T, 2P) for ``"all"`` or (T, 2P) for ``"top"`` /
-        ``"average"``; plus ``sentence_to_index``, a JSON map from each line's text to its key. The
-        file is written under a temporary name and renamed when complete, so an interrupted run
-        leaves no partial output. Returns counts and timings.
+        ``"average"``; plus ``sentence_to_index``, a JSON map from each line's text to its key
+        (left out with ``forget_sentences`` or ``use_sentence_keys``, as allennlp does).
+
+        The input (a path, or a binary or text stream) is read lazily and results are written as
+        their batches finish, so memory stays flat however long the corpus. Stateless (the
+        default), ``window`` sentences at a time are sorted by length and cut into batches of at
+        most ``batch_size`` sentences and ``max_tokens_per_batch`` padded tokens (default
+        ``DEFAULT_MAX_TOKENS``); vectors do not depend on it, keys and their order are unchanged.
+        ``bucketing=False`` keeps input order. Stateful embedders keep input order, and refuse
+        ``max_tokens_per_batch``. A batch that runs out of memory is halved and retried (stateless);
+        one sentence that cannot fit alone is an :class:`InputError` naming its line.
+
+        The output is written under a temporary name and renamed when complete, so a failed or
+        interrupted run leaves none. ``resume=True`` works in ``OUTPUT.partial/`` instead, which
+        keeps completed windows across crashes and kills: a later ``resume=True`` run continues
+        where it stopped and gives the same file as an uninterrupted run.
+
+        Bad lines are errors naming them: not UTF-8 (``encoding_errors="replace"`` goes on with
+        U+FFFD), empty or all-whitespace (``skip_empty=True`` skips them, keeping the others'
+        line numbers as keys). An existing output is replaced only with ``overwrite`` (True by
+        default here, as before; the CLI defaults to refusing). Returns counts and timings.
         """
-        if output_format not in OUTPUT_FORMATS:
-            raise ElmoFastError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
-        sentences = read_sentences(input_file)
-        output_file_path = os.fspath(output_file_path)
-        out_dir = os.path.dirname(os.path.abspath(output_file_path))
-        if not os.path.isdir(out_dir):
-            raise ElmoFastError(f"{output_file_path}: the output's directory {out_dir} does not exist")
-        if use_sentence_keys:
-            seen: set[str] = set()
-            for i, s in enumerate(sentences):
-                if s in seen:
-                    raise InputError(f"line {i + 1} repeats an earlier sentence; its key would exist twice in "
-                                     f"{output_file_path}: do not pass use_sentence_keys to encode duplicate sentences")
-                seen.add(s)
-        return _write_hdf5(self, sentences, output_file_path, output_format, batch_size or self.batch_size,
-                           forget_sentences, use_sentence_keys, progress)
-
-
-def read_sentences(input_file: str | os.PathLike | IO[str]) -> list[str]:
-    """Stripped lines of an input file; an empty (or all-whitespace) line is an error naming it."""
-    if isinstance(input_file, (str, os.PathLike)):
-        name = os.fspath(input_file)
-        try:
-            with open(name, encoding="utf-8") as f:
-                lines = f.readlines()
-        except FileNotFoundError:
-            raise InputError(f"{name}: input file not found") from None
-        except UnicodeDecodeError as e:
-            raise InputError(f"{name}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    else:
-        name = getattr(input_file, "name", "<input>")
-        lines = input_file.readlines()
-    sentences = [line.strip() for line in lines]
-    blank = [i + 1 for i, s in enumerate(sentences) if not s]
-    if blank:
-        shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
-        raise InputError(f"{name}: line {shown} {'is' if len(blank) == 1 else 'are'} empty; "
-                         f"every line must hold one whitespace-tokenized sentence")
-    if not sentences:
-        raise InputError(f"{name}: the input holds no sentences")
-    return sentences
-
-
-def _write_hdf5(embedder: ElmoEmbedder, sentences: list[str], output_file_path: str, output_format: str,
-                batch_size: int, forget_sentences: bool, use_sentence_keys: bool, progress: bool) -> dict[str, float]:
-    import h5py
-    from tqdm import tqdm
-
-    out_dir = os.path.dirname(os.path.abspath(output_file_path))
-    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(output_file_path) + ".", suffix=".partial", dir=out_dir)
-    os.close(fd)
-    start = time.perf_counter()
-    n_tokens = 0
-    try:
-        with h5py.File(tmp_path, "w") as fout:
-            split = (s.split() for s in sentences)
-            bar = tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr, dynamic_ncols=True)
-            sentence_to_index: dict[str, str] = {}
-            for i, embeddings in enumerate(embedder.embed_sentences(split, batch_size)):
-                key = sentences[i] if use_sentence_keys else str(i)
-                if not forget_sentences and not use_sentence_keys:
-                    sentence_to_index[sentences[i]] = key
-                if output_format == "all":
-                    output = embeddings
-                elif output_format == "top":
-                    output = embeddings[-1]
-                else:
-                    output = np.average(embeddings, axis=0)
-                fout.create_dataset(key, output.shape, dtype="float32", data=output)
-                n_tokens += embeddings.shape[1]
-                bar.update(1)
-            bar.close()
-            if not forget_sentences and not use_sentence_keys:
-                ds = fout.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-                ds[0] = json.dumps(sentence_to_index)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes it 0600; give it a normal file's mode
-        os.replace(tmp_path, output_file_path)
-    except BaseException:
-        try:
-            os.unlink(tmp_path)
-        except FileNotFoundError:
-            pass
-        raise
-    seconds = time.perf_counter() - start
-    stats = {"sentences": len(sentences), "tokens": n_tokens, "seconds": seconds,
-             "tokens_per_s": n_tokens / seconds if seconds > 0 else float("inf")}
-    if progress:
-        print(f"elmo-fast: embedded {len(sentences)} sentences ({n_tokens} tokens) in {seconds:.2f} s: "
-              f"{stats['tokens_per_s']:.0f} tokens/s, {len(sentences) / seconds:.1f} sentences/s -> {output_file_path}",
-              file=sys.stderr)
-    return stats
+        return embed_corpus(self, input_file, output_file_path, output_format, batch_size, forget_sentences,
+                            use_sentence_keys, progress, max_tokens_per_batch=max_tokens_per_batch,
+                            bucketing=bucketing, window=window, resume=resume, overwrite=overwrite,
+                            skip_empty=skip_empty, encoding_errors=encoding_errors)

@@ -113,16 +113,18 @@ def test_interrupted_embed_file_leaves_nothing(embedder, tmp_path, monkeypatch):
     inp = _write_lines(tmp_path / "in.txt", SENTENCES)
     out = tmp_path / "out.hdf5"
     out.write_bytes(b"previous run")
-    real = ElmoEmbedder.embed_sentences
+    real = ElmoEmbedder.embed_batch
+    calls = []
 
-    def dying(self, sentences, batch_size=None):
-        for n, x in enumerate(real(self, sentences, batch_size)):
-            if n == 2:
-                raise KeyboardInterrupt
-            yield x
+    def dying(self, batch):
+        calls.append(len(batch))
+        if len(calls) == 2:  # after one batch was written
+            raise KeyboardInterrupt
+        return real(self, batch)
 
-    monkeypatch.setattr(ElmoEmbedder, "embed_sentences", dying)
+    monkeypatch.setattr(ElmoEmbedder, "embed_batch", dying)
     with pytest.raises(KeyboardInterrupt):
         embedder.embed_file(inp, out, progress=False)
+    assert calls == [2, 2]
     assert out.read_bytes() == b"previous run"  # untouched: the new file never replaced it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]

@@ -1,0 +1,463 @@
+"""embed_file at corpus scale: streaming, length bucketing, resume after kills, out-of-memory, bad input."""
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from elmo_fast import ElmoEmbedder, ElmoFastError, InputError
+from elmo_fast import corpus
+from elmo_fast.errors import ExtensionNotBuiltError
+from tolerances import assert_close
+
+_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFG.,;!?-'0123456789éßøü東京ЖΩ"
+
+
+def random_sentences(rng: random.Random, n: int, lengths=(1, 1, 2, 3, 5, 7, 13, 29, 41)) -> list[str]:
+    """Sentences of awkward lengths (one-token ones included), tokens of 1..12 characters and, now
+    and then, over 50 (allennlp truncates those to 50 characters: fine)."""
+    out = []
+    for _ in range(n):
+        tokens = []
+        for _ in range(rng.choice(lengths)):
+            width = rng.choice((1, 2, 3, 4, 6, 9, 12, 57)) if rng.random() > 0.02 else 120
+            tokens.append("".join(rng.choice(_ALPHABET) for _ in range(width)))
+        out.append(" ".join(tokens))
+    return out
+
+
+def write_lines(path, lines, newline="\n"):
+    path.write_bytes("".join(line + newline for line in lines).encode("utf-8"))
+    return path
+
+
+def contents(path) -> tuple[dict[str, np.ndarray], str | None]:
+    """Every dataset of an output file by key, and the raw sentence_to_index string (None if absent)."""
+    with h5py.File(path, "r") as f:
+        mapping = f["sentence_to_index"].asstr()[0] if "sentence_to_index" in f else None
+        data = {}
+        f.visititems(lambda name, obj: data.__setitem__(name, obj[...]) if isinstance(obj, h5py.Dataset)
+                     and name != "sentence_to_index" else None)
+    return data, mapping
+
+
+def assert_same_output(path, expected_path, what=""):
+    """Same keys, same sentence_to_index string, every dataset within fp32 TOL."""
+    got, got_map = contents(path)
+    want, want_map = contents(expected_path)
+    assert sorted(got) == sorted(want), what
+    assert got_map == want_map, what
+    for key in want:
+        assert got[key].dtype == np.float32
+        assert_close(torch.from_numpy(got[key]), torch.from_numpy(want[key]), torch.float32, f"{what} key {key!r}")
+
+
+@pytest.fixture(scope="module")
+def tiny(random_models):
+    return random_models("tiny", exercise_clips=True)
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny):
+    return ElmoEmbedder(*tiny, batch_size=5)
+
+
+def test_bucketing_gives_the_unbucketed_vectors(embedder, tmp_path, monkeypatch):
+    rng = random.Random(11)
+    sentences = random_sentences(rng, 67)
+    sentences[5] = sentences[9]  # a repeated sentence: sentence_to_index keeps its last key, as allennlp
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    batches = []
+    real = ElmoEmbedder.embed_batch
+
+    def spy(self, batch):
+        batches.append([len(s) for s in batch])
+        return real(self, batch)
+
+    monkeypatch.setattr(ElmoEmbedder, "embed_batch", spy)
+    embedder.embed_file(inp, tmp_path / "plain.h5", "all", bucketing=False, progress=False)
+    assert [len(b) for b in batches] == [5] * 13 + [2]  # input order, batch_size each
+    batches.clear()
+    stats = embedder.embed_file(inp, tmp_path / "bucket.h5", "all", window=23, max_tokens_per_batch=40,
+                                progress=False)
+    assert stats["sentences"] == 67 and stats["tokens"] == sum(len(s.split()) for s in sentences)
+    # sorted within each window of 23, cut under 40 padded tokens (one over-long sentence alone)
+    assert sum(len(b) for b in batches) == 67
+    for b in batches:
+        assert len(b) <= 5 and (len(b) == 1 or len(b) * max(b) <= 40) and b == sorted(b)
+    assert len(batches) > 14
+    assert_same_output(tmp_path / "bucket.h5", tmp_path / "plain.h5", "bucketed vs input order")
+    data, mapping = contents(tmp_path / "bucket.h5")
+    assert json.loads(mapping) == {s: str(i) for i, s in enumerate(sentences) if i != 5}
+    for i in (0, 13, 66):  # and the same as one sentence at a time
+        np.testing.assert_allclose(data[str(i)], embedder.embed_sentence(sentences[i].split()), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("fmt", ["top", "average"])
+def test_formats_and_keys_when_bucketed(embedder, tmp_path, fmt):
+    sentences = random_sentences(random.Random(fmt), 9)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    embedder.embed_file(inp, tmp_path / "o.h5", fmt, window=4, progress=False, forget_sentences=True)
+    data, mapping = contents(tmp_path / "o.h5")
+    assert mapping is None and sorted(data) == sorted(map(str, range(9)))
+    for i, s in enumerate(sentences):
+        full = embedder.embed_sentence(s.split())
+        want = full[-1] if fmt == "top" else np.average(full, axis=0)
+        np.testing.assert_allclose(data[str(i)], want, atol=1e-5, rtol=0)
+    embedder.embed_file(inp, tmp_path / "k.h5", fmt, window=4, progress=False, use_sentence_keys=True)
+    data, mapping = contents(tmp_path / "k.h5")
+    assert mapping is None and sorted(data) == sorted(sentences)
+
+
+def test_stateful_keeps_input_order_and_refuses_bucketing(tiny, tmp_path):
+    stateful = ElmoEmbedder(*tiny, batch_size=3, stateful=True)
+    sentences = random_sentences(random.Random(5), 14)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    for kwargs in ({"max_tokens_per_batch": 100}, {"bucketing": True}):
+        with pytest.raises(ElmoFastError, match="stateful mode keeps input order"):
+            stateful.embed_file(inp, tmp_path / "no.h5", progress=False, **kwargs)
+    # a window of 4 is rounded up to whole batches (6): batches stay 3 consecutive sentences
+    stateful.embed_file(inp, tmp_path / "s.h5", window=4, progress=False)
+    stateful.elmo_bilm.reset_states()
+    want = [x for k in range(0, 14, 3) for x in stateful.embed_batch([s.split() for s in sentences[k:k + 3]])]
+    data, _ = contents(tmp_path / "s.h5")
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(data[str(i)], w)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "s.h5"]
+
+
+def _oom_above(limit, error=torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")):
+    """embed_batch that fails like an allocator when a batch has more than `limit` padded tokens."""
+    real = ElmoEmbedder.embed_batch
+    seen = []
+
+    def embed_batch(self, batch):
+        padded = len(batch) * max(len(s) for s in batch)
+        seen.append(padded)
+        if padded > limit:
+            raise error
+        return real(self, batch)
+
+    return embed_batch, seen
+
+
+def test_out_of_memory_halves_the_batch(embedder, tmp_path, monkeypatch):
+    sentences = random_sentences(random.Random(3), 31, lengths=(2, 3, 9, 17))
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    embedder.embed_file(inp, tmp_path / "ok.h5", "all", progress=False)
+    for error in (torch.OutOfMemoryError("CUDA out of memory."),
+                  RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory")):
+        fake, seen = _oom_above(30, error)
+        monkeypatch.setattr(ElmoEmbedder, "embed_batch", fake)
+        stats = embedder.embed_file(inp, tmp_path / "split.h5", "all", progress=False, bucketing=False)
+        assert stats["oom_splits"] > 0 and max(seen) > 30
+        # once a batch failed, later ones are cut under half its size instead of failing again
+        first_fail = next(i for i, p in enumerate(seen) if p > 30)
+        assert sum(p > 30 for p in seen[first_fail + 1:]) < sum(p <= 30 for p in seen[first_fail + 1:])
+        assert_same_output(tmp_path / "split.h5", tmp_path / "ok.h5", f"split on {type(error).__name__}")
+
+
+def test_out_of_memory_for_one_sentence_names_its_line(embedder, tiny, tmp_path, monkeypatch):
+    inp = write_lines(tmp_path / "in.txt", ["a b", "c", " ".join("w" * 3 for _ in range(40)), "d e f"])
+    fake, _ = _oom_above(30)
+    monkeypatch.setattr(ElmoEmbedder, "embed_batch", fake)
+    with pytest.raises(InputError, match=r"line 3: its sentence of 40 tokens does not fit in memory on cpu even "
+                                         r"alone \(CUDA out of memory"):
+        embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
+    stateful = ElmoEmbedder(*tiny, batch_size=4, stateful=True)
+    with pytest.raises(InputError, match=r"lines 1\.\.4 .* stateful mode cannot split a batch: pass a smaller "
+                                         r"--batch-size"):
+        stateful.embed_file(inp, tmp_path / "o.h5", progress=False)
+    monkeypatch.setattr(ElmoEmbedder, "embed_batch", lambda self, b: (_ for _ in ()).throw(RuntimeError("bug")))
+    with pytest.raises(RuntimeError, match="^bug$"):  # not memory: not retried, not reworded
+        embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_ten_thousand_token_sentence_on_cpu(embedder, tmp_path):
+    rng = random.Random(7)
+    long = [rng.choice(("the", "cat", "sat", "on", "a", "mat", ".", "Über", "x" * 60)) for _ in range(10_000)]
+    inp = write_lines(tmp_path / "in.txt", [" ".join(long), "short one"])
+    embedder.embed_file(inp, tmp_path / "o.h5", "all", progress=False)
+    data, _ = contents(tmp_path / "o.h5")
+    assert data["0"].shape == (3, 10_000, 32) and data["1"].shape == (3, 2, 32)
+    assert np.isfinite(data["0"]).all()
+    # a forward LSTM state only sees the past: the forward halves of a prefix match the prefix alone
+    prefix = embedder.embed_sentence(long[:9])
+    np.testing.assert_allclose(data["0"][1:, :9, :16], prefix[1:, :, :16], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(data["0"][0, :9], prefix[0], atol=1e-5, rtol=0)
+
+
+def test_lines_are_read_lazily_and_checked_as_they_come(embedder, tmp_path, monkeypatch):
+    lines = ["one two", "three", "\u00e9t\u00e9 ok", "four five six"]
+    raw = ("\n".join(lines[:2]) + "\nbad \xff\xfe byte\n" + "\n".join(lines[2:]) + "\n").encode("latin-1")
+    raw = raw.replace("\u00e9".encode("latin-1"), "\u00e9".encode("utf-8"))
+    (tmp_path / "bad.txt").write_bytes(raw)
+    with pytest.raises(InputError, match=r"bad.txt: line 3 is not valid UTF-8 \(invalid start byte at byte 4 of "
+                                         r"the line\).*--encoding-errors replace"):
+        embedder.embed_file(tmp_path / "bad.txt", tmp_path / "o.h5", progress=False)
+    assert not (tmp_path / "o.h5").exists()
+    embedder.embed_file(tmp_path / "bad.txt", tmp_path / "o.h5", progress=False, encoding_errors="replace")
+    data, mapping = contents(tmp_path / "o.h5")
+    assert json.loads(mapping) == {"one two": "0", "three": "1", "bad \ufffd\ufffd byte": "2", "\u00e9t\u00e9 ok": "3",
+                                   "four five six": "4"}
+    # a binary stream (stdin) gives the same; CRLF line ends too
+    crlf = write_lines(tmp_path / "crlf.txt", ["one two", "three"], newline="\r\n")
+    embedder.embed_file(io.BytesIO(crlf.read_bytes()), tmp_path / "b.h5", progress=False)
+    assert json.loads(contents(tmp_path / "b.h5")[1]) == {"one two": "0", "three": "1"}
+    # the reader runs ahead of the model by one window only: the bad line stops the run early
+    calls = []
+    real = ElmoEmbedder.embed_batch
+    monkeypatch.setattr(ElmoEmbedder, "embed_batch", lambda self, b: calls.append(1) or real(self, b))
+    many = ["word " * (i % 5 + 1) for i in range(40)] + ["", "after"]
+    with pytest.raises(InputError, match="line 41 is empty"):
+        embedder.embed_file(write_lines(tmp_path / "late.txt", many), tmp_path / "late.h5", window=8, progress=False)
+    assert len(calls) == 10  # 5 windows of 8, 2 batches each, then the error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.h5", "bad.txt", "crlf.txt", "late.txt", "o.h5"]
+
+
+def test_skip_empty_keeps_line_numbers(embedder, tmp_path):
+    inp = write_lines(tmp_path / "in.txt", ["", "first line", "  \t ", "second", "", "third one ."])
+    with pytest.raises(InputError, match="line 1 is empty.*--skip-empty"):
+        embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
+    embedder.embed_file(inp, tmp_path / "o.h5", "top", progress=False, skip_empty=True)
+    data, mapping = contents(tmp_path / "o.h5")
+    assert json.loads(mapping) == {"first line": "1", "second": "3", "third one .": "5"}
+    assert sorted(data) == ["1", "3", "5"]
+    np.testing.assert_allclose(data["3"], embedder.embed_sentence(["second"])[-1], atol=1e-5, rtol=0)
+    for lines, skip in (([], False), (["", " "], True)):
+        with pytest.raises(InputError, match="holds no sentences"):
+            embedder.embed_file(write_lines(tmp_path / "e.txt", lines), tmp_path / "e.h5", progress=False,
+                                skip_empty=skip)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.txt", "in.txt", "o.h5"]
+
+
+def test_output_checks(embedder, tmp_path):
+    inp = write_lines(tmp_path / "in.txt", ["a b"])
+    (tmp_path / "o.h5").write_bytes(b"old")
+    with pytest.raises(ElmoFastError, match=r"o.h5 already exists; pass --overwrite"):
+        embedder.embed_file(inp, tmp_path / "o.h5", progress=False, overwrite=False)
+    assert (tmp_path / "o.h5").read_bytes() == b"old"
+    embedder.embed_file(inp, tmp_path / "o.h5", progress=False)  # the API replaces by default, as it always did
+    assert contents(tmp_path / "o.h5")[0]["0"].shape == (3, 2, 32)
+    with pytest.raises(ElmoFastError, match="is a directory"):
+        embedder.embed_file(inp, tmp_path, progress=False)
+    with pytest.raises(ElmoFastError, match="output's directory .* does not exist"):
+        embedder.embed_file(inp, tmp_path / "none" / "o.h5", progress=False)
+    for bad in ({"window": 0}, {"max_tokens_per_batch": 0}, {"batch_size": -1}, {"encoding_errors": "ignore"}):
+        with pytest.raises(ElmoFastError, match=next(iter(bad))):
+            embedder.embed_file(inp, tmp_path / "x.h5", progress=False, **bad)
+
+
+def test_cuda_without_cuda_kernels_is_refused_before_any_output(tiny, tmp_path, monkeypatch):
+    from elmo_fast import ops
+
+    e = ElmoEmbedder(*tiny, backend="fast")
+    e.device = torch.device("cuda")  # as if a GPU were there, with an extension built without CUDA
+    monkeypatch.setattr(ops, "HAS_CUDA_KERNELS", False)
+    with pytest.raises(ExtensionNotBuiltError, match="CUDA kernels are not available"):
+        e.embed_file(write_lines(tmp_path / "in.txt", ["a"]), tmp_path / "o.h5", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL in-process: nothing is cleaned up (abort is disabled alongside)."""
+
+
+def _no_cleanup(monkeypatch):
+    monkeypatch.setattr(corpus._ShardWriter, "abort", lambda self: None)
+
+
+def _kill_at(monkeypatch, target, name, when):
+    real = getattr(target, name)
+    count = [0]
+
+    def dying(*args, **kwargs):
+        count[0] += 1
+        if count[0] == when:
+            raise Killed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, dying)
+    _no_cleanup(monkeypatch)
+
+
+@pytest.mark.parametrize("point", ["3rd shard rename", "after complete, before rename", "after rename",
+                                   "tearing down"])
+def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeypatch, point):
+    sentences = random_sentences(random.Random(point), 40)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    embedder.embed_file(inp, tmp_path / "want.h5", window=8, progress=False)
+    out = tmp_path / "o.h5"
+    work = tmp_path / "o.h5.partial"
+    with monkeypatch.context() as m:
+        if point == "3rd shard rename":
+            _kill_at(m, corpus.os, "replace", 4)  # the manifest's, shard 0's, shard 1's, then shard 2's
+        elif point == "after complete, before rename":
+            _no_cleanup(m)
+            real_write = corpus._write_json_atomic
+
+            def write_then_die(path, obj):
+                real_write(path, obj)
+                if obj.get("complete"):
+                    raise Killed
+
+            m.setattr(corpus, "_write_json_atomic", write_then_die)
+        elif point == "after rename":
+            _kill_at(m, corpus, "remove_work_dir", 1)
+        else:  # shards 0 and 1 deleted, then killed: the manifest goes last, so it is still there
+            _kill_at(m, corpus.os, "unlink", 3)
+        with pytest.raises(Killed):
+            embedder.embed_file(inp, out, window=8, progress=False, resume=True, overwrite=False)
+    assert (work / corpus.MANIFEST).exists()
+    assert out.exists() == (point in ("after rename", "tearing down"))
+    with pytest.raises(ElmoFastError, match="holds an interrupted run .* pass --resume"):
+        embedder.embed_file(inp, out, window=8, progress=False)
+    stats = embedder.embed_file(inp, out, window=8, progress=False, resume=True, overwrite=False)
+    if point == "3rd shard rename":
+        assert stats["resumed_sentences"] == 16 and stats["sentences"] == 24
+    assert not work.exists()
+    assert_same_output(out, tmp_path / "want.h5", point)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5", "want.h5"]
+
+
+def test_resume_refuses_other_settings_or_input(embedder, tmp_path, monkeypatch):
+    sentences = random_sentences(random.Random(2), 30)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    out = tmp_path / "o.h5"
+    with monkeypatch.context() as m:
+        _kill_at(m, corpus._ShardWriter, "window_done", 3)
+        with pytest.raises(Killed):
+            embedder.embed_file(inp, out, "top", window=7, progress=False, resume=True)
+    with pytest.raises(ElmoFastError, match=r"the interrupted run differs \(output_format: 'top' then, 'all' now\)"):
+        embedder.embed_file(inp, out, "all", window=7, progress=False, resume=True)
+    write_lines(inp, sentences[:3] + ["changed line"] + sentences[4:])
+    with pytest.raises(InputError, match=r"in.txt: lines 1\.\.7 are not those the interrupted run embedded into "
+                                         r"shard-000000.h5"):
+        embedder.embed_file(inp, out, "top", window=7, progress=False, resume=True)
+    # a change after the completed windows is fine: that part was not embedded yet
+    write_lines(inp, sentences[:20] + ["changed line"] + sentences[21:])
+    embedder.embed_file(inp, out, "top", window=5, progress=False, resume=True)
+    embedder.embed_file(inp, tmp_path / "want.h5", "top", window=7, progress=False)
+    assert_same_output(out, tmp_path / "want.h5", "resumed after a change past the completed windows")
+
+
+def test_resume_refuses_other_weights(random_models, tmp_path, monkeypatch):
+    a = ElmoEmbedder(*random_models("tiny", seed=1))
+    b = ElmoEmbedder(*random_models("tiny", seed=2))
+    inp = write_lines(tmp_path / "in.txt", random_sentences(random.Random(9), 12))
+    with monkeypatch.context() as m:
+        _kill_at(m, corpus._ShardWriter, "window_done", 2)
+        with pytest.raises(Killed):
+            a.embed_file(inp, tmp_path / "o.h5", window=4, progress=False, resume=True)
+    with pytest.raises(ElmoFastError, match=r"the interrupted run differs \(weights: '[0-9a-f]+' then"):
+        b.embed_file(inp, tmp_path / "o.h5", window=4, progress=False, resume=True)
+
+
+def test_stateful_resume_restores_the_states(tiny, tmp_path, monkeypatch):
+    sentences = random_sentences(random.Random(4), 23)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    e = ElmoEmbedder(*tiny, batch_size=3, stateful=True)
+    e.embed_file(inp, tmp_path / "want.h5", window=6, progress=False)
+    e.elmo_bilm.reset_states()
+    with monkeypatch.context() as m:
+        _kill_at(m, corpus._ShardWriter, "window_done", 3)
+        with pytest.raises(Killed):
+            e.embed_file(inp, tmp_path / "o.h5", window=6, progress=False, resume=True)
+    e = ElmoEmbedder(*tiny, batch_size=3, stateful=True)  # a new process: zero states
+    stats = e.embed_file(inp, tmp_path / "o.h5", window=6, progress=False, resume=True)
+    assert stats["resumed_sentences"] == 12
+    # the same batches from the same states (zero states instead differ by ~1 in the first resumed batch);
+    # TOL, not bit for bit: the token cache was cold where the uninterrupted run's was warm
+    assert_same_output(tmp_path / "o.h5", tmp_path / "want.h5", "stateful, resumed")
+
+
+def test_work_dir_leftovers(embedder, tmp_path):
+    inp = write_lines(tmp_path / "in.txt", ["a b", "c"])
+    work = tmp_path / "o.h5.partial"
+    work.mkdir()
+    (work / "shard-000000.h5.tmp").write_bytes(b"half written")  # void: no manifest, so removed
+    embedder.embed_file(inp, tmp_path / "o.h5", progress=False, resume=True)
+    assert not work.exists() and (tmp_path / "o.h5").exists()
+    (tmp_path / "p.h5.partial").mkdir()
+    (tmp_path / "p.h5.partial" / "notes.txt").write_text("mine")
+    with pytest.raises(ElmoFastError, match="holds files elmo-fast did not write \\(notes.txt\\)"):
+        embedder.embed_file(inp, tmp_path / "p.h5", progress=False, resume=True)
+    assert (tmp_path / "p.h5.partial" / "notes.txt").exists()
+    # a run that fails before finishing its first window leaves no work directory
+    with pytest.raises(InputError, match="line 2 is empty"):
+        embedder.embed_file(write_lines(tmp_path / "bad.txt", ["a", ""]), tmp_path / "q.h5", progress=False,
+                            resume=True)
+    assert not (tmp_path / "q.h5.partial").exists()
+
+
+def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
+    """The real thing: `elmo-fast embed --resume` SIGKILLed at random moments, then resumed to the end."""
+    rng = random.Random()  # fresh moments every run; the seed is in the failure message
+    seed = rng.randrange(10**6)
+    rng.seed(seed)
+    sentences = random_sentences(random.Random(seed), 300)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    out = tmp_path / "o.h5"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
+        os.path.abspath(corpus.__file__))), os.environ.get("PYTHONPATH")]))}
+    common = [sys.executable, "-m", "elmo_fast.cli", "embed", str(inp), "--all", "--options", str(tiny[0]),
+              "--weights", str(tiny[1]), "--batch-size", "4", "--window", "16", "--quiet"]
+    start = time.perf_counter()
+    r = subprocess.run(common[:5] + [str(tmp_path / "want.h5")] + common[5:], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    whole = time.perf_counter() - start  # kill moments scale with it: the machine may be busy or idle
+    args = common[:5] + [str(out)] + common[5:] + ["--resume"]
+    kills, shards_seen = 0, []
+    for round_ in range(4):
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        time.sleep(whole * (rng.uniform(0.3, 0.8) if round_ == 0 else rng.uniform(0.2, 1.0)))
+        if proc.poll() is not None:
+            assert proc.returncode == 0, proc.stderr.read().decode()
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        work = tmp_path / "o.h5.partial"
+        shards_seen.append(len(list(work.glob("shard-*.h5"))) if work.exists() else -1)
+    # to the end (or, if the last round finished, a no-op that recognises the finished run)
+    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, f"seed {seed}: {r.stderr}"
+    assert kills >= 1, f"seed {seed}: the run finished before any kill"
+    assert not (tmp_path / "o.h5.partial").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5", "want.h5"], f"seed {seed}"
+    assert_same_output(out, tmp_path / "want.h5", f"seed {seed}, kills {kills}, shards kept {shards_seen}")
+
+
+def test_resume_after_the_run_finished(embedder, tmp_path, monkeypatch):
+    """Killed after the work directory was removed (say, while the interpreter shut down): --resume
+    recognises the finished run from the record in the output, and only that run."""
+    sentences = random_sentences(random.Random(8), 20)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    out = tmp_path / "o.h5"
+    embedder.embed_file(inp, out, window=6, progress=False, resume=True, overwrite=False)
+    assert json.loads(h5py.File(out, "r").attrs[corpus.RUN_RECORD])["output_format"] == "all"
+    stamp = out.stat().st_mtime_ns
+    stats = embedder.embed_file(inp, out, window=9, progress=False, resume=True, overwrite=False)
+    assert stats["sentences"] == 0 and out.stat().st_mtime_ns == stamp
+    with pytest.raises(ElmoFastError, match=r"o.h5 already exists, made by another run \(output_format: 'all' then, "
+                                            r"'top' now\); pass --overwrite"):
+        embedder.embed_file(inp, out, "top", progress=False, resume=True, overwrite=False)
+    write_lines(inp, sentences + ["one more"])
+    with pytest.raises(ElmoFastError, match=r"in.txt has more lines than it was made from \(line 21\)"):
+        embedder.embed_file(inp, out, progress=False, resume=True, overwrite=False)
+    write_lines(inp, sentences[:7] + ["changed"] + sentences[8:])
+    with pytest.raises(ElmoFastError, match=r"lines 7\.\.12 of .*in.txt are not those it was made from"):
+        embedder.embed_file(inp, out, progress=False, resume=True, overwrite=False)
+    stats = embedder.embed_file(inp, out, progress=False, resume=True, overwrite=True)  # so: embed it again
+    assert stats["sentences"] == 20 and json.loads(contents(out)[1])["changed"] == "7"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5"]
