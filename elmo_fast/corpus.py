@@ -696,7 +696,7 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
         if isinstance(writer, _ShardWriter):
             done_sentences, done_lines = writer.skip_done(lines, name)
             if stateful and (states := writer.saved_states()) is not None:
-                embedder.elmo_bilm._states = tuple(t.to(embedder.device) for t in states)  # type: ignore[assignment]
+                embedder.elmo_bilm.set_states(states)
         with tqdm(total=total, initial=done_lines, unit="line", disable=not progress, file=sys.stderr,
                   dynamic_ncols=True) as bar:
             while chunk := list(islice(lines, window)):
@@ -710,7 +710,7 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
                         n_tokens += len(line.tokens)
                     bar.update(len(batch))
                 bar.update(chunk[-1].index + 1 - bar.n)  # lines skipped as empty count as read
-                writer.window_done(chunk, keys, embedder.elmo_bilm._states if stateful else None)
+                writer.window_done(chunk, keys, embedder.elmo_bilm.get_states() if stateful else None)
                 n_sentences += len(chunk)
             if total is not None and bar.n < total:
                 bar.update(total - bar.n)

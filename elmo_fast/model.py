@@ -175,6 +175,25 @@ class ElmoBiLm(nn.Module):
         """Forget the carried LSTM states (stateful mode)."""
         self._states = None
 
+    def get_states(self) -> tuple[Tensor, Tensor] | None:
+        """The LSTM states carried to the next batch (stateful mode): h [L, rows, 2P] and c
+        [L, rows, 2C], rows being the largest batch seen; None before the first batch."""
+        return self._states
+
+    def set_states(self, states: tuple[Tensor, Tensor] | None) -> None:
+        """Carry these states (as :meth:`get_states` returned them) into the next batch."""
+        if states is None:
+            self._states = None
+            return
+        h, c = states
+        L, P2, C2 = self.options.n_layers, 2 * self.options.projection_dim, 2 * self.options.cell_dim
+        if h.dim() != 3 or c.dim() != 3 or (h.shape[0], h.shape[2]) != (L, P2) or (c.shape[0], c.shape[2]) != (L, C2) \
+                or h.shape[1] != c.shape[1]:
+            raise ElmoFastError(f"states must be h [{L}, rows, {P2}] and c [{L}, rows, {C2}], got h {list(h.shape)} "
+                                f"and c {list(c.shape)}")
+        device = self.char_embedding.device
+        self._states = (h.detach().to(device), c.detach().to(device))
+
     def _initial_states(self, batch_size: int) -> tuple[Tensor | None, Tensor | None]:
         if not self.stateful or self._states is None:
             return None, None

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids, load_options, load_weights
+from elmo_fast import ElmoBiLm, ElmoEmbedder, ElmoFastError, batch_to_ids, load_options, load_weights
 from elmo_fast.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
                                  highway_ref, layer0_gates_ref, lstm_layer_ref, remove_sentence_boundaries)
 from tolerances import TOL
@@ -107,6 +107,24 @@ def test_stateful_rules_for_growing_and_shrinking_batches(random_models):
         torch.testing.assert_close(bilm._states[1], c, atol=0, rtol=0)
     bilm.reset_states()
     assert bilm._states is None
+
+
+def test_states_can_be_saved_and_restored(random_models):
+    """get_states/set_states carry a stateful run across models (what a resumed embed_file needs)."""
+    files = random_models("tiny", exercise_clips=True)
+    rng = np.random.default_rng(3)
+    first, second = batch_to_ids(_sentences(rng, 3)), batch_to_ids(_sentences(rng, 2))
+    a = ElmoBiLm(*files, stateful=True)
+    assert a.get_states() is None
+    a(first)
+    saved = tuple(t.clone() for t in a.get_states())
+    want = a(second)["activations"]
+    b = ElmoBiLm(*files, stateful=True)
+    b.set_states(saved)
+    for x, y in zip(b(second)["activations"], want):
+        torch.testing.assert_close(x, y, atol=0, rtol=0)
+    with pytest.raises(ElmoFastError, match=r"states must be h \[2, rows, 32\]"):
+        b.set_states((saved[0][:, :, :5], saved[1]))
 
 
 @pytest.mark.parametrize("backend", ["reference", "auto"])
