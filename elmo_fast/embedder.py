@@ -44,7 +44,8 @@ class ElmoEmbedder:
 
     backend: "auto" (the fused fast path when the extension is built, else the reference),
     "fast" or "reference". token_cache_mb bounds the cache of distinct tokens' context-free
-    results kept across batches by the fast path (0 turns it off); results do not depend on it.
+    results kept across batches by the fast path (0 turns it off). Results do not depend on it, nor
+    on batching, beyond fp32 rounding (~1e-6: a GEMM's rounding varies with its number of rows).
     dtype=torch.bfloat16 runs the fast path's GEMMs in bf16 (fp32 accumulation, fp32 cell states);
     its error bound against fp32 is stated and tested in tests/test_fast_model.py.
 
@@ -124,7 +125,8 @@ class ElmoEmbedder:
         their batches finish, so memory stays flat however long the corpus. Stateless (the
         default), ``window`` sentences at a time are sorted by length and cut into batches of at
         most ``batch_size`` sentences and ``max_tokens_per_batch`` padded tokens (default
-        ``DEFAULT_MAX_TOKENS``); vectors do not depend on it, keys and their order are unchanged.
+        ``DEFAULT_MAX_TOKENS``); vectors do not depend on it (beyond fp32 rounding, ~1e-6), keys and
+        their order are unchanged.
         ``bucketing=False`` keeps input order. Stateful embedders keep input order, and refuse
         ``max_tokens_per_batch``. A batch that runs out of memory is halved and retried (stateless);
         one sentence that cannot fit alone is an :class:`InputError` naming its line.

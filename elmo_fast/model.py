@@ -96,7 +96,8 @@ class ElmoBiLm(nn.Module):
     besides "reference".
 
     stateful=False (the default): every batch starts from zero LSTM states, so a sentence's
-    vectors never depend on its batch-mates or on earlier batches. stateful=True reproduces
+    vectors never depend on its batch-mates or on earlier batches (beyond fp32 rounding, ~1e-6,
+    as a GEMM's rounding varies with its number of rows; the token cache likewise). stateful=True reproduces
     allennlp and bilm-tf: batch row i starts from the final states row i had in the previous
     batch; a larger batch adds zero states for the new rows, a smaller one leaves the states of
     the rows it does not use untouched.
