@@ -11,7 +11,8 @@
 //   * Per step: recurrent GEMM h[:n_s] W_hh^T -> one fused pass (input gates, gate
 //     nonlinearities, cell update and clip, o * tanh(c)) -> projection GEMM -> a pass for the
 //     projection clip, the skip connection and the packed output. The recurrent and projection
-//     GEMMs of steps with at most gemv_max_rows() rows (fp32: 128, ELMo's usual batches; bf16: 2)
+//     GEMMs of steps with at most gemv_max_rows() rows (fp32: 128 for weights that come from memory,
+//     32 for cache-resident ones; bf16: 2)
 //     run in gemv_nt (lstm_gemv.h), the others and the input GEMMs in ATen (BLAS / oneDNN).
 //   * Weights in bfloat16 (states, gates, outputs float32): gemv_nt steps widen the weights and keep
 //     the activations in fp32; other GEMMs are oneDNN's (at::mm in bf16): inputs rounded to bf16,
@@ -393,14 +394,26 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
 // Tuned on a 2-core AMD Zen 4 (32 MB L3), 'original' shapes (P = 512, C = 4096), T = 27; see
 // benchmarks/bench_lstm.py and the commit messages for the measurements.
 //
-// Steps with at most this many active rows use gemv_nt rather than BLAS. float: the 4x4-blocked
-// gemv_nt beat MKL sgemm at every n measured (1..128; e.g. B = 64: 1466 vs 1614 ms per call), so
-// BLAS only takes larger batches. bf16: gemv_nt widens the weights and computes in fp32, which
-// oneDNN's bf16 dot products outrun from n = 4 on; it keeps n <= 2 (B = 1: 62 vs 102 ms).
+// Steps with at most this many active rows use gemv_nt rather than BLAS. float: gemv_nt streams
+// W_hh once per step, so it wins where the weights come from memory: with 'original' (W_hh 32 MB)
+// the 4x4-blocked gemv_nt beat MKL sgemm at every n measured (1..128; e.g. B = 64: 1466 vs 1614 ms
+// per call), so BLAS only takes larger batches. Weights that stay in the caches favour BLAS's reuse
+// from a few dozen rows on (bench_lstm.py --ragged, ms per call at B = 64 with 128 / 32 / 0 rows:
+// 'small' (W_hh 2 MB) 69.4 / 60.5 / 58.0, 'medium' (8 MB) 260 / 241 / 258, 'original' 883 / 1021
+// at 128 / 32; at B = 16 32 rows match 128 and beat 0): 32 rows below 16 MB of W_hh.
+// bf16: gemv_nt widens the weights and computes in fp32, which oneDNN's bf16 dot products outrun
+// from n = 4 on; it keeps n <= 2 (B = 1: 62 vs 102 ms).
 // ELMO_FAST_BILSTM_GEMV_ROWS overrides, for benchmarking and tests.
-int64_t gemv_max_rows(bool bf16_weights) {
+int64_t gemv_max_rows(bool bf16_weights, int64_t proj, int64_t cell) {
   const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS");
-  return env != nullptr ? std::atoll(env) : bf16_weights ? 2 : 128;
+  if (env != nullptr) {
+    return std::atoll(env);
+  }
+  if (bf16_weights) {
+    return 2;
+  }
+  const int64_t w_hh_bytes = 4 * cell * proj * static_cast<int64_t>(sizeof(float));
+  return w_hh_bytes >= (int64_t{16} << 20) ? 128 : 32;
 }
 
 // How the two directions share the threads: concurrently, one each with single-threaded GEMMs
@@ -607,7 +620,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
       pb.bias.push_back(first ? at::Tensor() : weights[4 * ld + 2].to(dtype).contiguous());
       pb.w_proj.push_back(weight(weights[4 * ld + 3]));
     }
-    pb.gemv_max_rows = gemv_max_rows(wdtype == at::kBFloat16);
+    pb.gemv_max_rows = gemv_max_rows(wdtype == at::kBFloat16, P, C);
     pb.zeros = zeros.const_data_ptr<scalar_t>();
     pb.h0 = h0_c.defined() ? h0_c.const_data_ptr<scalar_t>() : nullptr;
     pb.c0 = c0_c.defined() ? c0_c.const_data_ptr<scalar_t>() : nullptr;
