@@ -537,7 +537,8 @@ _GPU_SECTION = re.compile(r"<!-- gpu:begin -->\n.*?<!-- gpu:end -->\n", re.S)
 
 
 def update_benchmarks_md(path: Path, result: dict) -> None:
-    """Rewrite BENCHMARKS.md: this machine's CPU section replaced, other machines' and the GPU one kept."""
+    """Rewrite BENCHMARKS.md: this machine's CPU section replaced, other machines', the GPU one and the
+    hand-written sections after it (other benchmarks' tables) kept."""
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     sections = {m.group(1): m.group(0) for m in _CPU_SECTION.finditer(old)}
     key = machine_key(result["machine"])
@@ -551,7 +552,7 @@ def update_benchmarks_md(path: Path, result: dict) -> None:
         "the official shapes (`elmo_fast.testing.random_model`): speed does not depend on the weights' values.\n",
         *[sections[k] for k in sorted(sections)],
         gpu_text,
-    ])
+    ]) + (old[gpu.end():] if gpu else "")
     path.write_text(text, encoding="utf-8")
 
 
