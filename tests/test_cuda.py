@@ -13,6 +13,7 @@ first, so an element a kernel fails to write shows up as NaN. The build tests ru
 import dataclasses
 import math
 import os
+import random
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ import torch
 
 from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids, load_options, load_weights, ops
 from elmo_fast import model as model_module
-from elmo_fast.errors import ElmoFastError, ExtensionNotBuiltError
+from elmo_fast.errors import ElmoFastError, ExtensionNotBuiltError, InputError
 from elmo_fast.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
                                  highway_gate_ref, highway_ref, layer0_gates_ref)
 from elmo_fast.testing import PRESETS
@@ -705,3 +706,104 @@ def test_emulation_schemas_match_the_library(emulated_target):
             continue
         emu = getattr(torch.ops.elmo_fast_emu, name).default._schema
         assert str(emu).replace("elmo_fast_emu::", "elmo_fast::") == str(real.default._schema), name
+
+
+# --- the modules on top of the ops, on a GPU: Elmo, HubElmo, embed_file ------------------------------
+
+
+def test_elmo_on_cuda_matches_cpu_reference(cuda_target, random_models):
+    from elmo_fast import Elmo
+
+    files = random_models("small", exercise_clips=True)
+    ids = batch_to_ids(sentences(np.random.default_rng(4), 7) + [["one"]])
+    for layer_norm in (False, True):
+        kwargs = dict(num_output_representations=2, do_layer_norm=layer_norm, dropout=0.0)
+        gpu = Elmo(*files, backend="fast", device="cuda", **kwargs).eval()
+        cpu = Elmo(*files, backend="reference", **kwargs).eval()
+        with torch.no_grad():
+            for mix in (gpu, cpu):
+                mix.scalar_mix_1.load_state_dict({"scalar_parameters.0": torch.tensor([0.3]), "gamma": torch.tensor([1.7]),
+                                                  "scalar_parameters.1": torch.tensor([-0.2]),
+                                                  "scalar_parameters.2": torch.tensor([0.5])})
+            poison(cuda_target)
+            got, want = gpu(ids.cuda()), cpu(ids)
+        assert torch.equal(got["mask"].cpu(), want["mask"])
+        for k, (g, w) in enumerate(zip(got["elmo_representations"], want["elmo_representations"])):
+            assert_close(g, w, dtype=torch.float32, what=f"Elmo on CUDA, layer norm {layer_norm}, representation {k}")
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["frozen", "fine-tuned"])
+def test_elmo_gradients_on_cuda_match_cpu(cuda_target, random_models, requires_grad):
+    """A training step on the GPU (fast path under a frozen biLM, the reference's autograd when the
+    biLM trains) gives the CPU reference's gradients within 1e-4 relative."""
+    from elmo_fast import Elmo
+
+    files = random_models("tiny", exercise_clips=True)
+    ids = batch_to_ids(sentences(np.random.default_rng(5), 5))
+    grads = {}
+    for where, kwargs in (("cuda", dict(backend="fast", device="cuda")), ("cpu", dict(backend="reference"))):
+        model = Elmo(*files, 2, do_layer_norm=True, dropout=0.0, requires_grad=requires_grad, **kwargs).train()
+        reps = model(ids.to(next(model.parameters()).device))["elmo_representations"]
+        (reps[0].square().mean() + reps[1].mean()).backward()
+        grads[where] = {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None}
+    assert grads["cuda"].keys() == grads["cpu"].keys()
+    assert any("_elmo_lstm" in n for n in grads["cpu"]) == requires_grad
+    for name, want in grads["cpu"].items():
+        err = (grads["cuda"][name] - want).abs().max() / want.abs().max().clamp_min(1e-12)
+        assert err <= 1e-4, f"{name}: relative gradient error {err:.3g}"
+
+
+def test_hub_elmo_on_cuda_matches_cpu(cuda_target, random_models):
+    from elmo_fast import HubElmo
+
+    files = random_models("small", exercise_clips=True)
+    strings = ["the cat sat on the mat", "one", "über 東京 antidisestablishmentarianism , ."]
+    got = HubElmo(*files, backend="fast", device="cuda")(strings)
+    want = HubElmo(*files, backend="reference")(strings)
+    for name, w in want.items():
+        g = got[name]
+        assert g.device.type == "cuda", name
+        if w.dtype.is_floating_point:
+            assert_close(g, w, dtype=torch.float32, what=f"HubElmo on CUDA: {name}")
+        else:
+            assert torch.equal(g.cpu(), w), name
+
+
+def test_embed_file_on_cuda_matches_cpu(cuda_target, random_models, tmp_path):
+    from test_embed_file import assert_same_output, random_sentences, write_lines
+
+    files = random_models("small")
+    inp = write_lines(tmp_path / "in.txt", random_sentences(random.Random(6), 150))
+    ElmoEmbedder(*files, device="cuda").embed_file(inp, tmp_path / "gpu.h5", "all", progress=False)
+    ElmoEmbedder(*files).embed_file(inp, tmp_path / "cpu.h5", "all", progress=False)
+    assert_same_output(tmp_path / "gpu.h5", tmp_path / "cpu.h5", "embed_file on CUDA vs CPU")
+
+
+def test_embed_file_on_cuda_splits_batches_that_run_out_of_memory(cuda_target, random_models, tmp_path):
+    """A real CUDA out-of-memory: the caching allocator capped ~120 MB above the model, so a batch of
+    32 sentences of 300 tokens (its layer >= 1 input gates alone take 2 x 32 x 302 x 4096 x 4 bytes
+    = 317 MB on `small`) must be halved until it fits, and a 10k-token sentence (328 MB alone)
+    is refused naming its line."""
+    from test_embed_file import assert_same_output, write_lines
+
+    files = random_models("small")
+    rng = random.Random(5)
+    words = ["the", "cat", "sat", "on", "a", "mat", ".", "über"]
+    inp = write_lines(tmp_path / "in.txt", [" ".join(rng.choice(words) for _ in range(300)) for _ in range(32)])
+    too_long = write_lines(tmp_path / "long.txt", ["a short one", " ".join(rng.choice(words) for _ in range(10_000))])
+    embedder = ElmoEmbedder(*files, device="cuda", batch_size=32, token_cache_mb=0)
+    embedder.embed_file(inp, tmp_path / "free.h5", "top", progress=False, bucketing=False)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 120 * 2**20) / total)
+    try:
+        stats = embedder.embed_file(inp, tmp_path / "tight.h5", "top", progress=False, bucketing=False)
+        with pytest.raises(InputError, match=r"line 2: its sentence of 10000 tokens does not fit in memory"):
+            embedder.embed_file(too_long, tmp_path / "never.h5", "top", progress=False, bucketing=False)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert stats["oom_splits"] > 0
+    assert_same_output(tmp_path / "tight.h5", tmp_path / "free.h5", "embed_file split after CUDA OOM")
+    assert not (tmp_path / "never.h5").exists()
