@@ -66,9 +66,12 @@ def lstm_layer_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, h0
     """
     B, T, _ = xg.shape
     h, c = h0, c0
-    y = xg.new_zeros(B, T, w_proj.shape[0])
+    # unbind once and stack at the end rather than index xg[:, t] and write y[:, t]: the same values,
+    # but autograd then moves each step's gradient once instead of a whole [B, T, .] tensor per step
+    xg_steps = xg.unbind(1)
+    y: list[Tensor] = [xg.new_zeros(0)] * T
     for t in (range(T - 1, -1, -1) if reverse else range(T)):
-        i, f, g, o = (xg[:, t] + F.linear(h, w_hh)).chunk(4, dim=1)
+        i, f, g, o = (xg_steps[t] + F.linear(h, w_hh)).chunk(4, dim=1)
         c_new = torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c
         if cell_clip:
             c_new = c_new.clamp(-cell_clip, cell_clip)
@@ -78,8 +81,8 @@ def lstm_layer_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, h0
         active = (t < lengths).unsqueeze(1)  # [B, 1]
         c = torch.where(active, c_new, c)
         h = torch.where(active, h_new, h)
-        y[:, t] = torch.where(active, h_new, torch.zeros_like(h_new))
-    return y, h, c
+        y[t] = torch.where(active, h_new, torch.zeros_like(h_new))
+    return (torch.stack(y, dim=1) if T else xg.new_zeros(B, 0, w_proj.shape[0])), h, c
 
 
 def layer0_gates_ref(tokens: Tensor, weights: list[Tensor]) -> Tensor:
