@@ -53,6 +53,7 @@
 #include "checks.h"
 #include "cpu/lstm_gemv.h"
 #include "cpu/lstm_pointwise.h"
+#include "lstm_args.h"
 
 namespace elmo_fast {
 namespace {
@@ -461,25 +462,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
     at::TensorList weights, std::optional<double> cell_clip, std::optional<double> proj_clip,
     const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
   static constexpr char kOp[] = "bilstm";
-  ELMO_CHECK(!weights.empty() && weights.size() % 8 == 0,
-             "weights must hold 8 tensors per layer (w_ih, w_hh, bias, w_proj of the forward, then "
-             "the backward direction), got ", weights.size());
-  const int64_t L = static_cast<int64_t>(weights.size()) / 8;
-  ELMO_CHECK(weights[3].dim() == 2, "weights[3] (w_proj of layer 0, forward) must have 2 dims, got ",
-             weights[3].dim());
-  const int64_t P = weights[3].size(0);
-  const int64_t C = weights[3].size(1);
-  ELMO_CHECK_DIM(xg0, 3);
-  ELMO_CHECK_DIM(token_index, 2);
-  ELMO_CHECK_DIM(lengths, 1);
-  const int64_t U = xg0.size(0);
-  const int64_t B = token_index.size(0);
-  const int64_t T = token_index.size(1);
-  ELMO_CHECK(xg0.size(1) == 2 && xg0.size(2) == 4 * C, "xg0 expected shape [U, 2, 4C] = [", U, ", 2, ",
-             4 * C, "] (C = ", C, " from weights[3] = w_proj [P, C]), got ", xg0.sizes());
-  ELMO_CHECK_SHAPE(lengths, B);
-  ELMO_CHECK_DTYPE(token_index, at::kLong);
-  ELMO_CHECK_DTYPE(lengths, at::kLong);
+  const BilstmDims dims = bilstm_dims(xg0, token_index, weights);
+  const int64_t L = dims.L, P = dims.P, C = dims.C, U = dims.U, B = dims.B, T = dims.T;
   const at::ScalarType dtype = xg0.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "xg0 has dtype ", dtype_name(dtype),
              "; supported: float32, float64");
@@ -491,54 +475,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   ELMO_CHECK_CPU(xg0);
   ELMO_CHECK_CPU(token_index);
   ELMO_CHECK_CPU(lengths);
-
-  static const char* const kWeightName[4] = {"w_ih", "w_hh", "bias", "w_proj"};
-  for (const auto l : c10::irange(L)) {
-    for (const auto d : c10::irange(2)) {
-      for (const auto k : c10::irange(4)) {
-        if (l == 0 && (k == 0 || k == 2)) {
-          continue;  // layer 0's w_ih and bias are folded into xg0
-        }
-        const at::Tensor& w = weights[4 * (2 * l + d) + k];
-        const std::vector<int64_t> want = k == 2 ? std::vector<int64_t>{4 * C}
-                                          : k == 3 ? std::vector<int64_t>{P, C}
-                                                   : std::vector<int64_t>{4 * C, P};
-        const char* dir = d == 0 ? "forward" : "backward";
-        ELMO_CHECK(w.sizes() == at::IntArrayRef(want), "weights[", 4 * (2 * l + d) + k, "] (",
-                   kWeightName[k], " of layer ", l, ", ", dir, ") expected shape ", at::IntArrayRef(want),
-                   ", got ", w.sizes());
-        // A bias may also come in the states' dtype (fp32 with bf16 weights).
-        ELMO_CHECK(w.scalar_type() == wdtype || (k == 2 && w.scalar_type() == dtype), "weights[",
-                   4 * (2 * l + d) + k, "] (", kWeightName[k], " of layer ", l, ", ", dir,
-                   ") must have the dtype of the other weights (", dtype_name(wdtype), "), got ",
-                   dtype_name(w.scalar_type()));
-        ELMO_CHECK(w.device().is_cpu(), "weights[", 4 * (2 * l + d) + k, "] must be a CPU tensor, got ",
-                   w.device());
-      }
-    }
-  }
-  if (h0_opt.has_value()) {
-    const at::Tensor& h0 = *h0_opt;
-    ELMO_CHECK_SHAPE(h0, L, B, 2 * P);
-    ELMO_CHECK_SAME_DTYPE(h0, xg0);
-    ELMO_CHECK_CPU(h0);
-  }
-  if (c0_opt.has_value()) {
-    const at::Tensor& c0 = *c0_opt;
-    ELMO_CHECK_SHAPE(c0, L, B, 2 * C);
-    ELMO_CHECK_SAME_DTYPE(c0, xg0);
-    ELMO_CHECK_CPU(c0);
-  }
-  const auto clip_value = [&](std::optional<double> v, const char* name) {
+  ELMO_CHECK_DTYPE(token_index, at::kLong);
+  ELMO_CHECK_DTYPE(lengths, at::kLong);
+  check_bilstm_args(dims, xg0, lengths, weights, wdtype, cell_clip, proj_clip, h0_opt, c0_opt);
+  const auto clip_value = [](std::optional<double> v) {
     // As the reference: None or 0 means no clip.
-    if (!v.has_value() || *v == 0.0) {
-      return std::numeric_limits<double>::infinity();
-    }
-    ELMO_CHECK(*v > 0.0, name, " must be positive, 0 or None, got ", *v);
-    return *v;
+    return !v.has_value() || *v == 0.0 ? std::numeric_limits<double>::infinity() : *v;
   };
-  const double cell_clip_v = clip_value(cell_clip, "cell_clip");
-  const double proj_clip_v = clip_value(proj_clip, "proj_clip");
+  const double cell_clip_v = clip_value(cell_clip);
+  const double proj_clip_v = clip_value(proj_clip);
 
   const at::Tensor lengths_c = lengths.contiguous();
   const at::Tensor index_c = token_index.contiguous();

@@ -29,11 +29,10 @@
 #include "cuda/backend.h"
 #include "cuda/binding_utils.h"
 #include "cuda/lstm.h"
+#include "lstm_args.h"
 
 namespace elmo_fast {
 namespace {
-
-constexpr const char* kWeightName[4] = {"w_ih", "w_hh", "bias", "w_proj"};
 
 // [2, r, c] of two same-shaped matrices (forward, backward). Without a copy when the backward one
 // lies at a constant positive offset after the forward one in the same storage (a model that keeps
@@ -88,23 +87,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
     std::optional<double> cell_clip, std::optional<double> proj_clip, const std::optional<at::Tensor>& h0,
     const std::optional<at::Tensor>& c0) {
   static constexpr char kOp[] = "bilstm";
-  ELMO_CHECK(!weights.empty() && weights.size() % 8 == 0,
-             "weights must hold 8 tensors per layer (w_ih, w_hh, bias, w_proj for the forward, then the "
-             "backward direction), got ", weights.size());
-  const int64_t L = static_cast<int64_t>(weights.size()) / 8;
-  ELMO_CHECK(weights[3].dim() == 2, "weights[3] (w_proj of layer 0, forward) must have 2 dims, got ",
-             weights[3].sizes());
-  const int64_t P = weights[3].size(0);
-  const int64_t C = weights[3].size(1);
-  ELMO_CHECK_DIM(xg0, 3);
-  ELMO_CHECK_DIM(token_index, 2);
-  ELMO_CHECK_DIM(lengths, 1);
-  const int64_t U = xg0.size(0);
-  const int64_t B = token_index.size(0);
-  const int64_t T = token_index.size(1);
-  ELMO_CHECK(xg0.size(1) == 2 && xg0.size(2) == 4 * C, "xg0 expected shape [U, 2, 4C] = [", U, ", 2, ", 4 * C,
-             "], got ", xg0.sizes());
-  ELMO_CHECK_SHAPE(lengths, B);
+  const BilstmDims dims = bilstm_dims(xg0, token_index, weights);
+  const int64_t L = dims.L, P = dims.P, C = dims.C, U = dims.U, B = dims.B, T = dims.T;
   ELMO_CHECK_DTYPE(token_index, at::kLong);
   ELMO_CHECK_DTYPE(lengths, at::kLong);
   ELMO_CHECK_GPU(xg0);
@@ -112,40 +96,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
   ELMO_CHECK_SAME_DEVICE(token_index, xg0);
   ELMO_CHECK(lengths.device().is_cpu() || lengths.device() == xg0.device(),
              "lengths must be a CPU tensor or on xg0's device ", xg0.device(), ", got ", lengths.device());
+  // One floating dtype for everything (the kernels take one): the weights have xg0's.
   const at::ScalarType dtype = xg0.scalar_type();
-  for (int64_t l = 0; l < L; ++l) {
-    for (int64_t d = 0; d < 2; ++d) {
-      for (int64_t k = 0; k < 4; ++k) {
-        const at::Tensor& w = weights[4 * (2 * l + d) + k];
-        const std::vector<int64_t> want = k == 0 || k == 1 ? std::vector<int64_t>{4 * C, P}
-                                          : k == 2        ? std::vector<int64_t>{4 * C}
-                                                          : std::vector<int64_t>{P, C};
-        ELMO_CHECK(w.sizes() == at::IntArrayRef(want), "weights[", 4 * (2 * l + d) + k, "] (", kWeightName[k],
-                   " of layer ", l, ", ", d == 0 ? "forward" : "backward", ") expected shape ",
-                   at::IntArrayRef(want), ", got ", w.sizes());
-        ELMO_CHECK(w.scalar_type() == dtype, "weights[", 4 * (2 * l + d) + k, "] (", kWeightName[k],
-                   ") must have xg0's dtype ", dtype_name(dtype), ", got ", dtype_name(w.scalar_type()));
-        ELMO_CHECK(w.device() == xg0.device(), "weights[", 4 * (2 * l + d) + k, "] (", kWeightName[k],
-                   ") must be on xg0's device ", xg0.device(), ", got ", w.device());
-      }
-    }
-  }
-  if (h0.has_value()) {
-    ELMO_CHECK_SHAPE(*h0, L, B, 2 * P);
-    ELMO_CHECK_SAME_DTYPE(*h0, xg0);
-    ELMO_CHECK_SAME_DEVICE(*h0, xg0);
-  }
-  if (c0.has_value()) {
-    ELMO_CHECK_SHAPE(*c0, L, B, 2 * C);
-    ELMO_CHECK_SAME_DTYPE(*c0, xg0);
-    ELMO_CHECK_SAME_DEVICE(*c0, xg0);
-  }
-  for (const auto& [name, v] : {std::pair<const char*, std::optional<double>>{"cell_clip", cell_clip},
-                                std::pair<const char*, std::optional<double>>{"proj_clip", proj_clip}}) {
-    if (v.has_value()) {
-      ELMO_CHECK(*v >= 0.0, name, " must be positive, 0 or None, got ", *v);
-    }
-  }
+  check_bilstm_args(dims, xg0, lengths, weights, dtype, cell_clip, proj_clip, h0, c0);
 
   const gpu::DeviceGuard guard(xg0.device());
   const at::TensorOptions opts = xg0.options().memory_format(at::MemoryFormat::Contiguous);
