@@ -1,8 +1,10 @@
-// Argument checks of the `highway` op, shared by its CPU and CUDA bindings (each adds its own
-// device-type and dtype checks on x first).
+// Argument checks and the host loop of the `highway` op, shared by its CPU and CUDA bindings
+// (each adds its own device-type and dtype checks on x first, and brings its gate kernel).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/empty.h>
 
 #include "checks.h"
 
@@ -37,6 +39,23 @@ inline void check_highway_args(const at::Tensor& x, at::TensorList highway_weigh
   ELMO_CHECK_SAME_DTYPE(proj_bias, x);
   ELMO_CHECK_SAME_DEVICE(proj_weight, x);
   ELMO_CHECK_SAME_DEVICE(proj_bias, x);
+}
+
+// The highway stack then the projection: per layer one GEMM into [transform | gate] and the
+// backend's fused gate pass, gate(projected [N, 2F], x [N, F]) -> [N, F]; arguments as above.
+template <typename Gate>
+at::Tensor highway_stack(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
+                         const at::Tensor& proj_weight, const at::Tensor& proj_bias, Gate&& gate) {
+  at::Tensor cur = x;
+  at::Tensor projected;
+  if (!highway_weights.empty()) {
+    projected = at::empty({x.size(0), 2 * x.size(1)}, x.options().memory_format(at::MemoryFormat::Contiguous));
+  }
+  for (size_t k = 0; k < highway_weights.size(); ++k) {
+    at::addmm_out(projected, highway_biases[k], cur, highway_weights[k].t());
+    cur = gate(projected, cur);
+  }
+  return at::addmm(proj_bias, cur, proj_weight.t());
 }
 
 }  // namespace elmo_fast

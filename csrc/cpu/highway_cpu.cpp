@@ -6,7 +6,6 @@
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <c10/macros/Macros.h>
 #include <torch/library.h>
@@ -115,20 +114,8 @@ at::Tensor highway_cpu(const at::Tensor& x, at::TensorList highway_weights, at::
   static constexpr char kOp[] = "highway";
   ELMO_CHECK_DIM(x, 2);
   ELMO_CHECK_CPU(x);
-  const int64_t n = x.size(0);
-  const int64_t f = x.size(1);
   check_highway_args(x, highway_weights, highway_biases, proj_weight, proj_bias);
-
-  at::Tensor cur = x;
-  at::Tensor projected;
-  if (!highway_weights.empty()) {
-    projected = at::empty({n, 2 * f}, x.options());
-  }
-  for (size_t k = 0; k < highway_weights.size(); ++k) {
-    at::addmm_out(projected, highway_biases[k], cur, highway_weights[k].t());
-    cur = highway_gate_cpu(projected, cur);
-  }
-  return at::addmm(proj_bias, cur, proj_weight.t());
+  return highway_stack(x, highway_weights, highway_biases, proj_weight, proj_bias, highway_gate_cpu);
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 // The GEMMs are ATen's (cuBLAS through the dispatcher, on the current stream, honouring
 // torch.backends.cuda.matmul.allow_tf32); each layer's gating is one fused kernel (highway.cu).
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -59,21 +58,10 @@ at::Tensor highway_cuda(const at::Tensor& x, at::TensorList highway_weights, at:
   ELMO_CHECK_DIM(x, 2);
   ELMO_CHECK_GPU(x);
   ELMO_CHECK_CUDA_DTYPE(x);
-  const int64_t n = x.size(0);
-  const int64_t f = x.size(1);
   check_highway_args(x, highway_weights, highway_biases, proj_weight, proj_bias);
 
   const gpu::DeviceGuard guard(x.device());
-  at::Tensor cur = x;
-  at::Tensor projected;
-  if (!highway_weights.empty()) {
-    projected = at::empty({n, 2 * f}, x.options().memory_format(at::MemoryFormat::Contiguous));
-  }
-  for (size_t k = 0; k < highway_weights.size(); ++k) {
-    at::addmm_out(projected, highway_biases[k], cur, highway_weights[k].t());
-    cur = highway_gate_cuda(projected, cur);
-  }
-  return at::addmm(proj_bias, cur, proj_weight.t());
+  return highway_stack(x, highway_weights, highway_biases, proj_weight, proj_bias, highway_gate_cuda);
 }
 
 }  // namespace
