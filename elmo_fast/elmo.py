@@ -25,8 +25,9 @@ class Elmo(nn.Module):
 
     Options, with allennlp's meaning and defaults:
 
-    * ``requires_grad``: fine-tune the biLM too. Its weights then train through the reference
-      path (exact autograd); the scalar mixes always train, on the fast path when the biLM is frozen.
+    * ``requires_grad``: fine-tune the biLM too. In train mode (with grad on) its weights then
+      train through the reference stages' exact autograd; in eval() the fast path runs and gives
+      them no gradient. The scalar mixes always train, on the fast path when the biLM is frozen.
     * ``scalar_mix_parameters``: fixed (pre-softmax) mixing weights for every representation,
       e.g. ``[-9e10, 1, -9e10]`` for layer 1 alone; gamma is then fixed at 1 too.
     * ``keep_sentence_boundaries``: keep ``<S>``/``</S>``: representations [..., T + 2, 2P].

@@ -90,11 +90,12 @@ class ElmoBiLm(nn.Module):
     list backs off to ``char_ids`` as a whole, as allennlp does. Either way the outputs equal those
     of the char path: the cache only saves work.
 
-    Gradients: when grad mode is on and any parameter requires grad (``requires_grad=True``), the
-    module runs the reference stages under autograd, which gives exact gradients (each distinct
-    token once through the char CNN and highway, unless backend="reference", which runs
-    ``bilm_ref`` as it is); otherwise (inference, or a frozen biLM under a trained model) it runs
-    the fast path whatever ``backend`` says besides "reference".
+    Gradients: in train mode with grad mode on and a parameter that requires grad
+    (``requires_grad=True``), the module runs the reference stages under autograd, which gives exact
+    gradients (each distinct token once through the char CNN and highway, unless
+    backend="reference", which runs ``bilm_ref`` as it is). Otherwise (eval(), no_grad, inference,
+    or a frozen biLM under a trained model) it runs the fast path whatever ``backend`` says besides
+    "reference"; no gradient then reaches the biLM's weights.
 
     stateful=False (the default): every batch starts from zero LSTM states, so a sentence's
     vectors never depend on its batch-mates or on earlier batches (beyond fp32 rounding, ~1e-6,
@@ -247,7 +248,7 @@ class ElmoBiLm(nn.Module):
             char_ids = char_ids.to(device)
             batch_size = char_ids.shape[0]
         h0, c0 = self._initial_states(batch_size)
-        if self.backend == "reference" or torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+        if self.backend == "reference" or self._fine_tuning():
             if word_inputs is not None:  # the words' own char ids: exactly the char path, gradients included
                 char_ids = self._vocab_char_ids[word_inputs]
             if self.backend == "reference" or char_ids.shape[0] * char_ids.shape[1] == 0:
@@ -257,15 +258,24 @@ class ElmoBiLm(nn.Module):
                 with self._stage("autograd"):
                     activations, mask, h, c = self._forward_autograd(char_ids, h0, c0)
         else:
-            if word_inputs is not None:
-                vectors, gates, token_index, mask = self._cached_tokens(word_inputs)
-            else:
-                ids, mask = reference.add_sentence_boundaries(char_ids)
-                vectors, gates, token_index = self._distinct_tokens(ids)
-            activations, h, c = self._contextualize(vectors, gates, token_index, mask, h0, c0)
+            # the fast ops have no backward: their outputs are constants to autograd (this matters in
+            # eval() with weights that require grad, where grad mode may still be on)
+            with torch.no_grad():
+                if word_inputs is not None:
+                    vectors, gates, token_index, mask = self._cached_tokens(word_inputs)
+                else:
+                    ids, mask = reference.add_sentence_boundaries(char_ids)
+                    vectors, gates, token_index = self._distinct_tokens(ids)
+                activations, h, c = self._contextualize(vectors, gates, token_index, mask, h0, c0)
         if self.stateful:
             self._update_states(h, c)
         return {"activations": activations, "mask": mask}
+
+    def _fine_tuning(self) -> bool:
+        """Whether this call must give the biLM's weights gradients: train mode, grad mode on, and a
+        weight that requires grad. Everything else (eval(), no_grad, inference_mode, a frozen biLM)
+        runs the fast ops, whose outputs carry no gradient to the biLM."""
+        return self.training and torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
 
     def _forward_autograd(self, char_ids: Tensor, h0: Tensor | None, c0: Tensor | None):
         """What fine-tuning runs: the reference stages under autograd, but each distinct token of the

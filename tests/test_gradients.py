@@ -248,5 +248,10 @@ def test_inference_takes_the_fast_path_even_when_fine_tuning(random_models, spie
     with torch.inference_mode():
         elmo.eval()(ids)
     assert spies["bilstm_ref"] == 0 and spies["bilstm"] == 2
-    elmo.train()(ids)  # grad on again: the reference stages under autograd
-    assert spies["bilstm_ref"] == 1 and spies["bilstm"] == 2
+    out = elmo.eval()(ids)  # eval() with grad on: still the fast path; the mixes still get gradients
+    assert spies["bilstm_ref"] == 0 and spies["bilstm"] == 3
+    out["elmo_representations"][0].sum().backward()
+    assert all(p.grad is None for p in elmo._elmo_lstm.parameters())
+    assert elmo.scalar_mix_0.gamma.grad is not None
+    elmo.train()(ids)  # train mode, grad on: the reference stages under autograd
+    assert spies["bilstm_ref"] == 1 and spies["bilstm"] == 3
