@@ -25,7 +25,7 @@ from elmo_fast.errors import ElmoFastError, ExtensionNotBuiltError, InputError
 from elmo_fast.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
                                  highway_gate_ref, highway_ref, layer0_gates_ref)
 from elmo_fast.testing import PRESETS
-from tolerances import TOL, assert_close, max_abs_error
+from tolerances import MODEL_BF16, TOL, assert_close, max_abs_error
 
 HAS_GPU = torch.cuda.is_available()
 CUDA_SKIP_REASON = ("no CUDA GPU visible to torch" if not HAS_GPU else
@@ -644,8 +644,6 @@ def test_fast_model_on_cuda_matches_reference(cuda_target, random_models, preset
 def test_bf16_fast_model_on_cuda_error_bound(cuda_target, random_models, preset):
     """dtype=bfloat16 on CUDA: the same stated bound as on CPU (tests/test_fast_model.py), though
     the CUDA bilstm rounds its layer-0 gates and biases to bf16 too."""
-    from test_fast_model import BF16_MAX_REL, BF16_RMS_REL
-
     files = random_models(preset, exercise_clips=True)
     ids = batch_to_ids(sentences(np.random.default_rng(2), 9))
     with torch.inference_mode():
@@ -656,8 +654,8 @@ def test_bf16_fast_model_on_cuda_error_bound(cuda_target, random_models, preset)
         assert x.dtype == torch.float32
         r, x = r[mask].double(), x.cpu()[mask].double()
         err = (x - r).abs()
-        assert err.max() <= BF16_MAX_REL * r.abs().max(), f"layer {k}: max err {err.max():.3g}"
-        assert err.pow(2).mean().sqrt() <= BF16_RMS_REL * r.pow(2).mean().sqrt(), f"layer {k}: RMS err"
+        assert err.max() <= MODEL_BF16["max_rel"] * r.abs().max(), f"layer {k}: max err {err.max():.3g}"
+        assert err.pow(2).mean().sqrt() <= MODEL_BF16["rms_rel"] * r.pow(2).mean().sqrt(), f"layer {k}: RMS err"
 
 
 def expected_top_layers(bilm_tf_tiny):

@@ -24,6 +24,13 @@ TOL: dict[torch.dtype, dict[str, float]] = {
 }
 
 
+#: The whole model in bf16 (ElmoBiLm(dtype=torch.bfloat16): GEMMs in bf16, fp32 accumulation, cell
+#: state and elementwise), against the fp32 reference, per output layer: max abs error <= max_rel of
+#: the layer's max |value|, RMS error <= rms_rel of its RMS (measured: max 0.8% at default scales,
+#: 2.5% with the clips exercised; RMS ~0.2-0.4%). Stated in the README.
+MODEL_BF16 = dict(max_rel=0.05, rms_rel=0.01)
+
+
 def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """max |actual - expected| in float64 (0.0 for empty tensors, nan if any side has a NaN)."""
     if actual.numel() == 0:
