@@ -117,6 +117,22 @@ def test_formats_and_keys_when_bucketed(embedder, tmp_path, fmt):
     assert mapping is None and sorted(data) == sorted(sentences)
 
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_sentence_keys_with_slashes(embedder, tmp_path, resume):
+    """As allennlp (h5py's create_dataset): a sentence key "and / or" is a path, read back by the
+    sentence itself; a sentence HDF5 cannot name is one clear error, and nothing is left."""
+    sentences = ["cats and / or dogs", "1/2 of it", "plain one"]
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    embedder.embed_file(inp, tmp_path / "k.h5", "top", progress=False, use_sentence_keys=True, resume=resume)
+    with h5py.File(tmp_path / "k.h5", "r") as f:
+        for s in sentences:
+            np.testing.assert_allclose(f[s][()], embedder.embed_sentence(s.split())[-1], atol=1e-5, rtol=0)
+    bad = write_lines(tmp_path / "bad.txt", ["fine one", "a b/"])
+    with pytest.raises(InputError, match=r"the sentence 'a b/' cannot be a dataset name in HDF5"):
+        embedder.embed_file(bad, tmp_path / "bad.h5", "top", progress=False, use_sentence_keys=True, resume=resume)
+    assert not (tmp_path / "bad.h5").exists()
+
+
 def test_stateful_keeps_input_order_and_refuses_bucketing(tiny, tmp_path):
     stateful = ElmoEmbedder(*tiny, batch_size=3, stateful=True)
     sentences = random_sentences(random.Random(5), 14)
