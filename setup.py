@@ -19,7 +19,7 @@ import re
 import shutil
 
 import torch
-from setuptools import setup
+from setuptools import find_packages, setup
 from torch.utils.cpp_extension import (
     CUDA_HOME,
     BuildExtension,
@@ -128,7 +128,7 @@ setup(
     name="elmo-fast",
     version="0.1.0",
     description="Fast ELMo inference on PyTorch with C++/CUDA kernels",
-    packages=["elmo_fast"],
+    packages=find_packages(include=["elmo_fast", "elmo_fast.*"]),
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],
     extras_require={"test": ["pytest", "hypothesis"]},

@@ -616,7 +616,7 @@ def _split(text: str, allowed=None, kind=str) -> list:
 
 
 def main(argv=None) -> int:
-    from elmo_fast.model import BACKENDS
+    from elmo_fast.bilm.model import BACKENDS
     from elmo_fast.testing import PRESETS
 
     parser, args = parse_args(argv)

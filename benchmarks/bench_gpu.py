@@ -4,7 +4,7 @@
 
 Runs on a random-weight model of the preset's shapes (elmo_fast.testing) over realistic sentences
 (benchmarks/corpus.py), every batch size with every config, for a time budget each:
-  reference   elmo_fast.reference.bilm_ref on the GPU, fp32, TF32 off
+  reference   elmo_fast.bilm.reference.bilm_ref on the GPU, fp32, TF32 off
   fast-fp32   the CUDA ops (char_cnn, highway, bilstm; layer-0 gates per distinct token), TF32 off
   fast-tf32   the same with TF32 GEMMs (torch.backends.cuda.matmul.allow_tf32 = True)
   fast-bf16   the same with bf16 weights (fp32 accumulation, fp32 cell state); if supported
@@ -36,8 +36,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from corpus import make_sentences  # noqa: E402
 
-from elmo_fast import batch_to_ids, load_options, load_weights, ops  # noqa: E402
-from elmo_fast.reference import add_sentence_boundaries, bilm_ref, flat_lstm_weights, layer0_gates_ref  # noqa: E402
+from elmo_fast import batch_to_ids, load_options, load_weights
+from elmo_fast.bilm import ops  # noqa: E402
+from elmo_fast.bilm.reference import add_sentence_boundaries, bilm_ref, flat_lstm_weights, layer0_gates_ref  # noqa: E402
 from elmo_fast.testing import random_model  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark of the fused biLSTM op (``elmo_fast.ops.bilstm``) against ``bilstm_ref``, one process.
+"""Benchmark of the fused biLSTM op (``elmo_fast.bilm.ops.bilstm``) against ``bilstm_ref``, one process.
 
     python benchmarks/bench_lstm.py                        # 'original' shapes, B = 64 and 1, T = 27
     python benchmarks/bench_lstm.py --preset small --batch 16 --time 30
@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from elmo_fast import ops  # noqa: E402
-from elmo_fast.reference import bilstm_ref  # noqa: E402
+from elmo_fast.bilm import ops  # noqa: E402
+from elmo_fast.bilm.reference import bilstm_ref  # noqa: E402
 
 PRESETS = {"tiny": (16, 64), "small": (128, 1024), "medium": (256, 2048), "original": (512, 4096)}
 

@@ -62,7 +62,7 @@ def write_corpus(path: Path, n: int, mean_tokens: float, seed: int) -> int:
 
 
 def run_embed(corpus: Path, out: Path, options: Path, weights: Path, fmt: str, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "elmo_fast.cli", "embed", str(corpus), str(out), f"--{fmt}", "--options",
+    cmd = [sys.executable, "-m", "elmo_fast", "embed", str(corpus), str(out), f"--{fmt}", "--options",
            str(options), "--weights", str(weights), "--overwrite", *extra]
     err_path = out.with_suffix(".stderr")
     start = time.perf_counter()
@@ -90,7 +90,7 @@ def run_embed(corpus: Path, out: Path, options: Path, weights: Path, fmt: str, e
 
 def sentence_map_cost(corpus: Path) -> dict:
     """Memory and time of building sentence_to_index's JSON from the spill, as embed_file does at the end."""
-    from elmo_fast.corpus import _sentence_map
+    from elmo_fast.embedding.corpus import _sentence_map
 
     pairs = [(line.strip(), str(i)) for i, line in enumerate(open(corpus, encoding="utf-8"))]
     tracemalloc.start()
@@ -119,7 +119,7 @@ def main() -> None:
     work = Path(args.dir or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     model = work / "model"
-    subprocess.run([sys.executable, "-m", "elmo_fast.cli", "random-model", args.preset, str(model)], check=True,
+    subprocess.run([sys.executable, "-m", "elmo_fast", "random-model", args.preset, str(model)], check=True,
                    capture_output=True)
     options, weights = model / "options.json", model / "weights.hdf5"
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "

@@ -97,7 +97,7 @@ build() {
   "$PY" - <<'EOF'
 import os, sys
 sys.path.insert(0, os.getcwd())
-from elmo_fast import ops
+from elmo_fast.bilm import ops
 ops.require_cuda_kernels()
 print(f"elmo_fast._C loaded from {ops._C.__file__}: CUDA kernels in")
 EOF

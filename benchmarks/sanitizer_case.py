@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elmo_fast import ops  # noqa: E402
+from elmo_fast.bilm import ops  # noqa: E402
 from elmo_fast.testing import PRESETS  # noqa: E402
 
 

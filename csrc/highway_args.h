@@ -1,4 +1,4 @@
-// Argument checks and the host loop of the `highway` op, shared by its CPU and CUDA bindings
+// Argument checks of the `highway_gate` and `highway` ops and the host loop of `highway`, shared by its CPU and CUDA bindings
 // (each adds its own device-type and dtype checks on x first, and brings its gate kernel).
 #pragma once
 
@@ -9,6 +9,19 @@
 #include "checks.h"
 
 namespace elmo_fast {
+
+// projected: [N, 2H] ([transform | gate]), x: [N, H], of one dtype: the `highway_gate` op's
+// shapes (each binding then checks its own device type and dtypes).
+inline void check_highway_gate_args(const at::Tensor& projected, const at::Tensor& x) {
+  static constexpr char kOp[] = "highway_gate";
+  ELMO_CHECK_DIM(projected, 2);
+  ELMO_CHECK_DIM(x, 2);
+  ELMO_CHECK(projected.size(0) == x.size(0), "projected and x must have the same number of rows N, got ",
+             projected.size(0), " and ", x.size(0));
+  ELMO_CHECK(projected.size(1) == 2 * x.size(1), "projected must have 2 * H = ", 2 * x.size(1),
+             " columns ([transform | gate]) for x of shape ", x.sizes(), ", got ", projected.size(1));
+  ELMO_CHECK_SAME_DTYPE(projected, x);
+}
 
 // x: [N, F]; highway_weights: L x [2F, F]; highway_biases: L x [2F]; proj_weight: [P, F];
 // proj_bias: [P]; every tensor of x's dtype and device.

@@ -1,17 +1,26 @@
-"""elmo-fast: ELMo (Peters et al., 2018) inference on modern PyTorch, from bilm-tf model files."""
-from .char_ids import batch_to_ids
-from .elmo import Elmo
-from .embedder import ElmoEmbedder
+"""elmo-fast: ELMo (Peters et al., 2018) on modern PyTorch, from bilm-tf model files.
+
+The package, by room:
+
+* :mod:`elmo_fast.bilm`        the biLM core: stages (char CNN, highway, projection, biLSTM), their
+                               reference twins, the compiled ops, ``ElmoBiLm``, ``ScalarMix``
+* :mod:`elmo_fast.formats`     model files (bilm-tf's options.json + weights.hdf5)
+* :mod:`elmo_fast.embedding`   ``ElmoEmbedder`` and corpus-scale ``embed_file``
+* :mod:`elmo_fast.compat`      allennlp's ``Elmo``, TF-Hub's signatures
+* :mod:`elmo_fast.pretrained`  models by name
+* :mod:`elmo_fast.cli`         the ``elmo-fast`` command
+"""
+from . import pretrained
+from .bilm import ElmoBiLm, ScalarMix, batch_to_ids
+from .compat import Elmo, HubElmo, hub_module, hub_signature
+from .embedding import ElmoEmbedder
 from .errors import DownloadError, ElmoFastError, ExtensionNotBuiltError, InputError, ModelFileError
-from .model import ElmoBiLm
-from .scalar_mix import ScalarMix
-from .tf_hub import HubElmo, hub_module, hub_signature
-from .weights import ElmoOptions, ElmoWeights, load_options, load_weights
+from .formats import ElmoOptions, ElmoWeights, load_options, load_weights
 
 __version__ = "0.1.0"
 
 __all__ = [
     "batch_to_ids", "Elmo", "ElmoEmbedder", "ElmoBiLm", "ScalarMix", "ElmoOptions", "ElmoWeights", "load_options",
-    "load_weights", "HubElmo", "hub_signature", "hub_module",
+    "load_weights", "HubElmo", "hub_signature", "hub_module", "pretrained",
     "ElmoFastError", "ModelFileError", "InputError", "DownloadError", "ExtensionNotBuiltError", "__version__",
 ]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .weights import FILE_CHAR_ROWS, ElmoOptions, expected_datasets
+from .formats.bilm_tf import FILE_CHAR_ROWS, ElmoOptions, expected_datasets
 
 _FULL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 

@@ -1,4 +1,4 @@
-"""The fused char CNN (elmo_fast.ops.char_cnn) against its oracle, elmo_fast.reference.char_cnn_ref."""
+"""The fused char CNN (elmo_fast.bilm.ops.char_cnn) against its oracle, elmo_fast.bilm.reference.char_cnn_ref."""
 import os
 import random
 import subprocess
@@ -10,9 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elmo_fast import batch_to_ids, load_options, load_weights, ops
-from elmo_fast.char_ids import BOS_TOKEN, EOS_TOKEN
-from elmo_fast.reference import char_cnn_ref
+from elmo_fast import batch_to_ids, load_options, load_weights
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.char_ids import BOS_TOKEN, EOS_TOKEN
+from elmo_fast.bilm.reference import char_cnn_ref
 from elmo_fast.testing import PRESETS
 from tolerances import assert_close
 
@@ -272,7 +273,7 @@ def test_many_chunks_and_threads_give_identical_results():
 
 ISA_SCRIPT = """
 import sys, torch
-from elmo_fast import ops
+from elmo_fast.bilm import ops
 cases = torch.load(sys.argv[1])
 torch.save([ops.char_cnn(*case) for case in cases], sys.argv[2])
 """

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elmo_fast.char_ids import batch_to_ids
+from elmo_fast.bilm.char_ids import batch_to_ids
 
 WORD_LEN = 50
 

@@ -13,7 +13,7 @@ from test_reference import expected_top_layers
 
 
 def run_cli(*args, stdin=None, env=None):
-    return subprocess.run([sys.executable, "-m", "elmo_fast.cli", *map(str, args)], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "elmo_fast", *map(str, args)], input=stdin, capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=300)
 
 
@@ -78,7 +78,7 @@ def test_embed_by_model_name_from_local_server(tmp_path, random_models):
     import shutil
     import threading
 
-    from elmo_fast.hub import MODELS
+    from elmo_fast.pretrained import MODELS
 
     options, weights = random_models("tiny")
     root = tmp_path / "srv"
@@ -213,7 +213,7 @@ def test_bad_line_mid_stream_in_a_real_process(tmp_path, random_models):
     options, weights = random_models("tiny")
     lines = [f"sentence number {i} ." for i in range(150)]
     stdin = ("\n".join(lines[:120]) + "\n\udcff broken\n" + "\n".join(lines[120:]) + "\n")
-    r = subprocess.run([sys.executable, "-m", "elmo_fast.cli", "embed", "-", str(tmp_path / "o.hdf5"), "--all",
+    r = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "o.hdf5"), "--all",
                         "--options", str(options), "--weights", str(weights), "--window", "50"],
                        input=stdin.encode("utf-8", "surrogateescape"), capture_output=True, timeout=300,
                        env={**os.environ})

@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids, load_options, load_weights, ops
-from elmo_fast import model as model_module
+from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids, load_options, load_weights
+from elmo_fast.bilm import ops
+from elmo_fast.bilm import model as model_module
 from elmo_fast.errors import ElmoFastError, ExtensionNotBuiltError, InputError
-from elmo_fast.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
+from elmo_fast.bilm.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
                                  highway_gate_ref, highway_ref, layer0_gates_ref)
 from elmo_fast.testing import PRESETS
 from tolerances import MODEL_BF16, TOL, assert_close, max_abs_error

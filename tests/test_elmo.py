@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from elmo_fast import Elmo, ElmoBiLm, ElmoFastError, batch_to_ids, load_options, load_weights, ops
-from elmo_fast.reference import bilm_ref
+from elmo_fast import Elmo, ElmoBiLm, ElmoFastError, batch_to_ids, load_options, load_weights
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.reference import bilm_ref
 from test_reference import _sentences, expected_top_layers
 from tolerances import MODEL_BF16, TOL, max_abs_error
 
@@ -332,7 +333,7 @@ def test_caches_follow_the_weights(random_models):
         before = [elmo(None, word_ids)["elmo_representations"][0], cached(ids)["activations"][0],
                   low(ids)["activations"][0]]
         for m in (bilm, cached, low):  # an optimizer step on the highway, in place
-            m.highway_weights[0].mul_(1.5)
+            m.token_embedder.highways.layers[0].weight.mul_(1.5)
         after = [elmo(None, word_ids)["elmo_representations"][0], cached(ids)["activations"][0],
                  low(ids)["activations"][0]]
         want = [elmo(ids)["elmo_representations"][0], bilm_ref(ids, cached.weights())[0][0]]

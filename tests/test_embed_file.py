@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from elmo_fast import ElmoEmbedder, ElmoFastError, InputError
-from elmo_fast import corpus
+from elmo_fast.embedding import corpus
 from elmo_fast.errors import ExtensionNotBuiltError
 from tolerances import assert_close
 
@@ -274,7 +274,7 @@ def test_output_checks(embedder, tmp_path):
 
 
 def test_cuda_without_cuda_kernels_is_refused_before_any_output(tiny, tmp_path, monkeypatch):
-    from elmo_fast import ops
+    from elmo_fast.bilm import ops
 
     e = ElmoEmbedder(*tiny, backend="fast")
     e.device = torch.device("cuda")  # as if a GPU were there, with an extension built without CUDA
@@ -423,9 +423,9 @@ def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
     sentences = random_sentences(random.Random(seed), 300)
     inp = write_lines(tmp_path / "in.txt", sentences)
     out = tmp_path / "o.h5"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
-        os.path.abspath(corpus.__file__))), os.environ.get("PYTHONPATH")]))}
-    common = [sys.executable, "-m", "elmo_fast.cli", "embed", str(inp), "--all", "--options", str(tiny[0]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(corpus.__file__)))), os.environ.get("PYTHONPATH")]))}
+    common = [sys.executable, "-m", "elmo_fast", "embed", str(inp), "--all", "--options", str(tiny[0]),
               "--weights", str(tiny[1]), "--batch-size", "4", "--window", "16", "--quiet"]
     start = time.perf_counter()
     r = subprocess.run(common[:5] + [str(tmp_path / "want.h5")] + common[5:], capture_output=True, text=True,

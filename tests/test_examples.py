@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from elmo_fast import ops
+from elmo_fast.bilm import ops
 from tolerances import TOL, max_abs_error
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))

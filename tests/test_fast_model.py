@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids, ops
-from elmo_fast.model import resolve_backend
+from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.model import resolve_backend
 from test_reference import _sentences, expected_top_layers
 from tolerances import MODEL_BF16, TOL, max_abs_error
 
@@ -136,7 +137,7 @@ def test_bf16_needs_fast_backend(random_models):
 def test_auto_falls_back_to_reference_once_with_a_build_hint(monkeypatch):
     import warnings
 
-    import elmo_fast.model as model_module
+    import elmo_fast.bilm.model as model_module
 
     monkeypatch.setattr(ops, "HAS_EXTENSION", False)
     monkeypatch.setattr(model_module, "_warned_fallback", False)

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from elmo_fast import Elmo, ElmoWeights, batch_to_ids, load_options, load_weights, ops, reference
-from elmo_fast.reference import (bilm_ref, bilstm_ref, char_cnn_ref, highway_ref, remove_sentence_boundaries,
+from elmo_fast import Elmo, ElmoWeights, batch_to_ids, load_options, load_weights
+from elmo_fast.bilm import ops, reference
+from elmo_fast.bilm.reference import (bilm_ref, bilstm_ref, char_cnn_ref, highway_ref, remove_sentence_boundaries,
                                  scalar_mix_ref)
 from elmo_fast.testing import random_weights, write_model
-from elmo_fast.weights import ElmoOptions, LstmWeights
+from elmo_fast.formats.bilm_tf import ElmoOptions, LstmWeights
 from test_reference import _sentences
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
@@ -215,7 +216,7 @@ def test_fine_tuning_through_the_vocab_cache(random_models):
         out = elmo(*args)
         _loss(out["elmo_representations"], _projections(out["elmo_representations"][0].shape, 1)).backward()
         grads.append([p.grad for p in elmo.parameters()])
-        assert elmo._elmo_lstm.conv_weights[0].grad.abs().sum() > 0  # the char CNN trains
+        assert elmo._elmo_lstm.token_embedder.char_cnn.convs[0].weight.grad.abs().sum() > 0  # the char CNN trains
     _assert_grads_close(grads[1], grads[0], "word_inputs vs char_ids")
 
 

@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from elmo_fast import load_options, load_weights, ops
-from elmo_fast.reference import highway_ref
+from elmo_fast import load_options, load_weights
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.reference import highway_ref
 from tolerances import TOL, assert_close
 
 pytestmark = pytest.mark.skipif(not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")

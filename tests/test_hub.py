@@ -1,4 +1,4 @@
-"""Tests of elmo_fast.hub against a local HTTP server (never the internet)."""
+"""Tests of elmo_fast.pretrained against a local HTTP server (never the internet)."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from elmo_fast import hub
+from elmo_fast.pretrained import official as hub
 from elmo_fast.errors import DownloadError, ElmoFastError
 
 TIMEOUT = 3

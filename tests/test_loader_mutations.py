@@ -92,7 +92,7 @@ class Base:
 def load_base(options_path: Path, weights_path: Path) -> Base:
     import h5py
 
-    from elmo_fast.weights import load_options
+    from elmo_fast.formats.bilm_tf import load_options
 
     layout: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     groups: list[str] = []
@@ -479,7 +479,7 @@ def _alarm(signum, frame):
 
 def check_mutation(base: Base, mutation: Mutation, workdir: Path) -> None:
     from elmo_fast.errors import ElmoFastError
-    from elmo_fast.weights import load_model_files
+    from elmo_fast.formats.bilm_tf import load_model_files
 
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -525,7 +525,7 @@ def _assert_weights_equal(weights, arrays: dict[str, np.ndarray], mutation: Muta
     """The loaded tensors are those of ``arrays`` (fp32 values per dataset), via one conversion path:
     write them as a clean fp32 file and load that."""
     from elmo_fast.testing import write_model
-    from elmo_fast.weights import load_weights
+    from elmo_fast.formats.bilm_tf import load_weights
 
     with tempfile.TemporaryDirectory() as d:
         _, clean = write_model(d, weights.options, {k: np.asarray(v, np.float32) for k, v in arrays.items()})

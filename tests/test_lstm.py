@@ -1,11 +1,11 @@
-"""The fused biLSTM op (elmo_fast.ops.bilstm) against its oracle, elmo_fast.reference.bilstm_ref."""
+"""The fused biLSTM op (elmo_fast.bilm.ops.bilstm) against its oracle, elmo_fast.bilm.reference.bilstm_ref."""
 import itertools
 
 import pytest
 import torch
 
-from elmo_fast import ops
-from elmo_fast.reference import bilstm_ref
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.reference import bilstm_ref
 from tolerances import assert_close, max_abs_error
 
 needs_extension = pytest.mark.skipif(

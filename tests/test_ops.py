@@ -1,12 +1,12 @@
-"""The compiled ops (elmo_fast._C through elmo_fast.ops) against their references."""
+"""The compiled ops (elmo_fast._C through elmo_fast.bilm.ops) against their references."""
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elmo_fast import ops
+from elmo_fast.bilm import ops
 from elmo_fast.errors import ExtensionNotBuiltError
-from elmo_fast.reference import highway_gate_ref
+from elmo_fast.bilm.reference import highway_gate_ref
 from tolerances import TOL, assert_close, max_abs_error
 
 needs_extension = pytest.mark.skipif(

@@ -19,7 +19,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids, ops
+from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids
+from elmo_fast.bilm import ops
 from test_char_ids import spec_batch
 from tolerances import assert_close
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from elmo_fast import ElmoBiLm, ElmoEmbedder, ElmoFastError, batch_to_ids, load_options, load_weights
-from elmo_fast.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
+from elmo_fast.bilm.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
                                  highway_ref, layer0_gates_ref, lstm_layer_ref, remove_sentence_boundaries)
 from tolerances import TOL
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from elmo_fast.errors import ElmoFastError
-from elmo_fast.reference import scalar_mix_ref
-from elmo_fast.scalar_mix import ScalarMix
+from elmo_fast.bilm.reference import scalar_mix_ref
+from elmo_fast.bilm.scalar_mix import ScalarMix
 
 
 def _by_hand(layers, w, gamma, mask=None):

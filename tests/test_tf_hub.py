@@ -7,9 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from elmo_fast import (ElmoFastError, HubElmo, InputError, batch_to_ids, hub_module, hub_signature, load_options,
-                       load_weights, ops)
-from elmo_fast.reference import bilm_ref, remove_sentence_boundaries, scalar_mix_ref
-from elmo_fast.tf_hub import split_on_spaces
+                       load_weights)
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.reference import bilm_ref, remove_sentence_boundaries, scalar_mix_ref
+from elmo_fast.compat.tf_hub import split_on_spaces
 from test_reference import _sentences, expected_top_layers
 from tolerances import TOL, assert_close
 

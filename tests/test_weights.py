@@ -17,7 +17,7 @@ import torch
 
 from elmo_fast.errors import ModelFileError
 from elmo_fast.testing import PRESETS, random_model, random_weights, write_model
-from elmo_fast.weights import ElmoOptions, expected_datasets, load_model_files, load_options, load_weights
+from elmo_fast.formats.bilm_tf import ElmoOptions, expected_datasets, load_model_files, load_options, load_weights
 
 FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny"
 needs_fixture = pytest.mark.skipif(

@@ -73,18 +73,11 @@ at::Tensor with_contiguous_rows(const at::Tensor& t) {
 // projected: [N, 2H], x: [N, H] -> [N, H], same dtype (float32, float64, bfloat16), on CPU.
 at::Tensor highway_gate_cpu(const at::Tensor& projected, const at::Tensor& x) {
   static constexpr char kOp[] = "highway_gate";
-  ELMO_CHECK_DIM(projected, 2);
-  ELMO_CHECK_DIM(x, 2);
-  const int64_t n = x.size(0);
-  const int64_t h = x.size(1);
-  ELMO_CHECK(projected.size(0) == n, "projected and x must have the same number of rows N, got ",
-             projected.size(0), " and ", n);
-  ELMO_CHECK(projected.size(1) == 2 * h, "projected must have 2 * H = ", 2 * h,
-             " columns ([transform | gate]) for x of shape ", x.sizes(), ", got ",
-             projected.size(1));
+  check_highway_gate_args(projected, x);
   ELMO_CHECK_CPU(projected);
   ELMO_CHECK_CPU(x);
-  ELMO_CHECK_SAME_DTYPE(projected, x);
+  const int64_t n = x.size(0);
+  const int64_t h = x.size(1);
   const at::ScalarType dtype = x.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16,
              "x has dtype ", dtype_name(dtype), "; supported: float32, float64, bfloat16");

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/vec_math.h"
+
 namespace elmo_fast {
 namespace lstm {
 
@@ -35,18 +37,7 @@ C10_ALWAYS_INLINE float exp_fast(float x) {
   const float shifter = kShifter;
   std::memcpy(&shifter_bits, &shifter, sizeof(float));
   const int32_t n = shifted_bits - shifter_bits;
-  const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;  // ln2 split in two: exact n*C1
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const int32_t bits = (n + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
+  return vec_math::exp_reduced(x, nf, n);
 }
 
 C10_ALWAYS_INLINE float sigmoid_fast(float x) { return 1.0f / (1.0f + exp_fast(-x)); }

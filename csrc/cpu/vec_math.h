@@ -4,6 +4,8 @@
 // float64 paths are the oracle-precision ones (tested to 1e-12).
 #pragma once
 
+#include <c10/macros/Macros.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,12 +17,9 @@ namespace vec_math {
 // Cephes expf: Cody-Waite reduction x = n ln2 + r, degree-6 polynomial on |r| <= ln2/2, scale by
 // 2^n through the exponent bits. Relative error ~2 ulp; the clamp keeps 2^n a normal float. NaN in
 // gives an unspecified finite value: callers that must keep NaN select it back.
-inline float exp(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);
-  float fn = x * 1.44269504088896341f;  // x / ln2
-  fn += fn < 0.f ? -0.5f : 0.5f;        // round half away from zero by truncation below
-  const int32_t n = static_cast<int32_t>(fn);
-  const float nf = static_cast<float>(n);
+// exp(r) * 2^n for |r| <= ln2/2, given x = n ln2 + r: the Cephes degree-6 polynomial, 2^n through
+// the exponent bits. The one place both expf variants share (they differ only in how they find n).
+C10_ALWAYS_INLINE float exp_reduced(float x, float nf, int32_t n) {
   const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;  // ln2 split in two: exact n*C1
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -33,6 +32,14 @@ inline float exp(float x) {
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
+}
+
+inline float exp(float x) {
+  x = std::min(std::max(x, -87.3f), 88.3f);
+  float fn = x * 1.44269504088896341f;  // x / ln2
+  fn += fn < 0.f ? -0.5f : 0.5f;        // round half away from zero by truncation below
+  const int32_t n = static_cast<int32_t>(fn);
+  return exp_reduced(x, static_cast<float>(n), n);
 }
 
 // Cephes tanhf: an odd polynomial for |x| < 0.625, else 1 - 2 / (exp(2|x|) + 1) with x's sign.

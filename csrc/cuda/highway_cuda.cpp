@@ -18,18 +18,12 @@ namespace {
 // float16), on one CUDA device.
 at::Tensor highway_gate_cuda(const at::Tensor& projected, const at::Tensor& x) {
   static constexpr char kOp[] = "highway_gate";
-  ELMO_CHECK_DIM(projected, 2);
-  ELMO_CHECK_DIM(x, 2);
-  const int64_t n = x.size(0);
-  const int64_t h = x.size(1);
-  ELMO_CHECK(projected.size(0) == n, "projected and x must have the same number of rows N, got ",
-             projected.size(0), " and ", n);
-  ELMO_CHECK(projected.size(1) == 2 * h, "projected must have 2 * H = ", 2 * h,
-             " columns ([transform | gate]) for x of shape ", x.sizes(), ", got ", projected.size(1));
+  check_highway_gate_args(projected, x);
   ELMO_CHECK_GPU(x);
   ELMO_CHECK_SAME_DEVICE(projected, x);
-  ELMO_CHECK_SAME_DTYPE(projected, x);
   ELMO_CHECK_CUDA_DTYPE(x);
+  const int64_t n = x.size(0);
+  const int64_t h = x.size(1);
 
   const gpu::DeviceGuard guard(x.device());
   const at::Tensor projected_c = gpu::with_unit_col_stride(projected);

@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from .errors import ElmoFastError
+from ..errors import ElmoFastError
 from .reference import scalar_mix_ref
 
 

@@ -8,10 +8,11 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from .errors import ElmoFastError
-from .model import ElmoBiLm
-from .reference import remove_sentence_boundaries
-from .scalar_mix import ScalarMix
+from ..bilm.model import ElmoBiLm
+from ..bilm.reference import remove_sentence_boundaries
+from ..bilm.scalar_mix import ScalarMix
+from ..devices import resolve_device
+from ..errors import ElmoFastError
 
 
 class Elmo(nn.Module):
@@ -71,8 +72,6 @@ class Elmo(nn.Module):
             self.add_module(f"scalar_mix_{k}", mix)
             self._scalar_mixes.append(mix)
         if device is not None:
-            from .embedder import resolve_device
-
             self.to(resolve_device(device))
 
     def get_output_dim(self) -> int:

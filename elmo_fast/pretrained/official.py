@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .errors import DownloadError, ElmoFastError
+from ..errors import DownloadError, ElmoFastError
 
 __all__ = [
     "DEFAULT_BASE_URL",

@@ -8,28 +8,12 @@ from typing import IO, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .char_ids import batch_to_ids
+from ..bilm.char_ids import batch_to_ids
+from ..bilm.model import ElmoBiLm
+from ..devices import resolve_device
+from ..errors import ElmoFastError, InputError
+from ..formats.bilm_tf import load_options
 from .corpus import DEFAULT_WINDOW, OUTPUT_FORMATS, embed_corpus, read_sentences  # noqa: F401  (public here too)
-from .errors import ElmoFastError, InputError
-from .model import ElmoBiLm
-from .weights import load_options
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ElmoFastError(f"invalid device {device!r}: {e}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        how = ""
-        if torch.version.cuda is None:  # the usual cause: pip's default torch wheel is CPU-only here
-            from .ops import cuda_kernels_missing_reason
-            how = f"; {cuda_kernels_missing_reason()}"
-        raise ElmoFastError(f"device {str(dev)!r} requested, but torch sees no CUDA GPU "
-                            f"(torch {torch.__version__}, torch.cuda.is_available() is False){how}")
-    if dev.type not in ("cpu", "cuda"):
-        raise ElmoFastError(f"device {str(dev)!r} is not supported: use 'cpu' or 'cuda[:N]'")
-    return dev
 
 
 def _check_sentence(sentence: object, where: str) -> None:

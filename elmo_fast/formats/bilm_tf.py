@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
 
 #: Rows of ``char_embed`` in a bilm-tf file: 256 bytes + 5 marks; a zero row 0 is added on load.
 FILE_CHAR_ROWS = 261

@@ -143,7 +143,7 @@ def bilstm_ref(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[
 
 
 def flat_lstm_weights(lstm: list) -> list[Tensor]:
-    """Per-layer (forward, backward) :class:`~elmo_fast.weights.LstmWeights` -> the flat list."""
+    """Per-layer (forward, backward) :class:`~elmo_fast.formats.bilm_tf.LstmWeights` -> the flat list."""
     return [t for pair in lstm for w in pair for t in (w.w_ih, w.w_hh, w.bias, w.w_proj)]
 
 
@@ -178,7 +178,7 @@ def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None,
     """The whole biLM (allennlp's ``_ElmoBiLm``), boundaries included in what it returns.
 
     char_ids: [B, T, 50] from :func:`~elmo_fast.batch_to_ids`.
-    weights:  :class:`~elmo_fast.weights.ElmoWeights`.
+    weights:  :class:`~elmo_fast.formats.bilm_tf.ElmoWeights`.
     h0, c0:   [L, B, 2P], [L, B, 2C] initial LSTM states, or None for zeros.
     returns   activations: L + 1 tensors [B, T + 2, 2P] (layer 0 is the token vector twice),
               mask [B, T + 2], final h [L, B, 2P], final c [L, B, 2C].

@@ -1,21 +1,19 @@
-"""``elmo-fast``: the command line (``embed``, ``random-model``, ``models``)."""
+"""``elmo-fast embed``: a file of sentences into allennlp's HDF5 layout."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 
-from .errors import ElmoFastError, InputError
-
-USAGE_ERROR = 2
+from ..errors import ElmoFastError, InputError
 
 
-def _embed(args: argparse.Namespace) -> int:
-    from .corpus import check_output
-    from .embedder import ElmoEmbedder
+def run(args: argparse.Namespace) -> int:
+    from ..embedding.corpus import check_output
+    from ..embedding.embedder import ElmoEmbedder
 
     if args.model:
-        from .hub import model_names
+        from ..pretrained import model_names
 
         if args.options or args.weights:
             raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
@@ -32,7 +30,7 @@ def _embed(args: argparse.Namespace) -> int:
         raise InputError(f"{args.input}: input file not found")
     check_output(args.output, args.overwrite, args.resume)
     if args.model:
-        from .hub import fetch_model
+        from ..pretrained import fetch_model
 
         options, weights = fetch_model(args.model, progress=not args.quiet)
     else:
@@ -50,32 +48,9 @@ def _embed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _random_model(args: argparse.Namespace) -> int:
-    from .testing import random_model
-
-    options, weights = random_model(args.preset, args.directory, seed=args.seed, exercise_clips=args.exercise_clips)
-    print(f"wrote {options} and {weights}", file=sys.stderr)
-    print("WARNING: these weights are RANDOM: the vectors they give mean nothing. Use them to test and "
-          "benchmark elmo-fast, not to embed text.", file=sys.stderr)
-    return 0
-
-
-def _models(args: argparse.Namespace) -> int:
-    from .hub import MODEL_DESCRIPTIONS, cache_dir
-
-    for name, text in MODEL_DESCRIPTIONS.items():
-        print(f"{name:15s} {text}")
-    print(f"cache: {cache_dir()} (set ELMO_FAST_CACHE to move it)")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from .corpus import DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
-    from .hub import model_names
-    from .testing import PRESETS
-
-    parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_parser(sub) -> None:
+    from ..embedding.corpus import DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
+    from ..pretrained import model_names
 
     p = sub.add_parser("embed", help="embed a file of sentences into HDF5 (allennlp's `allennlp elmo` layout)",
                        description="Embed one whitespace-tokenized sentence per line into an HDF5 file: one "
@@ -118,39 +93,4 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoding-errors", choices=["strict", "replace"], default="strict",
                    help="a line that is not UTF-8: an error naming it (strict, default) or read with U+FFFD (replace)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
-    p.set_defaults(func=_embed)
-
-    p = sub.add_parser("random-model", help="write a model with RANDOM weights (for tests and benchmarks)")
-    p.add_argument("preset", choices=list(PRESETS), help="shapes: " + ", ".join(PRESETS))
-    p.add_argument("directory", help="where to write options.json and weights.hdf5")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--exercise-clips", action="store_true", help="scale the LSTM so that the +-3 clips are hit")
-    p.set_defaults(func=_random_model)
-
-    p = sub.add_parser("models", help="list the official models --model accepts")
-    p.set_defaults(func=_models)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ElmoFastError as e:
-        print(f"elmo-fast: error: {e}", file=sys.stderr)
-        return USAGE_ERROR
-    except OSError as e:  # the environment, not the input (disk full, permissions): one line, not a traceback
-        print(f"elmo-fast: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        if getattr(args, "resume", False):
-            print("elmo-fast: interrupted; completed windows are kept: run again with --resume to continue",
-                  file=sys.stderr)
-        else:
-            print("elmo-fast: interrupted; no output was written", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    p.set_defaults(func=run)

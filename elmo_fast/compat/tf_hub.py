@@ -40,11 +40,11 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from .char_ids import batch_to_ids
-from .embedder import resolve_device
-from .errors import ElmoFastError, InputError
-from .model import ElmoBiLm
-from .scalar_mix import ScalarMix
+from ..bilm.char_ids import batch_to_ids
+from ..bilm.model import ElmoBiLm
+from ..bilm.scalar_mix import ScalarMix
+from ..devices import resolve_device
+from ..errors import ElmoFastError, InputError
 
 SIGNATURES = ("default", "tokens")
 
@@ -69,7 +69,7 @@ class HubElmo(nn.Module):
     """A biLM with TF-Hub ``google/elmo``'s two signatures and five outputs.
 
     options_file, weight_file: a bilm-tf model (``google/elmo`` is the ``original`` model,
-    ``elmo_fast.hub.fetch_model("original")``). scalar_mix_parameters: the initial ``w`` of the
+    ``elmo_fast.pretrained.fetch_model("original")``). scalar_mix_parameters: the initial ``w`` of the
     ``elmo`` mix, one per layer (default zeros: an even mix), frozen when given (allennlp's
     meaning), trainable otherwise; ``gamma`` starts at 1. backend, dtype, token_cache_size: as
     :class:`ElmoBiLm`. device: where the model and the outputs live.
@@ -137,7 +137,7 @@ class HubElmo(nn.Module):
 
     def _outputs(self, sentences: list[list[str]], width: int) -> dict[str, Tensor]:
         B, P, D, L = len(sentences), self.projection_dim, self.output_dim, self.num_layers
-        device = self.elmo_bilm.char_embedding.device  # follows a later .to(device) of the module
+        device = self.elmo_bilm.device  # follows a later .to(device) of the module
         lengths = torch.tensor([len(s) for s in sentences], dtype=torch.long, device=device)
         mask = torch.arange(width, device=device).unsqueeze(0) < lengths.unsqueeze(1)
         if any(len(s) for s in sentences):

@@ -5,14 +5,14 @@ with the dispatcher as ``torch.ops.elmo_fast.*`` (schemas in csrc/elmo_fast.cpp,
 csrc/cpu/ and csrc/cuda/). This module never fails to import: when the extension is missing,
 ``HAS_EXTENSION`` is False and every op raises :class:`ExtensionNotBuiltError` saying how to build.
 
-Each op has a twin ``<op>_ref`` in :mod:`elmo_fast.reference` with the same signature.
+Each op has a twin ``<op>_ref`` in :mod:`elmo_fast.bilm.reference` with the same signature.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .errors import ExtensionNotBuiltError
+from ..errors import ExtensionNotBuiltError
 
 try:
     from elmo_fast import _C  # noqa: F401  (imported for its op registrations)
@@ -84,7 +84,7 @@ def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
 
 def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tensor], proj_weight: Tensor,
             proj_bias: Tensor) -> Tensor:
-    """Highway stack and projection (twin of :func:`elmo_fast.reference.highway_ref`).
+    """Highway stack and projection (twin of :func:`elmo_fast.bilm.reference.highway_ref`).
 
     x:               [N, F] char CNN output.
     highway_weights: L tensors [2F, F] ([W_transform; -W_carry]); highway_biases: L tensors [2F].
@@ -117,10 +117,10 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
            c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """ELMo's stacked projected biLSTM, fused: the whole stack and time loop in C++.
 
-    Same semantics as :func:`elmo_fast.reference.bilstm_ref`.
+    Same semantics as :func:`elmo_fast.bilm.reference.bilstm_ref`.
 
     xg0:         [U, 2, 4C] layer 0's input gates of the distinct tokens, bias included, gates
-                 i, f, g, o (:func:`~elmo_fast.reference.layer0_gates_ref`); rows may be a slice of
+                 i, f, g, o (:func:`~elmo_fast.bilm.reference.layer0_gates_ref`); rows may be a slice of
                  a wider buffer. float32 or float64.
     token_index: [B, T] int64, the row of ``xg0`` at each position (ignored at t >= lengths[b]).
     lengths:     [B] int64 in [0, T], any order.

@@ -26,15 +26,26 @@ import tempfile
 import time
 from dataclasses import dataclass
 from itertools import islice
-from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import IO, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
 
-from .errors import ElmoFastError, InputError
+from ..bilm.model import ElmoBiLm
+from ..errors import ElmoFastError, InputError
 
-if TYPE_CHECKING:
-    from .embedder import ElmoEmbedder
+
+class ElmoEmbedder(Protocol):
+    """What the corpus machinery needs of an embedder (:class:`elmo_fast.ElmoEmbedder` is one): it
+    embeds batches; this module streams, batches, writes and resumes around it."""
+
+    elmo_bilm: ElmoBiLm
+    device: torch.device
+    batch_size: int
+    options_file: str | os.PathLike
+    weight_file: str | os.PathLike
+
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]: ...
 
 OUTPUT_FORMATS = ("all", "top", "average")
 ENCODING_ERRORS = ("strict", "replace")
@@ -677,7 +688,7 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
             DEFAULT_MAX_TOKENS if bucketing else None)
     check_output(output, overwrite, resume)
     if embedder.device.type == "cuda" and embedder.elmo_bilm.backend == "fast":
-        from .ops import require_cuda_kernels
+        from ..bilm.ops import require_cuda_kernels
 
         require_cuda_kernels()  # now, not at the first batch after the output was begun
     name = (os.fspath(input_file) if isinstance(input_file, (str, os.PathLike))

@@ -1,7 +1,9 @@
-"""The biLM as a ``torch.nn.Module``: weights, state handling, and the choice of backend."""
+"""``ElmoBiLm``: the biLM as a tree of stage modules (:mod:`elmo_fast.bilm.stages`), with the
+state modes, the choice of backend, and the caches that let the fast path do less work."""
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
 from collections import OrderedDict
@@ -11,10 +13,11 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..errors import ElmoFastError
+from ..formats.bilm_tf import ElmoOptions, ElmoWeights, LstmWeights, load_model_files
 from . import ops, reference
 from .char_ids import BOS_CHAR_IDS, EOS_CHAR_IDS, word_to_char_ids
-from .errors import ElmoFastError
-from .weights import ElmoOptions, ElmoWeights, LstmWeights, load_model_files
+from .stages import BiLstmEncoder, CharCNN, CharTokenEmbedder, Highway, LstmLayer, Stage, _linear
 
 BACKENDS = ("auto", "fast", "reference")
 _warned_fallback = False
@@ -41,6 +44,52 @@ def resolve_backend(backend: str) -> str:
             _warned_fallback = True
         return "reference"
     return backend
+
+
+def _lstm_tensors(w: LstmWeights) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return w.w_ih, w.w_hh, w.bias, w.w_proj
+
+
+_ALLENNLP_KEYS = [  # allennlp's _ElmoBiLm parameter names -> ours (relative to the biLM)
+    (re.compile(r"_token_embedder\._char_embedding_weights$"), "token_embedder.char_cnn.char_embedding"),
+    (re.compile(r"_token_embedder\.char_conv_(\d+)\.(weight|bias)$"), r"token_embedder.char_cnn.convs.\1.\2"),
+    (re.compile(r"_token_embedder\._highways\._layers\.(\d+)\.(weight|bias)$"), r"token_embedder.highways.layers.\1.\2"),
+    (re.compile(r"_token_embedder\._projection\.(weight|bias)$"), r"token_embedder.projection.\1"),
+    (re.compile(r"_elmo_lstm\.(forward|backward)_layer_(\d+)\.(\w+\.(?:weight|bias))$"), r"encoder.\1_layers.\2.\3"),
+]
+# derived from the weights (allennlp's vocab_to_cache tables), not weights of their own
+_ALLENNLP_DERIVED = re.compile(r"(_word_embedding\.weight|_bos_embedding|_eos_embedding)$")
+_V01_KEYS = [  # elmo-fast 0.1's flat parameter lists -> the stage modules
+    (re.compile(r"char_embedding$"), "token_embedder.char_cnn.char_embedding"),
+    (re.compile(r"conv_weights\.(\d+)$"), r"token_embedder.char_cnn.convs.\1.weight"),
+    (re.compile(r"conv_biases\.(\d+)$"), r"token_embedder.char_cnn.convs.\1.bias"),
+    (re.compile(r"highway_weights\.(\d+)$"), r"token_embedder.highways.layers.\1.weight"),
+    (re.compile(r"highway_biases\.(\d+)$"), r"token_embedder.highways.layers.\1.bias"),
+    (re.compile(r"proj_(weight|bias)$"), r"token_embedder.projection.\1"),
+]
+_V01_LSTM = ("input_linearity.weight", "state_linearity.weight", "state_linearity.bias", "state_projection.weight")
+
+
+def _rename_legacy_keys(state_dict: dict, prefix: str, *args) -> None:
+    """Load state dicts saved by allennlp (``_ElmoBiLm``, inside ``Elmo`` or any model) and by
+    elmo-fast 0.1 (flat parameter lists) into the stage modules, renaming their keys in place."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        if _ALLENNLP_DERIVED.fullmatch(rest):
+            del state_dict[key]
+            continue
+        new = None
+        for pattern, repl in _ALLENNLP_KEYS + _V01_KEYS:
+            if pattern.fullmatch(rest):
+                new = pattern.sub(repl, rest)
+                break
+        m = re.fullmatch(r"lstm_params\.(\d+)", rest)
+        if m:
+            i = int(m.group(1))
+            layer, direction, k = i // 8, i // 4 % 2, i % 4
+            new = f"encoder.{('forward', 'backward')[direction]}_layers.{layer}.{_V01_LSTM[k]}"
+        if new is not None and new != rest:
+            state_dict[prefix + new] = state_dict.pop(key)
 
 
 class TokenCache:
@@ -105,7 +154,7 @@ class ElmoBiLm(nn.Module):
     the rows it does not use untouched.
     """
 
-    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
+    def __init__(self, options_file: str | os.PathLike | None, weight_file: str | os.PathLike | ElmoWeights,
                  requires_grad: bool = False, stateful: bool = False, backend: str = "auto",
                  token_cache_size: int = 0, dtype: torch.dtype = torch.float32,
                  vocab_to_cache: Sequence[str] | None = None) -> None:
@@ -125,22 +174,22 @@ class ElmoBiLm(nn.Module):
         #: when True, forward() adds the seconds spent per stage to stage_times
         self.profile = False
         self.stage_times: dict[str, float] = {}
-        w = load_model_files(options_file, weight_file)
+        w = weight_file if isinstance(weight_file, ElmoWeights) else load_model_files(options_file, weight_file)
         self.options: ElmoOptions = w.options
-
-        def p(t: Tensor) -> nn.Parameter:
-            return nn.Parameter(t, requires_grad=requires_grad)
-
-        self.char_embedding = p(w.char_embedding)
-        self.conv_weights = nn.ParameterList([p(t) for t in w.conv_weights])
-        self.conv_biases = nn.ParameterList([p(t) for t in w.conv_biases])
-        self.highway_weights = nn.ParameterList([p(t) for t in w.highway_weights])
-        self.highway_biases = nn.ParameterList([p(t) for t in w.highway_biases])
-        self.proj_weight = p(w.proj_weight)
-        self.proj_bias = p(w.proj_bias)
-        # per layer, per direction (forward, backward): w_ih, w_hh, bias, w_proj
-        self.lstm_params = nn.ParameterList(
-            [p(getattr(d, name)) for pair in w.lstm for d in pair for name in ("w_ih", "w_hh", "bias", "w_proj")])
+        o = w.options
+        g = requires_grad
+        #: stage 1: characters -> context-free token vectors [P]
+        self.token_embedder = CharTokenEmbedder(
+            CharCNN(w.char_embedding, w.conv_weights, w.conv_biases, o.activation, requires_grad=g),
+            Highway(w.highway_weights, w.highway_biases, requires_grad=g),
+            _linear(w.proj_weight, w.proj_bias, g))
+        #: stage 2: the biLSTM over the token vectors
+        self.encoder = BiLstmEncoder(
+            [LstmLayer(*_lstm_tensors(f), reverse=False, requires_grad=g) for f, _ in w.lstm],
+            [LstmLayer(*_lstm_tensors(b), reverse=True, requires_grad=g) for _, b in w.lstm],
+            o.cell_clip, o.proj_clip)
+        self._set_stage_backends()
+        self._register_load_state_dict_pre_hook(_rename_legacy_keys)
         self._states: tuple[Tensor, Tensor] | None = None
         # vocab_to_cache: the words' char ids, row 0 zeros (padding); an empty list means no cache,
         # as in allennlp. Not in the state dict: it is part of the configuration, not of the weights.
@@ -155,6 +204,12 @@ class ElmoBiLm(nn.Module):
                 vocab_ids[0] = 0
         self.register_buffer("_vocab_char_ids", vocab_ids, persistent=False)
 
+    @classmethod
+    def from_weights(cls, weights: ElmoWeights, **kwargs) -> "ElmoBiLm":
+        """A biLM holding these tensors (as :func:`~elmo_fast.formats.bilm_tf.load_model_files` returns
+        them) as its parameters; keyword arguments as the constructor's."""
+        return cls(None, weights, **kwargs)
+
     @property
     def num_layers(self) -> int:
         """Output layers, the context-free one included (allennlp's ``num_layers``)."""
@@ -163,16 +218,40 @@ class ElmoBiLm(nn.Module):
     def get_output_dim(self) -> int:
         return self.options.output_dim
 
+    @property
+    def backend(self) -> str:
+        """"fast" or "reference": the forward every stage runs (see the class docstring for gradients)."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: str) -> None:
+        self._backend = resolve_backend(backend)
+        if "encoder" in self._modules:
+            self._set_stage_backends()
+
+    def _set_stage_backends(self) -> None:
+        for module in self.modules():
+            if isinstance(module, Stage):
+                module.backend = self._backend
+
+    def extra_repr(self) -> str:
+        dtype = str(self.compute_dtype).replace("torch.", "")
+        return f"backend={self.backend}, stateful={self.stateful}, dtype={dtype}"
+
+    @property
+    def device(self) -> torch.device:
+        return self.token_embedder.char_cnn.char_embedding.device
+
     def weights(self) -> ElmoWeights:
         """The module's current parameters as an :class:`ElmoWeights` (no copies)."""
-        it = iter(self.lstm_params)
-        lstm = [tuple(LstmWeights(*(next(it) for _ in range(4))) for _ in range(2))
-                for _ in range(self.options.n_layers)]
+        emb, enc = self.token_embedder, self.encoder
+        lstm = [tuple(LstmWeights(*layer.flat()) for layer in pair)
+                for pair in zip(enc.forward_layers, enc.backward_layers)]
         return ElmoWeights(
-            options=self.options, char_embedding=self.char_embedding, conv_weights=list(self.conv_weights),
-            conv_biases=list(self.conv_biases), highway_weights=list(self.highway_weights),
-            highway_biases=list(self.highway_biases), proj_weight=self.proj_weight, proj_bias=self.proj_bias,
-            lstm=lstm)
+            options=self.options, char_embedding=emb.char_cnn.char_embedding,
+            conv_weights=emb.char_cnn.conv_weights(), conv_biases=emb.char_cnn.conv_biases(),
+            highway_weights=emb.highways.weights(), highway_biases=emb.highways.biases(),
+            proj_weight=emb.projection.weight, proj_bias=emb.projection.bias, lstm=lstm)
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode)."""
@@ -194,8 +273,7 @@ class ElmoBiLm(nn.Module):
                 or h.shape[1] != c.shape[1]:
             raise ElmoFastError(f"states must be h [{L}, rows, {P2}] and c [{L}, rows, {C2}], got h {list(h.shape)} "
                                 f"and c {list(c.shape)}")
-        device = self.char_embedding.device
-        self._states = (h.detach().to(device), c.detach().to(device))
+        self._states = (h.detach().to(self.device), c.detach().to(self.device))
 
     def _initial_states(self, batch_size: int) -> tuple[Tensor | None, Tensor | None]:
         if not self.stateful or self._states is None:
@@ -221,11 +299,11 @@ class ElmoBiLm(nn.Module):
         if not self.profile:
             yield
             return
-        if self.char_embedding.is_cuda:
+        if self.device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         yield
-        if self.char_embedding.is_cuda:
+        if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.stage_times[name] = self.stage_times.get(name, 0.0) + time.perf_counter() - start
 
@@ -240,7 +318,7 @@ class ElmoBiLm(nn.Module):
         if word_inputs is None and (char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != 50):
             got = None if char_ids is None else list(char_ids.shape)
             raise ElmoFastError(f"char_ids must have shape [batch, tokens, 50], got {got}")
-        device = self.char_embedding.device
+        device = self.device
         if word_inputs is not None:
             word_inputs = word_inputs.to(device)
             batch_size = word_inputs.shape[0]
@@ -282,18 +360,13 @@ class ElmoBiLm(nn.Module):
         batch (padding included, as one more) through the char CNN and highway once, as the fast path
         does. Equal to ``bilm_ref`` up to fp32 summation order; a training step 5.7x faster than through
         ``bilm_ref``, which runs every position, padding included (benchmarks/bench_elmo.py)."""
-        o = self.options
-        w = self.weights()
         ids, mask = reference.add_sentence_boundaries(char_ids)
         B, T2, W = ids.shape
         distinct, inverse = torch.unique(ids.reshape(B * T2, W), dim=0, return_inverse=True)
-        vectors = reference.highway_ref(
-            reference.char_cnn_ref(distinct, w.char_embedding, w.conv_weights, w.conv_biases, o.activation),
-            w.highway_weights, w.highway_biases, w.proj_weight, w.proj_bias)
-        lstm = list(self.lstm_params)
+        vectors = self.token_embedder.forward_reference(distinct)
         token_index = inverse.view(B, T2)
-        outputs, h, c = reference.bilstm_ref(reference.layer0_gates_ref(vectors, lstm), token_index,
-                                             mask.sum(dim=1), lstm, o.cell_clip, o.proj_clip, h0, c0)
+        outputs, h, c = self.encoder.forward_reference(self.encoder.layer0_gates(vectors), token_index,
+                                                       mask.sum(dim=1), h0, c0)
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
 
@@ -366,34 +439,31 @@ class ElmoBiLm(nn.Module):
         key = self._weights_key()
         if self._lowp is None or self._lowp[0] != key:
             bf = torch.bfloat16
-            lstm = [p.detach().to(bf) if k % 4 != 2 else p.detach() for k, p in enumerate(self.lstm_params)]
+            emb = self.token_embedder
+            lstm = [p.detach().to(bf) if k % 4 != 2 else p.detach() for k, p in enumerate(self.encoder.flat_weights())]
             self._lowp = (key, {
-                "highway_weights": [p.detach().to(bf) for p in self.highway_weights],
-                "highway_biases": [p.detach().to(bf) for p in self.highway_biases],
-                "proj_weight": self.proj_weight.detach().to(bf), "proj_bias": self.proj_bias.detach().to(bf),
+                "highway_weights": [p.detach().to(bf) for p in emb.highways.weights()],
+                "highway_biases": [p.detach().to(bf) for p in emb.highways.biases()],
+                "proj_weight": emb.projection.weight.detach().to(bf), "proj_bias": emb.projection.bias.detach().to(bf),
                 "lstm": lstm})
         return self._lowp[1]
 
     def _token_vectors(self, distinct_ids: Tensor) -> Tensor:
-        w = self.weights()
+        emb = self.token_embedder
         with self._stage("char_cnn"):
-            cnn = ops.char_cnn(distinct_ids, w.char_embedding, w.conv_weights, w.conv_biases, w.options.activation)
+            cnn = emb.char_cnn.forward_fast(distinct_ids)
         with self._stage("highway"):
-            if self.compute_dtype == torch.bfloat16:
-                b = self._bf16_weights()
-                return ops.highway(cnn.to(torch.bfloat16), b["highway_weights"], b["highway_biases"],
-                                   b["proj_weight"], b["proj_bias"]).float()
-            return ops.highway(cnn, w.highway_weights, w.highway_biases, w.proj_weight, w.proj_bias)
+            return emb.project_fast(cnn, self._bf16_weights() if self.compute_dtype == torch.bfloat16 else None)
 
     def _layer0_gates(self, vectors: Tensor) -> Tensor:
         # fp32 in both modes: once per distinct token (and cached), a small share of the work
         with self._stage("lstm"):
-            return reference.layer0_gates_ref(vectors, list(self.lstm_params))
+            return self.encoder.layer0_gates(vectors)
 
     def _flat_lstm(self) -> list[Tensor]:
         if self.compute_dtype == torch.bfloat16:
             return self._bf16_weights()["lstm"]
-        return list(self.lstm_params)
+        return self.encoder.flat_weights()
 
     def _cached_tokens(self, word_inputs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The vocabulary cache's counterpart of add_sentence_boundaries + _distinct_tokens.
@@ -429,7 +499,6 @@ class ElmoBiLm(nn.Module):
     def _contextualize(self, vectors: Tensor, gates: Tensor, token_index: Tensor, mask: Tensor,
                        h0: Tensor | None, c0: Tensor | None) -> tuple[list[Tensor], Tensor, Tensor]:
         """The biLSTM over the distinct tokens' results; the fast path's activations and final states."""
-        o = self.options
         weights = self._flat_lstm()
         if self.compute_dtype == torch.bfloat16 and gates.is_cuda:
             # The CUDA bilstm takes one floating dtype for all its inputs (the CPU one takes fp32 input
@@ -438,8 +507,7 @@ class ElmoBiLm(nn.Module):
             gates = gates.to(torch.bfloat16)
             weights = [w.to(torch.bfloat16) for w in weights]
         with self._stage("lstm"):
-            outputs, h, c = ops.bilstm(gates, token_index, mask.sum(dim=1), weights, o.cell_clip,
-                                       o.proj_clip, h0, c0)
+            outputs, h, c = self.encoder.forward_fast(gates, token_index, mask.sum(dim=1), h0, c0, weights)
             outputs = outputs.float()
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], h, c

@@ -1,0 +1,238 @@
+"""The biLM's stages as modules: each holds its weights and has two forwards, the fused ops
+(``forward_fast``, :mod:`elmo_fast.bilm.ops`) and the plain-PyTorch twin (``forward_reference``,
+:mod:`elmo_fast.bilm.reference`), chosen the same way in every stage by its ``backend``.
+
+    CharTokenEmbedder                      token -> context-free vector [P]
+        CharCNN      char ids [N, 50] -> [N, F]     char embedding + convolutions, max over windows
+        Highway      [N, F] -> [N, F]               n_highway gated layers
+        projection   [N, F] -> [N, P]               nn.Linear
+    BiLstmEncoder                          vectors in context: forward and backward stacks
+        forward_layers[l], backward_layers[l]: LstmLayer (input, recurrent and projection weights)
+
+Weights keep the layouts :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` describes (allennlp's),
+and the parameter names follow allennlp's where it has modules for them (``input_linearity``,
+``state_linearity``, ``state_projection``). Modules are built on the meta device and the loaded
+tensors assigned, so building never spends time on a random initialisation.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import ops, reference
+
+BACKENDS = ("fast", "reference")
+
+
+class Stage(nn.Module):
+    """A module with a fused and a reference forward; ``backend`` picks one for ``forward``.
+
+    :class:`~elmo_fast.bilm.model.ElmoBiLm` sets the backend of all its stages at once."""
+
+    backend: str = "reference"
+
+    def forward(self, *args, **kwargs):
+        if self.backend == "fast":
+            return self.forward_fast(*args, **kwargs)
+        return self.forward_reference(*args, **kwargs)
+
+    def forward_fast(self, *args, **kwargs):
+        raise NotImplementedError
+
+    def forward_reference(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+def _param(t: Tensor, requires_grad: bool) -> nn.Parameter:
+    return nn.Parameter(t, requires_grad=requires_grad)
+
+
+def _linear(weight: Tensor, bias: Tensor | None, requires_grad: bool) -> nn.Linear:
+    out_features, in_features = weight.shape
+    layer = nn.Linear(in_features, out_features, bias=bias is not None, device="meta")
+    layer.weight = _param(weight, requires_grad)
+    if bias is not None:
+        layer.bias = _param(bias, requires_grad)
+    return layer
+
+
+class CharCNN(Stage):
+    """Character embedding, one convolution per filter width, max over windows, activation.
+
+    forward(char_ids [N, 50] long) -> [N, sum n_k]; see :func:`~elmo_fast.bilm.reference.char_cnn_ref`.
+    """
+
+    def __init__(self, char_embedding: Tensor, conv_weights: Sequence[Tensor], conv_biases: Sequence[Tensor],
+                 activation: str = "relu", requires_grad: bool = False) -> None:
+        super().__init__()
+        self.activation = activation
+        #: [V, D], row 0 zero (the id of "no character")
+        self.char_embedding = _param(char_embedding, requires_grad)
+        self.convs = nn.ModuleList()
+        for w, b in zip(conv_weights, conv_biases):
+            conv = nn.Conv1d(w.shape[1], w.shape[0], w.shape[2], device="meta")
+            conv.weight, conv.bias = _param(w, requires_grad), _param(b, requires_grad)
+            self.convs.append(conv)
+
+    @property
+    def output_dim(self) -> int:
+        return sum(conv.out_channels for conv in self.convs)
+
+    def conv_weights(self) -> list[Tensor]:
+        return [conv.weight for conv in self.convs]
+
+    def conv_biases(self) -> list[Tensor]:
+        return [conv.bias for conv in self.convs]
+
+    def extra_repr(self) -> str:
+        V, D = self.char_embedding.shape
+        return f"characters={V}, char_dim={D}, filters={self.output_dim}, max over windows, {self.activation}"
+
+    def forward_fast(self, char_ids: Tensor) -> Tensor:
+        return ops.char_cnn(char_ids, self.char_embedding, self.conv_weights(), self.conv_biases(), self.activation)
+
+    def forward_reference(self, char_ids: Tensor) -> Tensor:
+        return reference.char_cnn_ref(char_ids, self.char_embedding, self.conv_weights(), self.conv_biases(),
+                                      self.activation)
+
+
+class Highway(Stage):
+    """``n_highway`` layers ``g * x + (1 - g) * relu(transform)``, each one ``nn.Linear(F, 2F)``
+    giving ``[transform | gate]`` (the gate half already negated, allennlp's sign convention).
+
+    forward(x [N, F]) -> [N, F]."""
+
+    def __init__(self, weights: Sequence[Tensor], biases: Sequence[Tensor], requires_grad: bool = False) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_linear(w, b, requires_grad) for w, b in zip(weights, biases))
+
+    def weights(self) -> list[Tensor]:
+        return [layer.weight for layer in self.layers]
+
+    def biases(self) -> list[Tensor]:
+        return [layer.bias for layer in self.layers]
+
+    def forward_fast(self, x: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = ops.highway_gate(F.linear(x, layer.weight, layer.bias), x)
+        return x
+
+    def forward_reference(self, x: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = reference.highway_gate_ref(F.linear(x, layer.weight, layer.bias), x)
+        return x
+
+
+class CharTokenEmbedder(Stage):
+    """A token's context-free vector from its characters: char CNN, highways, projection.
+
+    forward(char_ids [N, 50]) -> [N, P]. The fast forward runs the highways and the projection as
+    one op (:func:`~elmo_fast.bilm.ops.highway`); ``lowp`` (bf16 copies of the highway and
+    projection weights, from :class:`~elmo_fast.bilm.model.ElmoBiLm`) runs their GEMMs in bf16.
+    """
+
+    def __init__(self, char_cnn: CharCNN, highways: Highway, projection: nn.Linear) -> None:
+        super().__init__()
+        self.char_cnn = char_cnn
+        self.highways = highways
+        self.projection = projection
+
+    @property
+    def output_dim(self) -> int:
+        return self.projection.out_features
+
+    def forward_fast(self, char_ids: Tensor, lowp: dict | None = None) -> Tensor:
+        return self.project_fast(self.char_cnn.forward_fast(char_ids), lowp)
+
+    def project_fast(self, cnn: Tensor, lowp: dict | None = None) -> Tensor:
+        """The highways and the projection of char CNN outputs [N, F] -> [N, P], as one op."""
+        if lowp is not None:
+            return ops.highway(cnn.to(lowp["proj_weight"].dtype), lowp["highway_weights"], lowp["highway_biases"],
+                               lowp["proj_weight"], lowp["proj_bias"]).float()
+        return ops.highway(cnn, self.highways.weights(), self.highways.biases(), self.projection.weight,
+                           self.projection.bias)
+
+    def forward_reference(self, char_ids: Tensor) -> Tensor:
+        return reference.highway_ref(self.char_cnn.forward_reference(char_ids), self.highways.weights(),
+                                     self.highways.biases(), self.projection.weight, self.projection.bias)
+
+
+class LstmLayer(nn.Module):
+    """One direction of one projected LSTM layer (allennlp's ``LstmCellWithProjection``), gates
+    i, f, g, o: ``input_linearity`` [4C, In] (no bias), ``state_linearity`` [4C, P] with the bias
+    (forget gate +1 folded in), ``state_projection`` [P, C]."""
+
+    def __init__(self, w_ih: Tensor, w_hh: Tensor, bias: Tensor, w_proj: Tensor, reverse: bool,
+                 requires_grad: bool = False) -> None:
+        super().__init__()
+        self.reverse = reverse
+        self.input_linearity = _linear(w_ih, None, requires_grad)
+        self.state_linearity = _linear(w_hh, bias, requires_grad)
+        self.state_projection = _linear(w_proj, None, requires_grad)
+
+    @property
+    def cell_dim(self) -> int:
+        return self.state_projection.in_features
+
+    def flat(self) -> list[Tensor]:
+        """w_ih, w_hh, bias, w_proj: this layer's share of the flat list the bilstm op takes."""
+        return [self.input_linearity.weight, self.state_linearity.weight, self.state_linearity.bias,
+                self.state_projection.weight]
+
+    def extra_repr(self) -> str:
+        return "backward in time" if self.reverse else "forward in time"
+
+    def forward(self, x: Tensor, lengths: Tensor, h0: Tensor, c0: Tensor, cell_clip: float | None,
+                proj_clip: float | None) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, T, In] -> y [B, T, P], h [B, P], c [B, C] (reference only: the fast op runs the
+        whole stack, :class:`BiLstmEncoder`)."""
+        xg = F.linear(x, self.input_linearity.weight, self.state_linearity.bias)
+        return reference.lstm_layer_ref(xg, lengths, self.state_linearity.weight, self.state_projection.weight,
+                                        h0, c0, cell_clip, proj_clip, self.reverse)
+
+
+class BiLstmEncoder(Stage):
+    """ELMo's stacked biLSTM: a forward and a backward stack that never read each other, skip
+    connections from layer 1, cell and projection clips.
+
+    forward(xg0 [U, 2, 4C], token_index [B, T], lengths [B], h0, c0) -> outputs [L, B, T, 2P],
+    h [L, B, 2P], c [L, B, 2C]; ``xg0`` holds layer 0's input gates of distinct tokens
+    (:meth:`layer0_gates`). See :func:`~elmo_fast.bilm.reference.bilstm_ref`.
+    """
+
+    def __init__(self, forward_layers: Sequence[LstmLayer], backward_layers: Sequence[LstmLayer],
+                 cell_clip: float | None, proj_clip: float | None) -> None:
+        super().__init__()
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
+        self.forward_layers = nn.ModuleList(forward_layers)
+        self.backward_layers = nn.ModuleList(backward_layers)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.forward_layers)
+
+    def extra_repr(self) -> str:
+        return f"cell_clip={self.cell_clip}, proj_clip={self.proj_clip}, skip connections from layer 1"
+
+    def flat_weights(self) -> list[Tensor]:
+        """The flat weight list of :func:`~elmo_fast.bilm.reference.bilstm_ref` (layer-major, forward first)."""
+        return [t for f, b in zip(self.forward_layers, self.backward_layers) for layer in (f, b) for t in layer.flat()]
+
+    def layer0_gates(self, vectors: Tensor) -> Tensor:
+        """[U, P] token vectors -> [U, 2, 4C] layer 0's input gates, both directions (context-free,
+        so computed once per distinct token; fp32 in every mode)."""
+        return reference.layer0_gates_ref(vectors, self.flat_weights())
+
+    def forward_fast(self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None,
+                     c0: Tensor | None = None, weights: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        weights = self.flat_weights() if weights is None else weights
+        return ops.bilstm(xg0, token_index, lengths, weights, self.cell_clip, self.proj_clip, h0, c0)
+
+    def forward_reference(self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None,
+                          c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        return reference.bilstm_ref(xg0, token_index, lengths, self.flat_weights(), self.cell_clip, self.proj_clip,
+                                    h0, c0)

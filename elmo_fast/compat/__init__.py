@@ -1,0 +1,9 @@
+"""The APIs of the tools ELMo users come from, on the elmo-fast core.
+
+* :mod:`~elmo_fast.compat.allennlp`  allennlp's ``Elmo`` module (scalar mixes over the biLM)
+* :mod:`~elmo_fast.compat.tf_hub`    TF-Hub ``google/elmo``'s signatures and outputs (``HubElmo``, ``hub_signature``)
+"""
+from .allennlp import Elmo
+from .tf_hub import HubElmo, hub_module, hub_signature
+
+__all__ = ["Elmo", "HubElmo", "hub_module", "hub_signature"]

@@ -1,0 +1,156 @@
+"""The package's architecture, checked from its source: no import cycles, and the rooms depend on
+each other in one direction only (kernels and ops know nothing of files or the CLI; the reference
+never imports the fast path)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "elmo_fast"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every elmo_fast module ``name`` imports, wherever the import stands (top level, inside a
+    function, under ``if TYPE_CHECKING``): a cycle through a lazy import is still a cycle of the design."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            # `from pkg import sub` imports the submodule when there is one, else a name of pkg
+            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
+                       for alias in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t == "elmo_fast" or t.startswith("elmo_fast."))
+    out.discard(name)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules) | {"elmo_fast._C"}
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    color: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        color[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if color.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in color and (found := visit(nxt)):
+                return found
+        stack.pop()
+        color[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in color and (found := visit(node)):
+            return found
+    return None
+
+
+def _without_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Modules only: a package's ``__init__`` re-exports its rooms, and importing a submodule runs
+    its parents' ``__init__`` first, which is import order, not a dependency of the submodule."""
+    packages = {name for name, path in _modules().items() if path.name == "__init__.py"}
+    return {n: {t for t in deps if t not in packages} for n, deps in graph.items() if n not in packages}
+
+
+def test_the_detector_finds_cycles():
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_relative_imports_are_resolved():
+    graph = _graph()
+    assert "elmo_fast.bilm.ops" in graph["elmo_fast.bilm.model"]          # from . import ops
+    assert "elmo_fast.errors" in graph["elmo_fast.bilm.model"]            # from ..errors import
+    assert "elmo_fast._C" in graph["elmo_fast.bilm.ops"]                  # from elmo_fast import _C
+
+
+def test_no_import_cycle_between_modules():
+    cycle = _find_cycle(_without_package_inits(_graph()))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "elmo_fast"
+
+
+def test_no_import_cycle_between_rooms():
+    """Rooms (elmo_fast.bilm, .formats, .embedding, ...) form a DAG, the package's own __init__ aside."""
+    rooms: dict[str, set[str]] = {}
+    for module, deps in _without_package_inits(_graph()).items():
+        rooms.setdefault(_room(module), set()).update(_room(d) for d in deps if _room(d) != _room(module))
+    rooms.pop("elmo_fast", None)
+    cycle = _find_cycle(rooms)
+    assert cycle is None, "rooms import each other in a cycle: " + " -> ".join(cycle)
+
+
+# What each low-level module may import from the package (besides itself and the stdlib/torch).
+ALLOWED = {
+    "elmo_fast.errors": set(),
+    "elmo_fast.bilm.char_ids": set(),
+    # the oracle: plain PyTorch, never the fast path
+    "elmo_fast.bilm.reference": {"elmo_fast.bilm.char_ids"},
+    # the ops know nothing of files, models or the CLI: the extension and the error types only
+    "elmo_fast.bilm.ops": {"elmo_fast._C", "elmo_fast.errors"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(ALLOWED))
+def test_low_level_modules_import_only_what_they_may(module):
+    imported = _graph()[module]
+    assert imported <= ALLOWED[module], f"{module} imports {sorted(imported - ALLOWED[module])}"
+
+
+def test_formats_know_nothing_of_modules_or_the_fast_path():
+    for module, deps in _graph().items():
+        if module.startswith("elmo_fast.formats"):
+            bad = {d for d in deps if _room(d) not in ("formats", "errors")}
+            assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_only_the_cli_and_main_import_the_cli():
+    for module, deps in _graph().items():
+        if not (module.startswith("elmo_fast.cli") or module == "elmo_fast.__main__"):
+            assert not any(d.startswith("elmo_fast.cli") for d in deps), f"{module} imports the CLI"
+
+
+def test_kernels_know_nothing_of_python():
+    """csrc/: no Python.h outside the module stub, no reference to files or the CLI."""
+    csrc = PACKAGE.parent / "csrc"
+    for path in sorted(csrc.rglob("*")):
+        if path.suffix not in (".cpp", ".cu", ".cuh", ".h"):
+            continue
+        text = path.read_text()
+        if path.name != "elmo_fast.cpp":
+            assert "Python.h" not in text and "pybind11" not in text, f"{path} includes Python"
+        assert "hdf5" not in text.lower() and "argparse" not in text, f"{path} knows of files or the CLI"
