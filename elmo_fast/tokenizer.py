@@ -34,8 +34,9 @@ Rules of :func:`tokenize`, in order of priority at each position:
 - Words are runs of letters, digits, combining marks and ``_``, joined by ``-``, ``.``, ``&``,
   ``/``, ``@``, ``:`` or an apostrophe when a word character follows, and by ``,`` between
   digits: ``state-of-the-art``, ``3.14``, ``1,000``, ``10:30``, ``and/or``, ``AT&T``,
-  ``rock'n'roll``. Any script that ``str.isalnum`` knows counts as letters, so Cyrillic, Greek,
-  Arabic, Devanagari, CJK text is split on whitespace and punctuation only.
+  ``rock'n'roll``; a path may start with ``/`` (``/usr/share/doc``). Any script that
+  ``str.isalnum`` knows counts as letters, so Cyrillic, Greek, Arabic, Devanagari, CJK text is
+  split on whitespace and punctuation only.
 - Clitics are split as the Penn Treebank does: ``n't`` (``don't`` -> ``do n't``,
   ``can't`` -> ``ca n't``) and ``'s 're 'll 've 'm 'd`` (``John's`` -> ``John 's``,
   ``I'm`` -> ``I 'm``), with ``'`` or ``’``; an already split clitic (``'s``, ``n't``) stays one
@@ -102,7 +103,7 @@ _TOKEN_RE = re.compile(
   | (?<!{_W})(?:[^\W\d_]\.){{2,}}(?!{_W})                       # letter-dot run: e.g. U.S.
   | (?<!{_W})[A-Z]\.(?!{_W})                                    # initial: J.
   | [{_APOS}](?:[sSmMdD]|re|RE|ll|LL|ve|VE)(?!{_W})             # split clitic: 's 're 'll
-  | {_W}+(?:(?:[-.&/@:]|[{_APOS}]|(?<=\d),(?=\d)){_W}+)*        # word, number, hyphenated
+  | /?{_W}+(?:(?:[-.&/@:]|[{_APOS}]|(?<=\d),(?=\d)){_W}+)*      # word, number, /path
   | \S                                                          # any other character
     """,
     re.VERBOSE,

@@ -196,7 +196,8 @@ def gcide_paragraphs(entry: str) -> list[str]:
         para = re.sub(r"\([^()]{0,40}\)", lambda m: "" if _is_label(m.group(0)) else m.group(0), para)
         para = _ws(para)
         if para:
-            paragraphs.append(para)
+            # glosses taken from WordNet 1.5 are lower-case: capitalised as WordNet's are
+            paragraphs.append(para[0].upper() + para[1:] if para[0].islower() else para)
     return paragraphs
 
 
@@ -564,25 +565,38 @@ def pod_docs(paths: dict) -> Iterator[Doc]:
 
 # ==== sentence filters ============================================================================
 
-_WORD_RE = re.compile(r"^[^\W\d_]+(?:[-'\u2019.][^\W\d_]+)*\.?$")
+_WORD_RE = re.compile(r"^(?=.*[^\W\d_])[^\W_]+(?:[-'\u2019.][^\W_]+)*\.?$")  # UTF-8, 2x, e.g.
 _NUMBER_RE = re.compile(r"^\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s)?$")
 _PUNCT = frozenset(list(",.;:!?\"'()-\u2019\u2018\u201c\u201d\u2026") + ["...", "--", "n't", "'s", "'re",
                                                                          "'ll", "'ve", "'m", "'d"])
+_ASCII_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 _OPENING = frozenset(["(", "[", '"', "'", "\u2018", "\u201c", "``"])
 _CLOSING = frozenset([")", "]", '"', "'", "\u2019", "\u201d", "''"])
 _TERMINAL = frozenset([".", "!", "?", ":", "...", "\u2026"])
-_CODE_CHARS = frozenset("_=<>{}|\\~^*#$@`[]/")
+_CODE_CHARS = frozenset("_=<>{}|\\~^*#$@`[]")
+
+
+def _is_identifier(tok: str) -> bool:
+    """A dotted name that is no abbreviation (``os.path``, ``master.conf``) or a path."""
+    if tok.startswith("/") or tok.count("/") > 1:
+        return True
+    return bool(re.search(r"[a-z]\.[a-z]", tok)) and not re.fullmatch(r"(?:[a-zA-Z]\.)+", tok)
 
 
 def sentence_tokens(sentence: str) -> list[str] | None:
     """The tokens of ``sentence`` if it reads as English prose, else None.
 
+    Typographic quotes and apostrophes are made ASCII first (``’s`` -> ``'s``, ``“`` -> ``"``),
+    as in ELMo's training data, so that one word is one vocabulary entry.
+
     Rejects: fewer than 3 or more than 100 tokens; a first word not capitalised (nor a number);
-    no terminal punctuation (``. ! ? : ...``, possibly inside closing quotes or brackets); more than 3 % of the characters code-like
-    (``_=<>{}|\\~^*#$@`[]/``); fewer than 70 % of the tokens words, numbers or ordinary
+    no terminal punctuation (``. ! ? : ...``, possibly inside closing quotes or brackets); more
+    than 3 % of the characters code-like (``_=<>{}|\\~^*#$@`[]``); more than 10 % of the tokens
+    identifiers, paths or ``( )`` pairs; fewer than 70 % of the tokens words, numbers or ordinary
     punctuation; fewer than 60 % of the non-space characters letters; more than half of the
     words in capitals; letters outside the Latin script; no lower-case word at all.
     """
+    sentence = sentence.translate(_ASCII_QUOTES)
     chars = "".join(sentence.split())
     if not chars:
         return None
@@ -615,7 +629,7 @@ def sentence_tokens(sentence: str) -> list[str] | None:
     if caps > 0.5 * max(len(words), 1) or not any(w[0].islower() for w in words):
         return None
     # identifiers: dotted names that are not abbreviations (os.path.join), CamelCase with digits
-    code = sum(1 for t in toks if re.search(r"[a-z]\.[a-z]", t) and not re.fullmatch(r"(?:[a-zA-Z]\.)+", t))
+    code = sum(1 for t in toks if _is_identifier(t))
     code += sum(1 for i in range(n - 1) if toks[i] == "(" and toks[i + 1] == ")")
     if code > max(1, 0.1 * n):
         return None

@@ -227,6 +227,16 @@ def test_sentence_tokens_are_tokenized():
     assert bc.sentence_tokens("John's dog doesn't bark.") == ["John", "'s", "dog", "does", "n't", "bark", "."]
 
 
+def test_sentence_tokens_ascii_quotes():
+    assert bc.sentence_tokens("\u201cJohn\u2019s dog isn\u2019t here,\u201d she said.") == \
+        ['"', "John", "'s", "dog", "is", "n't", "here", ",", '"', "she", "said", "."]
+
+
+def test_sentence_tokens_allows_a_path_not_code():
+    assert bc.sentence_tokens("The main configuration is in the /etc/dirvish/master.conf file.")
+    assert bc.sentence_tokens("Copy /etc/a/b to /usr/c/d and /var/e/f then.") is None
+
+
 # ---- split, dedup, determinism ------------------------------------------------------------------
 
 def test_heldout_group_is_stable_and_about_the_share():

@@ -35,6 +35,8 @@ CASES = [
     # hyphens, slashes, ampersands
     ("state-of-the-art, well-known e-mail", "state-of-the-art , well-known e-mail"),
     ("and/or AT&T", "and/or AT&T"),
+    ("in /etc/apt/sources.list.", "in /etc/apt/sources.list ."),
+    ("a / b, 1/2", "a / b , 1/2"),
     # numbers
     ("3.14 and 1,000 and 1,000.50", "3.14 and 1,000 and 1,000.50"),
     ("$5.99 or 5%", "$ 5.99 or 5 %"),
