@@ -27,6 +27,10 @@ else:
     HAS_CUDA_KERNELS = bool(getattr(_C, "WITH_CUDA", 0))
 
 
+#: Whether the fast ops have backward passes (register_autograd), so that training can run them.
+HAS_BACKWARD = False
+
+
 def require_extension() -> None:
     """Raise :class:`ExtensionNotBuiltError` unless ``elmo_fast._C`` was imported."""
     if not HAS_EXTENSION:

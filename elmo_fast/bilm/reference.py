@@ -142,6 +142,52 @@ def bilstm_ref(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[
     return torch.stack(outputs), torch.stack(hs), torch.stack(cs)
 
 
+def bilstm_sequence_ref(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
+                        proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
+                        input_masks: list[Tensor] | None = None,
+                        x_backward: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """The stacked biLSTM over per-position inputs, as bilm-tf trains it: each layer's input may be
+    dropped out (bilm-tf wraps each cell, the residual one included, in DropoutWrapper(input_keep_prob),
+    so the skip connection adds the dropped input).
+
+    x:           [B, T, P] token vectors; both stacks read it, unless ``x_backward`` [B, T, P] gives
+                 the backward stack its own (bilm-tf's unrolled training reads two streams).
+    lengths:     [B] long, 0 <= lengths <= T.
+    weights:     the flat list of :func:`bilstm_ref` (layer 0's w_ih and bias are used here).
+    h0, c0:      [L, B, 2P], [L, B, 2C] or None (zeros).
+    input_masks: None, or 2L tensors [B, T, P] (index 2 * layer + direction) that multiply each
+                 layer's input (dropout masks, already scaled by 1 / keep_prob).
+    returns      outputs [L, B, T, 2P] (zero at padding), final h [L, B, 2P], final c [L, B, 2C].
+    """
+    B = x.shape[0]
+    P, C = weights[3].shape
+    L = len(weights) // 8
+    if h0 is None:
+        h0 = x.new_zeros(L, B, 2 * P)
+    if c0 is None:
+        c0 = x.new_zeros(L, B, 2 * C)
+    inputs = [x, x if x_backward is None else x_backward]
+    outputs, hs, cs = [], [], []
+    for layer in range(L):
+        ys, h_layer, c_layer = [], [], []
+        for d in range(2):
+            w_ih, w_hh, bias, w_proj = weights[4 * (2 * layer + d): 4 * (2 * layer + d) + 4]
+            inp = inputs[d] if input_masks is None else inputs[d] * input_masks[2 * layer + d]
+            y, h, c = lstm_layer_ref(F.linear(inp, w_ih, bias), lengths, w_hh, w_proj,
+                                     h0[layer, :, d * P:(d + 1) * P], c0[layer, :, d * C:(d + 1) * C], cell_clip,
+                                     proj_clip, reverse=(d == 1))
+            if layer > 0:  # inp is a layer's output: zero at padding already
+                y = y + inp
+            ys.append(y)
+            h_layer.append(h)
+            c_layer.append(c)
+        inputs = ys
+        outputs.append(torch.cat(ys, dim=-1))
+        hs.append(torch.cat(h_layer, dim=-1))
+        cs.append(torch.cat(c_layer, dim=-1))
+    return torch.stack(outputs), torch.stack(hs), torch.stack(cs)
+
+
 def flat_lstm_weights(lstm: list) -> list[Tensor]:
     """Per-layer (forward, backward) :class:`~elmo_fast.formats.bilm_tf.LstmWeights` -> the flat list."""
     return [t for pair in lstm for w in pair for t in (w.w_ih, w.w_hh, w.bias, w.w_proj)]

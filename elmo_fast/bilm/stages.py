@@ -227,6 +227,25 @@ class BiLstmEncoder(Stage):
         so computed once per distinct token; fp32 in every mode)."""
         return reference.layer0_gates_ref(vectors, self.flat_weights())
 
+    def input_masks(self, x: Tensor, dropout: float) -> list[Tensor] | None:
+        """Fresh dropout masks for every layer's input, one per (layer, direction), scaled by
+        1 / keep_prob (bilm-tf's placement: see :func:`~elmo_fast.bilm.reference.bilstm_sequence_ref`);
+        None when ``dropout`` is 0."""
+        if dropout <= 0.0:
+            return None
+        keep = 1.0 - dropout
+        return [torch.empty_like(x, dtype=x.dtype).bernoulli_(keep).div_(keep) for _ in range(2 * self.num_layers)]
+
+    def forward_sequence(self, x: Tensor, lengths: Tensor, h0: Tensor | None = None, c0: Tensor | None = None,
+                         input_masks: list[Tensor] | None = None,
+                         x_backward: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The stack over per-position inputs x [B, T, P] (and the backward stack's own
+        ``x_backward``, if given), for training: layer 0's input gates are computed per position
+        (each position has its own dropout mask), gradients flow to every weight. Returns outputs
+        [L, B, T, 2P], h [L, B, 2P], c [L, B, 2C]."""
+        return reference.bilstm_sequence_ref(x, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0,
+                                             input_masks, x_backward)
+
     def forward_fast(self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None,
                      c0: Tensor | None = None, weights: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         weights = self.flat_weights() if weights is None else weights

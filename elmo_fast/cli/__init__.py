@@ -1,6 +1,7 @@
 """``elmo-fast``: the command line. One module per command group; each adds its subcommands.
 
 * :mod:`~elmo_fast.cli.embed`   ``embed``
+* :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
 """
 from __future__ import annotations
@@ -14,11 +15,12 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import embed, models
+    from . import embed, models, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
     sub = parser.add_subparsers(dest="command", required=True)
     embed.add_parser(sub)
+    train.add_parsers(sub)
     models.add_parsers(sub)
     return parser
 

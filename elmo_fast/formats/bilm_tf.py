@@ -428,3 +428,151 @@ def load_weights(weight_file: str | os.PathLike, options: ElmoOptions) -> ElmoWe
 
 def load_model_files(options_file: str | os.PathLike, weight_file: str | os.PathLike) -> ElmoWeights:
     return load_weights(weight_file, load_options(options_file))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: the inverse of load_weights, for models trained or fine-tuned here. What it writes is
+# what bilm-tf's dump_weights writes (its dataset names, TensorFlow shapes and gate order, the
+# forget bias without TF's run-time +1, the highway carry gate with its own sign, char_embed
+# without the padding row), so allennlp, bilm-tf and elmo-fast all load it.
+
+def _inverse_gate_order(cell: int) -> np.ndarray:
+    # torch i, f, g, o <-> TF i, j(=g), f, o: swapping the middle blocks is its own inverse
+    return np.concatenate([np.arange(0, cell), np.arange(2 * cell, 3 * cell),
+                           np.arange(cell, 2 * cell), np.arange(3 * cell, 4 * cell)])
+
+
+def to_datasets(weights: ElmoWeights) -> dict[str, np.ndarray]:
+    """Every dataset of the bilm-tf layout, float32 in TensorFlow shapes, from torch-layout tensors."""
+    o = weights.options
+
+    def a(t: Tensor) -> np.ndarray:
+        return t.detach().to(device="cpu", dtype=torch.float32).numpy()
+
+    F, C = o.n_filters, o.cell_dim
+    out: dict[str, np.ndarray] = {"char_embed": a(weights.char_embedding)[1:]}
+    for i, (w, b) in enumerate(zip(weights.conv_weights, weights.conv_biases)):
+        out[f"CNN/W_cnn_{i}"] = a(w).transpose(2, 1, 0)[None]
+        out[f"CNN/b_cnn_{i}"] = a(b)
+    for k, (w, b) in enumerate(zip(weights.highway_weights, weights.highway_biases)):
+        w, b = a(w), a(b)
+        out[f"CNN_high_{k}/W_transform"] = w[:F].T
+        out[f"CNN_high_{k}/W_carry"] = -w[F:].T
+        out[f"CNN_high_{k}/b_transform"] = b[:F]
+        out[f"CNN_high_{k}/b_carry"] = -b[F:]
+    out["CNN_proj/W_proj"] = a(weights.proj_weight).T
+    out["CNN_proj/b_proj"] = a(weights.proj_bias)
+    order = _inverse_gate_order(C)
+    for layer, pair in enumerate(weights.lstm):
+        for d, lw in enumerate(pair):
+            w = np.concatenate([a(lw.w_ih), a(lw.w_hh)], axis=1)[order]  # [4C, In + P], TF gate order
+            bias = a(lw.bias)[order].copy()
+            bias[2 * C:3 * C] -= 1.0  # TF's LSTMCell adds forget_bias=1 at run time
+            out[lstm_dataset(d, layer, "W_0")] = w.T
+            out[lstm_dataset(d, layer, "B")] = bias
+            out[lstm_dataset(d, layer, "W_P_0")] = a(lw.w_proj).T
+    out = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+    expected = expected_datasets(o)
+    bad = [k for k in expected if k not in out or out[k].shape != expected[k][0]]
+    if bad or len(out) != len(expected):
+        raise ModelFileError(f"weights do not fit their options: {bad[:3]}")
+    return out
+
+
+def replace_atomically(path: str | os.PathLike, write) -> None:
+    """Call ``write(tmp_path)``, fsync, and rename onto ``path``: readers see the old file or the
+    whole new one, never half of it, whatever moment the process is killed at."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    try:  # the rename itself
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def write_datasets(path: str | os.PathLike, datasets: dict[str, np.ndarray]) -> None:
+    """An HDF5 file of these datasets, written atomically."""
+    import h5py
+
+    def write(tmp: str) -> None:
+        with h5py.File(tmp, "w") as f:
+            for name, value in datasets.items():
+                f.create_dataset(name, data=value)
+
+    replace_atomically(path, write)
+
+
+def write_options(path: str | os.PathLike, options: ElmoOptions, extra: dict[str, Any] | None = None) -> None:
+    """``options.json`` (bilm-tf's keys; ``extra`` adds top-level keys such as training settings)."""
+    content = options.to_dict()
+    for key, value in (extra or {}).items():
+        content.setdefault(key, value)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+            f.write("\n")
+
+    replace_atomically(path, write)
+
+
+def save_model_files(options_path: str | os.PathLike, weights_path: str | os.PathLike, weights: ElmoWeights,
+                     extra_options: dict[str, Any] | None = None) -> None:
+    """Write ``weights`` as ``options.json`` + ``weights.hdf5`` in the bilm-tf layout (each atomically)."""
+    write_datasets(weights_path, to_datasets(weights))
+    write_options(options_path, weights.options, extra_options)
+
+
+#: where the softmax of a biLM trained here lives (bilm-tf keeps it in its checkpoints only, under
+#: these variable names, and shares it between the two directions)
+SOFTMAX_W, SOFTMAX_B = "softmax/W", "softmax/b"
+
+
+def write_softmax(path: str | os.PathLike, weight: Tensor, bias: Tensor, dtype: np.dtype = np.float32) -> None:
+    """``softmax.hdf5``: ``softmax/W`` [V, P] and ``softmax/b`` [V] (logits = h W^T + b)."""
+    write_datasets(path, {SOFTMAX_W: weight.detach().cpu().float().numpy().astype(dtype),
+                          SOFTMAX_B: bias.detach().cpu().float().numpy().astype(dtype)})
+
+
+def load_softmax(path: str | os.PathLike, vocab_size: int, projection_dim: int) -> tuple[Tensor, Tensor]:
+    """Read and check ``softmax.hdf5`` against the vocabulary size and the model's projection dim."""
+    import h5py
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ModelFileError(f"{path}: softmax file not found")
+    try:
+        with h5py.File(path, "r") as f:
+            found = {}
+            for name, shape in ((SOFTMAX_W, (vocab_size, projection_dim)), (SOFTMAX_B, (vocab_size,))):
+                ds = f.get(name)
+                if not isinstance(ds, h5py.Dataset):
+                    raise ModelFileError(f"{path}: dataset '{name}' is missing (expected shape {shape})")
+                if tuple(ds.shape) != shape:
+                    why = "vocabulary size x projection dim" if name == SOFTMAX_W else "vocabulary size"
+                    raise ModelFileError(f"{path}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} "
+                                         f"({why})")
+                if ds.dtype.kind != "f":
+                    raise ModelFileError(f"{path}: dataset '{name}' has dtype {ds.dtype}, expected a float type")
+                arr = np.asarray(ds[...], dtype=np.float32)
+                if not np.isfinite(arr).all():
+                    raise ModelFileError(f"{path}: dataset '{name}' holds NaN or Inf values")
+                found[name] = torch.from_numpy(arr)
+    except ModelFileError:
+        raise
+    except _H5_ERRORS as e:
+        raise ModelFileError(f"{path}: not a readable HDF5 file (truncated or corrupt?): {_one_line(e)}") from None
+    return found[SOFTMAX_W], found[SOFTMAX_B]

@@ -1,0 +1,520 @@
+"""Training and fine-tuning a biLM, bilm-tf's recipe, with runs that survive being killed.
+
+The output directory holds the model in the layout every ELMo tool reads (``options.json`` +
+``weights.hdf5``, bilm-tf's), the softmax (``softmax.hdf5``), the vocabulary (``vocab.txt``), a
+metrics log (``metrics.jsonl``: one JSON object per line, training and held-out) and
+``checkpoints/`` (model, softmax, optimizer, data position; each written to a temporary name,
+fsync'ed and renamed, the last two kept).
+
+Determinism, which is what makes ``--resume`` exact: batches are a function of the seed and the
+epoch (:mod:`elmo_fast.training.data`); every random draw of step ``s`` (dropout masks, sampled
+negatives) comes from generators seeded by (seed, s), not from a state carried across steps. A
+resumed run therefore needs only the step, the data position and the tensors of a checkpoint, and
+ends with the weights of an uninterrupted run (same machine, same threads).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from ..bilm.model import ElmoBiLm
+from ..errors import ElmoFastError, InputError
+from ..formats.bilm_tf import (ElmoOptions, load_model_files, load_softmax, replace_atomically, save_model_files,
+                               write_softmax)
+from ..formats.vocab import Vocabulary
+from .data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
+from .model import Batch, BidirectionalLM, initial_weights
+from .softmax import SoftmaxHead
+
+CHECKPOINTS = "checkpoints"
+METRICS = "metrics.jsonl"
+#: bilm-tf scales the mean loss by its unroll steps before differentiating (20 by default); the
+#: sentence scheme keeps that scale per token, so Adagrad's accumulator and the clip see the same
+#: magnitudes as in bilm-tf
+BILM_TF_UNROLL_STEPS = 20
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides what a run computes (compared on --resume), and how it runs."""
+
+    train: list[str]
+    vocab: str
+    out: str
+    options: dict  # ElmoOptions.to_dict()
+    heldout: list[str] = field(default_factory=list)
+    epochs: int = 10
+    max_steps: int | None = None
+    batch_size: int = 128
+    max_tokens_per_batch: int | None = None
+    unroll_steps: int | None = None
+    seed: int = 0
+    learning_rate: float = 0.2
+    initial_accumulator: float = 1.0
+    clip_norm: float = 10.0
+    dropout: float = 0.1
+    negative_samples: int = 8192
+    tokenize: bool = False
+    init_model_dir: str | None = None  # fine-tuning: start from this model
+    softmax_warmup_steps: int = 0      # steps training only a new softmax (fine-tuning without one)
+    keep_best: bool = False            # export the model with the best held-out perplexity
+    # how the run runs (not compared on resume)
+    eval_every: int = 1000
+    eval_max_sentences: int | None = None
+    checkpoint_every: int = 500
+    log_every: int = 50
+    device: str = "cpu"
+    backend: str = "auto"
+    dtype: str = "fp32"
+    progress: bool = True
+
+    RESULT_KEYS = ("train", "vocab", "options", "heldout", "epochs", "batch_size", "max_tokens_per_batch",
+                   "unroll_steps", "seed", "learning_rate", "initial_accumulator", "clip_norm", "dropout",
+                   "negative_samples", "tokenize", "init_model_dir", "softmax_warmup_steps", "dtype")
+
+    def identity(self, world_size: int) -> dict:
+        d = {k: getattr(self, k) for k in self.RESULT_KEYS}
+        d["world_size"] = world_size
+        return json.loads(json.dumps(d))
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+
+def _seed_of(*key: int) -> int:
+    return hash(tuple(key)) & 0x7FFFFFFFFFFFFFFF
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, log: Callable[[str], None] | None = None) -> None:
+        self.cfg = config
+        self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size() if self.distributed else 1
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.out = Path(config.out)
+        self.device = torch.device(config.device)
+        self._stop_signal: int | None = None
+        self.vocab = Vocabulary.load(config.vocab)
+        self.options = ElmoOptions.from_dict(config.options, source="options")
+        self.tokenize = None
+        if config.tokenize:
+            from ..tokenizer import tokenize_line
+
+            self.tokenize = tokenize_line
+        self._check_config()
+
+    # ---- setup -----------------------------------------------------------------------------------
+
+    def _check_config(self) -> None:
+        c = self.cfg
+        for name, value, low in (("--batch-size", c.batch_size, 1), ("--epochs", c.epochs, 1),
+                                 ("--negative-samples", c.negative_samples, 1), ("--checkpoint-every", c.checkpoint_every, 1),
+                                 ("--eval-every", c.eval_every, 1), ("--log-every", c.log_every, 1)):
+            if value < low:
+                raise InputError(f"{name} must be >= {low}, got {value}")
+        if c.max_steps is not None and c.max_steps < 1:
+            raise InputError(f"--max-steps must be >= 1, got {c.max_steps}")
+        if c.unroll_steps is not None and c.unroll_steps < 1:
+            raise InputError(f"--unroll-steps must be >= 1, got {c.unroll_steps}")
+        if not 0.0 <= c.dropout < 1.0:
+            raise InputError(f"--dropout must be in [0, 1), got {c.dropout}")
+        if c.dtype not in ("fp32", "bf16"):
+            raise InputError(f"--dtype must be fp32 or bf16, got {c.dtype}")
+        if c.max_tokens_per_batch is not None and c.unroll_steps is not None:
+            raise InputError("--max-tokens-per-batch applies to the sentence scheme, not to --unroll-steps "
+                             "(whose batches are --batch-size rows of --unroll-steps tokens)")
+
+    def _build(self) -> BidirectionalLM:
+        c = self.cfg
+        g = torch.Generator().manual_seed(_seed_of(c.seed, -1))
+        softmax = None
+        if c.init_model_dir:
+            options_file, weights_file = model_dir_files(c.init_model_dir)
+            weights = load_model_files(options_file, weights_file)
+            if weights.options.to_dict() != self.options.to_dict():
+                raise InputError(f"{options_file}: the model's options differ from the run's options")
+            softmax_file = Path(c.init_model_dir) / "softmax.hdf5"
+            if softmax_file.exists():
+                w, b = load_softmax(softmax_file, len(self.vocab), self.options.projection_dim)
+                softmax = SoftmaxHead(w, b)
+        else:
+            weights = initial_weights(self.options, g)
+        if softmax is None:
+            softmax = SoftmaxHead.initial(len(self.vocab), self.options.projection_dim, g)
+        bilm = ElmoBiLm.from_weights(weights, requires_grad=True, backend=training_backend(c.backend))
+        lm = BidirectionalLM(bilm, softmax, dropout=c.dropout, negative_samples=c.negative_samples)
+        return lm.to(self.device)
+
+    def _data(self, files: list[str], shuffle: bool = True, eval_mode: bool = False):
+        c = self.cfg
+        if c.unroll_steps is not None and not eval_mode:
+            return UnrolledWindows(files, self.vocab, c.batch_size, c.unroll_steps, c.seed, self.world_size, self.rank,
+                                   self.tokenize)
+        return SentenceBatches(files, c.batch_size, c.max_tokens_per_batch, c.seed, self.world_size if not eval_mode
+                               else 1, self.rank if not eval_mode else 0, shuffle=shuffle, tokenize=self.tokenize)
+
+    # ---- checkpoints -------------------------------------------------------------------------------
+
+    def _checkpoints(self) -> list[Path]:
+        d = self.out / CHECKPOINTS
+        return sorted(d.glob("step-*.pt")) if d.exists() else []
+
+    def _save_checkpoint(self, lm: BidirectionalLM, optimizer, state: dict) -> None:
+        if self.rank == 0:
+            d = self.out / CHECKPOINTS
+            d.mkdir(parents=True, exist_ok=True)
+            payload = {"model": _unwrap(lm).state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+                       "identity": self.cfg.identity(self.world_size), "format": 1}
+            path = d / f"step-{state['step']:09d}.pt"
+            replace_atomically(path, lambda tmp: torch.save(payload, tmp))
+            for old in self._checkpoints()[:-2]:
+                old.unlink(missing_ok=True)
+        self._barrier()
+
+    def _load_checkpoint(self, lm: BidirectionalLM, optimizer) -> dict | None:
+        for path in reversed(self._checkpoints()):
+            try:
+                payload = torch.load(path, map_location=self.device, weights_only=False)
+            except Exception:  # a checkpoint torn by something other than us: the one before it
+                self.log(f"elmo-fast: skipping unreadable checkpoint {path}")
+                continue
+            then, now = payload["identity"], self.cfg.identity(self.world_size)
+            differ = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+            if differ:
+                raise InputError(f"{self.out}: cannot resume: the run in it used other settings ("
+                                 + "; ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in differ[:4])
+                                 + "); use another --out, or the same settings")
+            _unwrap(lm).load_state_dict(payload["model"])
+            optimizer.load_state_dict(payload["optimizer"])
+            return payload["state"]
+        return None
+
+    def _export(self, lm: BidirectionalLM) -> None:
+        """The model files in the output directory (each replaced atomically)."""
+        if self.rank != 0:
+            return
+        inner = _unwrap(lm)
+        extra = {"bidirectional": True, "dropout": self.cfg.dropout, "n_tokens_vocab": len(self.vocab),
+                 "n_negative_samples_batch": self.cfg.negative_samples, "all_clip_norm_val": self.cfg.clip_norm,
+                 "batch_size": self.cfg.batch_size, "unroll_steps": self.cfg.unroll_steps or BILM_TF_UNROLL_STEPS,
+                 "n_epochs": self.cfg.epochs}
+        save_model_files(self.out / "options.json", self.out / "weights.hdf5", inner.bilm.weights(), extra)
+        write_softmax(self.out / "softmax.hdf5", inner.softmax.weight, inner.softmax.bias)
+        if not (self.out / "vocab.txt").exists():
+            self.vocab.save(self.out / "vocab.txt")
+
+    # ---- the loop ----------------------------------------------------------------------------------
+
+    def _barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def _log_metrics(self, record: dict) -> None:
+        if self.rank == 0:
+            with open(self.out / METRICS, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _trim_metrics(self, step: int) -> None:
+        """Lines logged after the checkpoint a resumed run starts from are logged again by it."""
+        path = self.out / METRICS
+        if self.rank != 0 or not path.exists():
+            return
+        keep = [line for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in keep))
+
+        replace_atomically(path, write)
+
+    def run(self, resume: bool = False, overwrite: bool = False) -> dict:
+        c = self.cfg
+        train_files = expand_corpus(c.train, "--train")
+        heldout_files = expand_corpus(c.heldout, "--heldout") if c.heldout else []
+        for flag, files in (("--train", train_files), ("--heldout", heldout_files)):
+            if files and not _has_a_sentence(files):
+                raise InputError(f"{flag} {' '.join(files)}: no sentences (every line is empty)")
+        if self.rank == 0:
+            self._prepare_out_dir(resume, overwrite)
+        self._barrier()
+        lm = self._build()
+        model = lm
+        if self.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(lm, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        bilm_params = list(lm.bilm.parameters())
+        optimizer = torch.optim.Adagrad(lm.parameters(), lr=c.learning_rate,
+                                        initial_accumulator_value=c.initial_accumulator, eps=0.0)
+        state = self._load_checkpoint(lm, optimizer) if resume else None
+        if state is None:
+            state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "best": None, "seconds": 0.0, "states": None}
+            if self.rank == 0:
+                (self.out / METRICS).unlink(missing_ok=True)
+                self.vocab.save(self.out / "vocab.txt")
+        else:
+            self._trim_metrics(state["step"])
+            self.log(f"elmo-fast: resuming at step {state['step']} (epoch {state['epoch'] + 1}, batch "
+                     f"{state['batch']})")
+        data = self._data(train_files)
+        carried = state.pop("states", None)
+        h0c0 = None if carried is None else tuple(t.to(self.device) for t in carried)
+        started = time.perf_counter() - state["seconds"]
+        interval = {"loss": 0.0, "targets": 0, "tokens": 0, "start": time.perf_counter(), "steps": 0}
+        bar = self._progress(state)
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+        def on_signal(signum, frame):
+            self._stop_signal = signum
+
+        for s in previous:
+            signal.signal(s, on_signal)
+        finished = False
+        try:
+            while state["epoch"] < c.epochs and not finished:
+                for index, rows in data.epoch(state["epoch"], state["batch"]):
+                    batch = rows if isinstance(rows, Batch) else sentence_batch(rows, self.vocab)
+                    frozen = bilm_params if state["step"] < c.softmax_warmup_steps else []
+                    loss_value, targets, h0c0 = self._step(model, lm, optimizer, batch, state["step"], h0c0, frozen)
+                    state["step"] += 1
+                    state["batch"] = index + 1
+                    real_tokens = int((batch.fwd_targets >= 0).sum())
+                    state["tokens"] += real_tokens * self.world_size
+                    interval["loss"] += loss_value * targets
+                    interval["targets"] += targets
+                    interval["tokens"] += real_tokens * self.world_size
+                    interval["steps"] += 1
+                    if bar is not None:
+                        bar.update(1)
+                    step = state["step"]
+                    if step % c.log_every == 0:
+                        self._log_interval(state, interval, bar, started)
+                    if heldout_files and step % c.eval_every == 0:
+                        self._evaluate_and_log(lm, heldout_files, state)
+                    if step % c.checkpoint_every == 0:
+                        self._checkpoint(lm, optimizer, state, h0c0, started)
+                    if c.max_steps is not None and step >= c.max_steps:
+                        finished = True
+                        break
+                    if self._stop_signal is not None:
+                        raise _Stop(self._stop_signal)
+                else:
+                    state["epoch"] += 1
+                    state["batch"] = 0
+                    h0c0 = None  # every epoch's streams start afresh
+                    if heldout_files and state["step"] % c.eval_every != 0:
+                        self._evaluate_and_log(lm, heldout_files, state)
+            if interval["steps"]:
+                self._log_interval(state, interval, bar, started)
+            if heldout_files and (not self._metrics_has_eval(state["step"])):
+                self._evaluate_and_log(lm, heldout_files, state)
+            self._checkpoint(lm, optimizer, state, h0c0, started)
+        except _Stop as stop:
+            self._checkpoint(lm, optimizer, state, h0c0, started)
+            name = signal.Signals(stop.signum).name
+            raise Interrupted(stop.signum, f"stopped by {name} at step {state['step']}; checkpoint written: run the "
+                                           f"same command with --resume to continue") from None
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            if bar is not None:
+                bar.close()
+        return {"step": state["step"], "tokens": state["tokens"], "seconds": time.perf_counter() - started,
+                "best": state["best"]}
+
+    def _prepare_out_dir(self, resume: bool, overwrite: bool) -> None:
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--out {out}: exists and is not a directory")
+        has_run = (out / CHECKPOINTS).exists() or (out / "weights.hdf5").exists()
+        if has_run and not resume and not overwrite:
+            raise InputError(f"--out {out}: holds a run already; --resume continues it, --overwrite starts over")
+        if resume and not (out / CHECKPOINTS).exists():
+            self.log(f"elmo-fast: --resume: no checkpoint in {out}, starting from the beginning")
+        if overwrite and not resume and (out / CHECKPOINTS).exists():
+            for p in (out / CHECKPOINTS).glob("step-*.pt"):
+                p.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+
+    def _progress(self, state: dict):
+        if not self.cfg.progress or self.rank != 0:
+            return None
+        from tqdm import tqdm
+
+        total = self.cfg.max_steps
+        return tqdm(total=total, initial=state["step"], unit="step", dynamic_ncols=True, file=sys.stderr,
+                    desc="training")
+
+    def _step(self, model, lm: BidirectionalLM, optimizer, batch: Batch, step: int, h0c0, frozen=()):
+        c = self.cfg
+        lm.train()
+        torch.manual_seed(_seed_of(c.seed, step, self.rank))  # this step's dropout masks
+        sampler = torch.Generator().manual_seed(_seed_of(c.seed, step, 7))  # negatives: one draw for all ranks
+        batch = _to(batch, self.device)
+        h0, c0 = (None, None) if h0c0 is None else h0c0
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.dtype == "bf16")
+        with autocast:
+            fwd_sum, bwd_sum, n_fwd, n_bwd, h, cs = model(batch, h0, c0, sampler, False)
+        counts = torch.tensor([float(n_fwd), float(n_bwd)])
+        if self.distributed:
+            dist.all_reduce(counts)
+        n_fwd_all, n_bwd_all = max(counts[0].item(), 1.0), max(counts[1].item(), 1.0)
+        # bilm-tf: 0.5 * (mean_fwd + mean_bwd), times its unroll steps; DDP averages over ranks, hence
+        # the world size (each rank holds its share of the global sums)
+        loss = 0.5 * (fwd_sum / n_fwd_all + bwd_sum / n_bwd_all)
+        (loss * BILM_TF_UNROLL_STEPS * self.world_size).backward()
+        for p in frozen:  # a new softmax's warm-up: the biLM keeps its weights (and Adagrad state)
+            p.grad = None
+        params = [p for p in lm.parameters() if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, c.clip_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        value = loss.detach().clone()
+        if self.distributed:
+            dist.all_reduce(value)
+        carried = None if c.unroll_steps is None else (h.detach(), cs.detach())
+        return float(value), int(n_fwd_all + n_bwd_all) // 2, carried
+
+    def _log_interval(self, state: dict, interval: dict, bar, started: float) -> None:
+        if not interval["targets"]:
+            return
+        seconds = time.perf_counter() - interval["start"]
+        loss = interval["loss"] / interval["targets"]
+        rate = interval["tokens"] / max(seconds, 1e-9)
+        record = {"step": state["step"], "epoch": state["epoch"] + 1, "tokens": state["tokens"], "loss": round(loss, 5),
+                  "train_perplexity": round(math.exp(min(loss, 50.0)), 3), "tokens_per_s": round(rate, 1),
+                  "elapsed_s": round(time.perf_counter() - started, 1)}
+        self._log_metrics(record)
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{record['train_perplexity']:.1f}", tok_s=f"{rate:,.0f}")
+        interval.update(loss=0.0, targets=0, tokens=0, start=time.perf_counter(), steps=0)
+
+    def _metrics_has_eval(self, step: int) -> bool:
+        path = self.out / METRICS
+        if not path.exists():
+            return False
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                if rec.get("step") == step and "heldout" in rec:
+                    return True
+        return False
+
+    def _evaluate_and_log(self, lm: BidirectionalLM, files: list[str], state: dict) -> None:
+        if self.rank == 0:
+            result = evaluate(lm, files, self.vocab, batch_size=self.cfg.batch_size, device=self.device,
+                              tokenize=self.tokenize, max_sentences=self.cfg.eval_max_sentences)
+            improved = state["best"] is None or result["mean"] < state["best"]
+            if improved:
+                state["best"] = result["mean"]
+            self._log_metrics({"step": state["step"], "epoch": state["epoch"] + 1, "tokens": state["tokens"],
+                               "heldout": result})
+            if self.cfg.keep_best and improved:
+                self._export(lm)
+        self._barrier()
+
+    def _checkpoint(self, lm, optimizer, state: dict, h0c0, started: float) -> None:
+        state["seconds"] = time.perf_counter() - started
+        snapshot = dict(state)
+        snapshot["states"] = None if h0c0 is None else tuple(t.cpu() for t in h0c0)
+        self._save_checkpoint(lm, optimizer, snapshot)
+        if not self.cfg.keep_best or not self.cfg.heldout:
+            self._export(lm)
+
+
+class Interrupted(ElmoFastError):
+    """A run stopped by a signal after writing a checkpoint."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
+def _has_a_sentence(files: list[str]) -> bool:
+    from ..textio import iter_text_lines
+
+    return any(line.strip() for path in files for line in iter_text_lines(path))
+
+
+def _unwrap(model):
+    return getattr(model, "module", model)
+
+
+def _to(batch: Batch, device: torch.device) -> Batch:
+    if device.type == "cpu":
+        return batch
+    return Batch(*(None if t is None else t.to(device, non_blocking=True) for t in
+                   (batch.char_ids, batch.lengths, batch.fwd_targets, batch.bwd_targets, batch.bwd_char_ids)))
+
+
+def training_backend(backend: str) -> str:
+    """The backend the training stages run: the fast ops when they have backward passes."""
+    from ..bilm import ops
+    from ..bilm.model import resolve_backend
+
+    resolved = resolve_backend(backend)
+    if resolved == "fast" and not ops.HAS_BACKWARD:
+        return "reference"
+    return resolved
+
+
+def model_dir_files(directory: str | os.PathLike) -> tuple[Path, Path]:
+    """options.json and weights.hdf5 of a model directory (bilm-tf layout)."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError(f"--model-dir {d}: not a directory")
+    options = d / "options.json"
+    weights = d / "weights.hdf5"
+    if not weights.exists():
+        candidates = sorted(p for p in d.glob("*.hdf5") if p.name != "softmax.hdf5")
+        if len(candidates) == 1:
+            weights = candidates[0]
+    missing = [p.name for p in (options, weights) if not p.exists()]
+    if missing:
+        raise InputError(f"--model-dir {d}: missing {' and '.join(missing)} (a model directory holds options.json and "
+                         f"weights.hdf5)")
+    return options, weights
+
+
+@torch.no_grad()
+def evaluate(lm: BidirectionalLM, files: list[str], vocab: Vocabulary, batch_size: int = 64,
+             device: torch.device | str = "cpu", tokenize=None, max_sentences: int | None = None) -> dict:
+    """Held-out perplexity, sentence by sentence from zero states, full softmax: forward, backward and
+    mean (exp of the mean of the two directions' mean cross-entropies), and the targets per direction."""
+    lm = _unwrap(lm)
+    was_training = lm.training
+    lm.eval()
+    data = SentenceBatches(files, batch_size, None, seed=0, shuffle=False, tokenize=tokenize)
+    sums, count, sentences = [0.0, 0.0], 0, 0
+    try:
+        for _, rows in data.epoch(0):
+            if max_sentences is not None:
+                rows = rows[: max(max_sentences - sentences, 0)]
+                if not rows:
+                    break
+            sentences += len(rows)
+            f, b, nf, nb, _, _ = lm(_to(sentence_batch(rows, vocab), torch.device(device)), full_softmax=True)
+            sums[0] += float(f)
+            sums[1] += float(b)
+            count += nf
+    finally:
+        lm.train(was_training)
+    if count == 0:
+        raise InputError(f"{', '.join(files)}: no sentences to evaluate")
+    fwd, bwd = sums[0] / count, sums[1] / count
+    return {"forward": math.exp(fwd), "backward": math.exp(bwd), "mean": math.exp(0.5 * (fwd + bwd)),
+            "targets": count}
