@@ -253,6 +253,17 @@ class ElmoBiLm(nn.Module):
             highway_weights=emb.highways.weights(), highway_biases=emb.highways.biases(),
             proj_weight=emb.projection.weight, proj_bias=emb.projection.bias, lstm=lstm)
 
+    def save(self, directory: str | os.PathLike) -> tuple[str, str]:
+        """Write the current weights (fine-tuned, say) as ``options.json`` + ``weights.hdf5`` in the
+        bilm-tf layout into ``directory``, the files allennlp, bilm-tf and ``elmo-fast embed`` load;
+        each file replaced atomically. Returns their paths."""
+        from ..formats.bilm_tf import save_model_files
+
+        os.makedirs(directory, exist_ok=True)
+        options, weights = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
+        save_model_files(options, weights, self.weights())
+        return options, weights
+
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode)."""
         self._states = None

@@ -60,6 +60,10 @@ class ElmoEmbedder:
         self.output_dim = self.elmo_bilm.get_output_dim()
         self.num_layers = self.elmo_bilm.num_layers
 
+    def save_model(self, directory: str | os.PathLike) -> tuple[str, str]:
+        """Write the biLM as ``options.json`` + ``weights.hdf5`` (bilm-tf layout) into ``directory``."""
+        return self.elmo_bilm.save(directory)
+
     def _empty(self) -> np.ndarray:
         return np.zeros((self.num_layers, 0, self.output_dim), dtype=np.float32)
 
