@@ -11,8 +11,8 @@ import torch
 from ..bilm.char_ids import batch_to_ids
 from ..bilm.model import ElmoBiLm
 from ..devices import resolve_device
-from ..errors import ElmoFastError, InputError
-from ..formats.bilm_tf import load_options
+from ..errors import ElmoFastError, InputError, Param
+from ..formats.bilm_tf import check_not_swapped, load_options
 from .corpus import DEFAULT_WINDOW, OUTPUT_FORMATS, embed_corpus, read_sentences  # noqa: F401  (public here too)
 
 
@@ -21,6 +21,16 @@ def _check_sentence(sentence: object, where: str) -> None:
         raise InputError(f"{where}: expected a list of tokens, got a string; split it first, e.g. {sentence.split()[:3]!r}")
     if not all(isinstance(t, str) for t in sentence):  # type: ignore[union-attr]
         raise InputError(f"{where}: every token must be a str")
+
+
+def _device_name(device: object) -> str:
+    """A device's name without asking for it (a GPU need not be there to compare two)."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return "cpu" if device == -1 else f"cuda:{device}"
+    try:
+        return str(torch.device(device))  # type: ignore[arg-type]
+    except (RuntimeError, TypeError):
+        return repr(device)
 
 
 class ElmoEmbedder:
@@ -38,19 +48,30 @@ class ElmoEmbedder:
 
     stateful=False (default) makes a sentence's vectors independent of batching; stateful=True
     carries the LSTM states from batch to batch, as allennlp and bilm-tf do.
+
+    device: "cpu", "cuda", "cuda:N" or a torch.device; an int is allennlp's ``cuda_device``
+    (-1: the CPU, N >= 0: cuda:N), so ``ElmoEmbedder(options, weights, 0)`` and
+    ``ElmoEmbedder(options, weights, cuda_device=-1)`` mean what they meant in allennlp 0.9.
     """
 
-    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike, device: str | torch.device = "cpu",
-                 batch_size: int = 64, stateful: bool = False, backend: str = "auto",
-                 token_cache_mb: float = 256.0, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
+                 device: str | int | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
+                 backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype = torch.float32, *,
+                 cuda_device: int | None = None) -> None:
+        if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
+            if device != "cpu" and _device_name(device) != _device_name(cuda_device):
+                raise ElmoFastError("give ", Param("device"), " or ", Param("cuda_device"), f", not both "
+                                    f"(got {device!r} and {cuda_device!r})")
+            device = cuda_device
         if batch_size < 1:
-            raise ElmoFastError(f"batch_size must be >= 1, got {batch_size}")
+            raise ElmoFastError(Param("batch_size"), f" must be >= 1, got {batch_size}")
         if token_cache_mb < 0:
-            raise ElmoFastError(f"token_cache_mb must be >= 0, got {token_cache_mb}")
+            raise ElmoFastError(Param("token_cache_mb"), f" must be >= 0, got {token_cache_mb}")
         self.device = resolve_device(device)
         self.batch_size = batch_size
         # embed_file(resume=True) records the model files' digests, to refuse resuming with others
         self.options_file, self.weight_file = options_file, weight_file
+        check_not_swapped(options_file, weight_file)
         options = load_options(options_file)
         # a cached token holds its vector [P] and its layer-0 gates [2, 4C], in fp32
         entry_bytes = 4 * (options.projection_dim + 8 * options.cell_dim)
