@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from itertools import islice
-from typing import IO, Iterable, Iterator, Sequence
+from typing import IO, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -116,9 +116,10 @@ class ElmoEmbedder:
 
     def embed_file(self, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
                    output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
-                   use_sentence_keys: bool = False, progress: bool = True, *, max_tokens_per_batch: int | None = None,
-                   bucketing: bool | None = None, window: int = DEFAULT_WINDOW, resume: bool = False,
-                   overwrite: bool = True, skip_empty: bool = False, encoding_errors: str = "strict") -> dict[str, float]:
+                   use_sentence_keys: bool = False, progress: bool | str = True, *,
+                   max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
+                   resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
+                   encoding_errors: str = "strict", started: float | None = None) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
         One float32 dataset per line, keyed by the line's index (or by its text with
@@ -141,12 +142,24 @@ class ElmoEmbedder:
         keeps completed windows across crashes and kills: a later ``resume=True`` run continues
         where it stopped and gives the same file as an uninterrupted run.
 
-        Bad lines are errors naming them: not UTF-8 (``encoding_errors="replace"`` goes on with
-        U+FFFD), empty or all-whitespace (``skip_empty=True`` skips them, keeping the others'
-        line numbers as keys). An existing output is replaced only with ``overwrite`` (True by
-        default here, as before; the CLI defaults to refusing). Returns counts and timings.
+        Temporary files of killed plain runs beside the output (``.OUTPUT.HOST-PID.*.partial`` and
+        ``.sentences``) are removed when their process is gone, and named otherwise.
+
+        The input may be gzip, bzip2 or xz compressed (recognised by its content, not its name);
+        a byte-order mark at its start is dropped. Bad lines are errors naming them: not UTF-8
+        (``encoding_errors="replace"`` goes on with U+FFFD), empty or all-whitespace
+        (``skip_empty=True`` skips them, keeping the others' line numbers as keys). An existing
+        output is replaced only with ``overwrite`` (True by default here, as before; the CLI
+        defaults to refusing).
+
+        progress: a bar of tokens on stderr (its total known once a background pass over a file
+        input has counted them) and two closing lines; ``"log"`` prints the bar on a line of its
+        own at most every 10 s, for log files; False, nothing. started: a ``time.perf_counter()``
+        reading that the closing wall time counts from (default: this call), so that a program can
+        include its start-up. Returns counts, timings (``seconds`` embedding and writing,
+        ``steady_tokens_per_s`` after the first batch, None with one batch) and the settings.
         """
         return embed_corpus(self, input_file, output_file_path, output_format, batch_size, forget_sentences,
                             use_sentence_keys, progress, max_tokens_per_batch=max_tokens_per_batch,
                             bucketing=bucketing, window=window, resume=resume, overwrite=overwrite,
-                            skip_empty=skip_empty, encoding_errors=encoding_errors)
+                            skip_empty=skip_empty, encoding_errors=encoding_errors, started=started)
