@@ -464,6 +464,26 @@ def test_the_closing_lines_say_what_the_run_did(tmp_path, random_models):
                         r"backend (fast|reference), stateless, float32, cpu", second), second
 
 
+def test_random_model_refuses_to_replace_a_model(tmp_path):
+    d = tmp_path / "m"
+    r = run_cli("random-model", "tiny", d, "--seed", 1)
+    assert r.returncode == 0, r.stderr
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    r = run_cli("random-model", "tiny", d, "--seed", 2)
+    assert r.returncode == 2 and r.stderr == f"elmo-fast: error: {d / 'options.json'} already exists; pass " \
+                                             f"--overwrite to replace it\n", r.stderr
+    (d / "options.json").unlink()
+    r = run_cli("random-model", "tiny", d, "--seed", 2)
+    assert r.returncode == 2 and f"{d / 'weights.hdf5'} already exists" in r.stderr
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == {"weights.hdf5": before["weights.hdf5"]}
+    r = run_cli("random-model", "tiny", d, "--seed", 2, "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in d.iterdir()) == ["options.json", "weights.hdf5"]  # no temporary names left
+    assert (d / "weights.hdf5").read_bytes() != before["weights.hdf5"]
+    r = run_cli("random-model", "tiny", d / "options.json")
+    assert r.returncode == 2 and "is a file; give the directory" in r.stderr
+
+
 def test_errors_name_parameters_as_the_api_or_the_cli_spells_them():
     import pickle
 
