@@ -506,3 +506,33 @@ def test_errors_name_parameters_as_the_api_or_the_cli_spells_them():
                                         "resume")} == {
         "options_file": "--options", "weight_file": "--weights", "batch_size": "--batch-size",
         "use_sentence_keys": "--use-sentence-keys", "overwrite": "--overwrite", "resume": "--resume"}
+
+
+@pytest.mark.parametrize("kind", ["gzip", "xz"])
+def test_compressed_stdin(tmp_path, random_models, kind):
+    """`zcat`-less pipes: compressed bytes on stdin are recognised by their first bytes."""
+    import gzip
+    import lzma
+
+    options, weights = random_models("tiny")
+    text = ("\ufeff" + "\n".join(_sentences(30, 7)) + "\n").encode("utf-8")
+    plain = tmp_path / "in.txt"
+    plain.write_bytes(text[3:])  # without the byte-order mark: the same output
+    common = ["--average", "--options", str(options), "--weights", str(weights), "--quiet"]
+    r = run_cli("embed", plain, tmp_path / "want.h5", *common)
+    assert r.returncode == 0, r.stderr
+    packed = (gzip.compress if kind == "gzip" else lzma.compress)(text)
+    r = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "o.h5"), *common],
+                       input=packed, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    with h5py.File(tmp_path / "o.h5", "r") as got, h5py.File(tmp_path / "want.h5", "r") as want:
+        assert sorted(got) == sorted(want) and got["sentence_to_index"][0] == want["sentence_to_index"][0]
+        for key in want:
+            if key != "sentence_to_index":
+                np.testing.assert_allclose(got[key][...], want[key][...], atol=1e-5, rtol=0)
+    r = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "cut.h5"), *common],
+                       input=packed[: len(packed) // 2], capture_output=True, timeout=300)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and len(err.splitlines()) == 1, err
+    assert f"<stdin>: the {kind} data is corrupt or truncated after line" in err and "replace" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5", "want.h5"]
