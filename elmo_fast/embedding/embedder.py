@@ -143,7 +143,8 @@ class ElmoEmbedder:
         where it stopped and gives the same file as an uninterrupted run.
 
         Temporary files of killed plain runs beside the output (``.OUTPUT.HOST-PID.*.partial`` and
-        ``.sentences``) are removed when their process is gone, and named otherwise.
+        ``.sentences``) are removed when their process is gone, and named otherwise (on stderr,
+        with ``progress``).
 
         The input may be gzip, bzip2 or xz compressed (recognised by its content, not its name);
         a byte-order mark at its start is dropped. Bad lines are errors naming them: not UTF-8
