@@ -155,7 +155,7 @@ class _Input:
     (so that the line holding them can be named), decompressed when its content is compressed."""
 
     def __init__(self, source: str | os.PathLike | IO) -> None:
-        self.owned: list[IO] = []  # closed at the end, innermost last
+        self.owned: list[IO] = []  # opened here, innermost first; closed at the end, outermost first
         self.detach = False  # a TextIOWrapper put directly on the caller's binary stream: detached, not closed
         self.compression: str | None = None
         if isinstance(source, (str, os.PathLike)):
