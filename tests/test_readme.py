@@ -75,14 +75,23 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
 
 
 def _commands(script: str) -> list[list[str]]:
-    """The `elmo-fast ...` commands of a shell script, as argument lists."""
-    script = script.replace("\\\n", " ")
+    """The `elmo-fast ...` commands of a shell script, as argument lists: quotes, comments, line
+    continuations, `&&`/`||`/`;`/`|` between commands and redirections handled as a shell does."""
     out = []
-    for line in script.splitlines():
-        for part in re.split(r"&&|\|\||;|\|", line):
-            words = shlex.split(part)
-            if words and words[0] == "elmo-fast":
-                out.append(words[1:])
+    for line in script.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        command: list[str] = []
+        redirected = False  # past a redirection, words are file names, not arguments
+        for token in [*lexer, ";"]:
+            if token in ("&&", "||", ";", "|", "&"):
+                if command[:1] == ["elmo-fast"]:
+                    out.append(command[1:])
+                command, redirected = [], False
+            elif set(token) <= set("<>&"):
+                redirected = True
+            elif not redirected:
+                command.append(token)
     return out
 
 
@@ -100,6 +109,9 @@ def test_shell_commands_parse(line, script):
 def test_every_elmo_fast_command_is_checked():
     commands = [c for _, script in BASH for c in _commands(script)]
     assert {c[0] for c in commands} >= {"embed", "random-model"}
+    assert _commands("x && elmo-fast embed 'a b.txt' o.h5 --all \\\n  --quiet  # a comment; elmo-fast no\n"
+                     "elmo-fast models > list.txt | cat") == [["embed", "a b.txt", "o.h5", "--all", "--quiet"],
+                                                             ["models"]]
     with pytest.raises(SystemExit):  # the check can fail: a flag the parser does not know
         from elmo_fast.cli import build_parser
 
