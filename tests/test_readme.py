@@ -88,7 +88,7 @@ def _commands(script: str) -> list[list[str]]:
                 if command[:1] == ["elmo-fast"]:
                     out.append(command[1:])
                 command, redirected = [], False
-            elif set(token) <= set("<>&"):
+            elif token and set(token) <= set("<>&"):
                 redirected = True
             elif not redirected:
                 command.append(token)
