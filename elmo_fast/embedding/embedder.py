@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from itertools import islice
-from typing import IO, Iterable, Iterator, Sequence
+from typing import IO, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -11,8 +11,8 @@ import torch
 from ..bilm.char_ids import batch_to_ids
 from ..bilm.model import ElmoBiLm
 from ..devices import resolve_device
-from ..errors import ElmoFastError, InputError
-from ..formats.bilm_tf import load_options
+from ..errors import ElmoFastError, InputError, Param
+from ..formats.bilm_tf import check_not_swapped, load_options
 from .corpus import DEFAULT_WINDOW, OUTPUT_FORMATS, embed_corpus, read_sentences  # noqa: F401  (public here too)
 
 
@@ -21,6 +21,16 @@ def _check_sentence(sentence: object, where: str) -> None:
         raise InputError(f"{where}: expected a list of tokens, got a string; split it first, e.g. {sentence.split()[:3]!r}")
     if not all(isinstance(t, str) for t in sentence):  # type: ignore[union-attr]
         raise InputError(f"{where}: every token must be a str")
+
+
+def _device_name(device: object) -> str:
+    """A device's name without asking for it (a GPU need not be there to compare two)."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return "cpu" if device == -1 else f"cuda:{device}"
+    try:
+        return str(torch.device(device))  # type: ignore[arg-type]
+    except (RuntimeError, TypeError):
+        return repr(device)
 
 
 class ElmoEmbedder:
@@ -38,19 +48,30 @@ class ElmoEmbedder:
 
     stateful=False (default) makes a sentence's vectors independent of batching; stateful=True
     carries the LSTM states from batch to batch, as allennlp and bilm-tf do.
+
+    device: "cpu", "cuda", "cuda:N" or a torch.device; an int is allennlp's ``cuda_device``
+    (-1: the CPU, N >= 0: cuda:N), so ``ElmoEmbedder(options, weights, 0)`` and
+    ``ElmoEmbedder(options, weights, cuda_device=-1)`` mean what they meant in allennlp 0.9.
     """
 
-    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike, device: str | torch.device = "cpu",
-                 batch_size: int = 64, stateful: bool = False, backend: str = "auto",
-                 token_cache_mb: float = 256.0, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
+                 device: str | int | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
+                 backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype = torch.float32, *,
+                 cuda_device: int | None = None) -> None:
+        if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
+            if device != "cpu" and _device_name(device) != _device_name(cuda_device):
+                raise ElmoFastError("give ", Param("device"), " or ", Param("cuda_device"), f", not both "
+                                    f"(got {device!r} and {cuda_device!r})")
+            device = cuda_device
         if batch_size < 1:
-            raise ElmoFastError(f"batch_size must be >= 1, got {batch_size}")
+            raise ElmoFastError(Param("batch_size"), f" must be >= 1, got {batch_size}")
         if token_cache_mb < 0:
-            raise ElmoFastError(f"token_cache_mb must be >= 0, got {token_cache_mb}")
+            raise ElmoFastError(Param("token_cache_mb"), f" must be >= 0, got {token_cache_mb}")
         self.device = resolve_device(device)
         self.batch_size = batch_size
         # embed_file(resume=True) records the model files' digests, to refuse resuming with others
         self.options_file, self.weight_file = options_file, weight_file
+        check_not_swapped(options_file, weight_file)
         options = load_options(options_file)
         # a cached token holds its vector [P] and its layer-0 gates [2, 4C], in fp32
         entry_bytes = 4 * (options.projection_dim + 8 * options.cell_dim)
@@ -99,9 +120,10 @@ class ElmoEmbedder:
 
     def embed_file(self, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
                    output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
-                   use_sentence_keys: bool = False, progress: bool = True, *, max_tokens_per_batch: int | None = None,
-                   bucketing: bool | None = None, window: int = DEFAULT_WINDOW, resume: bool = False,
-                   overwrite: bool = True, skip_empty: bool = False, encoding_errors: str = "strict") -> dict[str, float]:
+                   use_sentence_keys: bool = False, progress: bool | str = True, *,
+                   max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
+                   resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
+                   encoding_errors: str = "strict", started: float | None = None) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
         One float32 dataset per line, keyed by the line's index (or by its text with
@@ -124,12 +146,25 @@ class ElmoEmbedder:
         keeps completed windows across crashes and kills: a later ``resume=True`` run continues
         where it stopped and gives the same file as an uninterrupted run.
 
-        Bad lines are errors naming them: not UTF-8 (``encoding_errors="replace"`` goes on with
-        U+FFFD), empty or all-whitespace (``skip_empty=True`` skips them, keeping the others'
-        line numbers as keys). An existing output is replaced only with ``overwrite`` (True by
-        default here, as before; the CLI defaults to refusing). Returns counts and timings.
+        Temporary files of killed plain runs beside the output (``.OUTPUT.HOST-PID.*.partial`` and
+        ``.sentences``) are removed when their process is gone, and named otherwise (on stderr,
+        with ``progress``).
+
+        The input may be gzip, bzip2 or xz compressed (recognised by its content, not its name);
+        a byte-order mark at its start is dropped. Bad lines are errors naming them: not UTF-8
+        (``encoding_errors="replace"`` goes on with U+FFFD), empty or all-whitespace
+        (``skip_empty=True`` skips them, keeping the others' line numbers as keys). An existing
+        output is replaced only with ``overwrite`` (True by default here, as before; the CLI
+        defaults to refusing).
+
+        progress: a bar of tokens on stderr (its total known once a background pass over a file
+        input has counted them) and two closing lines; ``"log"`` prints the bar on a line of its
+        own at most every 10 s, for log files; False, nothing. started: a ``time.perf_counter()``
+        reading that the closing wall time counts from (default: this call), so that a program can
+        include its start-up. Returns counts, timings (``seconds`` embedding and writing,
+        ``steady_tokens_per_s`` after the first batch, None with one batch) and the settings.
         """
         return embed_corpus(self, input_file, output_file_path, output_format, batch_size, forget_sentences,
                             use_sentence_keys, progress, max_tokens_per_batch=max_tokens_per_batch,
                             bucketing=bucketing, window=window, resume=resume, overwrite=overwrite,
-                            skip_empty=skip_empty, encoding_errors=encoding_errors)
+                            skip_empty=skip_empty, encoding_errors=encoding_errors, started=started)
