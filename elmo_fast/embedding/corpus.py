@@ -22,19 +22,15 @@ counts tokens, its total counted by a background pass over the file.
 """
 from __future__ import annotations
 
-import bz2
-import gzip
 import hashlib
 import io
 import json
-import lzma
 import os
 import re
 import secrets
 import socket
 import sys
 import time
-import zlib
 from dataclasses import dataclass
 from itertools import islice
 from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence
@@ -44,6 +40,7 @@ import torch
 
 from ..bilm.model import ElmoBiLm
 from ..errors import ElmoFastError, InputError, Param
+from ..textio import BOM, DECOMPRESSION_ERRORS, TextInput
 
 
 class ElmoEmbedder(Protocol):
@@ -81,135 +78,6 @@ class Line:
     index: int
     text: str
     tokens: list[str]
-
-
-# What a file's first bytes say it is: the formats read transparently, by content (a name can lie,
-# and stdin has none). bzip2's "BZh" is followed by the block size and a block's or the end's magic,
-# so that a text file that starts with "BZh" is not taken for one.
-_COMPRESSED = (("gzip", re.compile(rb"\x1f\x8b")), ("bzip2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")),
-               ("xz", re.compile(rb"\xfd7zXZ\x00")))
-# formats we do not read, named instead of being decoded as text, line by line, into garbage
-_UNREADABLE = ((b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -d"), (b"PK\x03\x04", "a zip archive", "unzip"),
-               (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "7z x"), (b"\x04\x22\x4d\x18", "lz4-compressed", "lz4 -d"),
-               (b"\x89HDF\r\n\x1a\n", "an HDF5 file", None))
-_SNIFF = 10
-# what a damaged compressed stream raises while it is read, depending on the format and the damage
-_DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
-_BOM = "\ufeff"
-
-
-class _Prefixed(io.RawIOBase):
-    """The bytes already read from a stream that cannot seek back, then the rest of it; closing this
-    leaves the stream open (it is the caller's)."""
-
-    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
-        self.head, self.rest = head, rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self.head:
-            n = min(len(buffer), len(self.head))
-            buffer[:n] = self.head[:n]
-            self.head = self.head[n:]
-            return n
-        # read1: what the pipe holds now, not a full buffer's worth, so that a line is read when it arrives
-        data = self.rest.read1(len(buffer)) if hasattr(self.rest, "read1") else self.rest.read(len(buffer))
-        if not data:
-            return 0
-        buffer[:len(data)] = data
-        return len(data)
-
-
-def _sniff(stream: IO[bytes]) -> tuple[bytes, IO[bytes], bool]:
-    """(the first bytes, a stream that still starts at them, whether that stream is a wrapper of ours)."""
-    if stream.seekable():
-        position = stream.tell()
-        head = stream.read(_SNIFF)
-        stream.seek(position)
-        return head, stream, False
-    head = b""
-    while len(head) < _SNIFF and (more := stream.read(_SNIFF - len(head))):  # a pipe may give a byte at a time
-        head += more
-    return head, io.BufferedReader(_Prefixed(head, stream)), True
-
-
-def compression_of(head: bytes) -> str | None:
-    """"gzip", "bzip2", "xz" or None (plain), from a file's first bytes."""
-    return next((kind for kind, magic in _COMPRESSED if magic.match(head)), None)
-
-
-def _decompressed(kind: str | None, stream: IO[bytes]) -> IO[bytes]:
-    if kind == "gzip":
-        return gzip.GzipFile(fileobj=stream, mode="rb")
-    if kind == "bzip2":
-        return bz2.BZ2File(stream, "rb")
-    if kind == "xz":
-        return lzma.LZMAFile(stream, "rb")
-    return stream
-
-
-class _Input:
-    """An input opened for reading: its lines as text whose undecodable bytes are kept as surrogates
-    (so that the line holding them can be named), decompressed when its content is compressed."""
-
-    def __init__(self, source: str | os.PathLike | IO) -> None:
-        self.owned: list[IO] = []  # opened here, innermost first; closed at the end, outermost first
-        self.detach = False  # a TextIOWrapper put directly on the caller's binary stream: detached, not closed
-        self.compression: str | None = None
-        if isinstance(source, (str, os.PathLike)):
-            self.name = os.fspath(source)
-            try:
-                raw = open(self.name, "rb")
-            except FileNotFoundError:
-                raise InputError(f"{self.name}: input file not found") from None
-            except OSError as e:
-                raise InputError(f"{self.name}: cannot read the input: {e.strerror or e}") from None
-            self.owned.append(raw)
-            binary: IO[bytes] | None = raw
-        else:
-            self.name = str(getattr(source, "name", "<input>"))
-            binary = source if isinstance(source, (io.RawIOBase, io.BufferedIOBase)) else None
-        if binary is None:  # a text stream: decoded already, by its owner
-            self.stream: IO[str] = source  # type: ignore[assignment]
-            self.binary = None
-            return
-        try:
-            head, binary, ours = _sniff(binary)
-        except OSError as e:
-            self.close()
-            raise InputError(f"{self.name}: cannot read the input: {e.strerror or e}") from None
-        if ours:
-            self.owned.append(binary)
-        for magic, what, how in _UNREADABLE:
-            if head.startswith(magic):
-                self.close()
-                hint = f"; extract the text first ({how})" if how else "; give the text file of sentences"
-                raise InputError(f"{self.name} is {what}, not text: elmo-fast reads plain, gzip, bzip2 and xz "
-                                 f"text{hint}")
-        self.compression = compression_of(head)
-        if self.compression:
-            binary = _decompressed(self.compression, binary)
-            self.owned.append(binary)
-        #: the input's bytes, decompressed (read either these or ``stream``, not both)
-        self.binary = binary
-        self.stream = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape")
-        if binary is source:
-            self.detach = True
-        else:
-            self.owned.append(self.stream)
-
-    def close(self) -> None:
-        if self.detach:
-            self.stream.detach()  # type: ignore[attr-defined]  (leave the caller's binary stream open)
-            self.detach = False
-        for f in reversed(self.owned):
-            try:
-                f.close()
-            except Exception:  # noqa: BLE001  (closing a damaged stream may fail: nothing left to save)
-                pass
-        self.owned = []
 
 
 def _decode_line(raw: str, name: str, number: int, encoding_errors: str, compression: str | None) -> str:
@@ -250,10 +118,10 @@ def read_sentences(input_file: str | os.PathLike | IO, encoding_errors: str = "s
     if encoding_errors not in ENCODING_ERRORS:
         raise ElmoFastError(Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, "
                             f"got {encoding_errors!r}")
-    return _iter_lines(_Input(input_file), encoding_errors, skip_empty)
+    return _iter_lines(TextInput(input_file), encoding_errors, skip_empty)
 
 
-def _iter_lines(source: _Input, encoding_errors: str, skip_empty: bool) -> Iterator[Line]:
+def _iter_lines(source: TextInput, encoding_errors: str, skip_empty: bool) -> Iterator[Line]:
     name, kind = source.name, source.compression
     count = 0
     index = -1
@@ -264,13 +132,13 @@ def _iter_lines(source: _Input, encoding_errors: str, skip_empty: bool) -> Itera
                 raw = next(lines)
             except StopIteration:
                 break
-            except _DECOMPRESSION_ERRORS as e:
+            except DECOMPRESSION_ERRORS as e:
                 if not kind:
                     raise
                 raise InputError(f"{name}: the {kind} data is corrupt or truncated after line {index + 1} "
                                  f"({' '.join(str(e).split()) or type(e).__name__})") from None
             index += 1
-            if index == 0 and raw.startswith(_BOM):
+            if index == 0 and raw.startswith(BOM):
                 raw = raw[1:]  # only there: a BOM elsewhere is a character of the text, as utf-8-sig reads it
             if "\x00" in raw:
                 where = f" (after {kind} decompression)" if kind else ""
@@ -321,7 +189,7 @@ class _TokenCount:
 
     def _run(self) -> None:
         try:
-            source = _Input(self.path)
+            source = TextInput(self.path)
         except ElmoFastError:
             return
         stream = source.binary
