@@ -27,7 +27,7 @@ import glob
 import os
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "build_support"))
@@ -146,9 +146,9 @@ setup(
     name="elmo-fast",
     version="0.1.0",
     description="Fast ELMo inference on PyTorch with C++/CUDA kernels",
-    # Every package under elmo_fast/ (subpackages need an __init__.py), and the data files in them
-    # that MANIFEST.in lists (*.json, *.hdf5, *.txt: a bundled model ships in the wheel and sdist).
-    packages=find_packages(include=["elmo_fast", "elmo_fast.*"]),
+    # Every folder under elmo_fast/ (subpackages, and data folders without __init__.py), with its
+    # data files (*.json, *.hdf5, *.txt: e.g. a bundled model; MANIFEST.in puts them in the sdist).
+    packages=find_namespace_packages(include=["elmo_fast", "elmo_fast.*"], exclude=["*.__pycache__"]),
     include_package_data=True,
     package_data={"elmo_fast": ["**/*.json", "**/*.hdf5", "**/*.txt"]},
     exclude_package_data={"": ["*.so", "*.pyd", "*.o"]},
