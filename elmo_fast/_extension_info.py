@@ -5,6 +5,7 @@ extension needs a CUDA torch)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from types import ModuleType
 
 import torch
@@ -51,3 +52,18 @@ def describe_import_failure(exc: BaseException) -> tuple[bool, str]:
 def recorded_cuda_decision() -> str | None:
     """What the build said about the CUDA kernels (e.g. why it skipped them), if it was recorded."""
     return getattr(build_info(), "CUDA_DECISION", None)
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", str(version))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def loaded_against_other_release() -> str | None:
+    """The warning to give when elmo_fast._C loaded but was built against another torch release
+    (major.minor: torch's C++ ABI is not stable across them, even when the symbols resolve); else None."""
+    built = getattr(build_info(), "TORCH_VERSION", None)
+    if built is None or _release(built) == _release(torch.__version__):
+        return None
+    return (f"elmo_fast._C was built against torch {built} but runs with torch {torch.__version__}; torch's C++ ABI "
+            f"changes between releases, so it may misbehave: rebuild it against torch {torch.__version__}: {REBUILD_HINT}")

@@ -51,6 +51,23 @@ def test_load_failure_says_which_torch_to_rebuild_against(monkeypatch):
     assert "undefined symbol: _ZN3c10xyz" in message and "--no-cache-dir" in message
 
 
+def test_extension_built_against_another_release_is_flagged_even_if_it_loads(monkeypatch):
+    from types import SimpleNamespace
+
+    from elmo_fast import _extension_info
+
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    for built, flagged in [(torch.__version__, False), (f"{major}.{minor}.99+cu999", False),
+                           (f"{major}.{minor + 1}.0", True), (f"{major - 1}.{minor}.0+cpu", True)]:
+        monkeypatch.setattr(_extension_info, "build_info", lambda: SimpleNamespace(TORCH_VERSION=built))
+        message = _extension_info.loaded_against_other_release()
+        assert (message is not None) == flagged, built
+        if flagged:
+            assert f"built against torch {built} but runs with torch {torch.__version__}" in message
+    monkeypatch.setattr(_extension_info, "build_info", lambda: None)
+    assert _extension_info.loaded_against_other_release() is None
+
+
 def test_missing_extension_is_not_a_load_failure(monkeypatch):
     from elmo_fast import _extension_info
 

@@ -14,7 +14,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from .._extension_info import describe_import_failure, recorded_cuda_decision
+from .._extension_info import describe_import_failure, loaded_against_other_release, recorded_cuda_decision
 from ..errors import ExtensionNotBuiltError
 
 try:
@@ -34,6 +34,8 @@ else:
     EXTENSION_IMPORT_ERROR: str | None = None
     # Whether csrc/cuda/*.cu were compiled in (a build-time fact; says nothing about a GPU).
     HAS_CUDA_KERNELS = bool(getattr(_C, "WITH_CUDA", 0))
+    if (_other_release := loaded_against_other_release()) is not None:
+        warnings.warn(_other_release, RuntimeWarning, stacklevel=2)
 
 
 #: Whether the fast ops have backward passes (register_autograd), so that training can run them.
