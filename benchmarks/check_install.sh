@@ -20,7 +20,8 @@
 # The smoke test runs outside the source tree: `import elmo_fast; ops.require_extension()`, then
 # `elmo-fast random-model tiny` and `elmo-fast embed --backend fast` of two sentences.
 # Env: PYTHON (python3), TORCH_SPEC, CHECK_INSTALL_DIR (default: a new temp dir, removed at the end
-# unless KEEP=1). Everything runs under nice. Exit status: the number of failed paths.
+# unless KEEP=1). Everything runs under nice. Builds of elmo-fast use --no-cache-dir: pip would keep
+# (and, for an sdist at the same path, reuse) the wheels it built. Exit status: the number of failed paths.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -129,7 +130,7 @@ EOF
 run_a() {
   local v="$WORK/venv-a"
   fresh_venv "$v" || return 1
-  timed a-pip-install-dot "$v/bin/pip" install -v "$ROOT" || return 1
+  timed a-pip-install-dot "$v/bin/pip" install -v --no-cache-dir "$ROOT" || return 1
   build_report "$WORK/a-pip-install-dot.log"
   smoke "$v" "$(site_packages "$v")"
 }
@@ -147,7 +148,7 @@ run_b() {
   timed b-install-wheel "$target/bin/pip" install "$wheel" || return 1
   smoke "$target" "$(site_packages "$target")" || return 1
   rm -rf "$WORK/dist-b-pip"
-  timed b-pip-wheel "$target/bin/pip" wheel -v --no-deps -w "$WORK/dist-b-pip" "$ROOT" || return 1
+  timed b-pip-wheel "$target/bin/pip" wheel -v --no-cache-dir --no-deps -w "$WORK/dist-b-pip" "$ROOT" || return 1
   build_report "$WORK/b-pip-wheel.log"
   wheel="$(ls "$WORK"/dist-b-pip/*.whl)" && check_wheel "$wheel" || return 1
   timed b-install-pip-wheel "$target/bin/pip" install --force-reinstall --no-deps "$wheel" || return 1
@@ -169,7 +170,7 @@ run_d() {
   timed d-python-m-build-sdist "$builder/bin/python" -m build --sdist --outdir "$WORK/dist-d" "$ROOT" || return 1
   sdist="$(ls "$WORK"/dist-d/*.tar.gz)" || return 1
   echo "    sdist: $(basename "$sdist"), $(tar tzf "$sdist" | wc -l) files"
-  timed d-pip-install-sdist "$builder/bin/pip" install -v "$sdist" || return 1
+  timed d-pip-install-sdist "$builder/bin/pip" install -v --no-cache-dir "$sdist" || return 1
   build_report "$WORK/d-pip-install-sdist.log"
   smoke "$builder" "$(site_packages "$builder")"
 }
@@ -178,7 +179,7 @@ run_n() {
   local v="$WORK/venv-n"
   rm -rf "$v"
   timed venv-n-venv "$PYTHON" -m venv "$v" || return 1
-  timed n-pip-install-dot-without-torch "$v/bin/pip" install -v "$ROOT" || return 1
+  timed n-pip-install-dot-without-torch "$v/bin/pip" install -v --no-cache-dir "$ROOT" || return 1
   build_report "$WORK/n-pip-install-dot-without-torch.log"
   smoke "$v" "$(site_packages "$v")"
 }
