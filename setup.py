@@ -36,8 +36,12 @@ import elmo_fast_cuda  # noqa: E402  (build_support/, not installed)
 try:
     import torch
     from torch.utils import cpp_extension
-except ImportError:  # fine for an sdist or metadata; build_ext says what is missing
+except ImportError:  # fine for an sdist or metadata, not for a build
     torch = None
+NO_TORCH = ("elmo-fast: building elmo_fast._C needs torch; install torch first "
+            "(https://pytorch.org/get-started/locally/), then build again")
+if torch is None and {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"} & set(sys.argv[1:]):
+    raise SystemExit(NO_TORCH)  # rather than a wheel without its extension
 
 # Sources are relative to this file; pip runs setup.py from the source tree.
 CSRC = "csrc"
@@ -115,8 +119,7 @@ class BuildExt(_BuildExtensionBase):
 
     def run(self):
         if torch is None:
-            raise SystemExit("elmo-fast: building elmo_fast._C needs torch; install torch first "
-                             "(https://pytorch.org/get-started/locally/), then build again")
+            raise SystemExit(NO_TORCH)
         try:
             decision = elmo_fast_cuda.decide(
                 torch_version=torch.__version__,
