@@ -82,7 +82,10 @@ smoke() {
     "$venv/bin/python" - "$expect" <<'EOF' || exit 1
 import os, sys
 import elmo_fast
-from elmo_fast import ops
+try:
+    from elmo_fast.bilm import ops  # the package layout since the split into subpackages
+except ImportError:
+    from elmo_fast import ops
 ops.require_extension()
 where = os.path.dirname(os.path.realpath(elmo_fast.__file__))
 expect = os.path.realpath(sys.argv[1])
