@@ -38,9 +38,13 @@ def resolve_backend(backend: str) -> str:
         if has_fast:
             return "fast"
         if not _warned_fallback:
-            warnings.warn("elmo_fast._C is not built, so elmo-fast runs its plain-PyTorch reference path (slow). "
-                          "Build the fast path from the source tree with `pip install --no-build-isolation -e .`.",
-                          RuntimeWarning, stacklevel=3)
+            if ops.EXTENSION_LOAD_FAILED:
+                why = f"elmo_fast._C does not load ({ops.EXTENSION_IMPORT_ERROR})"
+            else:
+                why = ("elmo_fast._C is not built. Build the fast path from the source tree with "
+                       "`pip install --no-build-isolation -e .`")
+            warnings.warn(f"elmo-fast runs its plain-PyTorch reference path (slow): {why}.", RuntimeWarning,
+                          stacklevel=3)
             _warned_fallback = True
         return "reference"
     return backend

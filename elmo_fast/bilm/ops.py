@@ -9,22 +9,33 @@ Each op has a twin ``<op>_ref`` in :mod:`elmo_fast.bilm.reference` with the same
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
+from .._extension_info import describe_import_failure, loaded_against_other_release, recorded_cuda_decision
 from ..errors import ExtensionNotBuiltError
 
 try:
     from elmo_fast import _C  # noqa: F401  (imported for its op registrations)
 except ImportError as exc:  # not built, or built against another torch/Python
     HAS_EXTENSION = False
-    EXTENSION_IMPORT_ERROR: str | None = f"{type(exc).__name__}: {exc}"
+    # True when elmo_fast._C is there but does not load (e.g. built against another torch): said
+    # once, here, as a warning, since every op would then fall back to the slow reference path.
+    EXTENSION_LOAD_FAILED, EXTENSION_IMPORT_ERROR = describe_import_failure(exc)
     HAS_CUDA_KERNELS = False
+    if EXTENSION_LOAD_FAILED:
+        warnings.warn(f"elmo-fast's fast path is unavailable, the slow reference path runs instead: "
+                      f"{EXTENSION_IMPORT_ERROR}", RuntimeWarning, stacklevel=2)
 else:
     HAS_EXTENSION = True
-    EXTENSION_IMPORT_ERROR = None
+    EXTENSION_LOAD_FAILED = False
+    EXTENSION_IMPORT_ERROR: str | None = None
     # Whether csrc/cuda/*.cu were compiled in (a build-time fact; says nothing about a GPU).
     HAS_CUDA_KERNELS = bool(getattr(_C, "WITH_CUDA", 0))
+    if (_other_release := loaded_against_other_release()) is not None:
+        warnings.warn(_other_release, RuntimeWarning, stacklevel=2)
 
 
 #: Whether the fast ops have backward passes (register_autograd), so that training can run them.
@@ -33,6 +44,8 @@ HAS_BACKWARD = False
 
 def require_extension() -> None:
     """Raise :class:`ExtensionNotBuiltError` unless ``elmo_fast._C`` was imported."""
+    if not HAS_EXTENSION and EXTENSION_LOAD_FAILED:
+        raise ExtensionNotBuiltError(f"the compiled extension elmo_fast._C does not load: {EXTENSION_IMPORT_ERROR}")
     if not HAS_EXTENSION:
         raise ExtensionNotBuiltError(
             "the compiled extension elmo_fast._C is not available; build it from the source tree with "
@@ -53,10 +66,13 @@ def cuda_kernels_missing_reason() -> str | None:
                 "kernels. Install a CUDA build of torch (https://pytorch.org/get-started/locally/), make sure "
                 "nvcc is found (CUDA_HOME or PATH), then rebuild from the source tree with "
                 "`pip install --no-build-isolation -e .`")
+    recorded = recorded_cuda_decision()
+    said = f" (the build said: {recorded})" if recorded else ""
     return (f"elmo_fast._C was built without its CUDA kernels although torch {torch.__version__} is a CUDA "
-            f"{torch.version.cuda} build: the build found no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1 was set. Make "
-            "sure nvcc is found (CUDA_HOME or PATH), unset ELMO_FAST_SKIP_CUDA_BUILD, then rebuild from the "
-            "source tree with `pip install --no-build-isolation -e .`")
+            f"{torch.version.cuda} build: the build found no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1 was set, or the "
+            f"CUDA toolkit was incomplete or of another major version than torch's{said}. Make sure a complete CUDA "
+            f"{torch.version.cuda.split('.')[0]}.x toolkit is found (CUDA_HOME, or nvcc on PATH), unset "
+            "ELMO_FAST_SKIP_CUDA_BUILD, then rebuild from the source tree with `pip install --no-build-isolation -e .`")
 
 
 def require_cuda_kernels() -> None:
