@@ -60,4 +60,25 @@ TORCH_LIBRARY(elmo_fast, m) {
   m.def(
       "bilstm(Tensor xg0, Tensor token_index, Tensor lengths, Tensor[] weights, float? cell_clip, "
       "float? proj_clip, Tensor? h0, Tensor? c0) -> (Tensor, Tensor, Tensor)");
+  // One projected LSTM layer, both directions, trainable (oracle: reference.lstm_layer_pair_ref;
+  // Python entry: elmo_fast.ops.lstm_layer, which returns (y, h, c)):
+  //   xg: [2, B, T, 4C] input gates x W_ih^T + bias (forget-gate bias already +1), gates i, f, g, o,
+  //       for direction 0 (forward in time) and 1 (from each row's own last token back to its
+  //       first); positions t >= lengths[b] are never read
+  //   lengths: [B] int64 in [0, T], any order;  w_hh: [2, 4C, P];  w_proj: [2, P, C]
+  //   cell_clip, proj_clip: None or 0 = no clip;  h0: [2, B, P], c0: [2, B, C] or None (zeros)
+  //   -> y [2, B, T, P] (0 at padding), h [2, B, P], c [2, B, C] (after each row's last step),
+  //      saved [2, N, 6C + P] (N = sum of lengths): what the backward reads (packed rows, see
+  //      csrc/cpu/lstm_layer_cpu.cpp), not differentiable. Its autograd formula (elmo_fast/ops.py)
+  //      runs lstm_layer_backward. (No op without `saved`: a composite dropping it would hide its
+  //      data-dependent size from torch.compile, which then refuses to trace it.)
+  m.def("lstm_layer_forward(Tensor xg, Tensor lengths, Tensor w_hh, Tensor w_proj, float? cell_clip, "
+        "float? proj_clip, Tensor? h0, Tensor? c0) -> (Tensor, Tensor, Tensor, Tensor)");
+  // Backpropagation through time of lstm_layer_forward. grad_y [2, B, T, P], grad_h [2, B, P],
+  // grad_c [2, B, C]: None for zeros; T = xg.size(2); the other arguments are the forward's
+  //   -> grad_xg [2, B, T, 4C] (0 at padding), grad_w_hh [2, 4C, P], grad_w_proj [2, P, C],
+  //      grad_h0 [2, B, P], grad_c0 [2, B, C]
+  m.def("lstm_layer_backward(Tensor? grad_y, Tensor? grad_h, Tensor? grad_c, Tensor saved, Tensor lengths, "
+        "SymInt T, Tensor w_hh, Tensor w_proj, float? cell_clip, float? proj_clip, Tensor? h0, Tensor? c0) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
