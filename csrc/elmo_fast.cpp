@@ -40,6 +40,8 @@ TORCH_LIBRARY(elmo_fast, m) {
   // projected: [N, 2H] = [transform | gate], x: [N, H] -> [N, H]
   //   out = g * x + (1 - g) * relu(transform), g = sigmoid(gate)
   m.def("highway_gate(Tensor projected, Tensor x) -> Tensor");
+  // highway_gate's gradients from grad [N, H]: -> grad_projected [N, 2H], grad_x [N, H]
+  m.def("highway_gate_backward(Tensor grad, Tensor projected, Tensor x) -> (Tensor, Tensor)");
   // x: [N, F] char CNN output; highway_weights: L x [2F, F] ([W_transform; -W_carry]);
   // highway_biases: L x [2F]; proj_weight: [P, F]; proj_bias: [P] -> [N, P]
   m.def("highway(Tensor x, Tensor[] highway_weights, Tensor[] highway_biases, Tensor proj_weight, "
@@ -49,6 +51,10 @@ TORCH_LIBRARY(elmo_fast, m) {
   //   out[:, k-th block] = act(max over the 50 - w_k + 1 windows of conv1d(embed(ids), W_k, b_k))
   m.def("char_cnn(Tensor char_ids, Tensor char_embedding, Tensor[] conv_weights, Tensor[] conv_biases, "
         "str activation) -> Tensor");
+  // char_cnn's gradients from grad_out [N, sum n_k] (other arguments: the forward's; the argmax
+  // windows are recomputed): -> grad_embedding [V, D], grad_weights K x [n_k, D, w_k], grad_biases K x [n_k]
+  m.def("char_cnn_backward(Tensor grad_out, Tensor char_ids, Tensor char_embedding, Tensor[] conv_weights, "
+        "Tensor[] conv_biases, str activation) -> (Tensor, Tensor[], Tensor[])");
   // ELMo's stacked projected biLSTM (forward and backward stacks, skip connections from layer 1):
   //   xg0: [U, 2, 4C] layer 0's input gates of distinct tokens (bias included), gates i, f, g, o
   //   token_index: [B, T] int64, the row of xg0 at each position (ignored at t >= lengths[b])
