@@ -73,18 +73,21 @@ TORCH_LIBRARY(elmo_fast, m) {
   //       first); positions t >= lengths[b] are never read
   //   lengths: [B] int64 in [0, T], any order;  w_hh: [2, 4C, P];  w_proj: [2, P, C]
   //   cell_clip, proj_clip: None or 0 = no clip;  h0: [2, B, P], c0: [2, B, C] or None (zeros)
+  //   token_index: None, or [B, T] int64: then xg is [2, U, 4C] and position (b, t) reads its row
+  //       token_index[b, t] (as bilstm's xg0; rows may repeat), so that packed gates need no padding
   //   -> y [2, B, T, P] (0 at padding), h [2, B, P], c [2, B, C] (after each row's last step),
   //      saved [2, N, 6C + P] (N = sum of lengths): what the backward reads (packed rows, see
   //      csrc/cpu/lstm_layer_cpu.cpp), not differentiable. Its autograd formula (elmo_fast/ops.py)
   //      runs lstm_layer_backward. (No op without `saved`: a composite dropping it would hide its
   //      data-dependent size from torch.compile, which then refuses to trace it.)
   m.def("lstm_layer_forward(Tensor xg, Tensor lengths, Tensor w_hh, Tensor w_proj, float? cell_clip, "
-        "float? proj_clip, Tensor? h0, Tensor? c0) -> (Tensor, Tensor, Tensor, Tensor)");
+        "float? proj_clip, Tensor? h0, Tensor? c0, Tensor? token_index=None) -> (Tensor, Tensor, Tensor, Tensor)");
   // Backpropagation through time of lstm_layer_forward. grad_y [2, B, T, P], grad_h [2, B, P],
-  // grad_c [2, B, C]: None for zeros; T = xg.size(2); the other arguments are the forward's
-  //   -> grad_xg [2, B, T, 4C] (0 at padding), grad_w_hh [2, 4C, P], grad_w_proj [2, P, C],
+  // grad_c [2, B, C]: None for zeros; xg_size: xg's shape; the other arguments are the forward's
+  //   -> grad_xg (xg's shape; 0 where no position reads), grad_w_hh [2, 4C, P], grad_w_proj [2, P, C],
   //      grad_h0 [2, B, P], grad_c0 [2, B, C]
   m.def("lstm_layer_backward(Tensor? grad_y, Tensor? grad_h, Tensor? grad_c, Tensor saved, Tensor lengths, "
-        "SymInt T, Tensor w_hh, Tensor w_proj, float? cell_clip, float? proj_clip, Tensor? h0, Tensor? c0) "
+        "Tensor? token_index, SymInt[] xg_size, Tensor w_hh, Tensor w_proj, float? cell_clip, float? proj_clip, "
+        "Tensor? h0, Tensor? c0) "
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }

@@ -173,8 +173,8 @@ def _no_cuda_backward(op: str, *tensors: Tensor | None) -> None:
 
 
 def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
-               proj_clip: float | None, h0: Tensor | None = None,
-               c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+               proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
+               token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One projected LSTM layer, both directions in one call, differentiable (CPU).
 
     Twin of :func:`elmo_fast.reference.lstm_layer_pair_ref` (same semantics and signature); its
@@ -190,6 +190,10 @@ def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_c
     w_hh:    [2, 4C, P]; w_proj: [2, P, C], xg's dtype.
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:  [2, B, P], [2, B, C] initial states, or None (zeros).
+    token_index: None, or [B, T] int64: then xg is [2, U, 4C] and position (b, t < lengths[b]) reads
+             xg's row token_index[b, t] (as :func:`bilstm`'s xg0; rows may repeat). A training stack
+             passes its gates packed this way, one row per real token, with no padded copy; the
+             gradient of xg then has that shape too.
     returns  y [2, B, T, P] (exactly 0 at padding), h [2, B, P], c [2, B, C] (each row's state after
              its last step; a row of length 0 keeps its initial state).
 
@@ -198,7 +202,7 @@ def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_c
     """
     _require_cpu("lstm_layer", xg, w_hh, w_proj, h0, c0)
     y, h, c, _saved = torch.ops.elmo_fast.lstm_layer_forward.default(xg, lengths, w_hh, w_proj, cell_clip, proj_clip,
-                                                                     h0, c0)
+                                                                     h0, c0, token_index)
     return y, h, c
 
 
@@ -246,8 +250,12 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
         masks = dropout_masks((2, B, T, P), num_layers, dropout, device=x.device, dtype=x.dtype)
     elif masks is not None and not training:
         masks = None
-    # The positions that are not padding, as rows of [B * T]: the input GEMMs skip the padding.
-    rows = (torch.arange(T, device=lengths.device) < lengths[:, None]).reshape(-1).nonzero().squeeze(1)
+    # The positions that are not padding, as rows of [B * T]: the input GEMMs run over those N rows
+    # only, and lstm_layer reads its gates from them packed (token_index: position -> packed row).
+    valid = torch.arange(T, device=lengths.device) < lengths[:, None]
+    rows = valid.reshape(-1).nonzero().squeeze(1)
+    token_index = torch.zeros(B, T, dtype=torch.long, device=lengths.device)
+    token_index[valid] = torch.arange(rows.shape[0], device=lengths.device)
     outputs, hs, cs = [], [], []
     for layer in range(num_layers):
         w = weights[8 * layer:8 * layer + 8]
@@ -255,12 +263,9 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
         packed = layer_in.reshape(2, B * T, P).index_select(1, rows)  # [2, N, P]
         gates = torch.baddbmm(torch.stack([w[2], w[6]]).unsqueeze(1), packed,
                               torch.stack([w[0], w[4]]).transpose(1, 2))  # [2, N, 4C]
-        xg = gates.new_empty(2, B * T, 4 * C)  # padding rows are never read: left as they are
-        xg.index_copy_(1, rows, gates)
-        y, h, c = lstm_layer(xg.view(2, B, T, 4 * C), lengths, torch.stack([w[1], w[5]]), torch.stack([w[3], w[7]]),
-                             cell_clip, proj_clip,
-                             None if h0 is None else h0[layer].view(B, 2, P).transpose(0, 1),
-                             None if c0 is None else c0[layer].view(B, 2, C).transpose(0, 1))
+        y, h, c = lstm_layer(gates, lengths, torch.stack([w[1], w[5]]), torch.stack([w[3], w[7]]), cell_clip,
+                             proj_clip, None if h0 is None else h0[layer].view(B, 2, P).transpose(0, 1),
+                             None if c0 is None else c0[layer].view(B, 2, C).transpose(0, 1), token_index)
         if layer > 0:
             y = y + layer_in
         inputs = y
@@ -320,14 +325,22 @@ if HAS_EXTENSION:
 
     @torch.library.register_fake("elmo_fast::lstm_layer_forward")
     def _lstm_layer_forward_fake(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
-                                 proj_clip: float | None, h0: Tensor | None,
-                                 c0: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        torch._check(xg.dim() == 4 and xg.shape[0] == 2, lambda: "lstm_layer_forward: xg must be [2, B, T, 4C]")
+                                 proj_clip: float | None, h0: Tensor | None, c0: Tensor | None,
+                                 token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         torch._check(w_proj.dim() == 3 and w_proj.shape[0] == 2, lambda: "lstm_layer_forward: w_proj must be [2, P, C]")
-        _, B, T, G = xg.shape
         P, C = w_proj.shape[1], w_proj.shape[2]
-        torch._check(G == 4 * C, lambda: "lstm_layer_forward: xg must be [2, B, T, 4C]")
-        torch._check(lengths.dim() == 1 and lengths.shape[0] == B, lambda: "lstm_layer_forward: lengths must be [B]")
+        torch._check(lengths.dim() == 1, lambda: "lstm_layer_forward: lengths must be [B]")
+        B = lengths.shape[0]
+        if token_index is None:
+            torch._check(xg.dim() == 4 and xg.shape[0] == 2 and xg.shape[1] == B and xg.shape[3] == 4 * C,
+                         lambda: "lstm_layer_forward: xg must be [2, B, T, 4C]")
+            T = xg.shape[2]
+        else:
+            torch._check(xg.dim() == 3 and xg.shape[0] == 2 and xg.shape[2] == 4 * C,
+                         lambda: "lstm_layer_forward: xg with token_index must be [2, U, 4C]")
+            torch._check(token_index.dim() == 2 and token_index.shape[0] == B,
+                         lambda: "lstm_layer_forward: token_index must be [B, T]")
+            T = token_index.shape[1]
         # saved holds one row per token (N = sum of lengths): a size known only from the data
         N = torch.library.get_ctx().new_dynamic_size()
         return (xg.new_empty(2, B, T, P), xg.new_empty(2, B, P), xg.new_empty(2, B, C),
@@ -335,34 +348,34 @@ if HAS_EXTENSION:
 
     @torch.library.register_fake("elmo_fast::lstm_layer_backward")
     def _lstm_layer_backward_fake(grad_y: Tensor | None, grad_h: Tensor | None, grad_c: Tensor | None, saved: Tensor,
-                                  lengths: Tensor, T: int, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
-                                  proj_clip: float | None, h0: Tensor | None,
+                                  lengths: Tensor, token_index: Tensor | None, xg_size: list[int], w_hh: Tensor,
+                                  w_proj: Tensor, cell_clip: float | None, proj_clip: float | None, h0: Tensor | None,
                                   c0: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         torch._check(saved.dim() == 3 and saved.shape[0] == 2, lambda: "lstm_layer_backward: saved must be [2, N, 6C + P]")
         B = lengths.shape[0]
         P, C = w_proj.shape[1], w_proj.shape[2]
-        return (saved.new_empty(2, B, T, 4 * C), saved.new_empty(2, 4 * C, P), saved.new_empty(2, P, C),
+        return (saved.new_empty(xg_size), saved.new_empty(2, 4 * C, P), saved.new_empty(2, P, C),
                 saved.new_empty(2, B, P), saved.new_empty(2, B, C))
 
     def _lstm_layer_setup_context(ctx, inputs, output) -> None:
-        xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0 = inputs
+        xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index = inputs
         saved = output[3]
         ctx.mark_non_differentiable(saved)
         # An unused y, h or c comes as None, not as a tensor of zeros to be read.
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(saved, lengths, w_hh, w_proj, h0, c0)
+        ctx.save_for_backward(saved, lengths, w_hh, w_proj, h0, c0, token_index)
         ctx.clips = (cell_clip, proj_clip)
-        ctx.time = xg.shape[2]
+        ctx.xg_size = xg.shape
 
     def _lstm_layer_backward(ctx, grad_y, grad_h, grad_c, _grad_saved):
-        saved, lengths, w_hh, w_proj, h0, c0 = ctx.saved_tensors
+        saved, lengths, w_hh, w_proj, h0, c0, token_index = ctx.saved_tensors
         _no_cuda_backward("lstm_layer", saved)
         grad_xg, grad_w_hh, grad_w_proj, grad_h0, grad_c0 = torch.ops.elmo_fast.lstm_layer_backward.default(
-            grad_y, grad_h, grad_c, saved, lengths, ctx.time, w_hh, w_proj, *ctx.clips, h0, c0)
+            grad_y, grad_h, grad_c, saved, lengths, token_index, ctx.xg_size, w_hh, w_proj, *ctx.clips, h0, c0)
         need = ctx.needs_input_grad
         return (grad_xg if need[0] else None, None, grad_w_hh if need[2] else None,
                 grad_w_proj if need[3] else None, None, None, grad_h0 if need[6] else None,
-                grad_c0 if need[7] else None)
+                grad_c0 if need[7] else None, None)
 
     torch.library.register_autograd("elmo_fast::lstm_layer_forward", _lstm_layer_backward,
                                     setup_context=_lstm_layer_setup_context)

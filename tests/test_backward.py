@@ -403,6 +403,72 @@ def test_lstm_layer_gemm_paths_and_schedules(gemv_rows, schedule, threads, monke
         torch.set_num_threads(before)
 
 
+def indexed_case(case, mode, seed):
+    """case's gates as rows of xg [2, U, 4C] picked by token_index [B, T] (junk at padding positions):
+    "packed" one row per real position, as bilstm_train passes them; "repeated" U = N / 2 random
+    rows (positions share rows: their gradients add up); "spare" packed rows among as many unread ones."""
+    xg, lengths, *rest = case
+    gen = torch.Generator().manual_seed(seed)
+    B, T = xg.shape[1], xg.shape[2]
+    valid = torch.arange(T)[None, :] >= 0
+    valid = valid & (torch.arange(T)[None, :] < lengths[:, None])
+    N = int(valid.sum())
+    if mode == "repeated":
+        U = max(1, N // 2)
+        rows = torch.randn(2, U, xg.shape[3], generator=gen, dtype=torch.float64).to(xg.dtype) * 2
+        index = torch.randint(0, U, (B, T), generator=gen)
+    else:
+        U = N if mode == "packed" else 2 * N + 3
+        slots = torch.randperm(U, generator=gen)[:N] if mode == "spare" else torch.arange(N)
+        rows = torch.randn(2, U, xg.shape[3], generator=gen, dtype=torch.float64).to(xg.dtype)
+        rows[:, slots] = xg[:, valid]
+        index = torch.zeros(B, T, dtype=torch.long)
+        index[valid] = slots
+    junk = torch.tensor([-5, U, U + 1000])[torch.randint(0, 3, (int((~valid).sum()),), generator=gen)]
+    index[~valid] = junk
+    return rows, lengths, *rest, index
+
+
+def indexed_fns(lengths, index, cell_clip, proj_clip):
+    U_safe = lambda xg: index.clamp(0, max(xg.shape[1] - 1, 0))  # noqa: E731  (the reference reads padding)
+
+    def fast(xg, w_hh, w_proj, h0, c0):
+        return ops.lstm_layer(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index=index)
+
+    def ref(xg, w_hh, w_proj, h0, c0):
+        return lstm_layer_pair_ref(xg[:, U_safe(xg)], lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0)
+
+    return fast, ref
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("mode", ["packed", "repeated", "spare"])
+@pytest.mark.parametrize("lengths", ["random", "full"])
+def test_lstm_layer_token_index(mode, lengths, dtype):
+    B, T = 7, 9
+    case = layer_case(B, T, 5, 6, dtype, seed=21, lengths=torch.full((B,), T) if lengths == "full" else None)
+    xg, lengths, w_hh, w_proj, h0, c0, index = indexed_case(case, mode, seed=22)
+    fast, ref = indexed_fns(lengths, index, 1.5, 1.0)
+    got, _ = check_grads(fast, ref, [xg, w_hh, w_proj, h0, c0], f"lstm_layer token_index {mode} {dtype}")
+    read = torch.zeros(xg.shape[1], dtype=torch.bool)
+    read[index[torch.arange(T)[None, :] < lengths[:, None]]] = True
+    assert torch.all(got[0][:, ~read] == 0), "rows no position reads get exactly 0"
+
+
+def test_lstm_layer_token_index_gradcheck():
+    case = layer_case(5, 6, 3, 4, torch.float64, seed=23, lengths=[6, 0, 3, 1, 5], junk=1e30)
+    xg, lengths, w_hh, w_proj, h0, c0, index = indexed_case(case, "repeated", seed=24)
+    fast, _ = indexed_fns(lengths, index, 1.0, 0.7)
+    assert torch.autograd.gradcheck(fast, leaves([xg, w_hh, w_proj, h0, c0]))
+
+
+def test_lstm_layer_dense_little_padding():
+    # Dense xg with <= 25% padding: dW_hh comes from grad_xg's rows directly (no packed dgates).
+    case = layer_case(8, 10, 6, 7, torch.float32, seed=25, lengths=[10, 9, 10, 8, 10, 10, 7, 10])
+    fast, ref = layer_fns(case[1], 3.0, 3.0, True)
+    check_grads(fast, ref, differentiable(case), "lstm_layer little padding")
+
+
 def test_lstm_layer_values_and_padding():
     case = layer_case(6, 9, 5, 7, torch.float32, seed=4, lengths=[9, 0, 4, 1, 9, 2])
     xg, lengths, w_hh, w_proj, h0, c0 = case
@@ -428,7 +494,7 @@ def test_lstm_layer_random_shapes_float64(B, T, P, C, seed, clips):
 
 def test_lstm_layer_errors_name_the_argument():
     xg, lengths, w_hh, w_proj, h0, c0 = layer_case(3, 4, 3, 5, torch.float32, seed=0, lengths=[4, 1, 2])
-    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: xg expected shape \[2, B, T, 4C\] = \[2, 3, 4, 20\]"):
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: xg expected shape \[2, B, T, 4C\] = \[2, 3, T, 20\]"):
         ops.lstm_layer(xg[..., :-1], lengths, w_hh, w_proj, None, None)
     with pytest.raises(RuntimeError, match=r"lstm_layer_forward: lengths\[1\] = 5 is out of range \[0, T = 4\]"):
         ops.lstm_layer(xg, torch.tensor([4, 5, 2]), w_hh, w_proj, None, None)
@@ -442,6 +508,12 @@ def test_lstm_layer_errors_name_the_argument():
         ops.lstm_layer(xg, lengths, w_hh, w_proj, -1.0, None)
     with pytest.raises(RuntimeError, match="lstm_layer_forward: xg has dtype bfloat16; supported: float32, float64"):
         ops.lstm_layer(xg.bfloat16(), lengths, w_hh.bfloat16(), w_proj.bfloat16(), None, None)
+    rows = xg[:, 0]
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: token_index\[1, 0\] = 4 is out of range for xg "
+                                            r"with 4 rows"):
+        ops.lstm_layer(rows, lengths, w_hh, w_proj, None, None, token_index=torch.arange(12).view(3, 4) % 5)
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: xg with token_index expected shape \[2, U, 4C\]"):
+        ops.lstm_layer(xg, lengths, w_hh, w_proj, None, None, token_index=torch.zeros(3, 4, dtype=torch.long))
 
 
 def test_no_cuda_backward_says_so(monkeypatch):
@@ -469,8 +541,12 @@ def test_lstm_layer_opcheck(B, T, P, C, lengths, clip, state, dtype):
     y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(*[a.detach() if isinstance(a, torch.Tensor)
                                                                      else a for a in args])
     torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_backward.default,
-                          (torch.randn_like(y), torch.randn_like(h), None, saved, lengths, T, w_hh.detach(),
-                           w_proj.detach(), clip, clip, None if h0 is None else h0.detach(), None))
+                          (torch.randn_like(y), torch.randn_like(h), None, saved, lengths, None, list(xg.shape),
+                           w_hh.detach(), w_proj.detach(), clip, clip, None if h0 is None else h0.detach(), None))
+    rows, *_, index = indexed_case((xg.detach(), lengths, w_hh, w_proj, h0, c0), "repeated", seed=B)
+    if B:
+        indexed = [rows.requires_grad_(), *grad_args[1:], index]
+        torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_forward.default, indexed)
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])

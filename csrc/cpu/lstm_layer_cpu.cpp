@@ -12,11 +12,16 @@
 //     ACT [N, 4C], C_RAW [N, C], M [N, C], P_RAW [N, P]. The recurrent GEMM writes straight into
 //     ACT (the cell pass then overwrites the pre-activations with activations) and the projection
 //     GEMM into P_RAW, so saving costs no pass of its own.
+//   * The input gates are xg [2, B, T, 4C] (the op's contract) or, with token_index [B, T], rows of
+//     xg [2, U, 4C] (as bilstm's xg0): a training stack computes them packed, one GEMM over the real
+//     tokens, and hands them over without scattering them into a padded tensor; grad_xg has xg's
+//     shape either way.
 //   * The backward walks the steps from the last: per step a pass for dp (the output's and the
 //     recurrence's gradient of h, masked by the projection clip), dm = dp W_proj, a pass for the
 //     gate and cell gradients (recomputing only tanh(c)), dh = dgates W_hh. The weight gradients
-//     are one GEMM each over all packed rows at the end: dW_proj = dp^T m, dW_hh = dgates^T h_prev.
-//     dgates are written both packed (for that GEMM) and into grad_xg's rows.
+//     are one GEMM each at the end: dW_proj = dp^T m over the packed rows, dW_hh = dgates^T h_prev
+//     over grad_xg's rows themselves when each holds one position's dgates and few are padding
+//     (dgates then also go to a one-step buffer for dh's GEMM), else over a packed copy of dgates.
 // Clips have zero gradient where they bind: the gradient passes where -clip <= x <= clip.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -91,6 +96,38 @@ std::vector<int64_t> position_offsets(const Schedule& sc, int64_t d, int64_t s0,
   return out;
 }
 
+// Where each position's input gates live: xg [2, B, T, 4C], or rows of xg [2, U, 4C] picked by
+// token_index [B, T].
+struct GatesLayout {
+  const int64_t* index = nullptr;  // [B, T] contiguous, or nullptr (dense)
+  int64_t batch = 0, time = 0;     // B, T
+  int64_t rows = 0;                // rows of xg per direction: B * T (dense) or U
+
+  // xg's row (per direction) that position (b, t) reads.
+  int64_t row(int64_t b, int64_t t) const { return index != nullptr ? index[b * time + t] : b * time + t; }
+
+  // Per packed row r of direction d: xg's row, and its element offset in xg with strides s0, s1(, s2).
+  std::vector<int64_t> packed_rows(const Schedule& sc, int64_t d) const {
+    std::vector<int64_t> out(sc.packed_rows());
+    for (const auto s : c10::irange(sc.steps())) {
+      for (const auto j : c10::irange(sc.active[s])) {
+        out[sc.offset[s] + j] = row(sc.order[j], sc.position(d, j, s));
+      }
+    }
+    return out;
+  }
+  std::vector<int64_t> offsets(const Schedule& sc, int64_t d, const at::Tensor& xg) const {
+    if (index == nullptr) {
+      return position_offsets(sc, d, xg.stride(0), xg.stride(1), xg.stride(2));
+    }
+    std::vector<int64_t> out = packed_rows(sc, d);
+    for (auto& r : out) {
+      r = d * xg.stride(0) + r * xg.stride(1);
+    }
+    return out;
+  }
+};
+
 // Zeroes positions t >= lengths[b] of direction d of a contiguous [2, B, T, width] tensor.
 template <typename scalar_t>
 void zero_padding(scalar_t* base, const Schedule& sc, int64_t d, int64_t width) {
@@ -106,40 +143,76 @@ double clip_value(std::optional<double> v) {
   return !v.has_value() || *v == 0.0 ? std::numeric_limits<double>::infinity() : *v;
 }
 
-void check_lengths(const char* kOp, const at::Tensor& lengths_c, int64_t T) {
-  const int64_t* len_p = lengths_c.const_data_ptr<int64_t>();
-  for (const auto b : c10::irange(lengths_c.numel())) {
-    ELMO_CHECK(len_p[b] >= 0 && len_p[b] <= T, "lengths[", b, "] = ", len_p[b], " is out of range [0, T = ", T,
-               "]");
-  }
-}
-
 // A [rows, cols] tensor with unit stride along cols (copied only when it has not).
 at::Tensor unit_last_stride(const at::Tensor& t) {
   return (t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous();
 }
 
-// xg: [2, B, T, 4C] (last dim unit stride, else copied once), lengths: [B] int64, w_hh: [2, 4C, P],
+// Checks xg, lengths and token_index (op kOp, whose weights check_lstm_layer_weights checks) and
+// returns the layout of the gates; `index_c` and `lengths_c` keep the contiguous copies alive.
+GatesLayout check_gates(const char* kOp, at::IntArrayRef xg_size, const at::Tensor& lengths,
+                        const std::optional<at::Tensor>& token_index, int64_t C, at::Tensor& lengths_c,
+                        at::Tensor& index_c) {
+  ELMO_CHECK_CPU(lengths);
+  ELMO_CHECK(lengths.dim() == 1, "lengths must have 1 dims, got ", lengths.dim());
+  const int64_t B = lengths.size(0);
+  GatesLayout g;
+  g.batch = B;
+  if (token_index.has_value()) {
+    ELMO_CHECK(token_index->dim() == 2 && token_index->size(0) == B, "token_index must have shape [B, T] = [", B,
+               ", T], got ", token_index->sizes());
+    ELMO_CHECK(token_index->scalar_type() == at::kLong, "token_index must have dtype int64, got ",
+               dtype_name(token_index->scalar_type()));
+    ELMO_CHECK(token_index->device().is_cpu(), "token_index must be a CPU tensor, got ", token_index->device());
+    g.time = token_index->size(1);
+    ELMO_CHECK(xg_size.size() == 3 && xg_size[0] == 2 && xg_size[2] == 4 * C,
+               "xg with token_index expected shape [2, U, 4C] = [2, U, ", 4 * C, "] (C = ", C,
+               " from w_proj [2, P, C]), got ", xg_size);
+    g.rows = xg_size[1];
+    index_c = token_index->contiguous();
+    g.index = index_c.const_data_ptr<int64_t>();
+  } else {
+    ELMO_CHECK(xg_size.size() == 4 && xg_size[0] == 2 && xg_size[1] == B && xg_size[3] == 4 * C,
+               "xg expected shape [2, B, T, 4C] = [2, ", B, ", T, ", 4 * C, "] (B from lengths, C = ", C,
+               " from w_proj [2, P, C]), got ", xg_size);
+    g.time = xg_size[2];
+    g.rows = B * g.time;
+  }
+  lengths_c = lengths.contiguous();
+  const int64_t* len_p = lengths_c.const_data_ptr<int64_t>();
+  for (const auto b : c10::irange(B)) {
+    ELMO_CHECK(len_p[b] >= 0 && len_p[b] <= g.time, "lengths[", b, "] = ", len_p[b], " is out of range [0, T = ",
+               g.time, "]");
+    if (g.index != nullptr) {
+      for (const auto t : c10::irange(len_p[b])) {
+        const int64_t u = g.index[b * g.time + t];
+        ELMO_CHECK(u >= 0 && u < g.rows, "token_index[", b, ", ", t, "] = ", u, " is out of range for xg with ",
+                   g.rows, " rows (positions before lengths[", b, "] = ", len_p[b], " must index xg)");
+      }
+    }
+  }
+  return g;
+}
+
+// xg: [2, B, T, 4C], or [2, U, 4C] with token_index [B, T] int64 (position (b, t) reads row
+// token_index[b, t]); last dim unit stride, else copied once. lengths: [B] int64, w_hh: [2, 4C, P],
 // w_proj: [2, P, C], h0: [2, B, P], c0: [2, B, C] or None (zeros), float32 or float64
 // -> y [2, B, T, P] (0 at padding), h [2, B, P], c [2, B, C], saved [2, N, 6C + P] (for the backward).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cpu(
     const at::Tensor& xg, const at::Tensor& lengths, const at::Tensor& w_hh, const at::Tensor& w_proj,
     std::optional<double> cell_clip, std::optional<double> proj_clip, const std::optional<at::Tensor>& h0_opt,
-    const std::optional<at::Tensor>& c0_opt) {
+    const std::optional<at::Tensor>& c0_opt, const std::optional<at::Tensor>& token_index) {
   static constexpr char kOp[] = "lstm_layer_forward";
-  ELMO_CHECK_DIM(xg, 4);
   ELMO_CHECK_CPU(xg);
-  ELMO_CHECK_CPU(lengths);
   const at::ScalarType dtype = xg.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "xg has dtype ", dtype_name(dtype),
              "; supported: float32, float64");
-  const LstmLayerDims dims = check_lstm_layer_weights(kOp, xg.size(1), xg.size(2), lengths, w_hh, w_proj, dtype,
+  ELMO_CHECK(w_proj.dim() == 3, "w_proj must have shape [2, P, C] (forward, backward), got ", w_proj.sizes());
+  at::Tensor lengths_c, index_c;
+  const GatesLayout gl = check_gates(kOp, xg.sizes(), lengths, token_index, w_proj.size(2), lengths_c, index_c);
+  const LstmLayerDims dims = check_lstm_layer_weights(kOp, gl.batch, gl.time, lengths, w_hh, w_proj, dtype,
                                                       xg.device(), cell_clip, proj_clip, h0_opt, c0_opt);
   const int64_t B = dims.B, T = dims.T, P = dims.P, C = dims.C;
-  ELMO_CHECK(xg.size(0) == 2 && xg.size(3) == 4 * C, "xg expected shape [2, B, T, 4C] = [2, ", B, ", ", T, ", ",
-             4 * C, "] (C = ", C, " from w_proj [2, P, C]), got ", xg.sizes());
-  const at::Tensor lengths_c = lengths.contiguous();
-  check_lengths(kOp, lengths_c, T);
 
   const at::Tensor xg_c = unit_last_stride(xg);
   const Schedule sched = make_schedule(lengths_c.const_data_ptr<int64_t>(), B, T);
@@ -179,8 +252,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
       scalar_t* base = saved_d.mutable_data_ptr<scalar_t>();
       const Weight whh{w_hh_c.select(0, d), w_hh_c.select(0, d).t()};
       const Weight wproj{w_proj_c.select(0, d), w_proj_c.select(0, d).t()};
-      const std::vector<int64_t> xg_offset =
-          position_offsets(sc, d, xg_c.stride(0), xg_c.stride(1), xg_c.stride(2));
+      const std::vector<int64_t> xg_offset = gl.offsets(sc, d, xg_c);
       const std::vector<int64_t> y_offset = position_offsets(sc, d, B * T * P, T * P, P);
       scalar_t* h0s = w.h0.mutable_data_ptr<scalar_t>();
       scalar_t* c = w.c.mutable_data_ptr<scalar_t>();
@@ -241,23 +313,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
 }
 
 // grad_y: [2, B, T, P] or None (zeros), grad_h: [2, B, P] / grad_c: [2, B, C] or None (zeros), saved:
-// lstm_layer_forward's, T: xg.size(2), the forward's other arguments but xg -> grad_xg [2, B, T, 4C] (0 at
-// padding), grad_w_hh [2, 4C, P], grad_w_proj [2, P, C], grad_h0 [2, B, P], grad_c0 [2, B, C].
+// lstm_layer_forward's, xg_size: xg's shape, the forward's other arguments but xg
+// -> grad_xg of xg's shape (0 in rows no position reads), grad_w_hh [2, 4C, P], grad_w_proj [2, P, C],
+//    grad_h0 [2, B, P], grad_c0 [2, B, C].
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_backward_cpu(
     const std::optional<at::Tensor>& grad_y_opt, const std::optional<at::Tensor>& grad_h_opt,
-    const std::optional<at::Tensor>& grad_c_opt, const at::Tensor& saved, const at::Tensor& lengths, int64_t time,
-    const at::Tensor& w_hh, const at::Tensor& w_proj, std::optional<double> cell_clip,
-    std::optional<double> proj_clip, const std::optional<at::Tensor>& h0_opt,
-    const std::optional<at::Tensor>& c0_opt) {
+    const std::optional<at::Tensor>& grad_c_opt, const at::Tensor& saved, const at::Tensor& lengths,
+    const std::optional<at::Tensor>& token_index, at::IntArrayRef xg_size, const at::Tensor& w_hh,
+    const at::Tensor& w_proj, std::optional<double> cell_clip, std::optional<double> proj_clip,
+    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
   static constexpr char kOp[] = "lstm_layer_backward";
   ELMO_CHECK_DIM(saved, 3);
   ELMO_CHECK_CPU(saved);
-  ELMO_CHECK_CPU(lengths);
   const at::ScalarType dtype = saved.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "saved has dtype ", dtype_name(dtype),
              "; supported: float32, float64");
-  ELMO_CHECK_DIM(lengths, 1);
-  const LstmLayerDims dims = check_lstm_layer_weights(kOp, lengths.size(0), time, lengths, w_hh, w_proj, dtype,
+  ELMO_CHECK(w_proj.dim() == 3, "w_proj must have shape [2, P, C] (forward, backward), got ", w_proj.sizes());
+  at::Tensor lengths_c, index_c;
+  const GatesLayout gl = check_gates(kOp, xg_size, lengths, token_index, w_proj.size(2), lengths_c, index_c);
+  const LstmLayerDims dims = check_lstm_layer_weights(kOp, gl.batch, gl.time, lengths, w_hh, w_proj, dtype,
                                                       saved.device(), cell_clip, proj_clip, h0_opt, c0_opt);
   const int64_t B = dims.B, T = dims.T, P = dims.P, C = dims.C;
   const auto check_grad = [&](const std::optional<at::Tensor>& g, const char* name, std::vector<int64_t> shape) {
@@ -271,8 +345,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
   check_grad(grad_y_opt, "grad_y", {2, B, T, P});
   check_grad(grad_h_opt, "grad_h", {2, B, P});
   check_grad(grad_c_opt, "grad_c", {2, B, C});
-  const at::Tensor lengths_c = lengths.contiguous();
-  check_lengths(kOp, lengths_c, T);
 
   const Schedule sched = make_schedule(lengths_c.const_data_ptr<int64_t>(), B, T);
   const int64_t N = sched.packed_rows();
@@ -282,8 +354,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
              "] (N = sum of lengths), got shape ", saved.sizes());
   const SavedLayout layout(N, P, C);
 
+  // How often each row of xg is read (the same rows for both directions): rows read more than once
+  // (token_index repeating rows) accumulate their positions' gradients; rows never read get 0.
+  const int64_t R = gl.rows;
+  std::vector<int32_t> reads(R, 0);
+  bool unique = true;
+  for (const auto b : c10::irange(B)) {
+    for (const auto t : c10::irange(sched.length[sched.rank[b]])) {
+      unique &= ++reads[gl.row(b, t)] == 1;
+    }
+  }
+  // dW_hh straight from grad_xg (one row per position) unless padding rows would make that GEMM
+  // more than 25% longer than the packed one; then dgates are kept packed too.
+  const bool gemm_on_grad_xg = unique && 4 * R <= 5 * N;
+
   const auto opts = saved.options().memory_format(at::MemoryFormat::Contiguous);
-  at::Tensor grad_xg = at::empty({2, B, T, 4 * C}, opts);
+  at::Tensor grad_xg = at::empty(xg_size, opts);
   at::Tensor grad_w_hh = at::empty({2, 4 * C, P}, opts);
   at::Tensor grad_w_proj = at::empty({2, P, C}, opts);
   at::Tensor grad_h0 = at::empty({2, B, P}, opts);
@@ -299,16 +385,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
   const int64_t gemv_rows = gemv_max_rows(false, P, C);
 
   // Per direction: dh [B, P] / dc [B, C] (sorted rows: the gradient of the state that each row's
-  // next step backwards produced), dp [N, P] (then h_prev for dW_hh), dgates [N, 4C], dm [n_0, C],
-  // the sorted initial cell c0 [B, C].
+  // next step backwards produced), dp [N, P], dgates ([N, 4C] packed, or one step's [n_0, 4C]),
+  // h_prev for dW_hh (rows of dgates' GEMM partner: [R, P] or [N, P]), dm [n_0, C], the sorted c0 [B, C].
   struct Workspace {
-    at::Tensor dh, dc, dp, dgates, dm, c0;
+    at::Tensor dh, dc, dp, dgates, h_prev, dm, c0;
   } ws[2];
   for (auto& w : ws) {
     w.dh = at::empty({B, P}, opts);
     w.dc = at::empty({B, C}, opts);
     w.dp = at::empty({N, P}, opts);
-    w.dgates = at::empty({N, 4 * C}, opts);
+    w.dgates = at::empty({gemm_on_grad_xg ? n0 : N, 4 * C}, opts);
+    w.h_prev = gemm_on_grad_xg ? at::empty({R, P}, opts) : w.dp;  // dp is spent by then
     w.dm = at::empty({n0, C}, opts);
     w.c0 = at::empty({B, C}, opts);
   }
@@ -329,7 +416,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
       const std::vector<int64_t> gy_offset =
           grad_y.defined() ? position_offsets(sc, d, grad_y.stride(0), grad_y.stride(1), grad_y.stride(2))
                            : std::vector<int64_t>();
-      const std::vector<int64_t> dxg_offset = position_offsets(sc, d, B * T * 4 * C, T * 4 * C, 4 * C);
+      const at::Tensor grad_xg_d = grad_xg.view({2, R, 4 * C}).select(0, d);
+      const std::vector<int64_t> xg_row = gl.packed_rows(sc, d);
+      std::vector<int64_t> dxg_offset(xg_row.size());
+      for (const auto r : c10::irange(N)) {
+        dxg_offset[r] = xg_row[r] * 4 * C;
+      }
+      scalar_t* dxg = grad_xg_d.mutable_data_ptr<scalar_t>();
+      for (const auto r : c10::irange(R)) {
+        if (!unique || reads[r] == 0) {
+          std::fill_n(dxg + r * 4 * C, 4 * C, scalar_t(0));
+        }
+      }
       scalar_t* dh = w.dh.mutable_data_ptr<scalar_t>();
       scalar_t* dc = w.dc.mutable_data_ptr<scalar_t>();
       scalar_t* c0s = w.c0.mutable_data_ptr<scalar_t>();
@@ -346,9 +444,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
         row_or_zero(dc + j * C, grad_c, C);
         row_or_zero(c0s + j * C, c0_c, C);
       }
-      zero_padding(grad_xg.mutable_data_ptr<scalar_t>(), sc, d, 4 * C);
       scalar_t* dp = w.dp.mutable_data_ptr<scalar_t>();
-      scalar_t* dgates = w.dgates.mutable_data_ptr<scalar_t>();
       for (int64_t s = sc.steps() - 1; s >= 0; --s) {
         const int64_t n = sc.active[s];
         const int64_t off = sc.offset[s];
@@ -363,6 +459,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
         rows_pass(pp, n, P);
         at::Tensor dm = w.dm.narrow(0, 0, n);
         linear_nt(dm, w.dp.narrow(0, off, n), wproj_t, gemv_rows);
+        const at::Tensor dgates = w.dgates.narrow(0, gemm_on_grad_xg ? 0 : off, n);
         lstm::CellGradParams<scalar_t> cp;
         cp.act = base + layout.act + off * 4 * C;
         cp.c_raw = base + layout.c_raw + off * C;
@@ -370,39 +467,49 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
         cp.c_prev_clip = s > 0 ? cc : inf;
         cp.dm = w.dm.const_data_ptr<scalar_t>();
         cp.dc = dc;
-        cp.dgates = dgates + off * 4 * C;
-        cp.dxg = grad_xg.mutable_data_ptr<scalar_t>();
+        cp.dgates = dgates.mutable_data_ptr<scalar_t>();
+        cp.dxg = dxg;
         cp.dxg_offset = dxg_offset.data() + off;
+        cp.accumulate = !unique;
         cp.cell = C;
         cp.cell_clip = cc;
         rows_pass(cp, n, 4 * C);
         at::Tensor dh_active = w.dh.narrow(0, 0, n);
-        linear_nt(dh_active, w.dgates.narrow(0, off, n), whh_t, gemv_rows);
+        linear_nt(dh_active, dgates, whh_t, gemv_rows);
       }
-      // Weight gradients: one GEMM each over all packed rows.
+      // Weight gradients: one GEMM each.
       at::Tensor grad_w_proj_d = grad_w_proj.select(0, d);
       at::mm_out(grad_w_proj_d, w.dp.t(), view_at(saved_d, layout.m, N, C));
-      // dp is spent: it now holds each row's h_prev (h0, else the previous step's clipped projection).
+      // Each position's h_prev (h0, else the previous step's clipped projection), in the rows of
+      // grad_xg (zero where none is read) or packed.
+      scalar_t* hp = w.h_prev.mutable_data_ptr<scalar_t>();
+      if (gemm_on_grad_xg) {
+        for (const auto r : c10::irange(R)) {
+          if (reads[r] == 0) {
+            std::fill_n(hp + r * P, P, scalar_t(0));
+          }
+        }
+      }
       for (const auto s : c10::irange(sc.steps())) {
         const int64_t off = sc.offset[s];
         for (const auto j : c10::irange(sc.active[s])) {
-          scalar_t* hp = dp + (off + j) * P;
+          scalar_t* row = hp + (gemm_on_grad_xg ? xg_row[off + j] : off + j) * P;
           if (s == 0) {
             if (h0_c.defined()) {
-              std::memcpy(hp, h0_c.const_data_ptr<scalar_t>() + (d * B + sc.order[j]) * P, P * sizeof(scalar_t));
+              std::memcpy(row, h0_c.const_data_ptr<scalar_t>() + (d * B + sc.order[j]) * P, P * sizeof(scalar_t));
             } else {
-              std::fill_n(hp, P, scalar_t(0));
+              std::fill_n(row, P, scalar_t(0));
             }
           } else {
             const scalar_t* raw = base + layout.p_raw + (sc.offset[s - 1] + j) * P;
             for (const auto k : c10::irange(P)) {
-              hp[k] = lstm::clip_to(raw[k], pc);
+              row[k] = lstm::clip_to(raw[k], pc);
             }
           }
         }
       }
       at::Tensor grad_w_hh_d = grad_w_hh.select(0, d);
-      at::mm_out(grad_w_hh_d, w.dgates.t(), w.dp);
+      at::mm_out(grad_w_hh_d, (gemm_on_grad_xg ? grad_xg_d : w.dgates).t(), w.h_prev);
       for (const auto b : c10::irange(B)) {
         const int64_t j = sc.rank[b];
         std::memcpy(grad_h0.mutable_data_ptr<scalar_t>() + (d * B + b) * P, dh + j * P, P * sizeof(scalar_t));

@@ -133,8 +133,9 @@ struct CellGradParams {
   const scalar_t* dm;          // [n, C] gradient of m
   scalar_t* dc;                // [n, C] in: gradient of the clipped cell after the step; out: of c_prev
   scalar_t* dgates;            // [n, 4C] out: gradient of z (packed)
-  scalar_t* dxg;               // out: row j also at dxg + dxg_offset[j] (4C contiguous)
+  scalar_t* dxg;               // out: row j also at dxg + dxg_offset[j] (4C contiguous) ...
   const int64_t* dxg_offset;   // [n]
+  bool accumulate;             // ... added to what is there (rows that several positions read)
   int64_t cell;                // C
   scalar_t cell_clip;          // +inf: none
 };
@@ -143,7 +144,8 @@ template <typename scalar_t>
 C10_ALWAYS_INLINE void cell_grad_row(const scalar_t* C10_RESTRICT act, const scalar_t* C10_RESTRICT c_raw,
                                      const scalar_t* C10_RESTRICT c_prev, const scalar_t* C10_RESTRICT dm,
                                      scalar_t* C10_RESTRICT dc, scalar_t* C10_RESTRICT dg,
-                                     scalar_t* C10_RESTRICT dx, int64_t C, scalar_t clip, scalar_t prev_clip) {
+                                     scalar_t* C10_RESTRICT dx, int64_t C, scalar_t clip, scalar_t prev_clip,
+                                     bool accumulate) {
   for (int64_t k = 0; k < C; ++k) {
     const scalar_t i = act[k], f = act[C + k], g = act[2 * C + k], o = act[3 * C + k];
     const scalar_t raw = c_raw[k];
@@ -161,10 +163,17 @@ C10_ALWAYS_INLINE void cell_grad_row(const scalar_t* C10_RESTRICT act, const sca
     dg[C + k] = dzf;
     dg[2 * C + k] = dzg;
     dg[3 * C + k] = dzo;
-    dx[k] = dzi;
-    dx[C + k] = dzf;
-    dx[2 * C + k] = dzg;
-    dx[3 * C + k] = dzo;
+    if (accumulate) {
+      dx[k] += dzi;
+      dx[C + k] += dzf;
+      dx[2 * C + k] += dzg;
+      dx[3 * C + k] += dzo;
+    } else {
+      dx[k] = dzi;
+      dx[C + k] = dzf;
+      dx[2 * C + k] = dzg;
+      dx[3 * C + k] = dzo;
+    }
   }
 }
 
@@ -173,7 +182,7 @@ C10_ALWAYS_INLINE void cell_grad_rows(const CellGradParams<scalar_t>& p, int64_t
   const int64_t C = p.cell;
   for (int64_t j = row_begin; j < row_end; ++j) {
     cell_grad_row(p.act + j * 4 * C, p.c_raw + j * C, p.c_prev + j * C, p.dm + j * C, p.dc + j * C,
-                  p.dgates + j * 4 * C, p.dxg + p.dxg_offset[j], C, p.cell_clip, p.c_prev_clip);
+                  p.dgates + j * 4 * C, p.dxg + p.dxg_offset[j], C, p.cell_clip, p.c_prev_clip, p.accumulate);
   }
 }
 
