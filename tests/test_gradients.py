@@ -106,6 +106,66 @@ def test_gradcheck_whole_bilm(mini):
     assert torch.autograd.gradcheck(f, tensors, fast_mode=True)
 
 
+# --- the whole biLM on the fast ops' backward passes ----------------------------------------------
+
+
+def bilm_fast_train(char_ids, weights):
+    """bilm_ref's computation on the fast ops under autograd: char_cnn and highway (their backward
+    kernels), then ops.bilstm_train (no dropout), over every position."""
+    o = weights.options
+    ids, mask = reference.add_sentence_boundaries(char_ids)
+    B, T2, W = ids.shape
+    tokens = ops.highway(ops.char_cnn(ids.reshape(B * T2, W), weights.char_embedding, weights.conv_weights,
+                                      weights.conv_biases, o.activation),
+                         weights.highway_weights, weights.highway_biases, weights.proj_weight, weights.proj_bias)
+    tokens = tokens.view(B, T2, -1) * mask.unsqueeze(-1).to(tokens.dtype)
+    outputs, h, c = ops.bilstm_train(tokens, mask.sum(dim=1), reference.flat_lstm_weights(weights.lstm), o.cell_clip,
+                                     o.proj_clip)
+    return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
+
+
+@pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
+def test_gradcheck_whole_bilm_on_the_fast_ops(mini):
+    ids = batch_to_ids(MINI_WORDS)
+    tensors = leaves(mini.tensors())
+
+    def f(*t):
+        layers, _, h, c = bilm_fast_train(ids, rebuild(MINI, t))
+        return (*layers, h, c)
+
+    assert torch.autograd.gradcheck(f, tensors, fast_mode=True)
+
+
+@pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
+@pytest.mark.parametrize("preset", ["mini", "tiny"])
+def test_whole_bilm_fast_training_equals_the_reference(preset, mini, random_models):
+    # float64: the fast path's gradients of every biLM weight match bilm_ref's autograd to rounding.
+    if preset == "mini":
+        options, weights = MINI, mini
+        sentences = MINI_WORDS
+    else:
+        options_file, weight_file = random_models("tiny", exercise_clips=True)
+        weights = load_weights(weight_file, load_options(options_file)).to(dtype=torch.float64)
+        options = weights.options
+        sentences = _sentences(np.random.default_rng(7), 6, 1, 11)
+    ids = batch_to_ids(sentences)
+    fast_t, ref_t = leaves(weights.tensors()), leaves(weights.tensors())
+    fast = bilm_fast_train(ids, rebuild(options, fast_t))
+    ref = bilm_ref(ids, rebuild(options, ref_t))
+    gen = torch.Generator().manual_seed(3)
+    outs_fast = [*fast[0], fast[2], fast[3]]
+    outs_ref = [*ref[0], ref[2], ref[3]]
+    projections = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs_ref]
+    for a, b in zip(outs_fast, outs_ref):
+        assert (a - b).abs().max().item() <= 1e-12
+    got = torch.autograd.grad(sum((o * p).sum() for o, p in zip(outs_fast, projections)), fast_t)
+    want = torch.autograd.grad(sum((o * p).sum() for o, p in zip(outs_ref, projections)), ref_t)
+    for i, (g, w) in enumerate(zip(got, want)):
+        scale = w.abs().max().item()
+        assert (g - w).abs().max().item() <= 1e-10 * max(scale, 1e-30), f"{preset}: gradient {i}"
+    assert all(g.abs().sum() > 0 for g in got)  # every weight trains
+
+
 # --- Elmo: which path, and the gradients it gives --------------------------------------------------
 
 
