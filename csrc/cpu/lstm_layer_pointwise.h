@@ -140,14 +140,21 @@ struct CellGradParams {
   scalar_t cell_clip;          // +inf: none
 };
 
-template <typename scalar_t>
-C10_ALWAYS_INLINE void cell_grad_row(const scalar_t* C10_RESTRICT act, const scalar_t* C10_RESTRICT c_raw,
-                                     const scalar_t* C10_RESTRICT c_prev, const scalar_t* C10_RESTRICT dm,
-                                     scalar_t* C10_RESTRICT dc, scalar_t* C10_RESTRICT dg,
-                                     scalar_t* C10_RESTRICT dx, int64_t C, scalar_t clip, scalar_t prev_clip,
-                                     bool accumulate) {
+// kAccumulate is a template parameter: a branch on it inside the loop (conditional stores) kept GCC
+// from vectorizing the loop at all. Each gate block has its own restrict pointer: with one pointer
+// and offsets C, 2C, 3C GCC cannot rule out overlaps (C < the vector width) and gives up.
+template <bool kAccumulate, typename scalar_t>
+C10_ALWAYS_INLINE void cell_grad_row(const scalar_t* C10_RESTRICT act_i, const scalar_t* C10_RESTRICT act_f,
+                                     const scalar_t* C10_RESTRICT act_g, const scalar_t* C10_RESTRICT act_o,
+                                     const scalar_t* C10_RESTRICT c_raw, const scalar_t* C10_RESTRICT c_prev,
+                                     const scalar_t* C10_RESTRICT dm, scalar_t* C10_RESTRICT dc,
+                                     scalar_t* C10_RESTRICT dg_i, scalar_t* C10_RESTRICT dg_f,
+                                     scalar_t* C10_RESTRICT dg_g, scalar_t* C10_RESTRICT dg_o,
+                                     scalar_t* C10_RESTRICT dx_i, scalar_t* C10_RESTRICT dx_f,
+                                     scalar_t* C10_RESTRICT dx_g, scalar_t* C10_RESTRICT dx_o, int64_t C,
+                                     scalar_t clip, scalar_t prev_clip) {
   for (int64_t k = 0; k < C; ++k) {
-    const scalar_t i = act[k], f = act[C + k], g = act[2 * C + k], o = act[3 * C + k];
+    const scalar_t i = act_i[k], f = act_f[k], g = act_g[k], o = act_o[k];
     const scalar_t raw = c_raw[k];
     const scalar_t tc = tanh_fast(clip_to(raw, clip));
     const scalar_t cp = clip_to(c_prev[k], prev_clip);
@@ -159,20 +166,20 @@ C10_ALWAYS_INLINE void cell_grad_row(const scalar_t* C10_RESTRICT act, const sca
     const scalar_t dzf = dcr * cp * f * (scalar_t(1) - f);
     const scalar_t dzg = dcr * i * (scalar_t(1) - g * g);
     dc[k] = dcr * f;
-    dg[k] = dzi;
-    dg[C + k] = dzf;
-    dg[2 * C + k] = dzg;
-    dg[3 * C + k] = dzo;
-    if (accumulate) {
-      dx[k] += dzi;
-      dx[C + k] += dzf;
-      dx[2 * C + k] += dzg;
-      dx[3 * C + k] += dzo;
+    dg_i[k] = dzi;
+    dg_f[k] = dzf;
+    dg_g[k] = dzg;
+    dg_o[k] = dzo;
+    if constexpr (kAccumulate) {
+      dx_i[k] += dzi;
+      dx_f[k] += dzf;
+      dx_g[k] += dzg;
+      dx_o[k] += dzo;
     } else {
-      dx[k] = dzi;
-      dx[C + k] = dzf;
-      dx[2 * C + k] = dzg;
-      dx[3 * C + k] = dzo;
+      dx_i[k] = dzi;
+      dx_f[k] = dzf;
+      dx_g[k] = dzg;
+      dx_o[k] = dzo;
     }
   }
 }
@@ -180,9 +187,21 @@ C10_ALWAYS_INLINE void cell_grad_row(const scalar_t* C10_RESTRICT act, const sca
 template <typename scalar_t>
 C10_ALWAYS_INLINE void cell_grad_rows(const CellGradParams<scalar_t>& p, int64_t row_begin, int64_t row_end) {
   const int64_t C = p.cell;
+  // No (generic) lambda here: GCC emits it out of line, compiled for the base ISA, outside the
+  // caller's AVX2 / AVX-512 variant.
   for (int64_t j = row_begin; j < row_end; ++j) {
-    cell_grad_row(p.act + j * 4 * C, p.c_raw + j * C, p.c_prev + j * C, p.dm + j * C, p.dc + j * C,
-                  p.dgates + j * 4 * C, p.dxg + p.dxg_offset[j], C, p.cell_clip, p.c_prev_clip, p.accumulate);
+    const scalar_t* a = p.act + j * 4 * C;
+    scalar_t* dg = p.dgates + j * 4 * C;
+    scalar_t* dx = p.dxg + p.dxg_offset[j];
+    if (p.accumulate) {
+      cell_grad_row<true>(a, a + C, a + 2 * C, a + 3 * C, p.c_raw + j * C, p.c_prev + j * C, p.dm + j * C,
+                          p.dc + j * C, dg, dg + C, dg + 2 * C, dg + 3 * C, dx, dx + C, dx + 2 * C, dx + 3 * C, C,
+                          p.cell_clip, p.c_prev_clip);
+    } else {
+      cell_grad_row<false>(a, a + C, a + 2 * C, a + 3 * C, p.c_raw + j * C, p.c_prev + j * C, p.dm + j * C,
+                           p.dc + j * C, dg, dg + C, dg + 2 * C, dg + 3 * C, dx, dx + C, dx + 2 * C, dx + 3 * C, C,
+                           p.cell_clip, p.c_prev_clip);
+    }
   }
 }
 
