@@ -82,10 +82,7 @@ smoke() {
     "$venv/bin/python" - "$expect" <<'EOF' || exit 1
 import os, sys
 import elmo_fast
-try:
-    from elmo_fast.bilm import ops  # the package layout since the split into subpackages
-except ImportError:
-    from elmo_fast import ops
+from elmo_fast.bilm import ops
 ops.require_extension()
 where = os.path.dirname(os.path.realpath(elmo_fast.__file__))
 expect = os.path.realpath(sys.argv[1])

@@ -425,6 +425,17 @@ def _weights(out):
     return load_model_files(Path(out) / "options.json", Path(out) / "weights.hdf5").tensors()
 
 
+def test_resume_of_a_finished_run_trains_no_further(corpus, tmp_path):
+    """A run killed after its last checkpoint (while exporting the model files) resumes with nothing
+    left to do: the weights are those of the finished run, not one step further."""
+    Trainer(_config(corpus, tmp_path / "a", max_steps=3, checkpoint_every=1, heldout=[])).run()
+    before = _weights(tmp_path / "a")
+    (tmp_path / "a" / "weights.hdf5").unlink()  # as a kill during the export can leave it
+    result = Trainer(_config(corpus, tmp_path / "a", max_steps=3, checkpoint_every=1, heldout=[])).run(resume=True)
+    assert result["step"] == 3
+    assert all(torch.equal(x, y) for x, y in zip(_weights(tmp_path / "a"), before))
+
+
 @pytest.mark.parametrize("scheme", ["sentences", "unrolled"])
 def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp_path, scheme):
     """`elmo-fast train --resume` SIGKILLed at random moments, then resumed: the final weights and

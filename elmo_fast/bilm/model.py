@@ -371,19 +371,32 @@ class ElmoBiLm(nn.Module):
         return self.training and torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
 
     def _forward_autograd(self, char_ids: Tensor, h0: Tensor | None, c0: Tensor | None):
-        """What fine-tuning runs: the reference stages under autograd, but each distinct token of the
-        batch (padding included, as one more) through the char CNN and highway once, as the fast path
-        does. Equal to ``bilm_ref`` up to fp32 summation order; a training step 5.7x faster than through
-        ``bilm_ref``, which runs every position, padding included (benchmarks/bench_elmo.py)."""
+        """What fine-tuning runs: each distinct token of the batch (padding included, as one more)
+        through the token embedder once, then the biLSTM, under autograd. On the fast backend (where
+        the ops have backward passes) that is the fused char CNN and highway ops and
+        :func:`~elmo_fast.bilm.ops.bilstm_train` (backpropagation through time in C++); otherwise the
+        reference stages. Equal to ``bilm_ref`` up to fp32 summation order."""
         ids, mask = reference.add_sentence_boundaries(char_ids)
         B, T2, W = ids.shape
         distinct, inverse = torch.unique(ids.reshape(B * T2, W), dim=0, return_inverse=True)
-        vectors = self.token_embedder.forward_reference(distinct)
         token_index = inverse.view(B, T2)
-        outputs, h, c = self.encoder.forward_reference(self.encoder.layer0_gates(vectors), token_index,
-                                                       mask.sum(dim=1), h0, c0)
+        lengths = mask.sum(dim=1)
+        enc = self.encoder
+        if self._fast_gradients():
+            vectors = self.token_embedder.forward_fast(distinct)
+            outputs, h, c = ops.bilstm_train(vectors[token_index], lengths, enc.flat_weights(), enc.cell_clip,
+                                             enc.proj_clip, h0, c0, training=False)
+        else:
+            vectors = self.token_embedder.forward_reference(distinct)
+            outputs, h, c = enc.forward_reference(enc.layer0_gates(vectors), token_index, lengths, h0, c0)
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
+
+    def _fast_gradients(self) -> bool:
+        """Whether the fast ops can give this model's gradients (backward passes on its device)."""
+        if self.backend != "fast":
+            return False
+        return ops.HAS_CUDA_BACKWARD if self.device.type == "cuda" else ops.HAS_BACKWARD
 
     def _cached_word_inputs(self, char_ids: Tensor | None, word_inputs: Tensor | None) -> Tensor | None:
         """word_inputs when this batch can use the vocabulary cache, else None (the char path)."""
