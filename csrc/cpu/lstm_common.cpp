@@ -1,12 +1,20 @@
 // The shared pieces of the CPU LSTM kernels (see lstm_common.h).
 #include "cpu/lstm_common.h"
 
+#include <ATen/Context.h>
 #include <ATen/Version.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/mm.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cstdlib>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include <numeric>
 #include <string>
 
@@ -27,6 +35,27 @@ namespace {
 ELMO_FAST_ISA_DISPATCHED(gemv_nt_f32, lstm::GemvParams<float>, lstm::gemv_nt)
 ELMO_FAST_ISA_DISPATCHED(gemv_nt_bf16, lstm::GemvParams<uint16_t>, lstm::gemv_nt)
 }  // namespace
+
+at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = static_cast<size_t>(c10::multiply_integers(sizes)) * options.dtype().itemsize();
+  const at::Context& ctx = at::globalContext();
+  static const bool disabled = [] {
+    const char* env = std::getenv("ELMO_FAST_HUGE_PAGES");  // =0: plain at::empty, for benchmarking
+    return env != nullptr && std::string(env) == "0";
+  }();
+  if (!disabled && bytes >= 2 * kHuge && !(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory())) {
+    void* data = nullptr;
+    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    if (posix_memalign(&data, kHuge, rounded) == 0) {
+      madvise(data, rounded, MADV_HUGEPAGE);  // advice only: a failure leaves 4 kB pages
+      return at::from_blob(data, sizes, [](void* p) { std::free(p); }, options);
+    }
+  }
+#endif
+  return at::empty(sizes, options);
+}
 
 Schedule make_schedule(const int64_t* lengths, int64_t batch, int64_t time) {
   Schedule s;

@@ -224,7 +224,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
   at::Tensor y = at::empty({2, B, T, P}, opts);
   at::Tensor h_out = at::empty({2, B, P}, opts);
   at::Tensor c_out = at::empty({2, B, C}, opts);
-  at::Tensor saved = at::empty({2, N, 6 * C + P}, opts);
+  at::Tensor saved = empty_large({2, N, 6 * C + P}, opts);
   const at::Tensor h0_c = h0_opt.has_value() ? h0_opt->contiguous() : at::Tensor();
   const at::Tensor c0_c = c0_opt.has_value() ? c0_opt->contiguous() : at::Tensor();
   const at::Tensor w_hh_c = w_hh.contiguous();
@@ -369,7 +369,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
   const bool gemm_on_grad_xg = unique && 4 * R <= 5 * N;
 
   const auto opts = saved.options().memory_format(at::MemoryFormat::Contiguous);
-  at::Tensor grad_xg = at::empty(xg_size, opts);
+  at::Tensor grad_xg = empty_large(xg_size, opts);
   at::Tensor grad_w_hh = at::empty({2, 4 * C, P}, opts);
   at::Tensor grad_w_proj = at::empty({2, P, C}, opts);
   at::Tensor grad_h0 = at::empty({2, B, P}, opts);
@@ -394,7 +394,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
     w.dh = at::empty({B, P}, opts);
     w.dc = at::empty({B, C}, opts);
     w.dp = at::empty({N, P}, opts);
-    w.dgates = at::empty({gemm_on_grad_xg ? n0 : N, 4 * C}, opts);
+    w.dgates = empty_large({gemm_on_grad_xg ? n0 : N, 4 * C}, opts);
     w.h_prev = gemm_on_grad_xg ? at::empty({R, P}, opts) : w.dp;  // dp is spent by then
     w.dm = at::empty({n0, C}, opts);
     w.c0 = at::empty({B, C}, opts);
