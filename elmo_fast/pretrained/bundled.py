@@ -13,6 +13,11 @@ DESCRIPTION = ("elmo-fast's own English biLM, bundled and offline (2x512_128 LST
                "dim 256; see elmo_fast/pretrained/default/MODEL_CARD.md)")
 
 
+#: what a command prints (one line, stderr) when no model was named and it uses this one
+USING_MESSAGE = (f"elmo-fast: no model named: using the bundled model '{NAME}' (elmo-fast's own small English biLM, "
+                 "offline); --model original gives the official ELMo where the internet is reachable")
+
+
 @dataclass(frozen=True)
 class BundledModel:
     options: Path
