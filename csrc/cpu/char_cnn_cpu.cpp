@@ -1,4 +1,4 @@
-// CPU kernel of the character CNN: for every token (a row of L = 50 character ids) and every
+// CPU kernel of the character CNN: for every token (a row of L character ids; ELMo's L is 50) and every
 // convolution k (n_k filters of width w_k over D-dim character embeddings),
 //   out[t, off_k + f] = act(max_p (b_k[f] + sum_{j<w_k} sum_d E[ids[t, p + j], d] W_k[f, d, j])),
 // p over the L - w_k + 1 valid windows. Oracle: elmo_fast.reference.char_cnn_ref.
@@ -596,16 +596,17 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
   });
 }
 
-// char_ids [N, 50] int64, char_embedding [V, D], conv_weights[k] [n_k, D, w_k],
+// char_ids [N, L] int64 (L >= 1; allennlp's and bilm-tf's L is 50, ELMoForManyLangs' its config's
+// max_characters_per_token), char_embedding [V, D], conv_weights[k] [n_k, D, w_k] (w_k <= L),
 // conv_biases[k] [n_k] -> [N, sum n_k] (float32 or float64, all the same), on CPU.
 at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embedding,
                         at::TensorList conv_weights, at::TensorList conv_biases,
                         c10::string_view activation) {
   static constexpr char kOp[] = "char_cnn";
-  constexpr int64_t kChars = 50;  // allennlp's max_characters_per_token; ELMo's options require it
   ELMO_CHECK_DIM(char_ids, 2);
-  ELMO_CHECK(char_ids.size(1) == kChars, "char_ids must have ", kChars,
-             " character ids per token (shape [N, 50]), got shape ", char_ids.sizes());
+  const int64_t chars = char_ids.size(1);
+  ELMO_CHECK(chars >= 1, "char_ids must have at least one character id per token (shape [N, L]), got shape ",
+             char_ids.sizes());
   ELMO_CHECK_DTYPE(char_ids, at::kLong);
   ELMO_CHECK_CPU(char_ids);
   ELMO_CHECK_DIM(char_embedding, 2);
@@ -629,8 +630,8 @@ at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embed
     ELMO_CHECK(w.dim() == 3, "conv_weights[", k, "] must have 3 dims ([n, D, w]), got shape ", w.sizes());
     ELMO_CHECK(w.size(1) == dim, "conv_weights[", k, "] must have D = ", dim,
                " input channels (char_embedding is ", char_embedding.sizes(), "), got shape ", w.sizes());
-    ELMO_CHECK(w.size(2) >= 1 && w.size(2) <= kChars, "conv_weights[", k, "] must have a width in 1..",
-               kChars, ", got shape ", w.sizes());
+    ELMO_CHECK(w.size(2) >= 1 && w.size(2) <= chars, "conv_weights[", k, "] must have a width in 1..",
+               chars, " (the characters per token of char_ids, ", char_ids.sizes(), "), got shape ", w.sizes());
     ELMO_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv_biases[", k, "] must have shape [",
                w.size(0), "] (one bias per filter of conv_weights[", k, "]), got shape ", b.sizes());
     ELMO_CHECK(w.scalar_type() == dtype, "conv_weights[", k, "] must have the dtype of char_embedding (",
@@ -675,7 +676,7 @@ at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embed
     params.num_convs = static_cast<int64_t>(convs.size());
     params.out = out.mutable_data_ptr<scalar_t>();
     params.n = n;
-    params.length = kChars;
+    params.length = chars;
     params.vocab = vocab;
     params.dim = dim;
     params.relu = activation == "relu";
