@@ -37,7 +37,8 @@ REPO = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from bench_cpu import _foreign, _machine_busy_s, _own_cpu_s, _peak_rss_mb, machine_info, wait_quiet  # noqa: E402
+from bench_cpu import (_foreign, _machine_busy_s, _own_cpu_s, _peak_rss_mb, flops_per_token, gemm_rate,  # noqa: E402
+                       machine_info, wait_quiet)
 
 DEFAULT_CACHE_DIR = Path("/tmp/elmo_fast_bench")
 N_WORDS, N_CHARS = 70_000, 3_000
@@ -134,6 +135,10 @@ def run_one(cfg: dict) -> dict:
             "foreign_cpu_fraction": _foreign(busy0, own0, wall0), "torch_threads": torch.get_num_threads()}
 
 
+def _gflops(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f}"
+
+
 def _version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -143,13 +148,26 @@ def _version(dist: str) -> str:
         return "?"
 
 
-def _row(r: dict, base: dict | None) -> str:
+def model_flops(model_dir: Path) -> dict[str, int]:
+    """Nominal FLOPs per token (bench_cpu's formula, the projection reading the word embedding too)."""
+    from elmo_fast.formats.manylangs import load_config
+
+    config, _ = load_config(model_dir)
+    out = flops_per_token(config)
+    out["projection"] += 2 * config.word_dim * config.projection_dim
+    out["total"] += 2 * config.word_dim * config.projection_dim
+    return out
+
+
+def _row(r: dict, base: dict | None, flops: int, sgemm: float | None) -> str:
     busy = r["foreign_cpu_fraction"]
     mark = f" †{busy:.0%}" if busy is not None and busy >= 0.05 else ""
     speed = "(base)" if base is None or base is r else f"{r['tokens_per_s'] / base['tokens_per_s']:.1f}x"
     sents = f"{r['sentences']}" + (" (budget)" if r["budget_hit"] else "")
+    gflops = r["tokens_per_s"] * flops / 1e9
+    share = f"{gflops / sgemm:.0%}" if sgemm else "-"
     return (f"| {r['system']} | {r['batch_size']} | {sents} | {r['tokens']:,} | {r['tokens_per_s']:,.0f}{mark} | "
-            f"{speed} | {r['load_s']:.1f} | {r['peak_rss_mb']:,.0f} |")
+            f"{speed} | {gflops:.1f} | {share} | {r['load_s']:.1f} | {r['peak_rss_mb']:,.0f} |")
 
 
 def markdown(result: dict) -> str:
@@ -172,20 +190,25 @@ def markdown(result: dict) -> str:
         f"{', '.join(m['bf16_hardware']) or 'none'}), {m['torch_threads']} threads; Python {m['python']}; {m['date']}",
         f"- load: {result['load_note']}",
         f"- command: `{result['command']}`",
+        f"- GEMM rate (2048^3, median of 10, the same threads): fp32 **{_gflops(result['sgemm'])} GFLOP/s**; "
+        f"nominal FLOPs per token {result['flops']['total'] / 1e6:.1f} M (char CNN "
+        f"{result['flops']['char_cnn'] / 1e6:.1f}, highway {result['flops']['highway'] / 1e6:.1f}, projection "
+        f"{result['flops']['projection'] / 1e6:.1f}, LSTM {result['flops']['lstm'] / 1e6:.1f}; bench_cpu.py's formula)",
         "",
-        "| library | batch | sentences | tokens | tokens/s | vs ELMoForManyLangs | load s | peak RSS MB |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| library | batch | sentences | tokens | tokens/s | vs ELMoForManyLangs | GFLOP/s | % SGEMM | load s | peak RSS MB |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for bs in result["batch_sizes"]:
         rows = [r for r in result["rows"] if r["batch_size"] == bs]
         base = next((r for r in rows if r["system"] == "elmoformanylangs"), None)
-        lines += [_row(r, base) for r in rows]
+        lines += [_row(r, base, result["flops"]["total"], result["sgemm"]) for r in rows]
     lines += [
         "",
         "*tokens/s*: real tokens over the time inside `sents2elmo`, after one warm-up call; \"(budget)\": the "
         f"time budget ({result['seconds']:.0f} s a row) ended the row before its corpus. *load s*: "
-        "`Embedder(dir)`, files read. A mark †N% says other processes kept N% of the machine's CPUs busy "
-        "during the row.",
+        "`Embedder(dir)`, files read. *GFLOP/s*: tokens/s times the nominal FLOPs per token (useful work "
+        "only: padding and recomputed duplicates are not credited), *% SGEMM* its share of the GEMM rate. "
+        "A mark †N% says other processes kept N% of the machine's CPUs busy during the row.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -224,6 +247,10 @@ def main(argv=None) -> int:
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     model_dir = ensure_model(args.preset, args.cache_dir, args.words, args.chars)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    torch.set_num_threads(args.threads)
+    if args.wait_quiet:
+        wait_quiet(args.wait_quiet)
+    sgemm, _ = gemm_rate(torch.float32, 2048, 10)
     systems = args.systems.split(",")
     ctx = mp.get_context("spawn")
     rows, busy_before = [], []
@@ -248,6 +275,7 @@ def main(argv=None) -> int:
     their = next((r["version"] for r in rows if r["system"] == "elmoformanylangs"), "elmoformanylangs (not run)")
     result = {"machine": machine_info(args.threads), "rows": rows, "batch_sizes": batch_sizes, "seconds": args.seconds,
               "n_words": args.words, "n_chars": args.chars, "their_version": their, "load_note": note,
+              "sgemm": sgemm, "flops": model_flops(model_dir),
               "command": "python benchmarks/bench_manylangs.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(markdown(result))
     if args.json:
