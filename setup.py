@@ -2,89 +2,61 @@
 
 The CPU extension (csrc/*.cpp, csrc/cpu/*.cpp) is always built. The CUDA kernels (csrc/cuda/*.cu)
 and their host bindings (csrc/cuda/*.cpp, which register TORCH_LIBRARY_IMPL(elmo_fast, CUDA, m))
-are added, making it a CUDAExtension, only when nvcc is found AND torch is a CUDA build AND
-ELMO_FAST_SKIP_CUDA_BUILD is not 1. A visible GPU plays no part: a build box without one builds
-the same extension as a GPU machine.
+are added, making it a CUDAExtension, only when torch is a CUDA build AND its CUDA toolkit is
+complete and matches it (nvcc runs, same major CUDA version as torch, the CUDA headers and libcudart
+are there, a test compile passes: build_support/elmo_fast_cuda.py) AND ELMO_FAST_SKIP_CUDA_BUILD is
+not 1. Otherwise the CPU extension is built, and a CUDA torch whose toolkit is unusable gets one
+warning line saying why. A visible GPU plays no part: a build box without one builds the same
+extension as a GPU machine. The decision is made when build_ext runs (not for metadata or sdists),
+and recorded with the torch version in elmo_fast/_build_info.py, which explains at run time an
+extension that does not load (e.g. built against another torch).
 
 Environment:
     ELMO_FAST_SKIP_CUDA_BUILD=1     build the CPU extension only
+    ELMO_FAST_FORCE_CUDA_BUILD=1    an unusable CUDA toolkit is an error, not a CPU build
     ELMO_FAST_CUDA_ARCHS="8.0;9.0"  SASS for each of these archs, plus PTX for the newest
+    ELMO_FAST_CUDA_PROBE=0          skip the test compile of the CUDA headers
+    CUDA_HOME=/usr/local/cuda-X.Y   the CUDA toolkit (else torch finds it from nvcc on PATH)
     MAX_JOBS=N                      parallel compile jobs (read by torch's BuildExtension)
 
-torch must already be installed, hence: pip install --no-build-isolation -e .
+Developers: pip install --no-build-isolation -e .   (torch installed first; builds against it)
+Users:      pip install .   (build isolation: build_support/elmo_fast_backend.py builds against the
+            torch installed in the target environment, without downloading another)
 """
 import glob
 import os
-import re
-import shutil
+import sys
 
-import torch
-from setuptools import find_packages, setup
-from torch.utils.cpp_extension import (
-    CUDA_HOME,
-    BuildExtension,
-    CppExtension,
-    CUDAExtension,
-    is_ninja_available,
-)
+from setuptools import find_namespace_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "build_support"))
+import elmo_fast_cuda  # noqa: E402  (build_support/, not installed)
+
+try:
+    import torch
+    from torch.utils import cpp_extension
+except ImportError:  # fine for an sdist or metadata, not for a build
+    torch = None
+NO_TORCH = ("elmo-fast: building elmo_fast._C needs torch; install torch first "
+            "(https://pytorch.org/get-started/locally/), then build again")
+if torch is None and {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"} & set(sys.argv[1:]):
+    raise SystemExit(NO_TORCH)  # rather than a wheel without its extension
 
 # Sources are relative to this file; pip runs setup.py from the source tree.
 CSRC = "csrc"
 # torch 2.13's headers use C++20 (e.g. bit-field initializers in c10/core/AutogradState.h) and its
 # BuildExtension defaults to it; -std=c++17 only compiles as a GCC extension, with warnings.
 CXX_STD = "-std=c++20"
+EXT_NAME = "elmo_fast._C"
+BUILD_INFO = "_build_info.py"
 
 
 def sources(pattern):
     return sorted(glob.glob(os.path.join(CSRC, pattern)))
 
 
-def nvcc_path():
-    """nvcc of the CUDA toolkit torch found (CUDA_HOME), else the one on PATH, else None."""
-    if CUDA_HOME is not None and os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc")):
-        return os.path.join(CUDA_HOME, "bin", "nvcc")
-    return shutil.which("nvcc")
-
-
-def build_cuda():
-    """Whether to compile the CUDA kernels, and why, decided only from the toolchain and env."""
-    if os.environ.get("ELMO_FAST_SKIP_CUDA_BUILD", "0") == "1":
-        return False, "ELMO_FAST_SKIP_CUDA_BUILD=1"
-    if torch.version.cuda is None:
-        return False, f"torch {torch.__version__} is not a CUDA build"
-    if nvcc_path() is None:
-        return False, "nvcc not found (set CUDA_HOME or put nvcc on PATH)"
-    return True, f"nvcc {nvcc_path()}, torch CUDA {torch.version.cuda}"
-
-
-def cuda_archs():
-    """ELMO_FAST_CUDA_ARCHS ("8.0;9.0", "80;90a" or "8.0 9.0") as sorted (major, minor, suffix)."""
-    raw = os.environ.get("ELMO_FAST_CUDA_ARCHS", "8.0;9.0")
-    archs = set()
-    for item in re.split(r"[;,\s]+", raw.strip()):
-        if not item:
-            continue
-        m = re.fullmatch(r"(\d+)\.?(\d)([af]?)", item)
-        if m is None:
-            raise SystemExit(f"ELMO_FAST_CUDA_ARCHS: cannot read {item!r}; expected e.g. '8.0;9.0' or '80;90a'")
-        archs.add((int(m.group(1)), int(m.group(2)), m.group(3)))
-    if not archs:
-        raise SystemExit("ELMO_FAST_CUDA_ARCHS is empty")
-    return sorted(archs)
-
-
-def cuda_gencode_flags(archs):
-    """SASS for every arch, PTX for the newest so that later GPUs can JIT it (as flash-attention).
-    Passing any -gencode also stops torch from adding its own TORCH_CUDA_ARCH_LIST flags."""
-    flags = []
-    for major, minor, suffix in archs:
-        flags += ["-gencode", f"arch=compute_{major}{minor}{suffix},code=sm_{major}{minor}{suffix}"]
-    major, minor, _ = archs[-1]  # arch-specific (a/f) PTX would not run on later GPUs
-    flags += ["-gencode", f"arch=compute_{major}{minor},code=compute_{major}{minor}"]
-    return flags
-
-
-def get_extensions():
+def cpu_extension():
     cxx_flags = [
         "-O3",
         CXX_STD,
@@ -98,42 +70,96 @@ def get_extensions():
     if torch._C.has_openmp:
         cxx_flags.append("-fopenmp")
         link_flags.append("-fopenmp")
-
-    with_cuda, reason = build_cuda()
-    print(f"elmo-fast: building the {'CUDA' if with_cuda else 'CPU-only'} extension ({reason})")
     srcs = sources("*.cpp") + sources(os.path.join("cpu", "*.cpp"))
-    kwargs = dict(
+    return cpp_extension.CppExtension(
+        EXT_NAME, srcs,
         include_dirs=[os.path.abspath(CSRC)],
         extra_compile_args={"cxx": cxx_flags},
         extra_link_args=link_flags,
     )
-    if not with_cuda:
-        return [CppExtension("elmo_fast._C", srcs, **kwargs)]
 
-    archs = cuda_archs()
+
+def cuda_extension(cpu_ext):
+    """The CPU extension plus the CUDA kernels and bindings, with the same host flags."""
+    archs = elmo_fast_cuda.cuda_archs()
     print("elmo-fast: CUDA archs " + ", ".join(f"{a}.{b}{s}" for a, b, s in archs) + " (+PTX for the newest)")
-    cxx_flags.append("-DELMO_FAST_WITH_CUDA")
-    kwargs["extra_compile_args"]["nvcc"] = [
-        "-O3",
-        CXX_STD,
-        "-DELMO_FAST_WITH_CUDA",
-        "-lineinfo",
-    ] + cuda_gencode_flags(archs)
+    cxx_flags = list(cpu_ext.extra_compile_args["cxx"]) + ["-DELMO_FAST_WITH_CUDA"]
+    nvcc_flags = ["-O3", CXX_STD, "-DELMO_FAST_WITH_CUDA", "-lineinfo"] + elmo_fast_cuda.cuda_gencode_flags(archs)
     # .cu: kernels and launchers only (CUDA headers, no torch: nvcc stays fast); .cpp: the bindings.
     cuda_srcs = sources(os.path.join("cuda", "*.cu")) + sources(os.path.join("cuda", "*.cpp"))
-    return [CUDAExtension("elmo_fast._C", srcs + cuda_srcs, **kwargs)]
+    cpu_srcs = [s for s in cpu_ext.sources if s not in cuda_srcs]
+    return cpp_extension.CUDAExtension(
+        EXT_NAME, cpu_srcs + cuda_srcs,
+        include_dirs=[os.path.abspath(CSRC)],
+        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+        extra_link_args=list(cpu_ext.extra_link_args),
+    )
+
+
+def write_build_info(directory, decision):
+    """elmo_fast/_build_info.py next to the extension: what it was built against (read by elmo_fast._extension_info)."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, BUILD_INFO), "w") as f:
+        f.write('"""Written by setup.py when elmo_fast._C was built: what it was built against."""\n')
+        f.write(f"TORCH_VERSION = {torch.__version__!r}\n")
+        f.write(f"TORCH_CUDA = {torch.version.cuda!r}\n")
+        f.write(f"WITH_CUDA = {decision.with_cuda!r}\n")
+        f.write(f"CUDA_DECISION = {decision.reason!r}\n")
+        f.write(f"PYTHON = {'.'.join(map(str, sys.version_info[:2]))!r}\n")
+
+
+if torch is not None:
+    _BuildExtensionBase = cpp_extension.BuildExtension.with_options(use_ninja=cpp_extension.is_ninja_available())
+else:
+    from setuptools.command.build_ext import build_ext as _BuildExtensionBase
+
+
+class BuildExt(_BuildExtensionBase):
+    """Decides CPU vs CUDA once, when the extension is really built, and records it."""
+
+    def run(self):
+        if torch is None:
+            raise SystemExit(NO_TORCH)
+        try:
+            decision = elmo_fast_cuda.decide(
+                torch_version=torch.__version__,
+                torch_cuda=torch.version.cuda,
+                torch_hip=getattr(torch.version, "hip", None),
+                cuda_home=cpp_extension.CUDA_HOME,
+            )
+        except elmo_fast_cuda.CudaBuildError as exc:
+            raise SystemExit(f"elmo-fast: error: {exc}") from None
+        print(decision.message(), file=sys.stderr if decision.warn else sys.stdout, flush=True)
+        if decision.with_cuda:
+            for ext in self.extensions:
+                if ext.name == EXT_NAME:
+                    # In place: build_ext.finalize_options already recorded this object (paths, stubs).
+                    for key, value in vars(cuda_extension(ext)).items():
+                        if not key.startswith("_"):
+                            setattr(ext, key, value)
+        inplace = self.inplace or getattr(self, "editable_mode", False)
+        super().run()
+        package_dir = os.path.join(*EXT_NAME.split(".")[:-1])
+        write_build_info(os.path.join(self.build_lib, package_dir), decision)
+        if inplace:  # editable install / build_ext --inplace: the extension lands in the source tree
+            write_build_info(os.path.join(HERE, package_dir), decision)
 
 
 setup(
     name="elmo-fast",
     version="0.1.0",
     description="Fast ELMo inference on PyTorch with C++/CUDA kernels",
-    packages=find_packages(include=["elmo_fast", "elmo_fast.*"]),
+    # Every folder under elmo_fast/ (subpackages, and data folders without __init__.py), with its
+    # data files (*.json, *.hdf5, *.txt: e.g. a bundled model; MANIFEST.in puts them in the sdist).
+    packages=find_namespace_packages(include=["elmo_fast", "elmo_fast.*"], exclude=["*.__pycache__"]),
+    include_package_data=True,
+    package_data={"elmo_fast": ["**/*.json", "**/*.hdf5", "**/*.txt"]},
+    exclude_package_data={"": ["*.so", "*.pyd", "*.o"]},
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],
     extras_require={"test": ["pytest", "hypothesis"]},
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
-    ext_modules=get_extensions(),
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=is_ninja_available())},
+    ext_modules=[cpu_extension()] if torch is not None else [],
+    cmdclass={"build_ext": BuildExt},
     zip_safe=False,
 )

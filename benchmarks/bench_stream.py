@@ -83,9 +83,16 @@ def run_embed(corpus: Path, out: Path, options: Path, weights: Path, fmt: str, e
     text = err_path.read_text()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{text[-2000:]}")
-    m = re.search(r"embedded (\d+) sentences \((\d+) tokens\).* in ([\d.]+) s: (\d+) tokens/s", text)
-    return {"wall_s": wall, "embed_s": float(m.group(3)), "tokens": int(m.group(2)), "tokens_per_s": int(m.group(4)),
-            "samples": samples, "output_mb": out.stat().st_size / 2**20, "peak_rss_mb": usage.ru_maxrss / 1024}
+    # the closing lines: "N sentences, M tokens -> OUT (size) in W s (S s to start, E s to embed and write)",
+    # then the steady rate after the first batch (absent with a single batch)
+    m = re.search(r"elmo-fast: ([\d,]+) sentences, ([\d,]+) tokens.* \(([\d.]+) s to start, ([\d.]+) s to embed "
+                  r"and write\)", text)
+    steady = re.search(r"elmo-fast: ([\d,]+) tokens/s steady", text)
+    tokens, embed_s = int(m.group(2).replace(",", "")), float(m.group(4))
+    return {"wall_s": wall, "embed_s": embed_s, "tokens": tokens, "tokens_per_s": int(tokens / embed_s),
+            "steady_tokens_per_s": int(steady.group(1).replace(",", "")) if steady else None,
+            "startup_s": float(m.group(3)), "samples": samples, "output_mb": out.stat().st_size / 2**20,
+            "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
 def sentence_map_cost(corpus: Path) -> dict:
@@ -119,8 +126,8 @@ def main() -> None:
     work = Path(args.dir or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     model = work / "model"
-    subprocess.run([sys.executable, "-m", "elmo_fast", "random-model", args.preset, str(model)], check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "elmo_fast", "random-model", args.preset, str(model), "--overwrite"],
+                   check=True, capture_output=True)
     options, weights = model / "options.json", model / "weights.hdf5"
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
           f"Python {platform.python_version()}; preset {args.preset}, --{args.format}, mean {args.mean_tokens} "

@@ -1,6 +1,7 @@
 // Argument checks of the `bilstm` op, shared by its CPU and CUDA bindings. Each binding first checks
 // its own device type and the dtypes it supports (xg0's, and which dtype the GEMM weights may have),
-// then calls check_bilstm_args for everything else.
+// then calls check_bilstm_args for everything else. Likewise check_lstm_layer_args for the trainable
+// layer ops `lstm_layer_forward` / `lstm_layer_backward`.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -94,6 +95,56 @@ inline void check_bilstm_args(const BilstmDims& dims, const at::Tensor& xg0, con
                                 std::pair<const char*, std::optional<double>>{"proj_clip", proj_clip}}) {
     ELMO_CHECK(!v.has_value() || *v >= 0.0, name, " must be positive, 0 or None, got ", *v);
   }
+}
+
+// The sizes of a lstm_layer call.
+struct LstmLayerDims {
+  int64_t B;  // batch rows
+  int64_t T;  // positions per row
+  int64_t P;  // projection (output) width
+  int64_t C;  // cell width
+};
+
+// The weights and states of `lstm_layer_forward` / `lstm_layer_backward` (op name kOp), for B rows:
+// w_hh: [2, 4C, P], w_proj: [2, P, C] (P, C read from w_proj, checked first), h0: [2, B, P],
+// c0: [2, B, C], all of dtype `dtype` on `device`; lengths: [B] int64 (values: the binding's);
+// clips >= 0 or None.
+inline LstmLayerDims check_lstm_layer_weights(const char* kOp, int64_t B, int64_t T, const at::Tensor& lengths,
+                                              const at::Tensor& w_hh, const at::Tensor& w_proj,
+                                              at::ScalarType dtype, at::Device device,
+                                              std::optional<double> cell_clip, std::optional<double> proj_clip,
+                                              const std::optional<at::Tensor>& h0_opt,
+                                              const std::optional<at::Tensor>& c0_opt) {
+  ELMO_CHECK(w_proj.dim() == 3 && w_proj.size(0) == 2, "w_proj must have shape [2, P, C] (forward, backward), got ",
+             w_proj.sizes());
+  const int64_t P = w_proj.size(1), C = w_proj.size(2);
+  ELMO_CHECK_SHAPE(w_hh, 2, 4 * C, P);
+  ELMO_CHECK_DIM(lengths, 1);
+  ELMO_CHECK_SHAPE(lengths, B);
+  ELMO_CHECK_DTYPE(lengths, at::kLong);
+  for (const auto& [name, w] : {std::pair<const char*, const at::Tensor*>{"w_hh", &w_hh},
+                                std::pair<const char*, const at::Tensor*>{"w_proj", &w_proj}}) {
+    ELMO_CHECK(w->scalar_type() == dtype, name, " must have dtype ", dtype_name(dtype), ", got ",
+               dtype_name(w->scalar_type()));
+    ELMO_CHECK(w->device() == device, name, " must be on device ", device, ", got ", w->device());
+  }
+  if (h0_opt.has_value()) {
+    const at::Tensor& h0 = *h0_opt;
+    ELMO_CHECK_SHAPE(h0, 2, B, P);
+    ELMO_CHECK(h0.scalar_type() == dtype && h0.device() == device, "h0 must have dtype ", dtype_name(dtype),
+               " and device ", device, ", got ", dtype_name(h0.scalar_type()), " on ", h0.device());
+  }
+  if (c0_opt.has_value()) {
+    const at::Tensor& c0 = *c0_opt;
+    ELMO_CHECK_SHAPE(c0, 2, B, C);
+    ELMO_CHECK(c0.scalar_type() == dtype && c0.device() == device, "c0 must have dtype ", dtype_name(dtype),
+               " and device ", device, ", got ", dtype_name(c0.scalar_type()), " on ", c0.device());
+  }
+  for (const auto& [name, v] : {std::pair<const char*, std::optional<double>>{"cell_clip", cell_clip},
+                                std::pair<const char*, std::optional<double>>{"proj_clip", proj_clip}}) {
+    ELMO_CHECK(!v.has_value() || *v >= 0.0, name, " must be positive, 0 or None, got ", *v);
+  }
+  return LstmLayerDims{B, T, P, C};
 }
 
 }  // namespace elmo_fast

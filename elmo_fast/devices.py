@@ -7,7 +7,13 @@ from .errors import ElmoFastError
 
 
 def resolve_device(device: str | int | torch.device) -> torch.device:
-    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device`` -> a checked ``torch.device``."""
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"``, a ``torch.device``, or an int as allennlp's ``cuda_device``
+    (-1: the CPU, N >= 0: ``cuda:N``) -> a checked ``torch.device``."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        # torch.device(N) is cuda:N too, but torch has no int for the CPU: allennlp's -1 is
+        if device < -1:
+            raise ElmoFastError(f"invalid device {device}: as an int, -1 is the CPU and N >= 0 the GPU cuda:N")
+        device = "cpu" if device == -1 else f"cuda:{device}"
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -78,17 +79,31 @@ def random_weights(options: ElmoOptions, seed: int = 0, exercise_clips: bool = F
 
 def write_model(directory: str | os.PathLike, options: ElmoOptions, datasets: dict[str, np.ndarray],
                 options_name: str = "options.json", weights_name: str = "weights.hdf5") -> tuple[Path, Path]:
-    """Write ``options.json`` and a bilm-tf-layout ``weights.hdf5``; returns their paths."""
+    """Write ``options.json`` and a bilm-tf-layout ``weights.hdf5``; returns their paths.
+
+    Each file is written under a temporary name and renamed into place once complete, so that an
+    interrupted write leaves the directory as it was (both renames come last, one after the other).
+    """
     import h5py
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     options_path, weights_path = directory / options_name, directory / weights_name
-    with open(options_path, "w", encoding="utf-8") as f:
-        json.dump(options.to_dict(), f, indent=2)
-    with h5py.File(weights_path, "w") as f:
-        for name, value in datasets.items():
-            f.create_dataset(name, data=value)
+    token = secrets.token_hex(4)
+    tmp_options = directory / f".{options_name}.{token}.tmp"
+    tmp_weights = directory / f".{weights_name}.{token}.tmp"
+    try:
+        with open(tmp_options, "x", encoding="utf-8") as f:
+            json.dump(options.to_dict(), f, indent=2)
+        with h5py.File(tmp_weights, "x") as f:
+            for name, value in datasets.items():
+                f.create_dataset(name, data=value)
+        os.replace(tmp_weights, weights_path)
+        os.replace(tmp_options, options_path)
+    except BaseException:
+        for tmp in (tmp_options, tmp_weights):
+            tmp.unlink(missing_ok=True)
+        raise
     return options_path, weights_path
 
 

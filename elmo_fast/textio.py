@@ -1,5 +1,8 @@
-"""Opening text files the way users hand them over: plain, gzip, bzip2 or xz (recognised by their
-first bytes, not by their names), with a leading UTF-8 byte-order mark dropped."""
+"""Opening text the way users hand it over: plain, gzip, bzip2 or xz (recognised by their first
+bytes, not by their names: a name can lie, and stdin has none), from paths, seekable streams or
+pipes, with a leading UTF-8 byte-order mark dropped. Formats that are not text (zstd, zip, 7z, lz4,
+HDF5) are named instead of being decoded, line by line, into garbage. One reader for the corpus
+embedder (:mod:`elmo_fast.embedding.corpus`) and for training corpora."""
 from __future__ import annotations
 
 import bz2
@@ -7,72 +10,163 @@ import gzip
 import io
 import lzma
 import os
-from typing import IO
+import re
+import zlib
+from typing import IO, Iterator
 
 from .errors import InputError
 
-#: magic bytes -> (name, opener of a binary stream)
-COMPRESSIONS = {
-    b"\x1f\x8b": ("gzip", gzip.open),
-    b"BZh": ("bzip2", bz2.open),
-    b"\xfd7zXZ\x00": ("xz", lzma.open),
-}
+# What a file's first bytes say it is: the formats read transparently, by content (a name can lie,
+# and stdin has none). bzip2's "BZh" is followed by the block size and a block's or the end's magic,
+# so that a text file that starts with "BZh" is not taken for one.
+_COMPRESSED = (("gzip", re.compile(rb"\x1f\x8b")), ("bzip2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")),
+               ("xz", re.compile(rb"\xfd7zXZ\x00")))
+# formats we do not read, named instead of being decoded as text, line by line, into garbage
+_UNREADABLE = ((b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -d"), (b"PK\x03\x04", "a zip archive", "unzip"),
+               (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "7z x"), (b"\x04\x22\x4d\x18", "lz4-compressed", "lz4 -d"),
+               (b"\x89HDF\r\n\x1a\n", "an HDF5 file", None))
+_SNIFF = 10
+# what a damaged compressed stream raises while it is read, depending on the format and the damage
+DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
 BOM = "\ufeff"
 
 
+class _Prefixed(io.RawIOBase):
+    """The bytes already read from a stream that cannot seek back, then the rest of it; closing this
+    leaves the stream open (it is the caller's)."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self.head, self.rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.head:
+            n = min(len(buffer), len(self.head))
+            buffer[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        # read1: what the pipe holds now, not a full buffer's worth, so that a line is read when it arrives
+        data = self.rest.read1(len(buffer)) if hasattr(self.rest, "read1") else self.rest.read(len(buffer))
+        if not data:
+            return 0
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def _sniff(stream: IO[bytes]) -> tuple[bytes, IO[bytes], bool]:
+    """(the first bytes, a stream that still starts at them, whether that stream is a wrapper of ours)."""
+    if stream.seekable():
+        position = stream.tell()
+        head = stream.read(_SNIFF)
+        stream.seek(position)
+        return head, stream, False
+    head = b""
+    while len(head) < _SNIFF and (more := stream.read(_SNIFF - len(head))):  # a pipe may give a byte at a time
+        head += more
+    return head, io.BufferedReader(_Prefixed(head, stream)), True
+
+
 def compression_of(head: bytes) -> str | None:
-    """The compression a file starting with ``head`` uses (``"gzip"``, ``"bzip2"``, ``"xz"``), or None."""
-    for magic, (name, _) in COMPRESSIONS.items():
-        if head.startswith(magic):
-            return name
-    return None
+    """"gzip", "bzip2", "xz" or None (plain), from a file's first bytes."""
+    return next((kind for kind, magic in _COMPRESSED if magic.match(head)), None)
 
 
-def open_binary(path: str | os.PathLike) -> tuple[IO[bytes], str | None]:
-    """``path`` opened for reading its (decompressed) bytes, and the compression found (or None)."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a text file")
-    try:
-        raw = open(path, "rb")
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    head = raw.read(6)
-    raw.seek(0)
-    for magic, (name, opener) in COMPRESSIONS.items():
-        if head.startswith(magic):
-            return opener(raw), name
-    return raw, None
+def _decompressed(kind: str | None, stream: IO[bytes]) -> IO[bytes]:
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=stream, mode="rb")
+    if kind == "bzip2":
+        return bz2.BZ2File(stream, "rb")
+    if kind == "xz":
+        return lzma.LZMAFile(stream, "rb")
+    return stream
 
 
-def iter_text_lines(path: str | os.PathLike, errors: str = "strict"):
-    """Lines of a UTF-8 text file, compressed or not, without their line ends; a leading BOM is
-    dropped. A line that is not UTF-8 (with ``errors="strict"``) or a corrupt compressed stream is
-    an :class:`InputError` naming the file and the line."""
-    path = os.fspath(path)
-    stream, compression = open_binary(path)
+class TextInput:
+    """An input opened for reading: its lines as text whose undecodable bytes are kept as surrogates
+    (so that the line holding them can be named), decompressed when its content is compressed."""
+
+    def __init__(self, source: str | os.PathLike | IO) -> None:
+        self.owned: list[IO] = []  # opened here, innermost first; closed at the end, outermost first
+        self.detach = False  # a TextIOWrapper put directly on the caller's binary stream: detached, not closed
+        self.compression: str | None = None
+        if isinstance(source, (str, os.PathLike)):
+            self.name = os.fspath(source)
+            try:
+                raw = open(self.name, "rb")
+            except FileNotFoundError:
+                raise InputError(f"{self.name}: input file not found") from None
+            except OSError as e:
+                raise InputError(f"{self.name}: cannot read the input: {e.strerror or e}") from None
+            self.owned.append(raw)
+            binary: IO[bytes] | None = raw
+        else:
+            self.name = str(getattr(source, "name", "<input>"))
+            binary = source if isinstance(source, (io.RawIOBase, io.BufferedIOBase)) else None
+        if binary is None:  # a text stream: decoded already, by its owner
+            self.stream: IO[str] = source  # type: ignore[assignment]
+            self.binary = None
+            return
+        try:
+            head, binary, ours = _sniff(binary)
+        except OSError as e:
+            self.close()
+            raise InputError(f"{self.name}: cannot read the input: {e.strerror or e}") from None
+        if ours:
+            self.owned.append(binary)
+        for magic, what, how in _UNREADABLE:
+            if head.startswith(magic):
+                self.close()
+                hint = f"; extract the text first ({how})" if how else "; give the text file of sentences"
+                raise InputError(f"{self.name} is {what}, not text: elmo-fast reads plain, gzip, bzip2 and xz "
+                                 f"text{hint}")
+        self.compression = compression_of(head)
+        if self.compression:
+            binary = _decompressed(self.compression, binary)
+            self.owned.append(binary)
+        #: the input's bytes, decompressed (read either these or ``stream``, not both)
+        self.binary = binary
+        self.stream = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape")
+        if binary is source:
+            self.detach = True
+        else:
+            self.owned.append(self.stream)
+
+    def close(self) -> None:
+        if self.detach:
+            self.stream.detach()  # type: ignore[attr-defined]  (leave the caller's binary stream open)
+            self.detach = False
+        for f in reversed(self.owned):
+            try:
+                f.close()
+            except Exception:  # noqa: BLE001  (closing a damaged stream may fail: nothing left to save)
+                pass
+        self.owned = []
+
+
+def iter_text_lines(path: str | os.PathLike, errors: str = "strict") -> Iterator[str]:
+    """Lines of a UTF-8 text file (plain or compressed), without their line ends; a leading BOM is
+    dropped. A line that is not UTF-8 (with ``errors="strict"``), a NUL byte, or a damaged
+    compressed stream is an :class:`InputError` naming the file and the line."""
+    source = TextInput(path)
     number = 0
     try:
-        with stream:
-            for number, raw in enumerate(stream, start=1):
-                try:
-                    line = raw.decode("utf-8", errors)
-                except UnicodeDecodeError as e:
-                    raise InputError(f"{path}: line {number} is not UTF-8 ({e.reason} at byte {e.start})") from None
-                if number == 1 and line.startswith(BOM):
-                    line = line[1:]
-                yield line.rstrip("\r\n")
-    except (OSError, EOFError, lzma.LZMAError, zlib_error()) as e:
-        what = f"{compression} stream" if compression else "file"
-        raise InputError(f"{path}: the {what} is corrupt or truncated after line {number} ({e})") from None
-
-
-def zlib_error() -> type[BaseException]:
-    import zlib
-
-    return zlib.error
-
-
-def text_stream(binary: IO[bytes]) -> io.TextIOWrapper:
-    """A UTF-8 text view of a binary stream (a BOM at its start dropped)."""
-    return io.TextIOWrapper(binary, encoding="utf-8-sig")
+        binary = source.binary
+        for number, raw in enumerate(binary, start=1):
+            if b"\0" in raw:
+                raise InputError(f"{source.name}: line {number} holds a NUL byte: binary data, not text")
+            try:
+                line = raw.decode("utf-8", errors)
+            except UnicodeDecodeError as e:
+                after = f" (after {source.compression} decompression)" if source.compression else ""
+                raise InputError(f"{source.name}: line {number}{after} is not UTF-8 ({e.reason} at byte {e.start} "
+                                 f"of the line)") from None
+            if number == 1 and line.startswith(BOM):
+                line = line[1:]
+            yield line.rstrip("\r\n")
+    except DECOMPRESSION_ERRORS as e:
+        raise InputError(f"{source.name}: the {source.compression or 'input'} stream is damaged or truncated after "
+                         f"line {number} ({e})") from None
+    finally:
+        source.close()

@@ -60,6 +60,13 @@ def assert_same_output(path, expected_path, what=""):
         assert_close(torch.from_numpy(got[key]), torch.from_numpy(want[key]), torch.float32, f"{what} key {key!r}")
 
 
+def cli_flags() -> dict[str, str]:
+    """How `elmo-fast embed` names the library's parameters in its messages."""
+    from elmo_fast.cli import build_parser
+
+    return build_parser().parse_args(["embed", "in.txt", "out.h5", "--all"]).flags
+
+
 @pytest.fixture(scope="module")
 def tiny(random_models):
     return random_models("tiny", exercise_clips=True)
@@ -190,8 +197,9 @@ def test_out_of_memory_for_one_sentence_names_its_line(embedder, tiny, tmp_path,
         embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
     stateful = ElmoEmbedder(*tiny, batch_size=4, stateful=True)
     with pytest.raises(InputError, match=r"lines 1\.\.4 .* stateful mode cannot split a batch: pass a smaller "
-                                         r"--batch-size"):
+                                         r"batch_size$") as info:
         stateful.embed_file(inp, tmp_path / "o.h5", progress=False)
+    assert info.value.render(cli_flags()).endswith("pass a smaller --batch-size")  # the CLI names its flag
     monkeypatch.setattr(ElmoEmbedder, "embed_batch", lambda self, b: (_ for _ in ()).throw(RuntimeError("bug")))
     with pytest.raises(RuntimeError, match="^bug$"):  # not memory: not retried, not reworded
         embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
@@ -218,8 +226,9 @@ def test_lines_are_read_lazily_and_checked_as_they_come(embedder, tmp_path, monk
     raw = raw.replace("\u00e9".encode("latin-1"), "\u00e9".encode("utf-8"))
     (tmp_path / "bad.txt").write_bytes(raw)
     with pytest.raises(InputError, match=r"bad.txt: line 3 is not valid UTF-8 \(invalid start byte at byte 4 of "
-                                         r"the line\).*--encoding-errors replace"):
+                                         r"the line\).*encoding_errors='replace'") as info:
         embedder.embed_file(tmp_path / "bad.txt", tmp_path / "o.h5", progress=False)
+    assert "pass --encoding-errors replace to" in info.value.render(cli_flags())
     assert not (tmp_path / "o.h5").exists()
     embedder.embed_file(tmp_path / "bad.txt", tmp_path / "o.h5", progress=False, encoding_errors="replace")
     data, mapping = contents(tmp_path / "o.h5")
@@ -242,8 +251,9 @@ def test_lines_are_read_lazily_and_checked_as_they_come(embedder, tmp_path, monk
 
 def test_skip_empty_keeps_line_numbers(embedder, tmp_path):
     inp = write_lines(tmp_path / "in.txt", ["", "first line", "  \t ", "second", "", "third one ."])
-    with pytest.raises(InputError, match="line 1 is empty.*--skip-empty"):
+    with pytest.raises(InputError, match=r"line 1 is empty.*\(skip_empty=True skips such lines\)") as info:
         embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
+    assert "(--skip-empty skips such lines)" in info.value.render(cli_flags())
     embedder.embed_file(inp, tmp_path / "o.h5", "top", progress=False, skip_empty=True)
     data, mapping = contents(tmp_path / "o.h5")
     assert json.loads(mapping) == {"first line": "1", "second": "3", "third one .": "5"}
@@ -259,8 +269,9 @@ def test_skip_empty_keeps_line_numbers(embedder, tmp_path):
 def test_output_checks(embedder, tmp_path):
     inp = write_lines(tmp_path / "in.txt", ["a b"])
     (tmp_path / "o.h5").write_bytes(b"old")
-    with pytest.raises(ElmoFastError, match=r"o.h5 already exists; pass --overwrite"):
+    with pytest.raises(ElmoFastError, match=r"o.h5 already exists; pass overwrite=True") as info:
         embedder.embed_file(inp, tmp_path / "o.h5", progress=False, overwrite=False)
+    assert info.value.render(cli_flags()).endswith("o.h5 already exists; pass --overwrite to replace it")
     assert (tmp_path / "o.h5").read_bytes() == b"old"
     embedder.embed_file(inp, tmp_path / "o.h5", progress=False)  # the API replaces by default, as it always did
     assert contents(tmp_path / "o.h5")[0]["0"].shape == (3, 2, 32)
@@ -335,8 +346,9 @@ def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeyp
             embedder.embed_file(inp, out, window=8, progress=False, resume=True, overwrite=False)
     assert (work / corpus.MANIFEST).exists()
     assert out.exists() == (point in ("after rename", "tearing down"))
-    with pytest.raises(ElmoFastError, match="holds an interrupted run .* pass --resume"):
+    with pytest.raises(ElmoFastError, match="holds an interrupted run .* pass resume=True") as info:
         embedder.embed_file(inp, out, window=8, progress=False)
+    assert "pass --resume to continue it" in info.value.render(cli_flags())
     stats = embedder.embed_file(inp, out, window=8, progress=False, resume=True, overwrite=False)
     if point == "3rd shard rename":
         assert stats["resumed_sentences"] == 16 and stats["sentences"] == 24
@@ -466,7 +478,7 @@ def test_resume_after_the_run_finished(embedder, tmp_path, monkeypatch):
     stats = embedder.embed_file(inp, out, window=9, progress=False, resume=True, overwrite=False)
     assert stats["sentences"] == 0 and out.stat().st_mtime_ns == stamp
     with pytest.raises(ElmoFastError, match=r"o.h5 already exists, made by another run \(output_format: 'all' then, "
-                                            r"'top' now\); pass --overwrite"):
+                                            r"'top' now\); pass overwrite=True"):
         embedder.embed_file(inp, out, "top", progress=False, resume=True, overwrite=False)
     write_lines(inp, sentences + ["one more"])
     with pytest.raises(ElmoFastError, match=r"in.txt has more lines than it was made from \(line 21\)"):
@@ -477,3 +489,194 @@ def test_resume_after_the_run_finished(embedder, tmp_path, monkeypatch):
     stats = embedder.embed_file(inp, out, progress=False, resume=True, overwrite=True)  # so: embed it again
     assert stats["sentences"] == 20 and json.loads(contents(out)[1])["changed"] == "7"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5"]
+
+
+# --- what the input may be: compressed, with a byte-order mark, or not text at all ----------------
+
+def _compress(kind, data: bytes) -> bytes:
+    import bz2
+    import gzip
+    import lzma
+
+    return {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[kind](data)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bzip2", "xz"])
+def test_compressed_input_gives_the_plain_files_output(embedder, tmp_path, kind):
+    """Recognised by content: a .txt name, no name (a seekable stream, a pipe), --resume and the bar's count."""
+    sentences = random_sentences(random.Random(kind), 37)
+    plain = write_lines(tmp_path / "plain.txt", sentences)
+    embedder.embed_file(plain, tmp_path / "want.h5", "top", window=8, progress=False)
+    packed = tmp_path / "in.txt"  # a name that says nothing of the compression
+    packed.write_bytes(_compress(kind, plain.read_bytes()))
+    embedder.embed_file(packed, tmp_path / "by_name.h5", "top", window=8, progress=False)
+    assert_same_output(tmp_path / "by_name.h5", tmp_path / "want.h5", f"{kind} file")
+    embedder.embed_file(io.BytesIO(packed.read_bytes()), tmp_path / "seekable.h5", "top", window=8, progress=False)
+    assert_same_output(tmp_path / "seekable.h5", tmp_path / "want.h5", f"{kind} seekable stream")
+    r, w = os.pipe()
+    with open(w, "wb") as f:
+        f.write(packed.read_bytes()[:3])  # a pipe that gives the magic bytes one read at a time
+    with open(r, "rb") as pipe:
+        embedder.embed_file(_Trickle(pipe, packed.read_bytes()[3:]), tmp_path / "pipe.h5", "top", window=8,
+                            progress=False)
+    assert_same_output(tmp_path / "pipe.h5", tmp_path / "want.h5", f"{kind} pipe")
+    assert corpus._TokenCount(str(packed)).wait() == sum(len(s.split()) for s in sentences)
+
+
+class _Trickle(io.RawIOBase):
+    """A stream that cannot seek and hands out a few bytes per read (what a slow pipe does)."""
+
+    def __init__(self, first, rest: bytes) -> None:
+        self.first, self.rest = first, rest
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = self.first.read(2) if self.first is not None else b""
+        if not data:
+            self.first = None
+            data, self.rest = self.rest[:5], self.rest[5:]
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def test_resume_reads_compressed_input_again(embedder, tmp_path, monkeypatch):
+    sentences = random_sentences(random.Random(21), 30)
+    inp = tmp_path / "in.gz"
+    inp.write_bytes(_compress("gzip", "".join(s + "\n" for s in sentences).encode()))
+    embedder.embed_file(inp, tmp_path / "want.h5", window=7, progress=False)
+    with monkeypatch.context() as m:
+        _kill_at(m, corpus._ShardWriter, "window_done", 3)
+        with pytest.raises(Killed):
+            embedder.embed_file(inp, tmp_path / "o.h5", window=7, progress=False, resume=True)
+    stats = embedder.embed_file(inp, tmp_path / "o.h5", window=7, progress=False, resume=True)
+    assert stats["resumed_sentences"] == 14
+    assert_same_output(tmp_path / "o.h5", tmp_path / "want.h5", "resumed from gzip input")
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bzip2", "xz"])
+def test_damaged_compressed_input_is_named_never_decoded_as_text(embedder, tmp_path, kind):
+    data = _compress(kind, "".join(s + "\n" for s in random_sentences(random.Random(4), 400)).encode())
+    (tmp_path / "cut.txt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=rf"cut.txt: the {kind} data is corrupt or truncated after line \d+ \(") as e:
+        embedder.embed_file(tmp_path / "cut.txt", tmp_path / "o.h5", progress=False, encoding_errors="replace")
+    assert "replace" not in str(e.value)
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2: len(damaged) // 2 + 8] = b"\x00" * 8
+    (tmp_path / "bad.txt").write_bytes(bytes(damaged))
+    # the checksum comes at the end: before it, damaged data may decompress into bytes that are no text
+    for errors in ("strict", "replace"):
+        with pytest.raises(InputError, match=rf"bad.txt: (the {kind} data is corrupt or truncated after line \d+|"
+                                             rf"line \d+ \(after {kind} decompression\) (is not valid UTF-8|holds "
+                                             rf"a NUL byte))") as e:
+            embedder.embed_file(tmp_path / "bad.txt", tmp_path / "o.h5", progress=False, encoding_errors=errors)
+        assert "replace" not in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "cut.txt"]
+
+
+@pytest.mark.parametrize("data,message", [
+    (b"(\xb5/\xfd\x00\x00", r"x.txt is zstd-compressed, not text: .*\(zstd -d\)"),
+    (b"PK\x03\x04rest", r"x.txt is a zip archive, not text"),
+    (b"\x89HDF\r\n\x1a\n\x00\x00", r"x.txt is an HDF5 file, not text"),
+    (b"a line\nnul \x00 inside\n", r"x.txt: line 2 holds a NUL byte: this is binary data, not text"),
+])
+def test_input_that_is_not_text_is_named(embedder, tmp_path, data, message):
+    (tmp_path / "x.txt").write_bytes(data)
+    for errors in ("strict", "replace"):  # never read as text, whatever the encoding errors say
+        with pytest.raises(InputError, match=message):
+            embedder.embed_file(tmp_path / "x.txt", tmp_path / "o.h5", progress=False, encoding_errors=errors)
+    assert os.listdir(tmp_path) == ["x.txt"]
+
+
+def test_text_inside_a_compressed_file_must_be_utf8(embedder, tmp_path):
+    (tmp_path / "in.gz").write_bytes(_compress("gzip", b"fine\nlatin \xe9t\xe9\n"))
+    with pytest.raises(InputError, match=r"in.gz: line 2 \(after gzip decompression\) is not valid UTF-8") as e:
+        embedder.embed_file(tmp_path / "in.gz", tmp_path / "o.h5", progress=False)
+    assert "replace" not in str(e.value)  # a tar.gz holds bytes, not text: U+FFFD would embed garbage
+
+
+def test_a_leading_byte_order_mark_is_no_part_of_the_first_token(embedder, tmp_path):
+    sentences = ["\ufeffstarts with a mark", "one \ufeff inside", "third"]
+    bom = write_lines(tmp_path / "bom.txt", sentences)
+    plain = write_lines(tmp_path / "plain.txt", [sentences[0][1:]] + sentences[1:])
+    for keys in (False, True):
+        embedder.embed_file(plain, tmp_path / "want.h5", progress=False, use_sentence_keys=keys)
+        for source in (bom, io.BytesIO(bom.read_bytes()), io.StringIO(bom.read_text(encoding="utf-8")),
+                       tmp_path / "bom.gz"):
+            if source == tmp_path / "bom.gz":
+                source.write_bytes(_compress("gzip", bom.read_bytes()))
+            embedder.embed_file(source, tmp_path / "o.h5", progress=False, use_sentence_keys=keys)
+            assert_same_output(tmp_path / "o.h5", tmp_path / "want.h5", f"BOM via {type(source).__name__}")
+    data, mapping = contents(tmp_path / "o.h5")
+    assert "starts with a mark" in data and "one \ufeff inside" in data  # only the leading one goes
+    assert corpus._TokenCount(str(bom)).wait() == 4 + 3 + 1  # the inner mark is a token: it is no whitespace
+
+
+# --- the progress bar counts tokens ---------------------------------------------------------------
+
+def test_the_bar_counts_tokens_and_ends_at_its_total(embedder, tmp_path, monkeypatch):
+    """Bucketing runs short sentences first: a bar of lines would run fast, then crawl. The total is
+    counted in the background; the bar ends where its total says, skipped lines and resumed windows
+    included."""
+    bars = []
+    real = corpus._progress_bar
+
+    def spy(total, initial, progress):
+        bar = real(total, initial, progress)
+        bars.append(bar)
+        return bar
+
+    monkeypatch.setattr(corpus, "_progress_bar", spy)
+    sentences = random_sentences(random.Random(12), 50)
+    sentences[7] = "   "
+    sentences[20] = "spaces\u3000ideographic and\u00a0no-break\x1fseparator"  # whitespace to str.split
+    inp = write_lines(tmp_path / "in.txt", ["\ufeff" + sentences[0]] + sentences[1:], newline="\r\n")
+    tokens = sum(len(s.split()) for s in sentences)
+    stats = embedder.embed_file(inp, tmp_path / "o.h5", window=8, skip_empty=True)
+    assert stats["tokens"] == tokens
+    assert bars[-1].total == bars[-1].n == tokens
+    # resumed: the bar starts at the tokens done before
+    with monkeypatch.context() as m:
+        _kill_at(m, corpus._ShardWriter, "window_done", 3)
+        with pytest.raises(Killed):
+            embedder.embed_file(inp, tmp_path / "r.h5", window=8, skip_empty=True, resume=True, progress=False)
+    done = sum(len(s.split()) for s in sentences[:17])  # 2 windows of 8 sentences, the blank line skipped
+    embedder.embed_file(inp, tmp_path / "r.h5", window=8, skip_empty=True, resume=True)
+    assert bars[-1].initial == done and bars[-1].total == bars[-1].n == tokens
+
+
+def test_stale_temporary_files_only_ours_and_only_when_their_process_is_gone(embedder, tmp_path):
+    """Files of our exact pattern for this output, made on this host by a process that is gone, are
+    removed; the others are named (those of live processes, other hosts, elmo-fast 0.1) or ignored."""
+
+    host = corpus._host_tag()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a process that has exited: its id is free
+    names = {
+        "dead": f".o.h5.{host}-{gone}.0123abcd.partial",
+        "dead list": f".o.h5.{host}-{gone}.0123abcd.sentences",
+        "alive": f".o.h5.{host}-{os.getppid()}.89abcdef.partial",
+        "elsewhere": f".o.h5.another-node-{gone}.0123abcd.partial",
+        "0.1": ".o.h5.k2j_9x0a.partial",  # mkstemp's, without an owner
+        "other output": f".o.h5.old.{host}-{gone}.0123abcd.partial",
+        "not ours": f".o.h5.{host}-{gone}.0123abcd.partial.bak",
+    }
+    for n in names.values():
+        (tmp_path / n).write_bytes(b"x")
+    inp = write_lines(tmp_path / "in.txt", ["a b"])
+    r = subprocess.run([sys.executable, "-c", "import os, sys; os.kill(int(sys.argv[1]), 0)", gone],
+                       capture_output=True)
+    assert r.returncode != 0, "the exited process's id was taken again: rerun"
+    removed, left = corpus.stale_temp_files(str(tmp_path / "o.h5"), remove=False)
+    assert removed == [] and len(left) == 5
+    stats = embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
+    assert stats["sentences"] == 1
+    remaining = {p.name for p in tmp_path.iterdir()}
+    assert remaining == {"in.txt", "o.h5"} | {names[k] for k in ("alive", "elsewhere", "0.1", "other output",
+                                                                  "not ours")}
+    _, left = corpus.stale_temp_files(str(tmp_path / "o.h5"))
+    assert sorted(w.split(" (", 1)[1] for w in left) == sorted([
+        f"left by elmo-fast 0.1, which does not name its process: remove it if no run is writing {tmp_path / 'o.h5'})",
+        f"made on host another-node: remove it if no run there is writing {tmp_path / 'o.h5'})",
+        f"process {os.getppid()} is running: another run writing {tmp_path / 'o.h5'}?)"])

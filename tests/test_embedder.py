@@ -128,3 +128,33 @@ def test_interrupted_embed_file_leaves_nothing(embedder, tmp_path, monkeypatch):
     assert calls == [2, 2]
     assert out.read_bytes() == b"previous run"  # untouched: the new file never replaced it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
+
+
+def test_allennlp_device_conventions(random_models):
+    """allennlp 0.9's ElmoEmbedder(options, weights, cuda_device=-1), the int also as the third positional
+    argument and as device=: -1 is the CPU, N >= 0 is cuda:N; the same ints work for Elmo and HubElmo."""
+    import torch
+
+    from elmo_fast import Elmo, HubElmo
+    from elmo_fast.devices import resolve_device
+
+    files = random_models("tiny")
+    want = ElmoEmbedder(*files, device="cpu").embed_sentence(["a", "b"])
+    for embedder in (ElmoEmbedder(*files, -1), ElmoEmbedder(*files, cuda_device=-1), ElmoEmbedder(*files, device=-1)):
+        assert embedder.device == torch.device("cpu")
+        np.testing.assert_array_equal(embedder.embed_sentence(["a", "b"]), want)
+    assert Elmo(*files, 1, device=-1)._elmo_lstm.device == torch.device("cpu")
+    assert HubElmo(*files, device=-1).elmo_bilm.device == torch.device("cpu")
+    if torch.cuda.is_available():
+        assert ElmoEmbedder(*files, 0).device == ElmoEmbedder(*files, cuda_device=0).device == torch.device("cuda:0")
+    else:
+        for make in (lambda: ElmoEmbedder(*files, 0), lambda: ElmoEmbedder(*files, cuda_device=1),
+                     lambda: Elmo(*files, 1, device=0)):
+            with pytest.raises(ElmoFastError, match=r"device 'cuda:[01]' requested, but torch sees no CUDA GPU"):
+                make()
+    with pytest.raises(ElmoFastError, match=r"invalid device -2: as an int, -1 is the CPU and N >= 0 the GPU cuda:N"):
+        ElmoEmbedder(*files, -2)
+    with pytest.raises(ElmoFastError, match=r"give device or cuda_device, not both \(got 'cuda:3' and -1\)"):
+        ElmoEmbedder(*files, "cuda:3", cuda_device=-1)
+    with pytest.raises(ElmoFastError, match="invalid device"):
+        resolve_device(True)  # a bool is no device index

@@ -107,6 +107,66 @@ def test_gradcheck_whole_bilm(mini):
     assert torch.autograd.gradcheck(f, tensors, fast_mode=True)
 
 
+# --- the whole biLM on the fast ops' backward passes ----------------------------------------------
+
+
+def bilm_fast_train(char_ids, weights):
+    """bilm_ref's computation on the fast ops under autograd: char_cnn and highway (their backward
+    kernels), then ops.bilstm_train (no dropout), over every position."""
+    o = weights.options
+    ids, mask = reference.add_sentence_boundaries(char_ids)
+    B, T2, W = ids.shape
+    tokens = ops.highway(ops.char_cnn(ids.reshape(B * T2, W), weights.char_embedding, weights.conv_weights,
+                                      weights.conv_biases, o.activation),
+                         weights.highway_weights, weights.highway_biases, weights.proj_weight, weights.proj_bias)
+    tokens = tokens.view(B, T2, -1) * mask.unsqueeze(-1).to(tokens.dtype)
+    outputs, h, c = ops.bilstm_train(tokens, mask.sum(dim=1), reference.flat_lstm_weights(weights.lstm), o.cell_clip,
+                                     o.proj_clip)
+    return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
+
+
+@pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
+def test_gradcheck_whole_bilm_on_the_fast_ops(mini):
+    ids = batch_to_ids(MINI_WORDS)
+    tensors = leaves(mini.tensors())
+
+    def f(*t):
+        layers, _, h, c = bilm_fast_train(ids, rebuild(MINI, t))
+        return (*layers, h, c)
+
+    assert torch.autograd.gradcheck(f, tensors, fast_mode=True)
+
+
+@pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
+@pytest.mark.parametrize("preset", ["mini", "tiny"])
+def test_whole_bilm_fast_training_equals_the_reference(preset, mini, random_models):
+    # float64: the fast path's gradients of every biLM weight match bilm_ref's autograd to rounding.
+    if preset == "mini":
+        options, weights = MINI, mini
+        sentences = MINI_WORDS
+    else:
+        options_file, weight_file = random_models("tiny", exercise_clips=True)
+        weights = load_weights(weight_file, load_options(options_file)).to(dtype=torch.float64)
+        options = weights.options
+        sentences = _sentences(np.random.default_rng(7), 6, 1, 11)
+    ids = batch_to_ids(sentences)
+    fast_t, ref_t = leaves(weights.tensors()), leaves(weights.tensors())
+    fast = bilm_fast_train(ids, rebuild(options, fast_t))
+    ref = bilm_ref(ids, rebuild(options, ref_t))
+    gen = torch.Generator().manual_seed(3)
+    outs_fast = [*fast[0], fast[2], fast[3]]
+    outs_ref = [*ref[0], ref[2], ref[3]]
+    projections = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs_ref]
+    for a, b in zip(outs_fast, outs_ref):
+        assert (a - b).abs().max().item() <= 1e-12
+    got = torch.autograd.grad(sum((o * p).sum() for o, p in zip(outs_fast, projections)), fast_t)
+    want = torch.autograd.grad(sum((o * p).sum() for o, p in zip(outs_ref, projections)), ref_t)
+    for i, (g, w) in enumerate(zip(got, want)):
+        scale = w.abs().max().item()
+        assert (g - w).abs().max().item() <= 1e-10 * max(scale, 1e-30), f"{preset}: gradient {i}"
+    assert all(g.abs().sum() > 0 for g in got)  # every weight trains
+
+
 # --- Elmo: which path, and the gradients it gives --------------------------------------------------
 
 
@@ -114,7 +174,7 @@ def test_gradcheck_whole_bilm(mini):
 def spies(monkeypatch):
     """Counts calls of the fast ops, of the reference biLM and of the reference biLSTM (which every
     autograd path runs: bilm_ref, and the deduplicating one fine-tuning takes), as the model makes them."""
-    calls = {"char_cnn": 0, "highway": 0, "bilstm": 0, "bilm_ref": 0, "bilstm_ref": 0}
+    calls = {"char_cnn": 0, "highway": 0, "bilstm": 0, "bilstm_train": 0, "bilm_ref": 0, "bilstm_ref": 0}
 
     def spy(module, name):
         original = getattr(module, name)
@@ -125,7 +185,7 @@ def spies(monkeypatch):
 
         monkeypatch.setattr(module, name, wrapper)
 
-    for name in ("char_cnn", "highway", "bilstm"):
+    for name in ("char_cnn", "highway", "bilstm", "bilstm_train"):
         spy(ops, name)
     spy(reference, "bilm_ref")
     spy(reference, "bilstm_ref")
@@ -183,19 +243,27 @@ def _assert_grads_close(got, want, what):
         assert err <= GRAD_RTOL * max(scale, 1e-30), f"{what}: gradient {i}: max err {err:.3g}, scale {scale:.3g}"
 
 
+@pytest.mark.parametrize("backend", [pytest.param("fast", marks=pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C "
+                                                                                   "not built")), "reference"])
 @pytest.mark.parametrize("layer_norm", [False, True])
-def test_fine_tuning_gradients_equal_the_reference(random_models, spies, layer_norm):
+def test_fine_tuning_gradients_equal_the_reference(random_models, spies, layer_norm, backend):
     files = random_models("tiny", exercise_clips=True)
-    elmo = _elmo(files, requires_grad=True, do_layer_norm=layer_norm)
+    elmo = _elmo(files, requires_grad=True, do_layer_norm=layer_norm, backend=backend)
     sentences = _sentences(np.random.default_rng(2), 4, 1, 9)
     sentences[1] = ["one"]
     ids = batch_to_ids(sentences)
     out = elmo(ids)
     projections = _projections(out["elmo_representations"][0].shape, 0)
     _loss(out["elmo_representations"], projections).backward()
-    # with grad on and the biLM trainable, the reference stages ran under autograd (each distinct token
-    # once: not bilm_ref itself, which stays the independent oracle below), and no fast op
-    assert spies["bilstm_ref"] == 1 and spies["bilstm"] == spies["char_cnn"] == 0
+    # with grad on and the biLM trainable: each distinct token once through the char CNN and highway,
+    # then the biLSTM, under autograd: on the fast backend the fused ops with their backward passes
+    # (bilstm_train, not the inference-only bilstm), else the reference stages (not bilm_ref itself,
+    # which stays the independent oracle below)
+    if backend == "fast":
+        assert spies["char_cnn"] == spies["highway"] == spies["bilstm_train"] == 1
+        assert spies["bilstm_ref"] == spies["bilstm"] == 0
+    else:
+        assert spies["bilstm_ref"] == 1 and spies["bilstm"] == spies["char_cnn"] == spies["bilstm_train"] == 0
     bilm_params = elmo._elmo_lstm.weights().tensors()  # the module's own Parameters, in ElmoWeights' order
     want_bilm, want_mix = _reference_grads(elmo._elmo_lstm.options, [p.detach() for p in bilm_params], ids, projections, layer_norm)
     _assert_grads_close([p.grad for p in bilm_params], want_bilm, "biLM weights")
@@ -254,5 +322,9 @@ def test_inference_takes_the_fast_path_even_when_fine_tuning(random_models, spie
     out["elmo_representations"][0].sum().backward()
     assert all(p.grad is None for p in elmo._elmo_lstm.parameters())
     assert elmo.scalar_mix_0.gamma.grad is not None
-    elmo.train()(ids)  # train mode, grad on: the reference stages under autograd
-    assert spies["bilstm_ref"] == 1 and spies["bilstm"] == 3
+    elmo.train()(ids)  # train mode, grad on: the fast backward ops where built, else the reference under autograd
+    assert spies["bilstm"] == 3
+    if ops.HAS_BACKWARD:
+        assert spies["bilstm_train"] == 1 and spies["bilstm_ref"] == 0
+    else:
+        assert spies["bilstm_train"] == 0 and spies["bilstm_ref"] == 1

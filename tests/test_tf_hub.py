@@ -232,3 +232,53 @@ def test_tokens_past_sequence_len_are_never_read(random_models):
     dirty = module.tokens([["a", "b", None], ["c", 7, object()]], [2, 1])
     for name in clean:
         assert torch.equal(clean[name], dirty[name]), name
+
+
+def test_tf_hub_call_style_and_numpy_inputs(random_models):
+    """`elmo(inputs, signature=..., as_dict=...)` as TF-Hub users write it, with numpy string arrays as
+    they hold them (<U, S and object dtypes; tokens padded with ""); as_dict=False gives the output
+    named "default", for either signature, as hub.Module.__call__ does."""
+    files = random_models("tiny", seed=10)
+    module = HubElmo(*files)
+    _randomize_mix(module, seed=11)
+    strings = ["the cat sat on the mat", "dogs", "über 東京 , ."]
+    want = module(strings)
+    split = [s.split() for s in strings]
+    width = max(map(len, split))
+    padded = [s + [""] * (width - len(s)) for s in split]
+    lengths = np.array([len(s) for s in split], dtype=np.int32)
+    calls = {
+        "default, as_dict": lambda x: module(x, signature="default", as_dict=True),
+        "no signature": lambda x: module(x, signature=None, as_dict=True),
+        "hub_signature": lambda x: hub_signature(x, module=module, signature="default", as_dict=True),
+    }
+    inputs = {"list": strings, "<U": np.array(strings), "object": np.array(strings, dtype=object),
+              "S": np.array([s.encode() for s in strings])}
+    for call_name, call in calls.items():
+        for input_name, x in inputs.items():
+            got = call(x)
+            assert got.keys() == want.keys()
+            for name in want:
+                assert torch.equal(got[name], want[name]), f"{call_name}, {input_name}: {name}"
+    tokens = {"list": padded, "<U": np.array(padded), "S": np.array([[t.encode() for t in r] for r in padded])}
+    for input_name, t in tokens.items():
+        for call in (lambda d: module(d, signature="tokens", as_dict=True),
+                     lambda d: hub_signature(d, module=module, signature="tokens")):
+            got = call({"tokens": t, "sequence_len": lengths})
+            for name in want:
+                assert torch.equal(got[name], want[name]), f"tokens {input_name}: {name}"
+        default = module({"tokens": t, "sequence_len": lengths}, signature="tokens", as_dict=False)
+        assert torch.equal(default, want["default"])
+    for default in (module(np.array(strings), signature="default", as_dict=False),
+                    hub_signature(strings, module=module, as_dict=False)):
+        assert isinstance(default, torch.Tensor) and torch.equal(default, want["default"])
+    with pytest.raises(InputError, match=r"1-D array of sentences \[batch\], got shape \[3, 1\]"):
+        module(np.array(strings)[:, None])
+    with pytest.raises(InputError, match=r"\[batch, max_length\] strings, got an array of shape \[3\]"):
+        module({"tokens": np.array(strings), "sequence_len": lengths}, signature="tokens")
+    with pytest.raises(InputError, match='a dict of tokens and sequence_len is for signature="tokens"'):
+        module({"tokens": padded, "sequence_len": lengths})
+    with pytest.raises(InputError, match=r'the tokens signature takes \{"tokens": ..., "sequence_len": ...\}'):
+        module(strings, signature="tokens")
+    with pytest.raises(ElmoFastError, match="unknown signature 'elmo'"):
+        module(strings, signature="elmo")

@@ -27,7 +27,7 @@ from elmo_fast.testing import PRESETS, random_model
 from elmo_fast.training.data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
 from elmo_fast.training.model import BidirectionalLM, initial_weights
 from elmo_fast.training.softmax import LogUniformSampler, SoftmaxHead
-from elmo_fast.training.trainer import TrainConfig, Trainer, evaluate
+from elmo_fast.training.trainer import TrainConfig, Trainer, _seed_of, evaluate
 from elmo_fast.training.vocab import build_vocabulary
 from peers import allennlp_elmo
 from tolerances import assert_close, max_abs_error
@@ -425,6 +425,17 @@ def _weights(out):
     return load_model_files(Path(out) / "options.json", Path(out) / "weights.hdf5").tensors()
 
 
+def test_resume_of_a_finished_run_trains_no_further(corpus, tmp_path):
+    """A run killed after its last checkpoint (while exporting the model files) resumes with nothing
+    left to do: the weights are those of the finished run, not one step further."""
+    Trainer(_config(corpus, tmp_path / "a", max_steps=3, checkpoint_every=1, heldout=[])).run()
+    before = _weights(tmp_path / "a")
+    (tmp_path / "a" / "weights.hdf5").unlink()  # as a kill during the export can leave it
+    result = Trainer(_config(corpus, tmp_path / "a", max_steps=3, checkpoint_every=1, heldout=[])).run(resume=True)
+    assert result["step"] == 3
+    assert all(torch.equal(x, y) for x, y in zip(_weights(tmp_path / "a"), before))
+
+
 @pytest.mark.parametrize("scheme", ["sentences", "unrolled"])
 def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp_path, scheme):
     """`elmo-fast train --resume` SIGKILLed at random moments, then resumed: the final weights and
@@ -480,3 +491,51 @@ def test_sigterm_checkpoints_and_says_how_to_resume(corpus, tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "SIGTERM" in err and "--resume" in err
     assert list((tmp_path / "o" / "checkpoints").glob("step-*.pt"))
+
+
+def test_two_processes_under_torchrun_equal_one_on_the_combined_batches(corpus, tmp_path):
+    """DistributedDataParallel on 2 gloo processes, each reading its rows of every global batch:
+    N steps give the weights of one process whose batches are the two ranks' together (dropout off,
+    since each rank draws its own masks; the sampled negatives are shared: one draw per step)."""
+    common = ["train", "--train", corpus / "train.txt", "--vocab", corpus / "vocab.txt", "--preset", "tiny",
+              "--max-steps", 5, "--negative-samples", 16, "--dropout", 0, "--quiet", "--checkpoint-every", 100,
+              "--max-tokens-per-batch", 60]
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "elmo_fast", *map(str, common), "--batch-size", "4", "--out", str(tmp_path / "two")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_cli(*common[:-2], "--max-tokens-per-batch", 120, "--batch-size", 8, "--out", tmp_path / "one")
+    assert r.returncode == 0, r.stderr
+    one, two = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    worst = max(max_abs_error(a, b) for a, b in zip(one, two))
+    assert worst <= 1e-5, worst  # fp32 rounding: the gradients are summed in another order
+    start = initial_weights(TINY, torch.Generator().manual_seed(_seed_of(0, -1)))  # the runs' seed 0
+    moved = max(max_abs_error(a, b) for a, b in zip(one, start.tensors()))
+    assert moved > 1e-3  # the steps did train
+
+
+def test_a_biLM_fine_tuned_inside_a_model_is_saved_for_elmo_fast_embed(tmp_path, random_models):
+    """Elmo(requires_grad=True) trained a few steps, saved with save_bilm: `elmo-fast embed` on the
+    saved files gives the fine-tuned biLM's vectors, not the original's."""
+    from elmo_fast import Elmo, ElmoEmbedder
+
+    files = random_models("tiny")
+    elmo = Elmo(*files, 1, requires_grad=True, dropout=0.0, backend="reference")
+    opt = torch.optim.SGD(elmo.parameters(), lr=0.5)
+    ids = batch_to_ids([["the", "cat"], ["a", "dog", "barks"]])
+    for _ in range(3):
+        opt.zero_grad()
+        elmo(ids)["elmo_representations"][0].pow(2).mean().backward()
+        opt.step()
+    elmo.save_bilm(tmp_path / "tuned")
+    (tmp_path / "in.txt").write_text("the cat\na dog barks\n")
+    r = run_cli("embed", tmp_path / "in.txt", tmp_path / "out.h5", "--all", "--options", tmp_path / "tuned" / "options.json",
+                "--weights", tmp_path / "tuned" / "weights.hdf5")
+    assert r.returncode == 0, r.stderr
+    elmo.eval()
+    with torch.no_grad(), h5py.File(tmp_path / "out.h5") as f:
+        want = elmo._elmo_lstm.embed(ids)[0]
+        for i, n in enumerate([2, 3]):
+            assert_close(torch.from_numpy(f[str(i)][...]), want[i, :, :n], torch.float32)
+        original = ElmoEmbedder(*files).embed_sentence(["the", "cat"])
+        assert np.abs(original - f["0"][...]).max() > 1e-3

@@ -31,6 +31,37 @@ TOL: dict[torch.dtype, dict[str, float]] = {
 MODEL_BF16 = dict(max_rel=0.05, rms_rel=0.01)
 
 
+#: Gradients of the fast ops' backward passes against the reference twin's autograd, computed in
+#: float64 on the same (already rounded) inputs. A gradient's entries span orders of magnitude (a
+#: weight's gradient sums over every token), so the bar is relative to the gradient's scale:
+#:     max |actual - expected| <= rtol * max |expected|        (over the whole gradient tensor)
+#: float64: summation order only. float32: 1e-5 of the largest entry (~100 ulp of it), room for the
+#: fp32 recurrence over a few dozen steps and the long sums of the weight gradients. bfloat16 (the
+#: highway gate only): one rounding of the fp32 result, 2^-8 of the largest entry.
+GRAD_RTOL: dict[torch.dtype, float] = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 4e-3}
+
+
+def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None,
+                      what: str = "") -> None:
+    """Assert max |actual - expected| <= GRAD_RTOL[dtype] * max |expected| (dtype default: actual's).
+
+    An all-zero expected gradient must be matched exactly (0 <= 0); NaN anywhere fails.
+    """
+    dtype = actual.dtype if dtype is None else dtype
+    prefix = f"{what}: " if what else ""
+    assert tuple(actual.shape) == tuple(expected.shape), (
+        f"{prefix}shape {tuple(actual.shape)} != expected {tuple(expected.shape)}")
+    if actual.numel() == 0:
+        return
+    a = actual.detach().double().cpu()
+    e = expected.detach().double().cpu()
+    err = (a - e).abs().max().item()
+    scale = e.abs().max().item()
+    bound = GRAD_RTOL[dtype] * scale
+    assert err <= bound, (f"{prefix}max abs error {err:.3e} > {GRAD_RTOL[dtype]:g} * max |expected| "
+                          f"({scale:.3e}) for {dtype}")
+
+
 def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """max |actual - expected| in float64 (0.0 for empty tensors, nan if any side has a NaN)."""
     if actual.numel() == 0:

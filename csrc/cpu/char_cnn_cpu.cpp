@@ -28,6 +28,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/aminmax.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/ArrayRef.h>
 #include <torch/library.h>
@@ -41,6 +45,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checks.h"
@@ -93,7 +98,7 @@ struct CharCnnParams {
   int64_t num_convs;                 // K >= 1
   scalar_t* out;                     // [N, sum n_k], contiguous
   int64_t n;                         // N tokens
-  int64_t length;                    // L characters per token (50)
+  int64_t length;                    // L >= 1 characters per token (ELMo's 50)
   int64_t vocab;                     // V rows of the embedding
   int64_t dim;                       // D
   bool relu;                         // relu, else tanh (after the max)
@@ -107,6 +112,7 @@ struct AlignedArray {
     void operator()(T* p) const { std::free(p); }
   };
   std::unique_ptr<T[], Free> data;
+  AlignedArray() = default;
   explicit AlignedArray(int64_t count) {
     const size_t bytes = (static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T) + 63) / 64 * 64;
     data.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
@@ -467,16 +473,181 @@ void slice_tokens(const SliceTask<scalar_t>& a, bool propagate_nan, bool relu) {
   }
 }
 
+// The backward's pass over one slice and all tokens: the same windows as slice_tokens_impl, also
+// tracking which window gave each filter's max (the first of the largest; every window inside the
+// trailing run counts as the run's first one: they all hold the same ids, so which one takes the
+// gradient makes no difference, and the reference's amax, which shares it among equal windows,
+// gives the same result). Per token and filter with a non-zero gradient g (after the activation's
+// derivative, taken at the recomputed max): bias_grad += g and, for every tap j of the argmax window
+// p, hist[filter][j][compact id at p + j] += g. Not NaN-propagating: gradients of non-finite
+// weights are unspecified.
 template <typename scalar_t>
-void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
+struct SliceGradTask {
+  const scalar_t* table;    // [T: w][U][block] then [S: w][U][block] of this slice
+  const scalar_t* bias;     // [block], padded with zeros
+  const int32_t* cids;      // [tokens][L] compact ids
+  const int32_t* runs;      // [tokens] start of each token's trailing run
+  const scalar_t* grad;     // the output gradient at the slice's first column, token 0
+  int64_t grad_stride;      // its row stride
+  scalar_t* hist;           // [lanes][w][U] accumulated (zeroed by the caller)
+  scalar_t* bias_grad;      // [lanes] accumulated (zeroed by the caller)
+  int64_t tokens;
+  int64_t length;           // L
+  int64_t width;            // w
+  int64_t num_used;         // U
+  int64_t lanes;            // valid filters, <= block
+};
+
+template <typename scalar_t, int kVecBytes, bool kRelu>
+C10_ALWAYS_INLINE void slice_grad_impl(const SliceGradTask<scalar_t>& a) {
+  typedef scalar_t vec __attribute__((vector_size(kVecBytes)));
+  typedef scalar_t vec_io __attribute__((vector_size(kVecBytes), aligned(sizeof(scalar_t)), may_alias));
+  constexpr int64_t lanes = kVecBytes / sizeof(scalar_t);
+  constexpr int64_t block = kBlockBytes / sizeof(scalar_t);
+  constexpr int64_t pass = 4 * lanes;
+  constexpr int shift = sizeof(scalar_t) == 4 ? 6 : 5;  // log2(block)
+  static_assert((int64_t{1} << shift) == block, "block is a power of two");
+#define ELMO_ROW(ptr, v) (reinterpret_cast<const vec_io*>(ptr)[v])
+
+  const vec zero = {};
+  const vec minus_inf = zero - std::numeric_limits<scalar_t>::infinity();
+  const int64_t w = a.width, length = a.length, U = a.num_used;
+  const int64_t j_stride = a.num_used * block;
+  const int64_t num_windows = length - w + 1;
+
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    const int32_t* ids = a.cids + t * length;
+    const int64_t run = a.runs[t];
+    const int64_t last_row = static_cast<int64_t>(ids[length - 1]) << shift;
+    const int64_t individual = std::min(run, num_windows);
+    const scalar_t* grad = a.grad + t * a.grad_stride;
+    for (int64_t off = 0; off < a.lanes; off += pass) {
+      const scalar_t* table = a.table + off;
+      const scalar_t* suffix = table + w * j_stride;
+      const vec b0 = ELMO_ROW(a.bias + off, 0), b1 = ELMO_ROW(a.bias + off, 1), b2 = ELMO_ROW(a.bias + off, 2),
+                b3 = ELMO_ROW(a.bias + off, 3);
+      vec m0 = minus_inf, m1 = minus_inf, m2 = minus_inf, m3 = minus_inf;
+      vec i0 = zero, i1 = zero, i2 = zero, i3 = zero;  // argmax windows, as scalar_t (exact up to 2^24)
+      const auto take_max = [&](const vec& s0, const vec& s1, const vec& s2, const vec& s3, int64_t p) {
+        const vec pv = zero + static_cast<scalar_t>(p);
+        i0 = s0 > m0 ? pv : i0;
+        i1 = s1 > m1 ? pv : i1;
+        i2 = s2 > m2 ? pv : i2;
+        i3 = s3 > m3 ? pv : i3;
+        m0 = s0 > m0 ? s0 : m0;
+        m1 = s1 > m1 ? s1 : m1;
+        m2 = s2 > m2 ? s2 : m2;
+        m3 = s3 > m3 ? s3 : m3;
+      };
+      for (int64_t p = 0; p < individual; ++p) {
+        const int64_t terms = std::min(w, run - p);
+        vec s0, s1, s2, s3;
+        if (terms == w) {
+          s0 = b0, s1 = b1, s2 = b2, s3 = b3;
+        } else {
+          const scalar_t* row = suffix + terms * j_stride + last_row;
+          s0 = ELMO_ROW(row, 0), s1 = ELMO_ROW(row, 1), s2 = ELMO_ROW(row, 2), s3 = ELMO_ROW(row, 3);
+        }
+        const scalar_t* tj = table;
+        for (int64_t j = 0; j < terms; ++j, tj += j_stride) {
+          const scalar_t* row = tj + (static_cast<int64_t>(ids[p + j]) << shift);
+          s0 += ELMO_ROW(row, 0);
+          s1 += ELMO_ROW(row, 1);
+          s2 += ELMO_ROW(row, 2);
+          s3 += ELMO_ROW(row, 3);
+        }
+        take_max(s0, s1, s2, s3, p);
+      }
+      if (run < num_windows) {
+        const scalar_t* row = suffix + last_row;
+        take_max(ELMO_ROW(row, 0), ELMO_ROW(row, 1), ELMO_ROW(row, 2), ELMO_ROW(row, 3), run);
+      }
+      alignas(64) scalar_t m[pass];
+      alignas(64) scalar_t arg[pass];
+      std::memcpy(m, &m0, sizeof(vec));
+      std::memcpy(m + lanes, &m1, sizeof(vec));
+      std::memcpy(m + 2 * lanes, &m2, sizeof(vec));
+      std::memcpy(m + 3 * lanes, &m3, sizeof(vec));
+      std::memcpy(arg, &i0, sizeof(vec));
+      std::memcpy(arg + lanes, &i1, sizeof(vec));
+      std::memcpy(arg + 2 * lanes, &i2, sizeof(vec));
+      std::memcpy(arg + 3 * lanes, &i3, sizeof(vec));
+      const int64_t count = std::min(pass, a.lanes - off);
+      for (int64_t i = 0; i < count; ++i) {
+        scalar_t g = grad[off + i];
+        if constexpr (kRelu) {
+          g = m[i] > scalar_t(0) ? g : scalar_t(0);
+        } else {
+          const scalar_t th = vec_math::tanh(m[i]);
+          g *= scalar_t(1) - th * th;
+        }
+        if (g == scalar_t(0)) {
+          continue;  // relu's dead filters: about half of them
+        }
+        a.bias_grad[off + i] += g;
+        const int32_t* window = ids + static_cast<int64_t>(arg[i]);
+        scalar_t* h = a.hist + (off + i) * w * U;
+        for (int64_t j = 0; j < w; ++j) {
+          h[j * U + window[j]] += g;
+        }
+      }
+    }
+  }
+#undef ELMO_ROW
+}
+
+#if ELMO_X86_DISPATCH
+template <typename scalar_t, bool kRelu>
+ELMO_TARGET_AVX512 void slice_grad_avx512(const SliceGradTask<scalar_t>& a) {
+  slice_grad_impl<scalar_t, 64, kRelu>(a);
+}
+
+template <typename scalar_t, bool kRelu>
+ELMO_TARGET_AVX2 void slice_grad_avx2(const SliceGradTask<scalar_t>& a) {
+  slice_grad_impl<scalar_t, 32, kRelu>(a);
+}
+#endif
+
+template <typename scalar_t, bool kRelu>
+void slice_grad_isa(const SliceGradTask<scalar_t>& a) {
+#if ELMO_X86_DISPATCH
+  switch (cpu_isa()) {
+    case Isa::kAvx512:
+      return slice_grad_avx512<scalar_t, kRelu>(a);
+    case Isa::kAvx2:
+      return slice_grad_avx2<scalar_t, kRelu>(a);
+    case Isa::kBase:
+      break;
+  }
+#endif
+  slice_grad_impl<scalar_t, 16, kRelu>(a);
+}
+
+// What the forward's windows and the backward read, built once per call (steps 1 and 2 below).
+template <typename scalar_t>
+struct Prepared {
+  std::vector<int64_t> used;        // [U] the distinct ids of the call, increasing: table row u is id used[u]
+  std::vector<Slice> slices;
+  std::vector<int64_t> order;       // slice indices, the widest (most costly per token) first
+  AlignedArray<scalar_t> table;     // every slice's T and S tables
+  AlignedArray<scalar_t> biases;    // [slices][block], zero padded
+  AlignedArray<int32_t> cids;       // [N][L] every token's compact ids (table rows)
+  AlignedArray<int32_t> runs;       // [N] start of each token's trailing run of one repeated id
+  bool propagate_nan = false;       // some table or bias entry is non-finite or huge
+  int64_t out_cols = 0;             // sum n_k
+};
+
+// Steps 1 and 2: the distinct ids, the slices and their folded tables, every token's compact ids.
+// Returns false when there is nothing to compute (no tokens or no filters).
+template <typename scalar_t>
+bool prepare(const CharCnnParams<scalar_t>& p, Prepared<scalar_t>& pr) {
   constexpr int64_t block = kBlockBytes / sizeof(scalar_t);
   const int64_t n = p.n, length = p.length;
-  int64_t out_cols = 0;
   for (int64_t k = 0; k < p.num_convs; ++k) {
-    out_cols += p.convs[k].num;
+    pr.out_cols += p.convs[k].num;
   }
-  if (n == 0 || out_cols == 0) {
-    return;
+  if (n == 0 || pr.out_cols == 0) {
+    return false;
   }
 
   // 1. The distinct ids of this call, in increasing order, and each id's row in the table.
@@ -487,7 +658,7 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
       compact[row[i * p.ids_stride[1]]] = 0;
     }
   }
-  std::vector<int64_t> used;
+  std::vector<int64_t>& used = pr.used;
   for (int64_t c = 0; c < p.vocab; ++c) {
     if (compact[c] == 0) {
       compact[c] = static_cast<int32_t>(used.size());
@@ -497,7 +668,7 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
   const int64_t num_used = static_cast<int64_t>(used.size());
 
   // 2. Slices, and the fold of every slice's table.
-  std::vector<Slice> slices;
+  std::vector<Slice>& slices = pr.slices;
   int64_t table_size = 0, out_col = 0;
   for (int64_t k = 0; k < p.num_convs; ++k) {
     const CharConv<scalar_t>& conv = p.convs[k];
@@ -514,10 +685,10 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
     }
     out_col += conv.num;
   }
-  AlignedArray<scalar_t> table(table_size);
-  AlignedArray<scalar_t> biases(static_cast<int64_t>(slices.size()) * block);
-  // Slice indices, the widest (most costly per token) first: the last items handed out are small.
-  std::vector<int64_t> order(slices.size());
+  pr.table = AlignedArray<scalar_t>(table_size);
+  pr.biases = AlignedArray<scalar_t>(static_cast<int64_t>(slices.size()) * block);
+  std::vector<int64_t>& order = pr.order;
+  order.resize(slices.size());
   for (size_t i = 0; i < order.size(); ++i) {
     order[i] = static_cast<int64_t>(i);
   }
@@ -532,18 +703,22 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
       used_rows[u * p.dim + d] = p.embedding[used[u] * p.embedding_stride[0] + d * p.embedding_stride[1]];
     }
   }
-  // The fast max needs every window finite: with all table entries and biases at most
-  // max / 64 in magnitude, no sum of <= 51 of them overflows. Anything else (inf, NaN, huge
-  // weights) takes the NaN-propagating path.
-  const scalar_t limit = std::numeric_limits<scalar_t>::max() / 64;
+  // The fast max needs every window finite: a window sums at most w + 1 table entries and biases,
+  // so with all of them at most max / max(64, w_max + 2) in magnitude no sum overflows (for any L,
+  // hence any width). Anything else (inf, NaN, huge weights) takes the NaN-propagating path.
+  int64_t widest = 1;
+  for (int64_t k = 0; k < p.num_convs; ++k) {
+    widest = std::max(widest, p.convs[k].width);
+  }
+  const scalar_t limit = std::numeric_limits<scalar_t>::max() / static_cast<scalar_t>(std::max<int64_t>(64, widest + 2));
   std::vector<uint8_t> slice_small(slices.size(), 0);
   // Every token's compact ids (the table rows) and the start of its trailing run.
-  AlignedArray<int32_t> cids(n * length);
-  AlignedArray<int32_t> runs(n);
+  pr.cids = AlignedArray<int32_t>(n * length);
+  pr.runs = AlignedArray<int32_t>(n);
   const auto stage_tokens = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t* row = p.char_ids + t * p.ids_stride[0];
-      int32_t* c = cids.get() + t * length;
+      int32_t* c = pr.cids.get() + t * length;
       for (int64_t i = 0; i < length; ++i) {
         c[i] = compact[row[i * p.ids_stride[1]]];
       }
@@ -551,7 +726,7 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
       while (run > 0 && c[run - 1] == c[length - 1]) {
         --run;
       }
-      runs.get()[t] = static_cast<int32_t>(run);
+      pr.runs.get()[t] = static_cast<int32_t>(run);
     }
   };
   // Two parallel regions in all (threads meet twice per call, which matters on a busy machine):
@@ -564,45 +739,102 @@ void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
     if (item < num_slices) {
       const int64_t index = order[item];
       std::vector<scalar_t> wt;
-      slice_small[index] = fold_slice(p, slices[index], used_rows.data(), num_used, limit, table.get(),
-                                      biases.get() + index * block, wt);
+      slice_small[index] = fold_slice(p, slices[index], used_rows.data(), num_used, limit, pr.table.get(),
+                                      pr.biases.get() + index * block, wt);
     } else {
       const int64_t begin = (item - num_slices) * kStageTokens;
       stage_tokens(begin, std::min(n, begin + kStageTokens));
     }
   });
-  const bool propagate_nan = std::find(slice_small.begin(), slice_small.end(), 0) != slice_small.end();
+  pr.propagate_nan = std::find(slice_small.begin(), slice_small.end(), 0) != slice_small.end();
+  return true;
+}
+
+template <typename scalar_t>
+void char_cnn_kernel(const CharCnnParams<scalar_t>& p) {
+  constexpr int64_t block = kBlockBytes / sizeof(scalar_t);
+  Prepared<scalar_t> pr;
+  if (!prepare(p, pr)) {
+    return;
+  }
+  const int64_t n = p.n, length = p.length;
+  const int64_t num_slices = static_cast<int64_t>(pr.slices.size());
+  const int64_t num_used = static_cast<int64_t>(pr.used.size());
 
   // 3. Items of one slice over one chunk of tokens: the slice's table stays in L2 for the chunk's
   // tokens (and so do the chunk's ids: 200 bytes per token).
   const int64_t num_chunks = (n + kChunkTokens - 1) / kChunkTokens;
   for_each_item(num_chunks * num_slices, n >= 16, [&](int64_t item) {
     const int64_t chunk = item / num_slices * kChunkTokens;
-    const int64_t index = order[item % num_slices];
-    const Slice& s = slices[index];
+    const int64_t index = pr.order[item % num_slices];
+    const Slice& s = pr.slices[index];
     SliceTask<scalar_t> task;
-    task.table = table.get() + s.table_at;
-    task.bias = biases.get() + index * block;
-    task.cids = cids.get() + chunk * length;
-    task.runs = runs.get() + chunk;
-    task.out = p.out + chunk * out_cols + s.out_col;
+    task.table = pr.table.get() + s.table_at;
+    task.bias = pr.biases.get() + index * block;
+    task.cids = pr.cids.get() + chunk * length;
+    task.runs = pr.runs.get() + chunk;
+    task.out = p.out + chunk * pr.out_cols + s.out_col;
     task.tokens = std::min(kChunkTokens, n - chunk);
     task.length = length;
     task.width = p.convs[s.conv].width;
     task.num_used = num_used;
-    task.out_stride = out_cols;
+    task.out_stride = pr.out_cols;
     task.lanes = s.lanes;
-    slice_tokens(task, propagate_nan, p.relu);
+    slice_tokens(task, pr.propagate_nan, p.relu);
   });
 }
 
-// char_ids [N, L] int64 (L >= 1; allennlp's and bilm-tf's L is 50, ELMoForManyLangs' its config's
-// max_characters_per_token), char_embedding [V, D], conv_weights[k] [n_k, D, w_k] (w_k <= L),
-// conv_biases[k] [n_k] -> [N, sum n_k] (float32 or float64, all the same), on CPU.
-at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embedding,
-                        at::TensorList conv_weights, at::TensorList conv_biases,
-                        c10::string_view activation) {
-  static constexpr char kOp[] = "char_cnn";
+// The backward's histograms: for conv k, hist_k [n_k][w_k][U] (at hist_at[k] of `hist`, zeroed),
+// hist_k[f][j][u] = the sum of g[t, f] over the tokens t whose argmax window for f has id used[u]
+// at tap j; bias_grad [sum n_k] (zeroed) = the sums of g. Returns the distinct ids (U of them).
+template <typename scalar_t>
+std::vector<int64_t> char_cnn_histograms(const CharCnnParams<scalar_t>& p, const scalar_t* grad, int64_t grad_stride,
+                                         std::vector<at::Tensor>& hist, scalar_t* bias_grad) {
+  constexpr int64_t block = kBlockBytes / sizeof(scalar_t);
+  Prepared<scalar_t> pr;
+  if (!prepare(p, pr)) {
+    return pr.used;
+  }
+  const int64_t num_used = static_cast<int64_t>(pr.used.size());
+  std::vector<int64_t> first_col(p.num_convs, 0);
+  for (int64_t k = 1; k < p.num_convs; ++k) {
+    first_col[k] = first_col[k - 1] + p.convs[k - 1].num;
+  }
+  for (int64_t k = 0; k < p.num_convs; ++k) {
+    hist[k] = at::zeros({p.convs[k].num, p.convs[k].width, num_used},
+                        at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value));
+  }
+  // One item per slice over all tokens: a slice owns its histogram rows, so threads never share one.
+  const int64_t num_slices = static_cast<int64_t>(pr.slices.size());
+  for_each_item(num_slices, p.n >= 16, [&](int64_t item) {
+    const int64_t index = pr.order[item];
+    const Slice& s = pr.slices[index];
+    const int64_t w = p.convs[s.conv].width;
+    SliceGradTask<scalar_t> task;
+    task.table = pr.table.get() + s.table_at;
+    task.bias = pr.biases.get() + index * block;
+    task.cids = pr.cids.get();
+    task.runs = pr.runs.get();
+    task.grad = grad + s.out_col;
+    task.grad_stride = grad_stride;
+    task.hist = hist[s.conv].template mutable_data_ptr<scalar_t>() + s.first * w * num_used;
+    task.bias_grad = bias_grad + s.out_col;
+    task.tokens = p.n;
+    task.length = p.length;
+    task.width = w;
+    task.num_used = num_used;
+    task.lanes = s.lanes;
+    p.relu ? slice_grad_isa<scalar_t, true>(task) : slice_grad_isa<scalar_t, false>(task);
+  });
+  return pr.used;
+}
+
+// Checks char_cnn's arguments (op name kOp) and returns the number of output columns, sum n_k:
+// char_ids [N, L] int64 with ids in [0, V) (L >= 1; allennlp's and bilm-tf's L is 50, ELMoForManyLangs'
+// its config's max_characters_per_token), char_embedding [V, D], conv_weights[k] [n_k, D, w_k] (w_k <= L),
+// conv_biases[k] [n_k] (float32 or float64, all the same), on CPU; activation "relu" or "tanh".
+int64_t check_char_cnn_args(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
+                            at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
   ELMO_CHECK_DIM(char_ids, 2);
   const int64_t chars = char_ids.size(1);
   ELMO_CHECK(chars >= 1, "char_ids must have at least one character id per token (shape [N, L]), got shape ",
@@ -642,47 +874,123 @@ at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embed
     ELMO_CHECK(b.device().is_cpu(), "conv_biases[", k, "] must be a CPU tensor, got ", b.device());
     out_cols += w.size(0);
   }
-  const int64_t n = char_ids.size(0);
-  if (n > 0) {
+  if (char_ids.size(0) > 0) {
     const auto [lo, hi] = at::aminmax(char_ids);
     const int64_t min_id = lo.item<int64_t>(), max_id = hi.item<int64_t>();
     ELMO_CHECK(min_id >= 0 && max_id < vocab, "char_ids must hold ids in [0, ", vocab,
                ") (rows of char_embedding), got values in [", min_id, ", ", max_id, "]");
   }
+  return out_cols;
+}
 
-  at::Tensor out = at::empty({n, out_cols}, char_embedding.options().memory_format(at::MemoryFormat::Contiguous));
-  AT_DISPATCH_FLOATING_TYPES(dtype, "char_cnn", [&] {
-    std::vector<CharConv<scalar_t>> convs(conv_weights.size());
-    for (size_t k = 0; k < convs.size(); ++k) {
-      const at::Tensor& w = conv_weights[k];
-      const at::Tensor& b = conv_biases[k];
-      convs[k].weight = w.const_data_ptr<scalar_t>();
-      convs[k].bias = b.const_data_ptr<scalar_t>();
-      convs[k].num = w.size(0);
-      convs[k].width = w.size(2);
-      for (int d = 0; d < 3; ++d) {
-        convs[k].weight_stride[d] = w.stride(d);
-      }
-      convs[k].bias_stride = b.stride(0);
+// The kernel's view of checked arguments; `convs` holds the convolutions it points to.
+template <typename scalar_t>
+CharCnnParams<scalar_t> make_params(const at::Tensor& char_ids, const at::Tensor& char_embedding,
+                                    at::TensorList conv_weights, at::TensorList conv_biases,
+                                    c10::string_view activation, std::vector<CharConv<scalar_t>>& convs) {
+  convs.resize(conv_weights.size());
+  for (size_t k = 0; k < convs.size(); ++k) {
+    const at::Tensor& w = conv_weights[k];
+    const at::Tensor& b = conv_biases[k];
+    convs[k].weight = w.const_data_ptr<scalar_t>();
+    convs[k].bias = b.const_data_ptr<scalar_t>();
+    convs[k].num = w.size(0);
+    convs[k].width = w.size(2);
+    for (int d = 0; d < 3; ++d) {
+      convs[k].weight_stride[d] = w.stride(d);
     }
-    CharCnnParams<scalar_t> params;
-    params.char_ids = char_ids.const_data_ptr<int64_t>();
-    params.ids_stride[0] = char_ids.stride(0);
-    params.ids_stride[1] = char_ids.stride(1);
-    params.embedding = char_embedding.const_data_ptr<scalar_t>();
-    params.embedding_stride[0] = char_embedding.stride(0);
-    params.embedding_stride[1] = char_embedding.stride(1);
-    params.convs = convs.data();
-    params.num_convs = static_cast<int64_t>(convs.size());
+    convs[k].bias_stride = b.stride(0);
+  }
+  CharCnnParams<scalar_t> params;
+  params.char_ids = char_ids.const_data_ptr<int64_t>();
+  params.ids_stride[0] = char_ids.stride(0);
+  params.ids_stride[1] = char_ids.stride(1);
+  params.embedding = char_embedding.const_data_ptr<scalar_t>();
+  params.embedding_stride[0] = char_embedding.stride(0);
+  params.embedding_stride[1] = char_embedding.stride(1);
+  params.convs = convs.data();
+  params.num_convs = static_cast<int64_t>(convs.size());
+  params.out = nullptr;
+  params.n = char_ids.size(0);
+  params.length = char_ids.size(1);
+  params.vocab = char_embedding.size(0);
+  params.dim = char_embedding.size(1);
+  params.relu = activation == "relu";
+  return params;
+}
+
+// char_ids [N, L] int64 (L >= 1), char_embedding [V, D], conv_weights[k] [n_k, D, w_k] (w_k <= L),
+// conv_biases[k] [n_k] -> [N, sum n_k] (float32 or float64, all the same), on CPU.
+at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embedding,
+                        at::TensorList conv_weights, at::TensorList conv_biases,
+                        c10::string_view activation) {
+  const int64_t out_cols =
+      check_char_cnn_args("char_cnn", char_ids, char_embedding, conv_weights, conv_biases, activation);
+  const int64_t n = char_ids.size(0);
+  at::Tensor out = at::empty({n, out_cols}, char_embedding.options().memory_format(at::MemoryFormat::Contiguous));
+  AT_DISPATCH_FLOATING_TYPES(char_embedding.scalar_type(), "char_cnn", [&] {
+    std::vector<CharConv<scalar_t>> convs;
+    CharCnnParams<scalar_t> params =
+        make_params<scalar_t>(char_ids, char_embedding, conv_weights, conv_biases, activation, convs);
     params.out = out.mutable_data_ptr<scalar_t>();
-    params.n = n;
-    params.length = chars;
-    params.vocab = vocab;
-    params.dim = dim;
-    params.relu = activation == "relu";
     char_cnn_kernel(params);
   });
   return out;
+}
+
+// The gradients of char_cnn from grad_out [N, sum n_k] (the other arguments: the forward's):
+// grad_embedding [V, D] (0 in rows no token uses), grad_weights[k] [n_k, D, w_k], grad_biases[k] [n_k].
+// Each filter's gradient goes to its argmax window (recomputed here, see slice_grad_impl); the
+// histograms then make two small GEMMs per convolution over the U distinct ids:
+//   dW_k[f, :, j] = sum_u hist_k[f, j, u] E[used[u], :],  dE[used[u], :] = sum_{k, f, j} hist_k[f, j, u] W_k[f, :, j].
+std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cnn_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& char_ids, const at::Tensor& char_embedding,
+    at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
+  static constexpr char kOp[] = "char_cnn_backward";
+  const int64_t out_cols = check_char_cnn_args(kOp, char_ids, char_embedding, conv_weights, conv_biases, activation);
+  const int64_t n = char_ids.size(0);
+  ELMO_CHECK_SHAPE(grad_out, n, out_cols);
+  ELMO_CHECK_SAME_DTYPE(grad_out, char_embedding);
+  ELMO_CHECK_CPU(grad_out);
+  // Rows are read with unit column stride (an expanded gradient is materialized).
+  const at::Tensor grad = (out_cols <= 1 || grad_out.stride(1) == 1) ? grad_out : grad_out.contiguous();
+  const auto opts = char_embedding.options().memory_format(at::MemoryFormat::Contiguous);
+  const size_t K = conv_weights.size();
+  at::Tensor bias_grad = at::zeros({out_cols}, opts);
+  std::vector<at::Tensor> hist(K);
+  std::vector<int64_t> used;
+  AT_DISPATCH_FLOATING_TYPES(char_embedding.scalar_type(), "char_cnn_backward", [&] {
+    std::vector<CharConv<scalar_t>> convs;
+    const CharCnnParams<scalar_t> params =
+        make_params<scalar_t>(char_ids, char_embedding, conv_weights, conv_biases, activation, convs);
+    used = char_cnn_histograms(params, grad.const_data_ptr<scalar_t>(), grad.stride(0), hist,
+                               bias_grad.mutable_data_ptr<scalar_t>());
+  });
+  at::Tensor grad_embedding = at::zeros_like(char_embedding, opts);
+  std::vector<at::Tensor> grad_weights(K), grad_biases(K);
+  if (used.empty()) {  // no tokens
+    for (size_t k = 0; k < K; ++k) {
+      grad_weights[k] = at::zeros_like(conv_weights[k], opts);
+      grad_biases[k] = at::zeros_like(conv_biases[k], opts);
+    }
+    return {grad_embedding, grad_weights, grad_biases};
+  }
+  const int64_t U = static_cast<int64_t>(used.size()), D = char_embedding.size(1);
+  const at::Tensor used_t = at::tensor(used, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor e_used = char_embedding.index_select(0, used_t);  // [U, D]
+  at::Tensor grad_e_used = at::zeros({U, D}, opts);
+  int64_t col = 0;
+  for (size_t k = 0; k < K; ++k) {
+    const at::Tensor& w = conv_weights[k];
+    const int64_t num = w.size(0), width = w.size(2);
+    // [n, w, U] @ [U, D] -> [n, w, D], stored as W's [n, D, w]
+    grad_weights[k] = at::matmul(hist[k], e_used).transpose(1, 2).contiguous();
+    grad_e_used.addmm_(hist[k].view({num * width, U}).t(), w.transpose(1, 2).reshape({num * width, D}));
+    grad_biases[k] = bias_grad.narrow(0, col, num).clone();
+    col += num;
+  }
+  grad_embedding.index_copy_(0, used_t, grad_e_used);
+  return {grad_embedding, grad_weights, grad_biases};
 }
 
 }  // namespace
@@ -690,4 +998,5 @@ at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embed
 
 TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
   m.impl("char_cnn", &elmo_fast::char_cnn_cpu);
+  m.impl("char_cnn_backward", &elmo_fast::char_cnn_backward_cpu);
 }

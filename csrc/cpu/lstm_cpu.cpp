@@ -27,8 +27,6 @@
 //   * Every buffer is allocated once per call.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/ThreadLocalState.h>
-#include <ATen/Version.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
@@ -40,64 +38,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <optional>
-#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "checks.h"
-#include "cpu/lstm_gemv.h"
+#include "cpu/lstm_common.h"
 #include "cpu/lstm_pointwise.h"
 #include "lstm_args.h"
 
 namespace elmo_fast {
 namespace {
 
-// The float kernels are compiled once per ISA level (the extension itself is built for baseline
-// x86-64) and the level is picked once per process, as ATen picks its own kernels:
-// at::get_cpu_capability() (which honours ATEN_CPU_CAPABILITY). GCC 12's target_clones with
-// "arch=x86-64-v4" never selects that clone (its resolver asks __builtin_cpu_is), hence this.
-enum class Isa { kBase, kAvx2, kAvx512 };
-
-Isa kernel_isa() {
-  static const Isa isa = [] {
-    const std::string cap = at::get_cpu_capability();
-    return cap == "AVX512" ? Isa::kAvx512 : cap == "AVX2" ? Isa::kAvx2 : Isa::kBase;
-  }();
-  return isa;
-}
-
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define ELMO_FAST_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512")))
-#define ELMO_FAST_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define ELMO_FAST_HAVE_ISA_VARIANTS 1
-#endif
-
-// name(params, begin, end) running kernel(params, begin, end) built for the CPU's ISA level.
-#ifdef ELMO_FAST_HAVE_ISA_VARIANTS
-#define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel)                                          \
-  ELMO_FAST_TARGET_AVX512 void name##_avx512(const Params& p, int64_t b, int64_t e) {           \
-    kernel(p, b, e);                                                                            \
-  }                                                                                             \
-  ELMO_FAST_TARGET_AVX2 void name##_avx2(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); } \
-  void name##_base(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }                  \
-  void name(const Params& p, int64_t b, int64_t e) {                                            \
-    switch (kernel_isa()) {                                                                     \
-      case Isa::kAvx512: return name##_avx512(p, b, e);                                         \
-      case Isa::kAvx2: return name##_avx2(p, b, e);                                             \
-      default: return name##_base(p, b, e);                                                     \
-    }                                                                                           \
-  }
-#else
-#define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel) \
-  void name(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }
-#endif
+using namespace lstm_cpu;  // Schedule, Weight, linear_nt, the tuning: shared with lstm_layer_cpu.cpp
 
 // The float cell passes: <states, input gates, recurrent gates, hc>, bf16 as raw bits.
 using CellF32 = lstm::CellParams<float>;
@@ -112,8 +68,6 @@ ELMO_FAST_ISA_DISPATCHED(cell_rows_bf16, CellBf16, lstm::cell_rows)
 ELMO_FAST_ISA_DISPATCHED(cell_rows_bf16_gates, CellBf16Gates, lstm::cell_rows)
 ELMO_FAST_ISA_DISPATCHED(proj_elems_f32, ProjF32, lstm::proj_elems)
 ELMO_FAST_ISA_DISPATCHED(proj_elems_bf16, ProjBf16, lstm::proj_elems)
-ELMO_FAST_ISA_DISPATCHED(gemv_nt_f32, lstm::GemvParams<float>, lstm::gemv_nt)
-ELMO_FAST_ISA_DISPATCHED(gemv_nt_bf16, lstm::GemvParams<uint16_t>, lstm::gemv_nt)
 
 void cell_rows_any(const CellF32& p, int64_t b, int64_t e) { cell_rows_f32(p, b, e); }
 void cell_rows_any(const CellBf16Rec& p, int64_t b, int64_t e) { cell_rows_bf16_rec(p, b, e); }
@@ -123,57 +77,6 @@ void cell_rows_any(const lstm::CellParams<double>& p, int64_t b, int64_t e) { ls
 void proj_elems_any(const ProjF32& p, int64_t b, int64_t e) { proj_elems_f32(p, b, e); }
 void proj_elems_any(const ProjBf16& p, int64_t b, int64_t e) { proj_elems_bf16(p, b, e); }
 void proj_elems_any(const lstm::ProjParams<double>& p, int64_t b, int64_t e) { lstm::proj_elems(p, b, e); }
-
-// The order of work shared by both directions and all layers.
-struct Schedule {
-  int64_t batch = 0;               // B
-  int64_t time = 0;                // T (positions per row in token_index and outputs)
-  std::vector<int64_t> order;      // [B] sorted row j -> input row b (lengths descending, stable)
-  std::vector<int64_t> rank;       // [B] input row b -> sorted row j
-  std::vector<int64_t> length;     // [B] length of sorted row j (descending)
-  std::vector<int64_t> active;     // [S] n_s, rows still running at step s (S = max length)
-  std::vector<int64_t> offset;     // [S + 1] off_s, first packed row of step s; offset[S] = sum of lengths
-
-  int64_t steps() const { return static_cast<int64_t>(active.size()); }
-  int64_t packed_rows() const { return offset.back(); }
-  // Packed row of (sorted row j, step s) and the position it reads / writes in direction d.
-  int64_t position(int64_t d, int64_t j, int64_t s) const { return d == 0 ? s : length[j] - 1 - s; }
-};
-
-Schedule make_schedule(const int64_t* lengths, int64_t batch, int64_t time) {
-  Schedule s;
-  s.batch = batch;
-  s.time = time;
-  s.order.resize(batch);
-  std::iota(s.order.begin(), s.order.end(), int64_t{0});
-  std::stable_sort(s.order.begin(), s.order.end(),
-                   [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
-  s.rank.resize(batch);
-  s.length.resize(batch);
-  for (const auto j : c10::irange(batch)) {
-    s.rank[s.order[j]] = j;
-    s.length[j] = lengths[s.order[j]];
-  }
-  const int64_t steps = batch > 0 ? s.length[0] : 0;
-  s.active.assign(steps, 0);
-  s.offset.assign(steps + 1, 0);
-  for (const auto t : c10::irange(steps)) {
-    int64_t n = 0;
-    while (n < batch && s.length[n] > t) {
-      ++n;
-    }
-    s.active[t] = n;
-    s.offset[t + 1] = s.offset[t] + n;
-  }
-  return s;
-}
-
-// One GEMM operand of weights: w [N, K] contiguous (the dtype of the states, or bfloat16) and its
-// transposed view, so that BLAS computes x @ w^T without copies.
-struct Weight {
-  at::Tensor w;    // [N, K]
-  at::Tensor w_t;  // [K, N]
-};
 
 // Everything one call reads.
 template <typename scalar_t>
@@ -209,49 +112,6 @@ struct Workspace {
   at::Tensor x16;      // [packed rows, P] the layer input rounded to bf16 (L > 1)
   at::Tensor gates16;  // [packed rows, 4C] x W_ih^T in bf16, without the bias (L > 1)
 };
-
-// Work below these sizes stays on the calling thread (ATen's GRAIN_SIZE is 32768 elements).
-constexpr int64_t kCellGrainElements = 16384;
-constexpr int64_t kElemGrain = 32768;
-
-// A [rows, cols] contiguous view of the front of a flat buffer.
-at::Tensor front(const at::Tensor& flat, int64_t rows, int64_t cols) {
-  return flat.narrow(0, 0, rows * cols).view({rows, cols});
-}
-
-// out[n, N] = a[n, K] @ w^T, all in the states' dtype but w, which may be bf16. Few rows (float
-// states): gemv_nt, which streams w once and keeps a in fp32 even for bf16 weights; else BLAS.
-void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows) {
-  const int64_t n = a.size(0);
-  const int64_t N = w.w.size(0);
-  const int64_t K = w.w.size(1);
-  const bool bf16 = w.w.scalar_type() == at::kBFloat16;
-  if (out.scalar_type() == at::kFloat && n <= gemv_max_rows) {
-    const int64_t grain = std::max<int64_t>(64, kElemGrain / std::max<int64_t>(K * n, 1));
-    const auto run = [&](auto params, auto kernel) {
-      params.a = a.const_data_ptr<float>();
-      params.lda = a.stride(0);
-      params.ldw = K;
-      params.out = out.mutable_data_ptr<float>();
-      params.ldo = out.stride(0);
-      params.n = n;
-      params.k = K;
-      at::parallel_for(0, N, grain, [&](int64_t g0, int64_t g1) { kernel(params, g0, g1); });
-    };
-    if (bf16) {
-      lstm::GemvParams<uint16_t> p;
-      p.w = reinterpret_cast<const uint16_t*>(w.w.const_data_ptr<at::BFloat16>());
-      run(p, gemv_nt_bf16);
-    } else {
-      lstm::GemvParams<float> p;
-      p.w = w.w.const_data_ptr<float>();
-      run(p, gemv_nt_f32);
-    }
-    return;
-  }
-  TORCH_INTERNAL_ASSERT(!bf16, "bilstm: bf16 weights take the oneDNN step");
-  at::mm_out(out, a, w.w_t);
-}
 
 // uint16_t view of a bf16 tensor's data, for the kernels (which know bf16 as raw bits).
 uint16_t* bf16_bits(const at::Tensor& t) {
@@ -392,69 +252,9 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
   }
 }
 
-// Tuned on a 2-core AMD Zen 4 (32 MB L3), 'original' shapes (P = 512, C = 4096), T = 27; see
-// benchmarks/bench_lstm.py and the commit messages for the measurements.
-//
-// Steps with at most this many active rows use gemv_nt rather than BLAS. float: gemv_nt streams
-// W_hh once per step, so it wins where the weights come from memory: with 'original' (W_hh 32 MB)
-// the 4x4-blocked gemv_nt beat MKL sgemm at every n measured (1..128; e.g. B = 64: 1466 vs 1614 ms
-// per call), so BLAS only takes larger batches. Weights that stay in the caches favour BLAS's reuse
-// from a few dozen rows on (bench_lstm.py --ragged, ms per call at B = 64 with 128 / 32 / 0 rows:
-// 'small' (W_hh 2 MB) 69.4 / 60.5 / 58.0, 'medium' (8 MB) 260 / 241 / 258, 'original' 883 / 1021
-// at 128 / 32; at B = 16 32 rows match 128 and beat 0): 32 rows below 16 MB of W_hh.
-// bf16: gemv_nt widens the weights and computes in fp32, which oneDNN's bf16 dot products outrun
-// from n = 4 on; it keeps n <= 2 (B = 1: 62 vs 102 ms).
-// ELMO_FAST_BILSTM_GEMV_ROWS overrides, for benchmarking and tests.
-int64_t gemv_max_rows(bool bf16_weights, int64_t proj, int64_t cell) {
-  const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS");
-  if (env != nullptr) {
-    return std::atoll(env);
-  }
-  if (bf16_weights) {
-    return 2;
-  }
-  const int64_t w_hh_bytes = 4 * cell * proj * static_cast<int64_t>(sizeof(float));
-  return w_hh_bytes >= (int64_t{16} << 20) ? 128 : 32;
-}
-
-// How the two directions share the threads: concurrently, one each with single-threaded GEMMs
-// (true), or in turn, each GEMM and pass on all threads (false). Small batches are bound by
-// reading the weights: in turn, one (layer, direction)'s weights are read by both threads and, in
-// bf16 (20 MB), stay in L3 from step to step (B = 1 fp32: 102 vs 155 ms; bf16: 62 vs 136 ms).
-// Larger batches are compute-bound and single-threaded GEMMs run closer to peak (B = 16 fp32: 483
-// vs 545 ms; bf16 from B = 64: 814 vs 886 ms).
-// ELMO_FAST_BILSTM_THREADS=sequential|directions overrides, for benchmarking.
-bool directions_in_parallel(int64_t rows, bool bf16_weights) {
-  if (at::get_num_threads() < 2 || at::in_parallel_region()) {
-    return false;
-  }
-  const char* env = std::getenv("ELMO_FAST_BILSTM_THREADS");
-  if (env != nullptr && std::string(env) == "sequential") {
-    return false;
-  }
-  if (env != nullptr && std::string(env) == "directions") {
-    return true;
-  }
-  return rows > (bf16_weights ? 32 : 8);
-}
-
 template <typename scalar_t>
 void run_bilstm(const Problem<scalar_t>& pb, Workspace* ws, bool concurrent_directions) {
-  if (concurrent_directions) {
-    // The worker thread runs ATen ops on tensors made here: it needs this thread's dispatch state
-    // (inference mode, grad mode), which at::parallel_for does not carry over.
-    const at::ThreadLocalState caller_state;
-    at::parallel_for(0, 2, 1, [&](int64_t d0, int64_t d1) {
-      const at::ThreadLocalStateGuard state_guard(caller_state);
-      for (const auto d : c10::irange(d0, d1)) {
-        run_direction(pb, ws[d], d);
-      }
-    });
-  } else {
-    for (const auto d : c10::irange(2)) {
-      run_direction(pb, ws[d], d);
-    }
-  }
+  for_each_direction(concurrent_directions, [&](int64_t d) { run_direction(pb, ws[d], d); });
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(

@@ -42,9 +42,13 @@ def resolve_backend(backend: str) -> str:
         if has_fast:
             return "fast"
         if not _warned_fallback:
-            warnings.warn("elmo_fast._C is not built, so elmo-fast runs its plain-PyTorch reference path (slow). "
-                          "Build the fast path from the source tree with `pip install --no-build-isolation -e .`.",
-                          RuntimeWarning, stacklevel=3)
+            if ops.EXTENSION_LOAD_FAILED:
+                why = f"elmo_fast._C does not load ({ops.EXTENSION_IMPORT_ERROR})"
+            else:
+                why = ("elmo_fast._C is not built. Build the fast path from the source tree with "
+                       "`pip install --no-build-isolation -e .`")
+            warnings.warn(f"elmo-fast runs its plain-PyTorch reference path (slow): {why}.", RuntimeWarning,
+                          stacklevel=3)
             _warned_fallback = True
         return "reference"
     return backend
@@ -326,6 +330,17 @@ class ElmoBiLm(nn.Module):
             highway_weights=emb.highways.weights(), highway_biases=emb.highways.biases(),
             proj_weight=emb.projection.weight, proj_bias=emb.projection.bias, lstm=lstm)
 
+    def save(self, directory: str | os.PathLike) -> tuple[str, str]:
+        """Write the current weights (fine-tuned, say) as ``options.json`` + ``weights.hdf5`` in the
+        bilm-tf layout into ``directory``, the files allennlp, bilm-tf and ``elmo-fast embed`` load;
+        each file replaced atomically. Returns their paths."""
+        from ..formats.bilm_tf import save_model_files
+
+        os.makedirs(directory, exist_ok=True)
+        options, weights = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
+        save_model_files(options, weights, self.weights())
+        return options, weights
+
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode)."""
         self._states = None
@@ -432,22 +447,35 @@ class ElmoBiLm(nn.Module):
         return self.training and torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
 
     def _forward_autograd(self, char_ids: Tensor, h0: Tensor | None, c0: Tensor | None):
-        """What fine-tuning runs: the reference stages under autograd, but each distinct token of the
-        batch (padding included, as one more) through the char CNN and highway once, as the fast path
-        does. Equal to ``bilm_ref`` up to fp32 summation order; a training step 5.7x faster than through
-        ``bilm_ref``, which runs every position, padding included (benchmarks/bench_elmo.py)."""
+        """What fine-tuning runs: each distinct token of the batch (padding included, as one more)
+        through the token embedder once, then the biLSTM, under autograd. On the fast backend (where
+        the ops have backward passes) that is the fused char CNN and highway ops and
+        :func:`~elmo_fast.bilm.ops.bilstm_train` (backpropagation through time in C++); otherwise the
+        reference stages. Equal to ``bilm_ref`` up to fp32 summation order."""
         ids, mask = self._add_sentence_boundaries(char_ids)
         B, T2, W = ids.shape
         distinct, inverse = torch.unique(ids.reshape(B * T2, W), dim=0, return_inverse=True)
-        vectors = self.token_embedder.forward_reference(distinct)
         token_index = inverse.view(B, T2)
-        outputs, h, c = self.encoder.forward_reference(self.encoder.layer0_gates(vectors), token_index,
-                                                       mask.sum(dim=1), h0, c0)
+        lengths = mask.sum(dim=1)
+        enc = self.encoder
+        if self._fast_gradients():
+            vectors = self.token_embedder.forward_fast(distinct)
+            outputs, h, c = ops.bilstm_train(vectors[token_index], lengths, enc.flat_weights(), enc.cell_clip,
+                                             enc.proj_clip, h0, c0, training=False)
+        else:
+            vectors = self.token_embedder.forward_reference(distinct)
+            outputs, h, c = enc.forward_reference(enc.layer0_gates(vectors), token_index, lengths, h0, c0)
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
 
     def _add_sentence_boundaries(self, char_ids: Tensor) -> tuple[Tensor, Tensor]:
         return reference.add_sentence_boundaries(char_ids, self.front_end.bos, self.front_end.eos)
+
+    def _fast_gradients(self) -> bool:
+        """Whether the fast ops can give this model's gradients (backward passes on its device)."""
+        if self.backend != "fast":
+            return False
+        return ops.HAS_CUDA_BACKWARD if self.device.type == "cuda" else ops.HAS_BACKWARD
 
     def _cached_word_inputs(self, char_ids: Tensor | None, word_inputs: Tensor | None) -> Tensor | None:
         """word_inputs when this batch can use the vocabulary cache, else None (the char path)."""

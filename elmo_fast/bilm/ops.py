@@ -9,30 +9,48 @@ Each op has a twin ``<op>_ref`` in :mod:`elmo_fast.bilm.reference` with the same
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from .._extension_info import describe_import_failure, loaded_against_other_release, recorded_cuda_decision
 from ..errors import ExtensionNotBuiltError
 
 try:
     from elmo_fast import _C  # noqa: F401  (imported for its op registrations)
 except ImportError as exc:  # not built, or built against another torch/Python
     HAS_EXTENSION = False
-    EXTENSION_IMPORT_ERROR: str | None = f"{type(exc).__name__}: {exc}"
+    # True when elmo_fast._C is there but does not load (e.g. built against another torch): said
+    # once, here, as a warning, since every op would then fall back to the slow reference path.
+    EXTENSION_LOAD_FAILED, EXTENSION_IMPORT_ERROR = describe_import_failure(exc)
     HAS_CUDA_KERNELS = False
+    if EXTENSION_LOAD_FAILED:
+        warnings.warn(f"elmo-fast's fast path is unavailable, the slow reference path runs instead: "
+                      f"{EXTENSION_IMPORT_ERROR}", RuntimeWarning, stacklevel=2)
 else:
     HAS_EXTENSION = True
-    EXTENSION_IMPORT_ERROR = None
+    EXTENSION_LOAD_FAILED = False
+    EXTENSION_IMPORT_ERROR: str | None = None
     # Whether csrc/cuda/*.cu were compiled in (a build-time fact; says nothing about a GPU).
     HAS_CUDA_KERNELS = bool(getattr(_C, "WITH_CUDA", 0))
+    if (_other_release := loaded_against_other_release()) is not None:
+        warnings.warn(_other_release, RuntimeWarning, stacklevel=2)
 
 
-#: Whether the fast ops have backward passes (register_autograd), so that training can run them.
-HAS_BACKWARD = False
+#: Whether the fast ops have backward passes (register_autograd) on CPU tensors, so that training
+#: and fine-tuning can run them; on CUDA tensors see :data:`HAS_CUDA_BACKWARD`.
+HAS_BACKWARD = HAS_EXTENSION
+#: Whether the CUDA kernels include backward passes (without them, training on a GPU runs the
+#: reference stages under autograd).
+HAS_CUDA_BACKWARD = False
 
 
 def require_extension() -> None:
     """Raise :class:`ExtensionNotBuiltError` unless ``elmo_fast._C`` was imported."""
+    if not HAS_EXTENSION and EXTENSION_LOAD_FAILED:
+        raise ExtensionNotBuiltError(f"the compiled extension elmo_fast._C does not load: {EXTENSION_IMPORT_ERROR}")
     if not HAS_EXTENSION:
         raise ExtensionNotBuiltError(
             "the compiled extension elmo_fast._C is not available; build it from the source tree with "
@@ -53,10 +71,13 @@ def cuda_kernels_missing_reason() -> str | None:
                 "kernels. Install a CUDA build of torch (https://pytorch.org/get-started/locally/), make sure "
                 "nvcc is found (CUDA_HOME or PATH), then rebuild from the source tree with "
                 "`pip install --no-build-isolation -e .`")
+    recorded = recorded_cuda_decision()
+    said = f" (the build said: {recorded})" if recorded else ""
     return (f"elmo_fast._C was built without its CUDA kernels although torch {torch.__version__} is a CUDA "
-            f"{torch.version.cuda} build: the build found no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1 was set. Make "
-            "sure nvcc is found (CUDA_HOME or PATH), unset ELMO_FAST_SKIP_CUDA_BUILD, then rebuild from the "
-            "source tree with `pip install --no-build-isolation -e .`")
+            f"{torch.version.cuda} build: the build found no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1 was set, or the "
+            f"CUDA toolkit was incomplete or of another major version than torch's{said}. Make sure a complete CUDA "
+            f"{torch.version.cuda.split('.')[0]}.x toolkit is found (CUDA_HOME, or nvcc on PATH), unset "
+            "ELMO_FAST_SKIP_CUDA_BUILD, then rebuild from the source tree with `pip install --no-build-isolation -e .`")
 
 
 def require_cuda_kernels() -> None:
@@ -81,6 +102,8 @@ def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
     x:         [N, H], the layer's input; same dtype (float32, float64, bfloat16) and device.
     returns    [N, H] contiguous, ``g * x + (1 - g) * relu(transform)`` with ``g = sigmoid(gate)``;
                bfloat16 (and float16, on CUDA) is computed in float32 and rounded once.
+
+    Differentiable (CPU): the backward is one fused pass (``highway_gate_backward``).
     """
     _require_kernels_for(projected, x)
     return torch.ops.elmo_fast.highway_gate.default(projected, x)
@@ -94,8 +117,19 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
     highway_weights: L tensors [2F, F] ([W_transform; -W_carry]); highway_biases: L tensors [2F].
     proj_weight:     [P, F]; proj_bias: [P]. All of x's dtype and device.
     returns          [N, P]: GEMMs through ATen's BLAS, each layer's gating one fused pass.
+
+    Differentiable: with gradients needed (CPU), the steps run one by one under autograd (the same
+    kernels and values), and the gates' backward is one fused pass each.
     """
     _require_kernels_for(x)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, *highway_weights, *highway_biases, proj_weight,
+                                                                   proj_bias)):
+        # Training: the op's own steps (the same GEMMs and fused gate, hence the same values), one by one,
+        # so that autograd keeps every layer's [transform | gate] for the gate's fused backward
+        # (highway_gate_backward); the op's own backward would have to recompute them.
+        for w, b in zip(highway_weights, highway_biases):
+            x = highway_gate(F.linear(x, w, b), x)
+        return F.linear(x, proj_weight, proj_bias)
     return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias)
 
 
@@ -112,6 +146,11 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
     activation:     "relu" or "tanh", applied after the max over the L - w_k + 1 windows.
     returns         [N, sum n_k] contiguous, in char_embedding's dtype: for each k in order,
                     ``act(amax(conv1d(embedding(char_ids).transpose(1, 2), W_k, b_k), -1))``.
+
+    Differentiable in char_embedding, conv_weights and conv_biases (CPU): each filter's gradient goes
+    to its max window, recomputed by the backward (``char_cnn_backward``). Equal windows: the first
+    one takes it; windows that hold the same ids (ELMo's padding) give the same gradient whichever
+    takes it, as the reference's amax, which shares it among them.
     """
     _require_kernels_for(char_ids, char_embedding)
     return torch.ops.elmo_fast.char_cnn.default(char_ids, char_embedding, list(conv_weights), list(conv_biases),
@@ -142,6 +181,126 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
     _require_kernels_for(xg0, token_index)
     return torch.ops.elmo_fast.bilstm.default(xg0, token_index, lengths, list(weights), cell_clip, proj_clip,
                                               h0, c0)
+
+
+def _require_cpu(op: str, *tensors: Tensor | None) -> None:
+    """The ops below have CPU kernels only: a clear error for CUDA tensors instead of the dispatcher's."""
+    require_extension()
+    if any(t is not None and t.is_cuda for t in tensors):
+        raise NotImplementedError(f"elmo_fast: {op} has no CUDA kernel yet; run it on CPU tensors (its reference "
+                                  "twin in elmo_fast.bilm.reference runs anywhere, under autograd)")
+
+
+def _no_cuda_backward(op: str, *tensors: Tensor | None) -> None:
+    """Backward formulas of ops whose CUDA forward exists but whose backward kernels are CPU-only."""
+    if any(t is not None and t.is_cuda for t in tensors):
+        raise NotImplementedError(f"elmo_fast: {op} has no CUDA backward yet: train on CPU tensors, or run "
+                                  f"elmo_fast.bilm.reference.{op}_ref (plain PyTorch autograd) on the GPU")
+
+
+def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
+               proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
+               token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """One projected LSTM layer, both directions in one call, differentiable (CPU).
+
+    Twin of :func:`elmo_fast.bilm.reference.lstm_layer_pair_ref` (same semantics and signature); its
+    backward is backpropagation through time in C++ (``lstm_layer_backward``), giving gradients for
+    xg, w_hh, w_proj, h0 and c0. Clips have zero gradient where they bind (gradient passes where
+    -clip <= x <= clip, as torch.clamp and TensorFlow's clip_by_value).
+
+    xg:      [2, B, T, 4C] input gates x W_ih^T + bias (forget-gate bias already +1), gates i, f, g, o;
+             direction 0 runs forward in time, 1 from each row's own last token back to its first;
+             positions t >= lengths[b] are never read. float32 or float64, any strides (a last dim
+             that is not unit-stride is copied once).
+    lengths: [B] int64 in [0, T], any order.
+    w_hh:    [2, 4C, P]; w_proj: [2, P, C], xg's dtype.
+    cell_clip, proj_clip: clip values, None or 0 for none.
+    h0, c0:  [2, B, P], [2, B, C] initial states, or None (zeros).
+    token_index: None, or [B, T] int64: then xg is [2, U, 4C] and position (b, t < lengths[b]) reads
+             xg's row token_index[b, t] (as :func:`bilstm`'s xg0; rows may repeat). A training stack
+             passes its gates packed this way, one row per real token, with no padded copy; the
+             gradient of xg then has that shape too.
+    returns  y [2, B, T, P] (exactly 0 at padding), h [2, B, P], c [2, B, C] (each row's state after
+             its last step; a row of length 0 keeps its initial state).
+
+    The forward keeps what the backward reads (~(6C + P) values per token and direction), also
+    under no_grad: for inference, :func:`bilstm` is the fast path.
+    """
+    _require_cpu("lstm_layer", xg, w_hh, w_proj, h0, c0)
+    y, h, c, _saved = torch.ops.elmo_fast.lstm_layer_forward.default(xg, lengths, w_hh, w_proj, cell_clip, proj_clip,
+                                                                     h0, c0, token_index)
+    return y, h, c
+
+
+def dropout_masks(shape: tuple[int, ...] | torch.Size, num_layers: int, dropout: float, generator=None,
+                  device=None, dtype=None) -> list[Tensor]:
+    """Fresh masks for :func:`bilstm_train`: ``num_layers`` tensors of ``shape`` ([2, B, T, P]), each
+    element 0 with probability ``dropout``, else ``1 / (1 - dropout)`` (TensorFlow's dropout)."""
+    keep = 1.0 - dropout
+    return [torch.empty(shape, device=device, dtype=dtype).bernoulli_(keep, generator=generator).div_(keep)
+            for _ in range(num_layers)]
+
+
+def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None, proj_clip: float | None,
+                 h0: Tensor | None = None, c0: Tensor | None = None, dropout: float = 0.0, training: bool = True,
+                 masks: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """ELMo's stacked biLSTM for training (twin of :func:`elmo_fast.bilm.reference.bilstm_train_ref`).
+
+    The recurrence of every layer is :func:`lstm_layer` (both directions, backward in C++); the input
+    gates of each layer are one batched GEMM over the non-padding positions (under autograd), and
+    layers >= 1 add their input (skip connections). Dropout as bilm-tf trains: every LSTM cell is
+    wrapped in ``DropoutWrapper(input_keep_prob=1 - dropout)`` (outside the ``ResidualWrapper`` of
+    layers >= 1), so each layer's input is dropped, per direction, per position and element, and
+    the skip connection adds the *dropped* input: ``y_l = lstm_l(drop(x_l)) + drop(x_l)``. bilm-tf
+    also drops the top layer's outputs before its softmax: that belongs to the loss, not here.
+
+    x:        [B, T, P] layer 0's input at every position (the token vectors, read by both directions),
+              or [2, B, T, P], one per direction. Positions t >= lengths[b] are never read.
+    lengths:  [B] int64 in [0, T], any order.
+    weights:  8L tensors as :func:`elmo_fast.bilm.reference.bilstm_ref` takes them, weights[4 * (2l + d) + k]:
+              w_ih [4C, P], w_hh [4C, P], bias [4C] (forget-gate bias already +1), w_proj [P, C]; here
+              layer 0's w_ih and bias are used too (x is not yet projected).
+    cell_clip, proj_clip: clip values, None or 0 for none.
+    h0, c0:   [L, B, 2P], [L, B, 2C] initial states ([forward | backward]), or None (zeros).
+    dropout:  the probability of dropping an input element, when ``training``.
+    masks:    L tensors [2, B, T, P] multiplying each layer's input (0 or 1 / (1 - dropout), see
+              :func:`dropout_masks`) instead of fresh random ones; for tests and replays.
+    returns   outputs [L, B, T, 2P] (0 at padding), h [L, B, 2P], c [L, B, 2C] (each row's state after
+              its last step), as :func:`bilstm`.
+    """
+    num_layers = len(weights) // 8
+    P, C = weights[3].shape
+    B, T = x.shape[-3], x.shape[-2]
+    inputs = x.expand(2, B, T, P) if x.dim() == 3 else x
+    if masks is None and training and dropout > 0:
+        masks = dropout_masks((2, B, T, P), num_layers, dropout, device=x.device, dtype=x.dtype)
+    elif masks is not None and not training:
+        masks = None
+    # The positions that are not padding, as rows of [B * T]: the input GEMMs run over those N rows
+    # only, and lstm_layer reads its gates from them packed (token_index: position -> packed row).
+    valid = torch.arange(T, device=lengths.device) < lengths[:, None]
+    rows = valid.reshape(-1).nonzero().squeeze(1)
+    token_index = torch.zeros(B, T, dtype=torch.long, device=lengths.device)
+    token_index[valid] = torch.arange(rows.shape[0], device=lengths.device)
+    outputs, hs, cs = [], [], []
+    for layer in range(num_layers):
+        w = weights[8 * layer:8 * layer + 8]
+        layer_in = inputs * masks[layer] if masks is not None else inputs
+        packed = layer_in.reshape(2, B * T, P).index_select(1, rows)  # [2, N, P]
+        gates = torch.baddbmm(torch.stack([w[2], w[6]]).unsqueeze(1), packed,
+                              torch.stack([w[0], w[4]]).transpose(1, 2))  # [2, N, 4C]
+        y, h, c = lstm_layer(gates, lengths, torch.stack([w[1], w[5]]), torch.stack([w[3], w[7]]), cell_clip,
+                             proj_clip, None if h0 is None else h0[layer].view(B, 2, P).transpose(0, 1),
+                             None if c0 is None else c0[layer].view(B, 2, C).transpose(0, 1), token_index)
+        if layer > 0:
+            y = y + layer_in
+        inputs = y
+        outputs.append(y)
+        hs.append(h)
+        cs.append(c)
+    return (torch.stack(outputs).permute(0, 2, 3, 1, 4).reshape(num_layers, B, T, 2 * P),
+            torch.stack(hs).transpose(1, 2).reshape(num_layers, B, 2 * P),
+            torch.stack(cs).transpose(1, 2).reshape(num_layers, B, 2 * C))
 
 
 if HAS_EXTENSION:
@@ -189,3 +348,131 @@ if HAS_EXTENSION:
         torch._check(lengths.shape[0] == B, lambda: "bilstm: lengths must be [B]")
         return (xg0.new_empty(num_layers, B, T, 2 * P), xg0.new_empty(num_layers, B, 2 * P),
                 xg0.new_empty(num_layers, B, 2 * C))
+
+    @torch.library.register_fake("elmo_fast::lstm_layer_forward")
+    def _lstm_layer_forward_fake(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
+                                 proj_clip: float | None, h0: Tensor | None, c0: Tensor | None,
+                                 token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        torch._check(w_proj.dim() == 3 and w_proj.shape[0] == 2, lambda: "lstm_layer_forward: w_proj must be [2, P, C]")
+        P, C = w_proj.shape[1], w_proj.shape[2]
+        torch._check(lengths.dim() == 1, lambda: "lstm_layer_forward: lengths must be [B]")
+        B = lengths.shape[0]
+        if token_index is None:
+            torch._check(xg.dim() == 4 and xg.shape[0] == 2 and xg.shape[1] == B and xg.shape[3] == 4 * C,
+                         lambda: "lstm_layer_forward: xg must be [2, B, T, 4C]")
+            T = xg.shape[2]
+        else:
+            torch._check(xg.dim() == 3 and xg.shape[0] == 2 and xg.shape[2] == 4 * C,
+                         lambda: "lstm_layer_forward: xg with token_index must be [2, U, 4C]")
+            torch._check(token_index.dim() == 2 and token_index.shape[0] == B,
+                         lambda: "lstm_layer_forward: token_index must be [B, T]")
+            T = token_index.shape[1]
+        # saved holds one row per token (N = sum of lengths): a size known only from the data
+        N = torch.library.get_ctx().new_dynamic_size()
+        return (xg.new_empty(2, B, T, P), xg.new_empty(2, B, P), xg.new_empty(2, B, C),
+                xg.new_empty(2, N, 6 * C + P))
+
+    @torch.library.register_fake("elmo_fast::lstm_layer_backward")
+    def _lstm_layer_backward_fake(grad_y: Tensor | None, grad_h: Tensor | None, grad_c: Tensor | None, saved: Tensor,
+                                  lengths: Tensor, token_index: Tensor | None, xg_size: list[int], w_hh: Tensor,
+                                  w_proj: Tensor, cell_clip: float | None, proj_clip: float | None, h0: Tensor | None,
+                                  c0: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        torch._check(saved.dim() == 3 and saved.shape[0] == 2, lambda: "lstm_layer_backward: saved must be [2, N, 6C + P]")
+        B = lengths.shape[0]
+        P, C = w_proj.shape[1], w_proj.shape[2]
+        return (saved.new_empty(xg_size), saved.new_empty(2, 4 * C, P), saved.new_empty(2, P, C),
+                saved.new_empty(2, B, P), saved.new_empty(2, B, C))
+
+    def _lstm_layer_setup_context(ctx, inputs, output) -> None:
+        xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index = inputs
+        saved = output[3]
+        ctx.mark_non_differentiable(saved)
+        # An unused y, h or c comes as None, not as a tensor of zeros to be read.
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(saved, lengths, w_hh, w_proj, h0, c0, token_index)
+        ctx.clips = (cell_clip, proj_clip)
+        ctx.xg_size = xg.shape
+
+    def _lstm_layer_backward(ctx, grad_y, grad_h, grad_c, _grad_saved):
+        saved, lengths, w_hh, w_proj, h0, c0, token_index = ctx.saved_tensors
+        _no_cuda_backward("lstm_layer", saved)
+        grad_xg, grad_w_hh, grad_w_proj, grad_h0, grad_c0 = torch.ops.elmo_fast.lstm_layer_backward.default(
+            grad_y, grad_h, grad_c, saved, lengths, token_index, ctx.xg_size, w_hh, w_proj, *ctx.clips, h0, c0)
+        need = ctx.needs_input_grad
+        return (grad_xg if need[0] else None, None, grad_w_hh if need[2] else None,
+                grad_w_proj if need[3] else None, None, None, grad_h0 if need[6] else None,
+                grad_c0 if need[7] else None, None)
+
+    torch.library.register_autograd("elmo_fast::lstm_layer_forward", _lstm_layer_backward,
+                                    setup_context=_lstm_layer_setup_context)
+
+    # --- autograd of the char CNN and the highway: backward kernels on CPU ---------------------------
+
+    @torch.library.register_fake("elmo_fast::char_cnn_backward")
+    def _char_cnn_backward_fake(grad_out, char_ids, char_embedding, conv_weights, conv_biases, activation):
+        return (char_embedding.new_empty(char_embedding.shape), [w.new_empty(w.shape) for w in conv_weights],
+                [b.new_empty(b.shape) for b in conv_biases])
+
+    def _char_cnn_setup_context(ctx, inputs, output) -> None:
+        char_ids, char_embedding, conv_weights, conv_biases, activation = inputs
+        ctx.save_for_backward(char_ids, char_embedding, *conv_weights, *conv_biases)
+        ctx.num_convs = len(conv_weights)
+        ctx.activation = activation
+
+    def _char_cnn_backward(ctx, grad):
+        char_ids, char_embedding, *convs = ctx.saved_tensors
+        _no_cuda_backward("char_cnn", char_embedding)
+        K = ctx.num_convs
+        grad_embedding, grad_weights, grad_biases = torch.ops.elmo_fast.char_cnn_backward.default(
+            grad, char_ids, char_embedding, convs[:K], convs[K:], ctx.activation)
+        need = ctx.needs_input_grad
+        return (None, grad_embedding if need[1] else None, [g if n else None for g, n in zip(grad_weights, need[2])],
+                [g if n else None for g, n in zip(grad_biases, need[3])], None)
+
+    torch.library.register_autograd("elmo_fast::char_cnn", _char_cnn_backward, setup_context=_char_cnn_setup_context)
+
+    @torch.library.register_fake("elmo_fast::highway_gate_backward")
+    def _highway_gate_backward_fake(grad: Tensor, projected: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        return projected.new_empty(projected.shape), x.new_empty(x.shape)
+
+    def _highway_gate_setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs)
+
+    def _highway_gate_backward(ctx, grad):
+        projected, x = ctx.saved_tensors
+        _no_cuda_backward("highway_gate", x)
+        grad_projected, grad_x = torch.ops.elmo_fast.highway_gate_backward.default(grad, projected, x)
+        need = ctx.needs_input_grad
+        return grad_projected if need[0] else None, grad_x if need[1] else None
+
+    torch.library.register_autograd("elmo_fast::highway_gate", _highway_gate_backward,
+                                    setup_context=_highway_gate_setup_context)
+
+    def _highway_setup_context(ctx, inputs, output) -> None:
+        x, highway_weights, highway_biases, proj_weight, proj_bias = inputs
+        ctx.save_for_backward(x, *highway_weights, *highway_biases, proj_weight, proj_bias)
+        ctx.num_layers = len(highway_weights)
+
+    def _highway_backward(ctx, grad):
+        # The op keeps nothing but its output: each layer's input and [transform | gate] are recomputed
+        # here (one more forward's GEMMs). ops.highway avoids that when training (see there).
+        x, *rest = ctx.saved_tensors
+        _no_cuda_backward("highway", x)
+        L = ctx.num_layers
+        weights, biases, proj_weight = rest[:L], rest[L:2 * L], rest[2 * L]
+        layer_inputs, projected = [], []
+        for w, b in zip(weights, biases):
+            layer_inputs.append(x)
+            projected.append(torch.addmm(b, x, w.t()))
+            x = torch.ops.elmo_fast.highway_gate.default(projected[-1], x)
+        grad_proj_weight, grad_proj_bias = grad.t().mm(x), grad.sum(0)
+        g = grad.mm(proj_weight)
+        grad_weights, grad_biases = [None] * L, [None] * L
+        for k in reversed(range(L)):
+            grad_projected, grad_x = torch.ops.elmo_fast.highway_gate_backward.default(g, projected[k], layer_inputs[k])
+            grad_weights[k] = grad_projected.t().mm(layer_inputs[k])
+            grad_biases[k] = grad_projected.sum(0)
+            g = grad_x.addmm_(grad_projected, weights[k])
+        return g, grad_weights, grad_biases, grad_proj_weight, grad_proj_bias
+
+    torch.library.register_autograd("elmo_fast::highway", _highway_backward, setup_context=_highway_setup_context)

@@ -123,6 +123,31 @@ def lstm_layer_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, h0
     return (torch.stack(y, dim=1) if T else xg.new_zeros(B, 0, w_proj.shape[0])), h, c
 
 
+def lstm_layer_pair_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
+                        proj_clip: float | None, h0: Tensor | None = None,
+                        c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Both directions of one projected LSTM layer: :func:`lstm_layer_ref` per direction (twin of the
+    ``lstm_layer`` op).
+
+    xg:      [2, B, T, 4C] input gates x W_ih^T + bias, gates i, f, g, o; direction 0 runs forward in
+             time, 1 from each row's own last token back to its first; t >= lengths[b] never read.
+    lengths: [B] long in [0, T], any order.
+    w_hh:    [2, 4C, P]; w_proj: [2, P, C].
+    h0, c0:  [2, B, P], [2, B, C] initial states, or None for zeros.
+    returns  y [2, B, T, P] (zero at padding), h [2, B, P], c [2, B, C] (each row's state after its
+             last step; a row of length 0 keeps its initial state).
+    """
+    _, B, T, _ = xg.shape
+    P, C = w_proj.shape[1:]
+    if h0 is None:
+        h0 = xg.new_zeros(2, B, P)
+    if c0 is None:
+        c0 = xg.new_zeros(2, B, C)
+    ys, hs, cs = zip(*[lstm_layer_ref(xg[d], lengths, w_hh[d], w_proj[d], h0[d], c0[d], cell_clip, proj_clip,
+                                      reverse=(d == 1)) for d in range(2)])
+    return torch.stack(ys), torch.stack(hs), torch.stack(cs)
+
+
 def layer0_gates_ref(tokens: Tensor, weights: list[Tensor]) -> Tensor:
     """Layer 0's input projections of distinct tokens, both directions: context-free, so the fast
     path computes (and caches) them once per distinct token.
@@ -180,42 +205,45 @@ def bilstm_ref(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[
     return torch.stack(outputs), torch.stack(hs), torch.stack(cs)
 
 
-def bilstm_sequence_ref(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
-                        proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
-                        input_masks: list[Tensor] | None = None,
-                        x_backward: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """The stacked biLSTM over per-position inputs, as bilm-tf trains it: each layer's input may be
-    dropped out (bilm-tf wraps each cell, the residual one included, in DropoutWrapper(input_keep_prob),
-    so the skip connection adds the dropped input).
+def bilstm_train_ref(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
+                     proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
+                     dropout: float = 0.0, training: bool = True,
+                     masks: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """ELMo's stacked biLSTM as bilm-tf trains it: dropout on each layer's input (each direction its
+    own mask), the skip connection of layers >= 1 adding the dropped input (bilm-tf wraps every cell in
+    ``DropoutWrapper(ResidualWrapper(cell))``, so the residual sees the dropped input).
 
-    x:           [B, T, P] token vectors; both stacks read it, unless ``x_backward`` [B, T, P] gives
-                 the backward stack its own (bilm-tf's unrolled training reads two streams).
-    lengths:     [B] long, 0 <= lengths <= T.
-    weights:     the flat list of :func:`bilstm_ref` (layer 0's w_ih and bias are used here).
-    h0, c0:      [L, B, 2P], [L, B, 2C] or None (zeros).
-    input_masks: None, or 2L tensors [B, T, P] (index 2 * layer + direction) that multiply each
-                 layer's input (dropout masks, already scaled by 1 / keep_prob).
-    returns      outputs [L, B, T, 2P] (zero at padding), final h [L, B, 2P], final c [L, B, 2C].
+    x:       [B, T, P] layer 0's input at every position, or [2, B, T, P] one per direction.
+    lengths: [B] long in [0, T].
+    weights: 8L tensors as :func:`bilstm_ref` (layer 0's w_ih and bias used too).
+    h0, c0:  [L, B, 2P], [L, B, 2C] or None (zeros).
+    dropout, training: dropout probability, applied when training (fresh masks unless ``masks``).
+    masks:   L tensors [2, B, T, P] multiplying each layer's input, used when training.
+    returns  outputs [L, B, T, 2P] (zero at padding), h [L, B, 2P], c [L, B, 2C].
     """
-    B = x.shape[0]
+    B = x.shape[-3]
     P, C = weights[3].shape
     L = len(weights) // 8
     if h0 is None:
         h0 = x.new_zeros(L, B, 2 * P)
     if c0 is None:
         c0 = x.new_zeros(L, B, 2 * C)
-    inputs = [x, x if x_backward is None else x_backward]
+    inputs = [x, x] if x.dim() == 3 else list(x.unbind(0))
     outputs, hs, cs = [], [], []
     for layer in range(L):
         ys, h_layer, c_layer = [], [], []
         for d in range(2):
             w_ih, w_hh, bias, w_proj = weights[4 * (2 * layer + d): 4 * (2 * layer + d) + 4]
-            inp = inputs[d] if input_masks is None else inputs[d] * input_masks[2 * layer + d]
-            y, h, c = lstm_layer_ref(F.linear(inp, w_ih, bias), lengths, w_hh, w_proj,
+            layer_in = inputs[d]
+            if training and masks is not None:
+                layer_in = layer_in * masks[layer][d]
+            elif training and dropout > 0:
+                layer_in = F.dropout(layer_in, dropout)
+            y, h, c = lstm_layer_ref(F.linear(layer_in, w_ih, bias), lengths, w_hh, w_proj,
                                      h0[layer, :, d * P:(d + 1) * P], c0[layer, :, d * C:(d + 1) * C], cell_clip,
                                      proj_clip, reverse=(d == 1))
-            if layer > 0:  # inp is a layer's output: zero at padding already
-                y = y + inp
+            if layer > 0:
+                y = y + layer_in
             ys.append(y)
             h_layer.append(h)
             c_layer.append(c)

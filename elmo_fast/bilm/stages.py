@@ -318,23 +318,28 @@ class BiLstmEncoder(Stage):
         return reference.layer0_gates_ref(vectors, self.flat_weights())
 
     def input_masks(self, x: Tensor, dropout: float) -> list[Tensor] | None:
-        """Fresh dropout masks for every layer's input, one per (layer, direction), scaled by
-        1 / keep_prob (bilm-tf's placement: see :func:`~elmo_fast.bilm.reference.bilstm_sequence_ref`);
-        None when ``dropout`` is 0."""
+        """Fresh dropout masks for every layer's input: L tensors [2, B, T, P], one per direction,
+        elements 0 or 1 / keep_prob (bilm-tf's placement: see
+        :func:`~elmo_fast.bilm.reference.bilstm_train_ref`); None when ``dropout`` is 0."""
         if dropout <= 0.0:
             return None
         keep = 1.0 - dropout
-        return [torch.empty_like(x, dtype=x.dtype).bernoulli_(keep).div_(keep) for _ in range(2 * self.num_layers)]
+        B, T, P = x.shape[-3:]
+        return [torch.empty(2, B, T, P, dtype=x.dtype, device=x.device).bernoulli_(keep).div_(keep)
+                for _ in range(self.num_layers)]
 
     def forward_sequence(self, x: Tensor, lengths: Tensor, h0: Tensor | None = None, c0: Tensor | None = None,
-                         input_masks: list[Tensor] | None = None,
-                         x_backward: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """The stack over per-position inputs x [B, T, P] (and the backward stack's own
-        ``x_backward``, if given), for training: layer 0's input gates are computed per position
-        (each position has its own dropout mask), gradients flow to every weight. Returns outputs
-        [L, B, T, 2P], h [L, B, 2P], c [L, B, 2C]."""
-        return reference.bilstm_sequence_ref(x, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0,
-                                             input_masks, x_backward)
+                         masks: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The stack over per-position inputs, for training: x [B, T, P] read by both directions, or
+        [2, B, T, P] one per direction (bilm-tf's unrolled scheme reads two streams); ``masks`` from
+        :meth:`input_masks`. Layer 0's input gates are computed per position, gradients reach every
+        weight (fast: :func:`~elmo_fast.bilm.ops.bilstm_train`, whose recurrence backpropagates in
+        C++). Returns outputs [L, B, T, 2P], h [L, B, 2P], c [L, B, 2C]."""
+        if self.backend == "fast":
+            return ops.bilstm_train(x, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0,
+                                    training=masks is not None, masks=masks)
+        return reference.bilstm_train_ref(x, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0,
+                                          training=masks is not None, masks=masks)
 
     def forward_fast(self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None,
                      c0: Tensor | None = None, weights: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:

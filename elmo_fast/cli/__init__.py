@@ -3,6 +3,11 @@
 * :mod:`~elmo_fast.cli.embed`   ``embed``
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
+
+Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
+model or the flags (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags); 1 the
+environment (disk full, permissions); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM,
+129 SIGHUP), which unwinds through the same cleanup as Ctrl-C.
 """
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import argparse
 import sys
 
 from ..errors import ElmoFastError
+from .common import Terminated, process_start, signals_as_exceptions
 
 USAGE_ERROR = 2
 
@@ -25,22 +31,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _stopped(args: argparse.Namespace, why: str) -> None:
+    outcome = args.outcome(args) if hasattr(args, "outcome") else "stopped"
+    print(f"elmo-fast: {why}; {outcome}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except ElmoFastError as e:
-        print(f"elmo-fast: error: {e}", file=sys.stderr)
+        print(f"elmo-fast: error: {e.render(getattr(args, 'flags', None))}", file=sys.stderr)
         return USAGE_ERROR
     except OSError as e:  # the environment, not the input (disk full, permissions): one line, not a traceback
         print(f"elmo-fast: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        if getattr(args, "resume", False):
-            print("elmo-fast: interrupted; completed windows are kept: run again with --resume to continue",
-                  file=sys.stderr)
-        else:
-            print("elmo-fast: interrupted; no output was written", file=sys.stderr)
+        _stopped(args, "interrupted")
         return 130
 
+
+def main(argv: list[str] | None = None) -> int:
+    started = process_start()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.started = started
+    try:
+        with signals_as_exceptions():
+            return _run(args)
+    except Terminated as e:  # outside _run: a signal may also land in its except clauses
+        _stopped(args, f"terminated by {e.name}")
+        return 128 + e.signum

@@ -1,4 +1,10 @@
-"""``elmo-fast embed``: a file of sentences into allennlp's HDF5 layout."""
+"""``elmo-fast embed``: a file of sentences into allennlp's HDF5 layout.
+
+It also takes ``allennlp elmo``'s command line (allennlp 0.9, the last with that command):
+``--options-file``, ``--weight-file``, ``--cuda-device N``, ``--batch-size``,
+``--use-sentence-keys``, ``--forget-sentences``, ``--file-friendly-logging``; ``--include-package``
+and ``--vocab-path`` are accepted and ignored (allennlp's elmo command made no use of them either).
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,12 +12,50 @@ import os
 import sys
 
 from ..errors import ElmoFastError, InputError
+from .common import param_flags
+
+# the library's parameter names -> this parser's dests, so that errors raised by the library name flags
+_API_NAMES = {"options_file": "options", "weight_file": "weights", "input_file": "input",
+              "output_file_path": "output"}
+
+
+def _output_stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def outcome(args: argparse.Namespace) -> str:
+    """What a run stopped by Ctrl-C or a signal leaves, for its last line."""
+    from ..embedding.corpus import work_dir_of
+
+    if not hasattr(args, "output_before"):  # stopped before it began
+        return "no output was written"
+    stamp = _output_stamp(args.output)
+    if stamp is not None and stamp != args.output_before:
+        return f"{args.output} was complete before it stopped"  # the signal came after the final rename
+    if args.resume and os.path.isdir(work_dir_of(args.output)):
+        return (f"completed windows are kept in {work_dir_of(args.output)}: run the same command (with --resume) "
+                f"to continue")
+    return "no output was written"
+
+
+def _device(args: argparse.Namespace) -> str | int:
+    if args.cuda_device is None:
+        return args.device or "cpu"
+    if args.device is not None:
+        raise ElmoFastError(f"give --device or --cuda-device, not both (got --device {args.device} and "
+                            f"--cuda-device {args.cuda_device})")
+    return args.cuda_device  # allennlp's: -1 the CPU, N >= 0 cuda:N
 
 
 def run(args: argparse.Namespace) -> int:
     from ..embedding.corpus import check_output
     from ..embedding.embedder import ElmoEmbedder
 
+    args.output_before = _output_stamp(args.output)
     if args.model_dir:
         if args.model or args.options or args.weights:
             raise ElmoFastError("give one of --model-dir DIR, --model NAME or --options F --weights F")
@@ -23,11 +67,13 @@ def run(args: argparse.Namespace) -> int:
         if args.model not in model_names():  # argparse's choices would print a usage block, not one line
             raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
     elif not (args.options and args.weights):
-        raise ElmoFastError("give --options F and --weights F together (or --model NAME, or --model-dir DIR)")
+        raise ElmoFastError("give --options F and --weights F together (or --model NAME, or --model-dir DIR; "
+                            "`allennlp elmo` without them used the model that --model original fetches)")
     if args.stateful and args.max_tokens_per_batch is not None:
         raise ElmoFastError("--max-tokens-per-batch cannot be used with --stateful: the LSTM states flow from each "
                             "batch to the next in input order, so batches cannot be sorted by length; bound them "
                             "with --batch-size")
+    device = _device(args)
     # the cheap refusals come before loading (or downloading) a model
     if args.input != "-" and not os.path.exists(args.input):
         raise InputError(f"{args.input}: input file not found")
@@ -41,16 +87,17 @@ def run(args: argparse.Namespace) -> int:
         model = dict(options_file=options, weight_file=weights)
     else:
         model = dict(options_file=args.options, weight_file=args.weights)
-    embedder = ElmoEmbedder(**model, device=args.device, batch_size=args.batch_size, stateful=args.stateful,
+    embedder = ElmoEmbedder(**model, device=device, batch_size=args.batch_size, stateful=args.stateful,
                             backend=args.backend)
     # stdin as bytes: lines are decoded one by one, so a line that is not UTF-8 can be named
     source = sys.stdin.buffer if args.input == "-" else args.input
+    progress = False if args.quiet else ("log" if args.file_friendly_logging else True)
     embedder.embed_file(source, args.output, output_format=args.output_format,
                         forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
-                        progress=not args.quiet, max_tokens_per_batch=args.max_tokens_per_batch,
+                        progress=progress, max_tokens_per_batch=args.max_tokens_per_batch,
                         bucketing=not args.no_bucketing and not args.stateful, window=args.window,
                         resume=args.resume, overwrite=args.overwrite, skip_empty=args.skip_empty,
-                        encoding_errors=args.encoding_errors)
+                        encoding_errors=args.encoding_errors, started=args.started)
     return 0
 
 
@@ -60,8 +107,10 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("embed", help="embed a file of sentences into HDF5 (allennlp's `allennlp elmo` layout)",
                        description="Embed one whitespace-tokenized sentence per line into an HDF5 file: one "
-                                   "float32 dataset per line, keyed by its index, plus 'sentence_to_index'.")
-    p.add_argument("input", help="input text file, one sentence per line ('-' reads stdin)")
+                                   "float32 dataset per line, keyed by its index, plus 'sentence_to_index'. "
+                                   "Takes `allennlp elmo`'s flags too.")
+    p.add_argument("input", help="input text file, one sentence per line ('-' reads stdin); gzip, bzip2 and xz "
+                                 "files are decompressed, recognised by their content")
     p.add_argument("output", help="output HDF5 file (written to a temporary name, renamed when complete)")
     fmt = p.add_mutually_exclusive_group(required=True)
     fmt.add_argument("--all", action="store_const", const="all", dest="output_format",
@@ -70,8 +119,9 @@ def add_parser(sub) -> None:
                      help="the top layer: (T, D)")
     fmt.add_argument("--average", action="store_const", const="average", dest="output_format",
                      help="the mean of the layers: (T, D)")
-    p.add_argument("--options", help="options.json of the model")
-    p.add_argument("--weights", help="weights.hdf5 of the model (bilm-tf layout)")
+    p.add_argument("--options", "--options-file", help="options.json of the model (--options-file: allennlp's name)")
+    p.add_argument("--weights", "--weight-file",
+                   help="weights.hdf5 of the model, bilm-tf layout (--weight-file: allennlp's name)")
     p.add_argument("--model-dir", metavar="DIR",
                    help="a model directory: bilm-tf's (options.json + weights.hdf5) or ELMoForManyLangs' (config.json, "
                         "char.dic, word.dic, token_embedder.pkl, encoder.pkl)")
@@ -86,10 +136,14 @@ def add_parser(sub) -> None:
                         f"at once (default {DEFAULT_WINDOW})")
     p.add_argument("--no-bucketing", action="store_true",
                    help="batch sentences in input order instead of by length (stateful mode always does)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--device", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--cuda-device", type=int, metavar="N",
+                   help="allennlp's way to say the device: -1 the CPU, N >= 0 cuda:N")
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
                    help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)")
-    p.add_argument("--use-sentence-keys", action="store_true", help="key datasets by sentence text, not line index")
+    p.add_argument("--use-sentence-keys", action="store_true",
+                   help="key datasets by sentence text, not line index (then there is no sentence_to_index, as in "
+                        "allennlp)")
     p.add_argument("--forget-sentences", action="store_true",
                    help="leave out the sentence_to_index map from each line's text to its key")
     p.add_argument("--stateful", action="store_true",
@@ -102,4 +156,9 @@ def add_parser(sub) -> None:
     p.add_argument("--encoding-errors", choices=["strict", "replace"], default="strict",
                    help="a line that is not UTF-8: an error naming it (strict, default) or read with U+FFFD (replace)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
-    p.set_defaults(func=run)
+    p.add_argument("--file-friendly-logging", action="store_true",
+                   help="progress on a line of its own at most every 10 s, for log files (allennlp's flag)")
+    p.add_argument("--include-package", action="append", metavar="PACKAGE",
+                   help="accepted for allennlp command lines, and ignored: elmo-fast loads no allennlp plugins")
+    p.add_argument("--vocab-path", help="accepted for allennlp command lines, and ignored (allennlp ignored it too)")
+    p.set_defaults(func=run, outcome=outcome, flags=param_flags(p, _API_NAMES))

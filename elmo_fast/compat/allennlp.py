@@ -89,6 +89,11 @@ class Elmo(nn.Module):
         ``batch_to_ids`` for bilm-tf models, the model's own for ELMoForManyLangs ones)."""
         return self._elmo_lstm.batch_to_ids(sentences)
 
+    def save_bilm(self, directory: str | os.PathLike) -> tuple[str, str]:
+        """Write the biLM's current weights (after fine-tuning with ``requires_grad=True``) as
+        ``options.json`` + ``weights.hdf5`` in the bilm-tf layout (see :meth:`ElmoBiLm.save`)."""
+        return self._elmo_lstm.save(directory)
+
     def reset_states(self) -> None:
         """Forget the LSTM states carried across batches (``stateful=True``)."""
         self._elmo_lstm.reset_states()

@@ -1,9 +1,12 @@
 """TF-Hub-style outputs for code written against ``google/elmo``: the ``default`` and ``tokens`` signatures.
 
-``HubElmo(options, weights)(["the cat sat", "hi"])`` (the ``default`` signature) and
-``HubElmo(...).tokens(tokens, sequence_len)`` (the ``tokens`` signature) return TF-Hub's output
-dictionary as torch tensors; ``hub_signature(inputs, options, weights, signature=...)`` mirrors
-``elmo(inputs, signature=..., as_dict=True)`` and keeps the loaded model between calls.
+``HubElmo(options, weights)(["the cat sat", "hi"], signature="default", as_dict=True)`` and
+``HubElmo(...)({"tokens": t, "sequence_len": n}, signature="tokens", as_dict=True)`` are TF-Hub's
+call, returning its output dictionary as torch tensors (``as_dict=False``: the ``default`` output
+alone, as TF-Hub's ``Module.__call__`` returns the output named "default" for either signature);
+inputs may be lists or numpy arrays of str or bytes, as TF users hold them.
+``hub_signature(inputs, options, weights, signature=...)`` is the same call without gradients,
+keeping the loaded model between calls.
 
 What the public sources say (tfhub.dev ``google/elmo/2`` and ``/3`` model pages, and the issues of
 tensorflow/hub), and what was chosen where they are silent:
@@ -37,6 +40,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -74,8 +78,10 @@ class HubElmo(nn.Module):
     meaning), trainable otherwise; ``gamma`` starts at 1. backend, dtype, token_cache_size: as
     :class:`ElmoBiLm`. device: where the model and the outputs live.
 
-    ``forward(strings)`` is the ``default`` signature, ``tokens(tokens, sequence_len)`` the
-    ``tokens`` one; both return a dict (P: the projection dim, L: the LSTM layers)::
+    ``module(strings)`` (or ``module(strings, signature="default", as_dict=True)``) is the
+    ``default`` signature, ``module({"tokens": t, "sequence_len": n}, signature="tokens")`` or
+    ``module.tokens(t, n)`` the ``tokens`` one; both return a dict (P: the projection dim, L: the
+    LSTM layers)::
 
         word_emb         [B, T, P]    the context-free token vectors
         lstm_outputs1..L [B, T, 2P]   each biLSTM layer, forward and backward halves
@@ -106,19 +112,53 @@ class HubElmo(nn.Module):
         self.scalar_mix = ScalarMix(self.num_layers, initial_scalar_parameters=scalar_mix_parameters,
                                     trainable=scalar_mix_parameters is None).to(self.device)
 
-    def forward(self, strings: Sequence[str]) -> dict[str, Tensor]:
-        """The ``default`` signature: B untokenized sentences, split on spaces."""
+    def forward(self, inputs: Sequence[str] | np.ndarray | Mapping[str, object], *, signature: str | None = None,
+                as_dict: bool = True) -> dict[str, Tensor] | Tensor:
+        """TF-Hub's ``elmo(inputs, signature=..., as_dict=...)``.
+
+        signature "default" (or None): inputs are B untokenized sentences (a list of str or bytes,
+        or a 1-D numpy array of them, dtype ``<U``, ``S`` or object), split on spaces. signature
+        "tokens": inputs are ``{"tokens": [B, T] strings padded with "", "sequence_len": [B]}``
+        (see :meth:`tokens`). as_dict=True: every output, as a dict; as_dict=False: the output
+        named "default" alone, as TF-Hub returns it (for both signatures). Unlike TF-Hub,
+        as_dict defaults to True here, as elmo-fast's call always returned the dict.
+        """
+        signature = "default" if signature is None else signature
+        if signature not in SIGNATURES:
+            raise ElmoFastError(f"unknown signature {signature!r}; TF-Hub's google/elmo has {' and '.join(SIGNATURES)}")
+        if signature == "tokens":
+            if not isinstance(inputs, Mapping) or set(inputs) != {"tokens", "sequence_len"}:
+                got = sorted(inputs) if isinstance(inputs, Mapping) else type(inputs).__name__
+                raise InputError(f'the tokens signature takes {{"tokens": ..., "sequence_len": ...}}, got {got}')
+            out = self.tokens(inputs["tokens"], inputs["sequence_len"])
+        else:
+            out = self._default_signature(inputs)
+        return out if as_dict else out["default"]
+
+    def _default_signature(self, strings: Sequence[str] | np.ndarray) -> dict[str, Tensor]:
+        """B untokenized sentences, split on spaces."""
+        if isinstance(strings, np.ndarray):
+            if strings.ndim != 1:
+                raise InputError(f"strings must be a 1-D array of sentences [batch], got shape {list(strings.shape)}")
+            strings = strings.tolist()  # <U: str, S: bytes, object: as held
         if isinstance(strings, (str, bytes)):
             raise InputError(f"strings must be a list of sentences, got a single {type(strings).__name__}; "
                              f"wrap it: [{strings!r:.40}]")
         if not isinstance(strings, Sequence):
-            raise InputError(f"strings must be a list or tuple of str, got {type(strings).__name__}")
+            hint = "; a dict of tokens and sequence_len is for signature=\"tokens\"" if isinstance(strings, Mapping) else ""
+            raise InputError(f"strings must be a list or tuple of str, got {type(strings).__name__}{hint}")
         sentences = [split_on_spaces(_as_text(s, f"strings[{i}]")) for i, s in enumerate(strings)]
         return self._outputs(sentences, max((len(s) for s in sentences), default=0))
 
-    def tokens(self, tokens: Sequence[Sequence[str]], sequence_len: Sequence[int] | Tensor) -> dict[str, Tensor]:
-        """The ``tokens`` signature: tokens [B, T] (a rectangular list of lists, or a numpy array
-        of str), sequence_len [B] ints in [0, T]; tokens at or past sequence_len[i] are ignored."""
+    def tokens(self, tokens: Sequence[Sequence[str]] | np.ndarray, sequence_len: Sequence[int] | Tensor) -> dict[str, Tensor]:
+        """The ``tokens`` signature: tokens [B, T] (a rectangular list of lists, or a 2-D numpy array
+        of str or bytes, padded with "" as TF-Hub's example pads), sequence_len [B] ints in [0, T];
+        tokens at or past sequence_len[i] are ignored."""
+        if isinstance(tokens, np.ndarray):
+            if tokens.ndim != 2:
+                raise InputError(f"tokens must be [batch, max_length] strings, got an array of shape "
+                                 f"{list(tokens.shape)}")
+            tokens = tokens.tolist()
         if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__"):
             raise InputError(f"tokens must be [batch, max_length] strings, got {type(tokens).__name__}")
         rows = [list(r) if not isinstance(r, (str, bytes)) and hasattr(r, "__len__") else r for r in tokens]
@@ -209,27 +249,24 @@ def hub_module(options_file: str | os.PathLike, weight_file: str | os.PathLike, 
     return module
 
 
-def hub_signature(inputs: Sequence[str] | Mapping[str, object], options_file: str | os.PathLike | None = None,
-                  weight_file: str | os.PathLike | None = None, *, signature: str = "default",
-                  module: HubElmo | None = None, backend: str = "auto", device: str | torch.device = "cpu",
-                  dtype: torch.dtype = torch.float32) -> dict[str, Tensor]:
-    """TF-Hub's ``elmo(inputs, signature=signature, as_dict=True)``, without gradients.
+def hub_signature(inputs: Sequence[str] | np.ndarray | Mapping[str, object],
+                  options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None, *,
+                  signature: str | None = "default", as_dict: bool = True, module: HubElmo | None = None,
+                  backend: str = "auto", device: str | torch.device = "cpu",
+                  dtype: torch.dtype = torch.float32) -> dict[str, Tensor] | Tensor:
+    """TF-Hub's ``elmo(inputs, signature=signature, as_dict=as_dict)``, without gradients.
 
-    signature="default": inputs is a list of B strings. signature="tokens": inputs is
-    ``{"tokens": [B, T] strings, "sequence_len": [B] ints}``. The model is ``module`` when given,
-    else the one :func:`hub_module` keeps for ``options_file``/``weight_file``. Returns the
-    outputs of :class:`HubElmo`.
+    signature="default": inputs is B strings (a list, or a 1-D numpy array of str or bytes).
+    signature="tokens": inputs is ``{"tokens": [B, T] strings, "sequence_len": [B] ints}``. The
+    model is ``module`` when given, else the one :func:`hub_module` keeps for
+    ``options_file``/``weight_file``. Returns the outputs of :class:`HubElmo`, or with
+    as_dict=False the ``default`` output alone.
     """
-    if signature not in SIGNATURES:
+    if signature is not None and signature not in SIGNATURES:
         raise ElmoFastError(f"unknown signature {signature!r}; TF-Hub's google/elmo has {' and '.join(SIGNATURES)}")
     if module is None:
         if options_file is None or weight_file is None:
             raise ElmoFastError("hub_signature needs options_file and weight_file, or module=HubElmo(...)")
         module = hub_module(options_file, weight_file, backend=backend, device=device, dtype=dtype)
     with torch.no_grad():
-        if signature == "default":
-            return module(inputs)
-        if not isinstance(inputs, Mapping) or set(inputs) != {"tokens", "sequence_len"}:
-            got = sorted(inputs) if isinstance(inputs, Mapping) else type(inputs).__name__
-            raise InputError(f'the tokens signature takes {{"tokens": ..., "sequence_len": ...}}, got {got}')
-        return module.tokens(inputs["tokens"], inputs["sequence_len"])
+        return module(inputs, signature=signature, as_dict=as_dict)

@@ -6,13 +6,19 @@ its batch is done, so memory does not grow with the corpus (only ``sentence_to_i
 string in allennlp's layout, is built whole at the end). Two ways to write:
 
 * plain (default): one HDF5 file under a temporary name beside the output, renamed into place
-  when complete; any failure removes it.
+  when complete; any failure, Ctrl-C or (through the CLI's handlers) SIGTERM or SIGHUP removes
+  it. The names (``.OUTPUT.HOST-PID.TOKEN.partial`` and ``.sentences``) say which process made
+  them, so that a later run removes those of a process that is gone (``kill -9`` runs no cleanup)
+  and leaves those of a live one.
 * resumable (``resume=True``): a work directory ``OUTPUT.partial/`` holding a manifest and one
   shard file per window, each written under a temporary name, fsync'ed and renamed, so a shard
   that exists is complete whatever moment the process was killed at; a half-written HDF5 file is
   never reopened. A later ``resume=True`` run reads the input again, checks each shard's lines
   against a digest, embeds the rest and assembles the final file (needing room for the output
   twice until then).
+
+The input may be plain, gzip, bzip2 or xz text, told apart by its first bytes; the progress bar
+counts tokens, its total counted by a background pass over the file.
 """
 from __future__ import annotations
 
@@ -21,18 +27,20 @@ import io
 import json
 import os
 import re
+import secrets
+import socket
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from itertools import islice
-from typing import IO, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
 
 from ..bilm.model import ElmoBiLm
-from ..errors import ElmoFastError, InputError
+from ..errors import ElmoFastError, InputError, Param
+from ..textio import BOM, DECOMPRESSION_ERRORS, TextInput
 
 
 class ElmoEmbedder(Protocol):
@@ -72,25 +80,7 @@ class Line:
     tokens: list[str]
 
 
-def _open_text(input_file: str | os.PathLike | IO) -> tuple[str, IO[str], bool]:
-    """(name for messages, a text stream whose undecodable bytes are kept as surrogates, whether
-    the caller must detach it from a binary stream it does not own)."""
-    if isinstance(input_file, (str, os.PathLike)):
-        name = os.fspath(input_file)
-        try:
-            # surrogateescape: a bad byte must not stop the read; the line that holds it is named below
-            return name, open(name, encoding="utf-8", errors="surrogateescape"), False
-        except FileNotFoundError:
-            raise InputError(f"{name}: input file not found") from None
-        except OSError as e:
-            raise InputError(f"{name}: cannot read the input: {e.strerror or e}") from None
-    name = str(getattr(input_file, "name", "<input>"))
-    if isinstance(input_file, (io.RawIOBase, io.BufferedIOBase)):
-        return name, io.TextIOWrapper(input_file, encoding="utf-8", errors="surrogateescape"), True
-    return name, input_file, False
-
-
-def _decode_line(raw: str, name: str, number: int, encoding_errors: str) -> str:
+def _decode_line(raw: str, name: str, number: int, encoding_errors: str, compression: str | None) -> str:
     if not _SURROGATES.search(raw):
         return raw
     try:
@@ -102,8 +92,13 @@ def _decode_line(raw: str, name: str, number: int, encoding_errors: str) -> str:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{name}: line {number} is not valid UTF-8 ({e.reason} at byte {e.start} of the line); "
-                         f"fix it, or pass --encoding-errors replace to read bad bytes as U+FFFD") from None
+        where = f"{name}: line {number}" + (f" (after {compression} decompression)" if compression else "")
+        if compression:  # not text inside (a tar archive?): reading it with U+FFFD would embed garbage
+            raise InputError(f"{where} is not valid UTF-8 ({e.reason} at byte {e.start} of the line); the "
+                             f"decompressed data must be UTF-8 text, one sentence per line (is the file damaged, "
+                             f"or an archive?)") from None
+        raise InputError(f"{where} is not valid UTF-8 ({e.reason} at byte {e.start} of the line); fix it, or pass ",
+                         Param("encoding_errors", "replace"), " to read bad bytes as U+FFFD") from None
     return raw  # unreachable in practice: surrogates only come from bytes that are not UTF-8
 
 
@@ -112,52 +107,120 @@ def read_sentences(input_file: str | os.PathLike | IO, encoding_errors: str = "s
     """Lazily the input's sentences, one per line, stripped, checked as they are read.
 
     input_file: a path, a binary stream (decoded as UTF-8 line by line) or a text stream; a path is
-    opened now, so that a missing file fails before any output is begun. A line that is not UTF-8
-    is an error naming it (``encoding_errors="replace"`` reads bad bytes as U+FFFD instead); so is
-    an empty or all-whitespace line, unless ``skip_empty``, which skips it and keeps the line
-    numbers of the others (their keys). An input with no sentence is an error.
+    opened now, so that a missing file fails before any output is begun. Paths and binary streams
+    compressed with gzip, bzip2 or xz are decompressed, recognised by their first bytes whatever
+    their name. A byte-order mark at the start of the input is dropped (as ``utf-8-sig`` does).
+    A line that is not UTF-8 is an error naming it (``encoding_errors="replace"`` reads bad bytes
+    as U+FFFD instead), as is a line holding a NUL byte (binary data, not text); so is an empty or
+    all-whitespace line, unless ``skip_empty``, which skips it and keeps the line numbers of the
+    others (their keys). An input with no sentence is an error.
     """
     if encoding_errors not in ENCODING_ERRORS:
-        raise ElmoFastError(f"encoding_errors must be one of {', '.join(ENCODING_ERRORS)}, got {encoding_errors!r}")
-    name, stream, detach = _open_text(input_file)
-    return _iter_lines(name, stream, detach, isinstance(input_file, (str, os.PathLike)), encoding_errors, skip_empty)
+        raise ElmoFastError(Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, "
+                            f"got {encoding_errors!r}")
+    return _iter_lines(TextInput(input_file), encoding_errors, skip_empty)
 
 
-def _iter_lines(name: str, stream: IO[str], detach: bool, close: bool, encoding_errors: str,
-                skip_empty: bool) -> Iterator[Line]:
+def _iter_lines(source: TextInput, encoding_errors: str, skip_empty: bool) -> Iterator[Line]:
+    name, kind = source.name, source.compression
     count = 0
+    index = -1
     try:
-        for index, raw in enumerate(stream):
-            text = _decode_line(raw, name, index + 1, encoding_errors).strip()
+        lines = iter(source.stream)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                break
+            except DECOMPRESSION_ERRORS as e:
+                if not kind:
+                    raise
+                raise InputError(f"{name}: the {kind} data is corrupt or truncated after line {index + 1} "
+                                 f"({' '.join(str(e).split()) or type(e).__name__})") from None
+            index += 1
+            if index == 0 and raw.startswith(BOM):
+                raw = raw[1:]  # only there: a BOM elsewhere is a character of the text, as utf-8-sig reads it
+            if "\x00" in raw:
+                where = f" (after {kind} decompression)" if kind else ""
+                raise InputError(f"{name}: line {index + 1}{where} holds a NUL byte: this is binary data, not text; "
+                                 f"give a UTF-8 text file of sentences, one per line")
+            text = _decode_line(raw, name, index + 1, encoding_errors, kind).strip()
             if not text:
                 if skip_empty:
                     continue
                 raise InputError(f"{name}: line {index + 1} is empty; every line must hold one whitespace-tokenized "
-                                 f"sentence (--skip-empty skips such lines)")
+                                 f"sentence (", Param("skip_empty", True), " skips such lines)")
             count += 1
             yield Line(index, text, text.split())
         if count == 0:
             raise InputError(f"{name}: the input holds no sentences")
     finally:
-        if detach:
-            stream.detach()  # type: ignore[attr-defined]  (leave the caller's binary stream open)
-        elif close:
-            stream.close()
+        source.close()
 
 
-def _count_lines(path: str) -> int | None:
-    """Lines in a regular file (one fast pass over its bytes), for the progress bar's total."""
-    try:
-        if not os.path.isfile(path):
-            return None
-        n, last = 0, b"\n"
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                n += chunk.count(b"\n")
-                last = chunk[-1:]
-        return n + (last != b"\n")
-    except OSError:
-        return None
+# str.split()'s whitespace among ASCII bytes (with \x1c-\x1f, which bytes.split() does not split on)
+_ASCII_SPACE = np.zeros(256, dtype=bool)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+
+
+def _tokens_in(block: bytes) -> int:
+    """Tokens in whole lines of the input, as read_sentences splits them."""
+    if not block.isascii():  # other whitespace (U+00A0, U+3000, ...): str.split's own rules
+        return len(block.decode("utf-8", "surrogateescape").split())
+    space = _ASCII_SPACE[np.frombuffer(block, dtype=np.uint8)]
+    if not space.size:
+        return 0
+    return int(np.count_nonzero(space[:-1] & ~space[1:])) + int(not space[0])  # where a token starts
+
+
+class _TokenCount:
+    """Counts an input file's tokens in a background thread, for the progress bar's total: the run
+    starts at once, and the bar learns its total when the count is done (a plain file reads at
+    200 MB/s or more, so well before the end). Only regular files: a pipe cannot be read twice."""
+
+    def __init__(self, path: str) -> None:
+        import threading
+
+        self.path = path
+        self.total: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="elmo-fast token count", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            source = TextInput(self.path)
+        except ElmoFastError:
+            return
+        stream = source.binary
+        try:
+            total, rest, first = 0, b"", True
+            while not self._stop.is_set():
+                chunk = stream.read(1 << 20)
+                if first and chunk.startswith(b"\xef\xbb\xbf"):
+                    chunk = chunk[3:]  # read_sentences drops it: it is no token (and not whitespace)
+                first = False
+                if not chunk:
+                    self.total = total + _tokens_in(rest)
+                    return
+                cut = chunk.rfind(b"\n") + 1  # whole lines, so that no character or token is cut in two
+                if cut:
+                    total += _tokens_in(rest + chunk[:cut])
+                    rest = chunk[cut:]
+                else:
+                    rest += chunk
+        except Exception:  # noqa: BLE001  (an unreadable input is the reader's to report, not the bar's)
+            return
+        finally:
+            source.close()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._thread.join(timeout)
+        return self.total
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _refuse_duplicates(lines: Iterable[Line], output: str) -> Iterator[Line]:
@@ -169,7 +232,8 @@ def _refuse_duplicates(lines: Iterable[Line], output: str) -> Iterator[Line]:
         first = seen.setdefault(digest, line.index)
         if first != line.index:
             raise InputError(f"line {line.index + 1} repeats the sentence of line {first + 1}; its key would exist "
-                             f"twice in {output}: do not pass use_sentence_keys to encode duplicate sentences")
+                             f"twice in {output}: do not pass ", Param("use_sentence_keys"),
+                             " to encode duplicate sentences")
         yield line
 
 
@@ -218,9 +282,10 @@ def write_float32(group, key: str, data: np.ndarray) -> None:
             group = group.require_group(parent)
         dataset = h5py.h5d.create(group.id, name, h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple(data.shape))
     except (ValueError, TypeError) as e:  # only sentence keys can be such names: line indices always fit
-        raise InputError(f"the sentence {key!r} cannot be a dataset name in HDF5 ({e}): with use_sentence_keys "
-                         "'/' nests groups, so '.', a trailing '/', or a sentence that is another's group path "
-                         "cannot be stored; do not pass use_sentence_keys (--use-sentence-keys) for this input") from None
+        raise InputError(f"the sentence {key!r} cannot be a dataset name in HDF5 ({e}): with ",
+                         Param("use_sentence_keys"), " '/' nests groups, so '.', a trailing '/', or a sentence that is "
+                         "another's group path cannot be stored; do not pass ", Param("use_sentence_keys"),
+                         " for this input") from None
     if data.size:
         dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
 
@@ -255,7 +320,7 @@ class _BatchRunner:
             # halves would run as two batches, so rows would take other rows' states: not the same run
             raise InputError(f"{where} ({len(batch)} sentences, {padded} padded tokens) does not fit in memory on "
                              f"{self.embedder.device} ({failure}); stateful mode cannot split a batch: pass a "
-                             f"smaller --batch-size")
+                             f"smaller ", Param("batch_size"))
         if len(batch) == 1:
             raise InputError(f"line {batch[0].index + 1}: its sentence of {len(batch[0].tokens)} tokens does not fit "
                              f"in memory on {self.embedder.device} even alone ({failure})")
@@ -299,26 +364,95 @@ def _write_sentence_map(fout, pairs: Iterable[tuple[str, str]]) -> None:
     ds[0] = _sentence_map(pairs)
 
 
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64] or "host"
+
+
+def plain_temp_paths(output: str) -> tuple[str, str]:
+    """The temporary names of a plain run's file and of its sentence list, beside the output:
+    ``.OUTPUT.HOST-PID.TOKEN.partial`` and ``.sentences``. The host and process in the name let a
+    later run tell the files of a killed run from those of a live one (:func:`stale_temp_files`)."""
+    out_dir = os.path.dirname(os.path.abspath(output))
+    stem = os.path.join(out_dir, f".{os.path.basename(output)}.{_host_tag()}-{os.getpid()}.{secrets.token_hex(4)}")
+    return stem + ".partial", stem + ".sentences"
+
+
+def _temp_name_pattern(output: str) -> re.Pattern:
+    # exactly our names for this output: this version's, and the untagged ones of elmo-fast 0.1 (mkstemp's)
+    base = re.escape(os.path.basename(output))
+    return re.compile(rf"\.{base}\.(?:(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}|[a-z0-9_]{{8}})"
+                      rf"\.(?:partial|sentences)")
+
+
+def _process_alive(pid: int) -> bool:
+    if os.name != "posix":  # os.kill(pid, 0) would end the process on Windows: never call a file stale there
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def stale_temp_files(output: str, remove: bool = True) -> tuple[list[str], list[str]]:
+    """The temporary files that killed plain runs left beside ``output``: (removed, left with why).
+
+    Only names of our exact pattern for this output are considered. A file is stale, and removed,
+    when its name says it was made on this host by a process that is no longer running; the file of
+    a live process, of another host (a shared disk), or of elmo-fast 0.1 (no owner in its name) is
+    left and named, for a person to judge.
+    """
+    out_dir = os.path.dirname(os.path.abspath(output))
+    pattern = _temp_name_pattern(output)
+    removed: list[str] = []
+    left: list[str] = []
+    host = _host_tag()
+    try:
+        names = sorted(n for n in os.listdir(out_dir) if pattern.fullmatch(n))
+    except OSError:
+        return removed, left
+    for n in names:
+        m = pattern.fullmatch(n)
+        path = os.path.join(out_dir, n)
+        if m["pid"] is None:
+            left.append(f"{path} (left by elmo-fast 0.1, which does not name its process: remove it if no run is "
+                        f"writing {output})")
+        elif m["host"] != host:
+            left.append(f"{path} (made on host {m['host']}: remove it if no run there is writing {output})")
+        elif int(m["pid"]) == os.getpid() or _process_alive(int(m["pid"])):
+            left.append(f"{path} (process {m['pid']} is running: another run writing {output}?)")
+        elif remove:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                left.append(f"{path} (its process {m['pid']} is gone, but it cannot be removed: {e.strerror})")
+        else:
+            left.append(f"{path} (its process {m['pid']} is gone)")
+    return removed, left
+
+
 class _PlainWriter:
     """One HDF5 file under a temporary name beside the output, renamed into place when complete."""
 
-    def __init__(self, output: str, keep_sentences: bool) -> None:
+    def __init__(self, output: str, keep_sentences: bool, paths: tuple[str, str]) -> None:
         import h5py
 
-        out_dir = os.path.dirname(os.path.abspath(output))
-        base = os.path.basename(output)
         self.output = output
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=out_dir)
-        os.close(fd)
-        self.spill_path: str | None = None
+        # named before they exist: whatever moment this is interrupted at, abort() knows what to remove
+        self.tmp, spill_path = paths
+        self.spill_path: str | None = spill_path if keep_sentences else None
         self.spill: IO[str] | None = None
         self.h5 = None
         try:
-            self.h5 = h5py.File(self.tmp, "w")
+            self.h5 = h5py.File(self.tmp, "x")
             if keep_sentences:
                 # sentence_to_index needs every sentence: kept on disk until the end, not in memory
-                fd, self.spill_path = tempfile.mkstemp(prefix=f".{base}.", suffix=".sentences", dir=out_dir)
-                self.spill = os.fdopen(fd, "w", encoding="utf-8")
+                self.spill = open(spill_path, "x", encoding="utf-8")
         except BaseException:
             self.abort()
             raise
@@ -339,6 +473,7 @@ class _PlainWriter:
         self.h5.close()
         _fsync_path(self.tmp)
         _make_readable(self.tmp)
+        # from here the output is complete: abort() removes only the temporary names, never the output
         os.replace(self.tmp, self.output)
         if self.spill_path:
             os.unlink(self.spill_path)
@@ -350,12 +485,16 @@ class _PlainWriter:
                     close.close()
             except Exception:  # noqa: BLE001  (already failing: removing the files matters more)
                 pass
-        for path in (self.tmp, self.spill_path):
-            if path:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+        remove_quietly(self.tmp, self.spill_path)
+
+
+def remove_quietly(*paths: str | None) -> None:
+    for path in paths:
+        if path:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
 
 def work_dir_of(output: str) -> str:
@@ -466,7 +605,11 @@ class _ShardWriter:
             if os.path.isdir(self.work):
                 remove_work_dir(self.work)  # a void leftover (killed while created or torn down)
             os.mkdir(self.work)
-            _write_json_atomic(os.path.join(self.work, MANIFEST), manifest)
+            try:
+                _write_json_atomic(os.path.join(self.work, MANIFEST), manifest)
+            except BaseException:  # a signal or a full disk now: nothing is done yet, so nothing stays
+                remove_work_dir(self.work)
+                raise
             return
         differs = _differences(existing, manifest)
         if differs:
@@ -501,15 +644,16 @@ class _ShardWriter:
 
     def skip_done(self, lines: Iterator[Line], name: str) -> tuple[int, int]:
         """Read past the input's lines that complete shards hold, checking that they are the same.
-        Returns (sentences, lines) done."""
+        Returns (sentences, tokens) done."""
+        tokens = 0
         for shard in self.shards:
             got = list(islice(lines, shard["n"]))
             if len(got) < shard["n"] or _lines_digest(got) != shard["digest"]:
                 raise InputError(f"{name}: lines {shard['first_line'] + 1}..{shard['last_line'] + 1} are not those "
                                  f"the interrupted run embedded into {os.path.basename(shard['path'])} (the input "
                                  f"changed since); remove {self.work} to start over")
-        done = sum(s["n"] for s in self.shards)
-        return done, (self.shards[-1]["last_line"] + 1 if self.shards else 0)
+            tokens += sum(len(line.tokens) for line in got)
+        return sum(s["n"] for s in self.shards), tokens
 
     def saved_states(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         import h5py
@@ -616,23 +760,19 @@ def check_output(output: str, overwrite: bool, resume: bool) -> None:
         if _read_manifest(work) is not None:
             if not resume:
                 n = len(_shard_names(work))
-                raise ElmoFastError(f"{work} holds an interrupted run ({n} window(s) done); pass --resume to continue "
-                                    f"it, or remove that directory to start over")
+                raise ElmoFastError(f"{work} holds an interrupted run ({n} window(s) done); pass ",
+                                    Param("resume", True), " to continue it, or remove that directory to start over")
             return  # the run that made it passed the checks below; it may replace the output
     if os.path.exists(output) and not overwrite:
         if resume and _run_record(output) is not None:
             return  # made by a resume run that finished; embed_corpus checks that it was this one
-        raise ElmoFastError(f"{output} already exists; pass --overwrite to replace it")
+        raise ElmoFastError(f"{output} already exists; pass ", Param("overwrite", True), " to replace it")
 
 
 def _model_identity(embedder: ElmoEmbedder) -> dict:
     bilm = embedder.elmo_bilm
     return {**{role: _file_digest(os.fspath(path)) for role, path in embedder.model_files.items()},
             "backend": bilm.backend, "dtype": str(bilm.compute_dtype), "device": embedder.device.type}
-
-
-_NOTHING_DONE = {"sentences": 0, "tokens": 0, "seconds": 0.0, "tokens_per_s": 0.0, "resumed_sentences": 0,
-                 "oom_splits": 0}
 
 
 def _finished_already(output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
@@ -649,36 +789,96 @@ def _finished_already(output: str, manifest: dict, lines: Iterator[Line], name: 
     if why is None:
         return True
     if not overwrite:
-        raise ElmoFastError(f"{output} already exists, made by another run ({why}); pass --overwrite to replace it")
+        raise ElmoFastError(f"{output} already exists, made by another run ({why}); pass ", Param("overwrite", True),
+                            " to replace it")
     if not rereadable:
         raise ElmoFastError(f"{output} was made by another run ({why}), and {name} cannot be read twice; "
                             f"remove {output} to embed it")
     return False
 
 
-def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
-                 output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
-                 use_sentence_keys: bool = False, progress: bool = True, *, max_tokens_per_batch: int | None = None,
-                 bucketing: bool | None = None, window: int = DEFAULT_WINDOW, resume: bool = False,
-                 overwrite: bool = True, skip_empty: bool = False, encoding_errors: str = "strict") -> dict[str, float]:
-    """The body of :meth:`ElmoEmbedder.embed_file` (see there)."""
+class _LogLines(io.TextIOBase):
+    """Progress for log files: each refresh of the bar on a line of its own, never a carriage return."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        line = text.replace("\r", "").rstrip()
+        if line:
+            self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _progress_bar(total: int | None, initial: int, progress: bool | str):
+    """A bar of tokens (sentences vary in length too much, once sorted by it, for an ETA in lines).
+    progress="log": a line at most every 10 s instead of a redrawn bar (allennlp's
+    --file-friendly-logging)."""
     from tqdm import tqdm
 
+    if progress == "log":
+        return tqdm(total=total, initial=initial, unit="tok", file=_LogLines(sys.stderr),
+                    mininterval=10.0, ascii=True, ncols=100)
+    return tqdm(total=total, initial=initial, unit="tok", disable=not progress, file=sys.stderr,
+                dynamic_ncols=True)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def summary_lines(stats: dict, output: str) -> list[str]:
+    """The closing lines of a run: what was embedded, where, how long it all took and the steady rate
+    (after the first batch, which pays for warm-up), and the settings that explain that rate."""
+    resumed = f" (after {stats['resumed_sentences']:,} done before)" if stats["resumed_sentences"] else ""
+    first = (f"elmo-fast: {stats['sentences']:,} sentences, {stats['tokens']:,} tokens{resumed} -> {output} "
+             f"({_size(stats['output_bytes'])}) in {stats['wall_seconds']:.2f} s ({stats['startup_seconds']:.2f} s "
+             f"to start, {stats['seconds']:.2f} s to embed and write)")
+    if stats["steady_tokens_per_s"] is not None:
+        rate = (f"{stats['steady_tokens_per_s']:,.0f} tokens/s steady (after the first batch, "
+                f"{stats['warmup_seconds']:.2f} s with warm-up)")
+    else:
+        rate = f"{stats['tokens_per_s']:,.0f} tokens/s in one batch, warm-up included (too few for a steady rate)"
+    second = (f"elmo-fast: {rate}; backend {stats['backend']}, {'stateful' if stats['stateful'] else 'stateless'}, "
+              f"{stats['dtype']}, {stats['device']}")
+    return [first, second]
+
+
+def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
+                 output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
+                 use_sentence_keys: bool = False, progress: bool | str = True, *,
+                 max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
+                 resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
+                 encoding_errors: str = "strict", started: float | None = None) -> dict[str, Any]:
+    """The body of :meth:`ElmoEmbedder.embed_file` (see there)."""
+    called = time.perf_counter()
+    started = called if started is None else started
     output = os.fspath(output_file_path)
-    stateful = embedder.elmo_bilm.stateful
-    batch_size = batch_size or embedder.batch_size
+    bilm = embedder.elmo_bilm
+    stateful = bilm.stateful
+    batch_size = embedder.batch_size if batch_size is None else batch_size
     if output_format not in OUTPUT_FORMATS:
-        raise ElmoFastError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+        raise ElmoFastError(Param("output_format"), f" must be one of {', '.join(OUTPUT_FORMATS)}, "
+                            f"got {output_format!r}")
     if encoding_errors not in ENCODING_ERRORS:
-        raise ElmoFastError(f"encoding_errors must be one of {', '.join(ENCODING_ERRORS)}, got {encoding_errors!r}")
+        raise ElmoFastError(Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, "
+                            f"got {encoding_errors!r}")
     for what, value in (("batch_size", batch_size), ("max_tokens_per_batch", max_tokens_per_batch), ("window", window)):
         if value is not None and value < 1:
-            raise ElmoFastError(f"{what} must be >= 1, got {value}")
+            raise ElmoFastError(Param(what), f" must be >= 1, got {value}")
     if stateful:
         if max_tokens_per_batch is not None or bucketing:
             raise ElmoFastError("stateful mode keeps input order (the LSTM states flow from each batch to the next), so "
-                                "it cannot sort sentences into batches by length: drop --max-tokens-per-batch and "
-                                "bound batches with --batch-size")
+                                "it cannot sort sentences into batches by length: drop ",
+                                Param("max_tokens_per_batch") if max_tokens_per_batch is not None
+                                else Param("bucketing", True), " and bound batches with ", Param("batch_size"))
         bucketing, max_tokens = False, None
         window = -(-window // batch_size) * batch_size  # whole batches, so a resumed run cuts the same ones
     else:
@@ -686,75 +886,108 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
         max_tokens = max_tokens_per_batch if max_tokens_per_batch is not None else (
             DEFAULT_MAX_TOKENS if bucketing else None)
     check_output(output, overwrite, resume)
-    if embedder.device.type == "cuda" and embedder.elmo_bilm.backend == "fast":
+    if embedder.device.type == "cuda" and bilm.backend == "fast":
         from ..bilm.ops import require_cuda_kernels
 
         require_cuda_kernels()  # now, not at the first batch after the output was begun
+    removed, left = stale_temp_files(output)
+    if progress:
+        for path in removed:
+            print(f"elmo-fast: removed {path}, left by a run that was killed", file=sys.stderr)
+        for what in left:
+            print(f"elmo-fast: note: {what}", file=sys.stderr)
     name = (os.fspath(input_file) if isinstance(input_file, (str, os.PathLike))
             else str(getattr(input_file, "name", "<input>")))
-    lines: Iterator[Line] = read_sentences(input_file, encoding_errors, skip_empty)
-    if use_sentence_keys:
-        lines = _refuse_duplicates(lines, output)
-    keep_sentences = not forget_sentences and not use_sentence_keys
+    rereadable = isinstance(input_file, (str, os.PathLike))
 
-    writer: _PlainWriter | _ShardWriter
-    done_sentences = done_lines = 0
-    if resume:
-        manifest = {"version": _MANIFEST_VERSION, "input": name, "output_format": output_format,
-                    "use_sentence_keys": use_sentence_keys, "forget_sentences": forget_sentences,
-                    "stateful": stateful, "batch_size": batch_size if stateful else None, **_model_identity(embedder)}
-        rereadable = isinstance(input_file, (str, os.PathLike))
-        if _finished_already(output, manifest, lines, name, overwrite, rereadable):
-            if progress:
-                print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
-            return dict(_NOTHING_DONE)
-        if rereadable:
-            lines = read_sentences(input_file, encoding_errors, skip_empty)  # from the start again, if it was read
-            if use_sentence_keys:
-                lines = _refuse_duplicates(lines, output)
-        writer = _ShardWriter(output, manifest)
-        if writer.complete:  # killed between assembling the file and renaming it: finish that
-            writer.finish()
-            return dict(_NOTHING_DONE)
-    else:
-        writer = _PlainWriter(output, keep_sentences)
-    runner = _BatchRunner(embedder, output_format, max_tokens)
-    total = _count_lines(name) if isinstance(input_file, (str, os.PathLike)) else None
-    start = time.perf_counter()
+    def sentences() -> Iterator[Line]:
+        lines: Iterator[Line] = read_sentences(input_file, encoding_errors, skip_empty)
+        return _refuse_duplicates(lines, output) if use_sentence_keys else lines
+
+    lines = sentences()
+    keep_sentences = not forget_sentences and not use_sentence_keys
+    info = {"backend": bilm.backend, "stateful": stateful, "dtype": str(bilm.compute_dtype).replace("torch.", ""),
+            "device": str(embedder.device)}
+    nothing = {"sentences": 0, "tokens": 0, "seconds": 0.0, "tokens_per_s": 0.0, "resumed_sentences": 0,
+               "oom_splits": 0, **info}
+
+    writer: _PlainWriter | _ShardWriter | None = None
+    paths = None
+    counter = None
+    done_sentences = done_tokens = 0
     n_sentences = n_tokens = 0
     try:
+        if resume:
+            manifest = {"version": _MANIFEST_VERSION, "input": name, "output_format": output_format,
+                        "use_sentence_keys": use_sentence_keys, "forget_sentences": forget_sentences,
+                        "stateful": stateful, "batch_size": batch_size if stateful else None,
+                        **_model_identity(embedder)}
+            if _finished_already(output, manifest, lines, name, overwrite, rereadable):
+                if progress:
+                    print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
+                return nothing
+            if rereadable:
+                lines = sentences()  # from the start again, if it was read
+            writer = _ShardWriter(output, manifest)
+            if writer.complete:  # killed between assembling the file and renaming it: finish that
+                writer.finish()
+                return nothing
+        else:
+            paths = plain_temp_paths(output)
+            writer = _PlainWriter(output, keep_sentences, paths)
+        runner = _BatchRunner(embedder, output_format, max_tokens)
         if isinstance(writer, _ShardWriter):
-            done_sentences, done_lines = writer.skip_done(lines, name)
+            done_sentences, done_tokens = writer.skip_done(lines, name)
             if stateful and (states := writer.saved_states()) is not None:
-                embedder.elmo_bilm.set_states(states)
-        with tqdm(total=total, initial=done_lines, unit="line", disable=not progress, file=sys.stderr,
-                  dynamic_ncols=True) as bar:
+                bilm.set_states(states)
+        counter = _TokenCount(name) if rereadable and progress and os.path.isfile(name) else None
+        start = time.perf_counter()
+        first_done = last_done = None
+        first_tokens = 0
+        with _progress_bar(None, done_tokens, progress) as bar:
             while chunk := list(islice(lines, window)):
                 order = sorted(chunk, key=lambda line: (len(line.tokens), line.index)) if bucketing else chunk
                 position = {id(line): j for j, line in enumerate(chunk)}
                 keys = [line.text if use_sentence_keys else str(line.index) for line in chunk]
                 for batch in _iter_batches(order, batch_size, lambda: runner.max_tokens):
+                    batch_tokens = 0
                     for line, data in zip(batch, runner.outputs(batch)):
                         j = position[id(line)]
                         writer.put(j, keys[j], data)
-                        n_tokens += len(line.tokens)
-                    bar.update(len(batch))
-                bar.update(chunk[-1].index + 1 - bar.n)  # lines skipped as empty count as read
-                writer.window_done(chunk, keys, embedder.elmo_bilm.get_states() if stateful else None)
+                        batch_tokens += len(line.tokens)
+                    n_tokens += batch_tokens
+                    last_done = time.perf_counter()
+                    if first_done is None:
+                        first_done, first_tokens = last_done, n_tokens
+                    if bar.total is None and counter is not None and counter.total is not None:
+                        bar.total = counter.total
+                    bar.update(batch_tokens)
+                writer.window_done(chunk, keys, bilm.get_states() if stateful else None)
                 n_sentences += len(chunk)
-            if total is not None and bar.n < total:
-                bar.update(total - bar.n)
+            if counter is not None and bar.total is None:
+                bar.total = counter.wait()  # read ahead of the model: done, or about to be
+                bar.refresh()
         writer.finish()
     except BaseException:
-        writer.abort()
+        if counter is not None:
+            counter.stop()
+        if writer is not None:
+            writer.abort()
+        elif paths is not None:  # interrupted while the writer was being made
+            remove_quietly(*paths)
         raise
-    seconds = time.perf_counter() - start
+    end = time.perf_counter()
+    seconds = end - start
+    steady = None
+    if first_done is not None and last_done > first_done:
+        steady = (n_tokens - first_tokens) / (last_done - first_done)
     stats = {"sentences": n_sentences, "tokens": n_tokens, "seconds": seconds,
              "tokens_per_s": n_tokens / seconds if seconds > 0 else float("inf"),
-             "resumed_sentences": done_sentences, "oom_splits": runner.oom_splits}
+             "resumed_sentences": done_sentences, "oom_splits": runner.oom_splits,
+             "wall_seconds": end - started, "startup_seconds": start - started,
+             "warmup_seconds": (first_done - start) if first_done is not None else 0.0,
+             "steady_tokens_per_s": steady, "output_bytes": os.path.getsize(output), **info}
     if progress:
-        resumed = f" (after {done_sentences} done before)" if done_sentences else ""
-        print(f"elmo-fast: embedded {n_sentences} sentences ({n_tokens} tokens){resumed} in {seconds:.2f} s: "
-              f"{stats['tokens_per_s']:.0f} tokens/s, {n_sentences / seconds:.1f} sentences/s -> {output}",
-              file=sys.stderr)
+        for line in summary_lines(stats, output):
+            print(line, file=sys.stderr)
     return stats

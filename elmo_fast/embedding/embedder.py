@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import os
 from itertools import islice
-from typing import IO, Iterable, Iterator, Sequence
+from typing import IO, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from ..bilm.model import ElmoBiLm
 from ..devices import resolve_device
-from ..errors import ElmoFastError, InputError
+from ..errors import ElmoFastError, InputError, Param
 from ..formats.bilm_tf import load_model_files
 from ..formats.model_dir import inspect_model_dir, load_model
 from .corpus import DEFAULT_WINDOW, OUTPUT_FORMATS, embed_corpus, read_sentences  # noqa: F401  (public here too)
@@ -21,6 +21,16 @@ def _check_sentence(sentence: object, where: str) -> None:
         raise InputError(f"{where}: expected a list of tokens, got a string; split it first, e.g. {sentence.split()[:3]!r}")
     if not all(isinstance(t, str) for t in sentence):  # type: ignore[union-attr]
         raise InputError(f"{where}: every token must be a str")
+
+
+def _device_name(device: object) -> str:
+    """A device's name without asking for it (a GPU need not be there to compare two)."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return "cpu" if device == -1 else f"cuda:{device}"
+    try:
+        return str(torch.device(device))  # type: ignore[arg-type]
+    except (RuntimeError, TypeError):
+        return repr(device)
 
 
 class ElmoEmbedder:
@@ -41,31 +51,41 @@ class ElmoEmbedder:
 
     stateful=False (default) makes a sentence's vectors independent of batching; stateful=True
     carries the LSTM states from batch to batch, as allennlp and bilm-tf do.
+
+    device: "cpu", "cuda", "cuda:N" or a torch.device; an int is allennlp's ``cuda_device``
+    (-1: the CPU, N >= 0: cuda:N), so ``ElmoEmbedder(options, weights, 0)`` and
+    ``ElmoEmbedder(options, weights, cuda_device=-1)`` mean what they meant in allennlp 0.9.
     """
 
     def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None,
-                 device: str | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
+                 device: str | int | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
                  backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype = torch.float32, *,
-                 model_dir: str | os.PathLike | None = None) -> None:
+                 cuda_device: int | None = None, model_dir: str | os.PathLike | None = None) -> None:
+        if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
+            if device != "cpu" and _device_name(device) != _device_name(cuda_device):
+                raise ElmoFastError("give ", Param("device"), " or ", Param("cuda_device"), f", not both "
+                                    f"(got {device!r} and {cuda_device!r})")
+            device = cuda_device
         if batch_size < 1:
-            raise ElmoFastError(f"batch_size must be >= 1, got {batch_size}")
+            raise ElmoFastError(Param("batch_size"), f" must be >= 1, got {batch_size}")
         if token_cache_mb < 0:
-            raise ElmoFastError(f"token_cache_mb must be >= 0, got {token_cache_mb}")
+            raise ElmoFastError(Param("token_cache_mb"), f" must be >= 0, got {token_cache_mb}")
         self.device = resolve_device(device)
         self.batch_size = batch_size
         if model_dir is None and weight_file is None and options_file is not None and os.path.isdir(options_file):
             model_dir, options_file = options_file, None
         if model_dir is not None:
             if options_file is not None or weight_file is not None:
-                raise ElmoFastError("give either model_dir or options_file and weight_file, not both")
+                raise ElmoFastError("give either ", Param("model_dir"), " or ", Param("options_file"), " and ",
+                                    Param("weight_file"), ", not both")
             model = inspect_model_dir(model_dir)
             weights = load_model(model)
             #: the files that define the model, by role: embed_file(resume=True) records their digests,
             #: to refuse resuming with other ones
             self.model_files: dict[str, str | os.PathLike] = dict(model.files)
         elif options_file is None or weight_file is None:
-            raise ElmoFastError("give options_file and weight_file (bilm-tf), or a model directory (model_dir=, "
-                                "bilm-tf or ELMoForManyLangs)")
+            raise ElmoFastError("give ", Param("options_file"), " and ", Param("weight_file"), " (bilm-tf), or a "
+                                "model directory (", Param("model_dir"), ", bilm-tf or ELMoForManyLangs)")
         else:
             weights = load_model_files(options_file, weight_file)
             self.model_files = {"options": options_file, "weights": weight_file}
@@ -78,6 +98,10 @@ class ElmoEmbedder:
                                                token_cache_size=cache_size, dtype=dtype).to(self.device).eval()
         self.output_dim = self.elmo_bilm.get_output_dim()
         self.num_layers = self.elmo_bilm.num_layers
+
+    def save_model(self, directory: str | os.PathLike) -> tuple[str, str]:
+        """Write the biLM as ``options.json`` + ``weights.hdf5`` (bilm-tf layout) into ``directory``."""
+        return self.elmo_bilm.save(directory)
 
     def _empty(self) -> np.ndarray:
         return np.zeros((self.num_layers, 0, self.output_dim), dtype=np.float32)
@@ -114,9 +138,10 @@ class ElmoEmbedder:
 
     def embed_file(self, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
                    output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
-                   use_sentence_keys: bool = False, progress: bool = True, *, max_tokens_per_batch: int | None = None,
-                   bucketing: bool | None = None, window: int = DEFAULT_WINDOW, resume: bool = False,
-                   overwrite: bool = True, skip_empty: bool = False, encoding_errors: str = "strict") -> dict[str, float]:
+                   use_sentence_keys: bool = False, progress: bool | str = True, *,
+                   max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
+                   resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
+                   encoding_errors: str = "strict", started: float | None = None) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
         One float32 dataset per line, keyed by the line's index (or by its text with
@@ -139,12 +164,25 @@ class ElmoEmbedder:
         keeps completed windows across crashes and kills: a later ``resume=True`` run continues
         where it stopped and gives the same file as an uninterrupted run.
 
-        Bad lines are errors naming them: not UTF-8 (``encoding_errors="replace"`` goes on with
-        U+FFFD), empty or all-whitespace (``skip_empty=True`` skips them, keeping the others'
-        line numbers as keys). An existing output is replaced only with ``overwrite`` (True by
-        default here, as before; the CLI defaults to refusing). Returns counts and timings.
+        Temporary files of killed plain runs beside the output (``.OUTPUT.HOST-PID.*.partial`` and
+        ``.sentences``) are removed when their process is gone, and named otherwise (on stderr,
+        with ``progress``).
+
+        The input may be gzip, bzip2 or xz compressed (recognised by its content, not its name);
+        a byte-order mark at its start is dropped. Bad lines are errors naming them: not UTF-8
+        (``encoding_errors="replace"`` goes on with U+FFFD), empty or all-whitespace
+        (``skip_empty=True`` skips them, keeping the others' line numbers as keys). An existing
+        output is replaced only with ``overwrite`` (True by default here, as before; the CLI
+        defaults to refusing).
+
+        progress: a bar of tokens on stderr (its total known once a background pass over a file
+        input has counted them) and two closing lines; ``"log"`` prints the bar on a line of its
+        own at most every 10 s, for log files; False, nothing. started: a ``time.perf_counter()``
+        reading that the closing wall time counts from (default: this call), so that a program can
+        include its start-up. Returns counts, timings (``seconds`` embedding and writing,
+        ``steady_tokens_per_s`` after the first batch, None with one batch) and the settings.
         """
         return embed_corpus(self, input_file, output_file_path, output_format, batch_size, forget_sentences,
                             use_sentence_keys, progress, max_tokens_per_batch=max_tokens_per_batch,
                             bucketing=bucketing, window=window, resume=resume, overwrite=overwrite,
-                            skip_empty=skip_empty, encoding_errors=encoding_errors)
+                            skip_empty=skip_empty, encoding_errors=encoding_errors, started=started)

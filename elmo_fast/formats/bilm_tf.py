@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import ModelFileError
+from ..errors import ModelFileError, Param
 
 #: Rows of ``char_embed`` in a bilm-tf file: 256 bytes + 5 marks; a zero row 0 is added on load.
 FILE_CHAR_ROWS = 261
@@ -426,7 +426,51 @@ def load_weights(weight_file: str | os.PathLike, options: ElmoOptions) -> ElmoWe
     )
 
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _head(path: str | os.PathLike, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError:  # missing or unreadable: the loaders say which, with their own messages
+        return b""
+
+
+def _holds_json(path: str | os.PathLike) -> bool:
+    if _head(path, 1024).lstrip()[:1] not in (b"{", b"["):
+        return False
+    try:
+        if os.path.getsize(path) > 1 << 20:  # options files are a few hundred bytes
+            return False
+        with open(path, encoding="utf-8") as f:
+            json.load(f)
+        return True
+    except (OSError, ValueError, RecursionError):
+        return False
+
+
+def check_not_swapped(options_file: str | os.PathLike, weight_file: str | os.PathLike) -> None:
+    """Refuse options and weights given the wrong way round (or one given for both), by content,
+    naming both files, before either is parsed (which would only say that a file is not JSON)."""
+    o, w = os.fspath(options_file), os.fspath(weight_file)
+    options_is_hdf5 = _head(o, len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    weights_is_json = _holds_json(w)
+    if options_is_hdf5 and weights_is_json:
+        raise ModelFileError("the model files look swapped: ", Param("options_file"), f" {o} is an HDF5 file (weights) "
+                             "and ", Param("weight_file"), f" {w} is JSON (options); pass them the other way round")
+    if options_is_hdf5:
+        also = f"; {w} is HDF5 too: one file given for both?" if _head(w, 8) == HDF5_SIGNATURE else ""
+        raise ModelFileError(f"{o}: ", Param("options_file"), " is an HDF5 file (weights?), expected the JSON "
+                             f"options{also}")
+    if weights_is_json:
+        also = f"; {o} is JSON too: one file given for both?" if _holds_json(o) else ""
+        raise ModelFileError(f"{w}: ", Param("weight_file"), " holds JSON (options?), expected the HDF5 "
+                             f"weights{also}")
+
+
 def load_model_files(options_file: str | os.PathLike, weight_file: str | os.PathLike) -> ElmoWeights:
+    check_not_swapped(options_file, weight_file)
     return load_weights(weight_file, load_options(options_file))
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import glob
 import os
 import random
-from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np

@@ -118,10 +118,8 @@ class BidirectionalLM(nn.Module):
         distinct, inverse = torch.unique(ids.reshape(-1, W), dim=0, return_inverse=True)
         vectors = bilm.token_embedder(distinct)
         x = vectors[inverse].view(*ids.shape[:-1], -1)
-        x, x_backward = (x, None) if batch.bwd_char_ids is None else (x[0], x[1])
         p = self.dropout if self.training else 0.0
-        outputs, h, c = bilm.encoder.forward_sequence(x, batch.lengths, h0, c0, bilm.encoder.input_masks(x, p),
-                                                      x_backward)
+        outputs, h, c = bilm.encoder.forward_sequence(x, batch.lengths, h0, c0, bilm.encoder.input_masks(x, p))
         top = outputs[-1]
         P = bilm.options.projection_dim
         fwd, bwd = top[..., :P], top[..., P:]

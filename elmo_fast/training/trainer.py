@@ -20,9 +20,9 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -154,7 +154,7 @@ class Trainer:
             weights = initial_weights(self.options, g)
         if softmax is None:
             softmax = SoftmaxHead.initial(len(self.vocab), self.options.projection_dim, g)
-        bilm = ElmoBiLm.from_weights(weights, requires_grad=True, backend=training_backend(c.backend))
+        bilm = ElmoBiLm.from_weights(weights, requires_grad=True, backend=training_backend(c.backend, self.device))
         lm = BidirectionalLM(bilm, softmax, dropout=c.dropout, negative_samples=c.negative_samples)
         return lm.to(self.device)
 
@@ -283,7 +283,8 @@ class Trainer:
 
         for s in previous:
             signal.signal(s, on_signal)
-        finished = False
+        # a run killed after its last checkpoint (while exporting) resumes with nothing left to train
+        finished = c.max_steps is not None and state["step"] >= c.max_steps
         try:
             while state["epoch"] < c.epochs and not finished:
                 for index, rows in data.epoch(state["epoch"], state["batch"]):
@@ -461,13 +462,15 @@ def _to(batch: Batch, device: torch.device) -> Batch:
                    (batch.char_ids, batch.lengths, batch.fwd_targets, batch.bwd_targets, batch.bwd_char_ids)))
 
 
-def training_backend(backend: str) -> str:
-    """The backend the training stages run: the fast ops when they have backward passes."""
+def training_backend(backend: str, device: torch.device | str = "cpu") -> str:
+    """The backend the training stages run: the fast ops where they have backward passes (CPU; CUDA
+    once its backward kernels are built in), else the reference stages under autograd."""
     from ..bilm import ops
     from ..bilm.model import resolve_backend
 
     resolved = resolve_backend(backend)
-    if resolved == "fast" and not ops.HAS_BACKWARD:
+    on_cuda = torch.device(device).type == "cuda"
+    if resolved == "fast" and not (ops.HAS_CUDA_BACKWARD if on_cuda else ops.HAS_BACKWARD):
         return "reference"
     return resolved
 

@@ -1,0 +1,133 @@
+// Pieces shared by the CPU LSTM kernels: the inference stack `bilstm` (lstm_cpu.cpp) and the trainable
+// layer `lstm_layer_forward` / `lstm_layer_backward` (lstm_layer_cpu.cpp):
+//   * the per-ISA compilation of float kernels and the choice of level (kernel_isa),
+//   * the schedule: rows sorted by length so that the rows still running at step s are a prefix,
+//     stored packed step after step (as a PackedSequence),
+//   * the GEMMs of one step (linear_nt: the op's own GEMV for few rows, else BLAS) and the tuning
+//     of that crossover and of how the two directions share the threads.
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/irange.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace elmo_fast {
+namespace lstm_cpu {
+
+// The float kernels are compiled once per ISA level (the extension itself is built for baseline
+// x86-64) and the level is picked once per process, as ATen picks its own kernels:
+// at::get_cpu_capability() (which honours ATEN_CPU_CAPABILITY). GCC 12's target_clones with
+// "arch=x86-64-v4" never selects that clone (its resolver asks __builtin_cpu_is), hence this.
+enum class Isa { kBase, kAvx2, kAvx512 };
+
+Isa kernel_isa();
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define ELMO_FAST_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512")))
+#define ELMO_FAST_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define ELMO_FAST_HAVE_ISA_VARIANTS 1
+#endif
+
+// name(params, begin, end) running kernel(params, begin, end) built for the CPU's ISA level.
+#ifdef ELMO_FAST_HAVE_ISA_VARIANTS
+#define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel)                                          \
+  ELMO_FAST_TARGET_AVX512 void name##_avx512(const Params& p, int64_t b, int64_t e) {           \
+    kernel(p, b, e);                                                                            \
+  }                                                                                             \
+  ELMO_FAST_TARGET_AVX2 void name##_avx2(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); } \
+  void name##_base(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }                  \
+  void name(const Params& p, int64_t b, int64_t e) {                                            \
+    switch (::elmo_fast::lstm_cpu::kernel_isa()) {                                              \
+      case ::elmo_fast::lstm_cpu::Isa::kAvx512: return name##_avx512(p, b, e);                  \
+      case ::elmo_fast::lstm_cpu::Isa::kAvx2: return name##_avx2(p, b, e);                      \
+      default: return name##_base(p, b, e);                                                     \
+    }                                                                                           \
+  }
+#else
+#define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel) \
+  void name(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }
+#endif
+
+// The order of work shared by both directions and all layers.
+struct Schedule {
+  int64_t batch = 0;               // B
+  int64_t time = 0;                // T (positions per row in the inputs and outputs)
+  std::vector<int64_t> order;      // [B] sorted row j -> input row b (lengths descending, stable)
+  std::vector<int64_t> rank;       // [B] input row b -> sorted row j
+  std::vector<int64_t> length;     // [B] length of sorted row j (descending)
+  std::vector<int64_t> active;     // [S] n_s, rows still running at step s (S = max length)
+  std::vector<int64_t> offset;     // [S + 1] off_s, first packed row of step s; offset[S] = sum of lengths
+
+  int64_t steps() const { return static_cast<int64_t>(active.size()); }
+  int64_t packed_rows() const { return offset.back(); }
+  // The position that (sorted row j, step s) reads / writes in direction d: the backward direction
+  // walks each row from its own last token.
+  int64_t position(int64_t d, int64_t j, int64_t s) const { return d == 0 ? s : length[j] - 1 - s; }
+};
+
+// lengths: [B] values in [0, time] (the caller checked them).
+Schedule make_schedule(const int64_t* lengths, int64_t batch, int64_t time);
+
+// One GEMM operand of weights: w [N, K] contiguous (the dtype of the states, or bfloat16) and its
+// transposed view, so that BLAS computes x @ w^T without copies.
+struct Weight {
+  at::Tensor w;    // [N, K]
+  at::Tensor w_t;  // [K, N]
+};
+
+// Work below these sizes stays on the calling thread (ATen's GRAIN_SIZE is 32768 elements).
+constexpr int64_t kCellGrainElements = 16384;
+constexpr int64_t kElemGrain = 32768;
+
+// at::empty(sizes, options) for large buffers the kernels write once per call (a training step
+// writes several hundred MB of them): 2 MB aligned and madvise(MADV_HUGEPAGE), so that their first
+// touch faults in 2 MB pages instead of 4 kB ones (~0.9 ms per MB saved on the machine this was
+// measured on; what PyTorch's THP_MEM_ALLOC_ENABLE=1 does for every allocation). Small buffers, other
+// systems, and deterministic mode's fill of uninitialized memory (which tests use to poison
+// outputs) get at::empty; so does every buffer with ELMO_FAST_HUGE_PAGES=0 (for benchmarking).
+at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options);
+
+// A [rows, cols] contiguous view of the front of a flat buffer.
+inline at::Tensor front(const at::Tensor& flat, int64_t rows, int64_t cols) {
+  return flat.narrow(0, 0, rows * cols).view({rows, cols});
+}
+
+// out[n, N] = a[n, K] @ w^T, all in the states' dtype but w, which may be bf16. Few rows (float
+// states): gemv_nt, which streams w once and keeps a in fp32 even for bf16 weights; else BLAS.
+// a and out: rows contiguous (any row stride).
+void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows);
+
+// Steps with at most this many active rows take gemv_nt (see lstm_common.cpp for the tuning).
+int64_t gemv_max_rows(bool bf16_weights, int64_t proj, int64_t cell);
+
+// Whether the two directions run concurrently, one thread each with single-threaded GEMMs, or in
+// turn with multi-threaded GEMMs; rows: the batch rows of the first step.
+bool directions_in_parallel(int64_t rows, bool bf16_weights);
+
+// run(d) for d = 0, 1: concurrently on two threads, or in turn.
+template <typename Fn>
+void for_each_direction(bool concurrent, const Fn& run) {
+  if (concurrent) {
+    // The worker thread runs ATen ops on tensors made here: it needs this thread's dispatch state
+    // (inference mode, grad mode), which at::parallel_for does not carry over.
+    const at::ThreadLocalState caller_state;
+    at::parallel_for(0, 2, 1, [&](int64_t d0, int64_t d1) {
+      const at::ThreadLocalStateGuard state_guard(caller_state);
+      for (const auto d : c10::irange(d0, d1)) {
+        run(d);
+      }
+    });
+  } else {
+    for (const auto d : c10::irange(2)) {
+      run(d);
+    }
+  }
+}
+
+}  // namespace lstm_cpu
+}  // namespace elmo_fast

@@ -1,0 +1,88 @@
+"""What every command shares: termination signals as exceptions, flags for parameter names, timing."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, Mapping
+
+#: the signals a batch system, a container runtime or a closed terminal sends to end a job
+#: (timeout, SLURM, docker stop and Kubernetes send SIGTERM; a closed terminal, SIGHUP)
+TERMINATING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class Terminated(BaseException):
+    """A termination signal, raised wherever the program is when it arrives, so that it unwinds
+    through the cleanup that KeyboardInterrupt runs (a BaseException: ``except Exception`` blocks
+    do not swallow it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+@contextmanager
+def signals_as_exceptions() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` inside the block; the previous handlers come back
+    after it. A signal that was ignored (``nohup`` ignores SIGHUP) stays ignored. A second signal
+    while the first one's cleanup runs is ignored, so that the cleanup can finish."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum, frame):
+        if received:
+            return
+        received.append(signum)
+        raise Terminated(signum)
+
+    previous = {}
+    try:
+        for sig in TERMINATING:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, handler)
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def param_flags(parser: argparse.ArgumentParser, aliases: Mapping[str, str] = {}) -> dict[str, str]:
+    """Python parameter name -> the flag that sets it, from the parser's own arguments: errors raised
+    by the library name parameters (:class:`~elmo_fast.errors.Param`), the CLI shows flags.
+    aliases: API names that differ from the parser's ``dest`` (``options_file`` -> ``options``)."""
+    flags: dict[str, str] = {}
+    for action in parser._actions:  # noqa: SLF001  (argparse's list of arguments has no public accessor)
+        if action.dest in (argparse.SUPPRESS, "help"):
+            continue
+        if action.option_strings:
+            flags.setdefault(action.dest, max(action.option_strings, key=lambda s: (s.startswith("--"), -len(s))))
+        else:
+            flags.setdefault(action.dest, (action.metavar or action.dest).upper())
+    for api_name, dest in aliases.items():
+        if dest in flags:
+            flags[api_name] = flags[dest]
+    return flags
+
+
+def process_start() -> float:
+    """The ``time.perf_counter()`` reading of this process's start (Linux; elsewhere, now): the wall
+    time a command reports includes the interpreter's and torch's start-up."""
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the command name, in parentheses, may hold spaces
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        # field 22 of the file (the 20th after the name): start time in clock ticks after boot
+        return now - max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return now

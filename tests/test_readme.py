@@ -1,0 +1,118 @@
+"""README.md stays true: every ```python block runs, and every `elmo-fast ...` command in a ```bash
+block is accepted by the argument parser.
+
+Each python block runs alone, in a namespace of its own (a reader copies one block, not the ones
+before it), in a fresh working directory holding what the snippets name: ``options.json`` and
+``weights.hdf5`` of a random ``small`` model and ``sentences.txt``. It runs offline:
+``ELMO_FAST_CACHE`` points at a cache pre-filled with that model under every name
+``fetch_model`` knows, and ``ELMO_FAST_BASE_URL`` at a closed local port, so that a snippet that
+needs the network fails instead of downloading. A comment ``# np.ndarray (3, 4, D)``,
+``# Tensor (...)`` or ``# LongTensor (...)`` on an assignment is checked against the shape of
+what was assigned, ``D`` being the model's output width.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
+_SHAPE_COMMENT = re.compile(r"^(?P<name>\w+) = .*#[^#]*?\b(np\.ndarray|Tensor|LongTensor) \((?P<shape>[^)]*)\)")
+
+
+def _blocks(language: str) -> list[tuple[int, str]]:
+    """(line number, text) of each fenced block in that language."""
+    text = README.read_text(encoding="utf-8")
+    return [(text[: m.start()].count("\n") + 1, m.group(2)) for m in _FENCE.finditer(text) if m.group(1) == language]
+
+
+PYTHON = _blocks("python")
+BASH = _blocks("bash")
+
+
+def test_the_readme_has_snippets_to_check():
+    assert len(PYTHON) >= 3 and len(BASH) >= 2
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    from elmo_fast.pretrained import MODELS
+    from elmo_fast.testing import random_model
+
+    root = tmp_path_factory.mktemp("readme")
+    options, weights = random_model("small", root / "model", seed=1)
+    cache = root / "cache"
+    for name in MODELS:  # the names fetch_model looks for, so that fetch_model("original") runs offline
+        (cache / name).mkdir(parents=True)
+        (cache / name / "options.json").symlink_to(options)
+        (cache / name / "weights.hdf5").symlink_to(weights)
+    return root, options, weights, cache
+
+
+@pytest.mark.parametrize("line,code", PYTHON, ids=[f"README.md:{line}" for line, _ in PYTHON])
+def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
+    import json
+
+    root, options, weights, cache = workdir
+    for src, name in ((options, "options.json"), (weights, "weights.hdf5")):
+        (tmp_path / name).symlink_to(src)
+    (tmp_path / "sentences.txt").write_text("The cat sat on the mat .\nELMo gives every token a vector .\n",
+                                            encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMO_FAST_CACHE", str(cache))
+    monkeypatch.setenv("ELMO_FAST_BASE_URL", "http://127.0.0.1:9")  # discard: nothing listens there
+    namespace: dict = {"__name__": "__readme__"}
+    exec(compile(code, f"README.md:{line}", "exec"), namespace)  # noqa: S102  (the README's own code)
+    D = 2 * json.loads(options.read_text())["lstm"]["projection_dim"]
+    for statement in code.splitlines():
+        if m := _SHAPE_COMMENT.match(statement):
+            want = tuple(D if d.strip() == "D" else int(d) for d in m["shape"].split(","))
+            got = tuple(namespace[m["name"]].shape)
+            assert got == want, f"README.md:{line}: {statement.strip()!r}: {m['name']} has shape {got}"
+
+
+def _commands(script: str) -> list[list[str]]:
+    """The `elmo-fast ...` commands of a shell script, as argument lists: quotes, comments, line
+    continuations, `&&`/`||`/`;`/`|` between commands and redirections handled as a shell does."""
+    out = []
+    for line in script.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        command: list[str] = []
+        redirected = False  # past a redirection, words are file names, not arguments
+        for token in [*lexer, ";"]:
+            if token in ("&&", "||", ";", "|", "&"):
+                if command[:1] == ["elmo-fast"]:
+                    out.append(command[1:])
+                command, redirected = [], False
+            elif token and set(token) <= set("<>&"):
+                redirected = True
+            elif not redirected:
+                command.append(token)
+    return out
+
+
+@pytest.mark.parametrize("line,script", BASH, ids=[f"README.md:{line}" for line, _ in BASH])
+def test_shell_commands_parse(line, script):
+    from elmo_fast.cli import build_parser
+
+    for args in _commands(script):
+        try:
+            build_parser().parse_args(args)
+        except SystemExit as e:
+            pytest.fail(f"README.md:{line}: `elmo-fast {shlex.join(args)}` is refused by the parser (exit {e.code})")
+
+
+def test_every_elmo_fast_command_is_checked():
+    commands = [c for _, script in BASH for c in _commands(script)]
+    assert {c[0] for c in commands} >= {"embed", "random-model"}
+    assert _commands("x && elmo-fast embed 'a b.txt' o.h5 --all \\\n  --quiet  # a comment; elmo-fast no\n"
+                     "elmo-fast models > list.txt | cat") == [["embed", "a b.txt", "o.h5", "--all", "--quiet"],
+                                                             ["models"]]
+    with pytest.raises(SystemExit):  # the check can fail: a flag the parser does not know
+        from elmo_fast.cli import build_parser
+
+        build_parser().parse_args(["embed", "in.txt", "out.h5", "--all", "--no-such-flag"])
