@@ -333,13 +333,24 @@ class ElmoBiLm(nn.Module):
     def save(self, directory: str | os.PathLike) -> tuple[str, str]:
         """Write the current weights (fine-tuned, say) as ``options.json`` + ``weights.hdf5`` in the
         bilm-tf layout into ``directory``, the files allennlp, bilm-tf and ``elmo-fast embed`` load;
-        each file replaced atomically. Returns their paths."""
+        each file replaced atomically. Returns their paths.
+
+        An ELMoForManyLangs model is written in its own layout instead (config.json, its config, the
+        dictionaries, token_embedder.pkl and encoder.pkl; zip pickles), which ELMoForManyLangs and
+        every elmo-fast entry point load as a model directory; returns the paths of config.json and
+        encoder.pkl."""
         from ..formats.bilm_tf import save_model_files
 
         os.makedirs(directory, exist_ok=True)
-        options, weights = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
-        save_model_files(options, weights, self.weights())
-        return options, weights
+        weights = self.weights()
+        if isinstance(weights, ManyLangsWeights):
+            from ..formats.manylangs import CONFIG_FILE, ENCODER_PKL, save_manylangs
+
+            saved = save_manylangs(directory, weights)
+            return os.path.join(saved, CONFIG_FILE), os.path.join(saved, ENCODER_PKL)
+        options, weights_path = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
+        save_model_files(options, weights_path, weights)
+        return options, weights_path
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode)."""

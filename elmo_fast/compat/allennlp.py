@@ -91,7 +91,8 @@ class Elmo(nn.Module):
 
     def save_bilm(self, directory: str | os.PathLike) -> tuple[str, str]:
         """Write the biLM's current weights (after fine-tuning with ``requires_grad=True``) as
-        ``options.json`` + ``weights.hdf5`` in the bilm-tf layout (see :meth:`ElmoBiLm.save`)."""
+        ``options.json`` + ``weights.hdf5`` in the bilm-tf layout, an ELMoForManyLangs model in its own
+        (see :meth:`ElmoBiLm.save`)."""
         return self._elmo_lstm.save(directory)
 
     def reset_states(self) -> None:

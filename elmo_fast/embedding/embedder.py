@@ -100,7 +100,8 @@ class ElmoEmbedder:
         self.num_layers = self.elmo_bilm.num_layers
 
     def save_model(self, directory: str | os.PathLike) -> tuple[str, str]:
-        """Write the biLM as ``options.json`` + ``weights.hdf5`` (bilm-tf layout) into ``directory``."""
+        """Write the biLM as ``options.json`` + ``weights.hdf5`` (bilm-tf layout) into ``directory``; an
+        ELMoForManyLangs model in its own layout (see :meth:`ElmoBiLm.save`)."""
         return self.elmo_bilm.save(directory)
 
     def _empty(self) -> np.ndarray:
