@@ -21,7 +21,8 @@ IDEOGRAPHIC_SPACE = "\u3000"
 VARIANTS = {
     # words and characters, clips that bite, and dictionaries with every quirk of the format
     "words+chars": dict(config=TINY, quirks=True),
-    "chars only": dict(config=replace(TINY, word_dim=0)),
+    # zip pickles (torch >= 1.6) saved from a GPU: storages tagged cuda:0
+    "chars only, cuda-tagged": dict(config=replace(TINY, word_dim=0), cuda_tagged=True),
     "words only": dict(config=replace(TINY, char_dim=0, filters=(), n_highway=0)),
     # torch's pre-1.6 pickle format (the released models'), storages tagged cuda:0 (saved from a GPU)
     "legacy pickles, cuda-tagged": dict(config=TINY, legacy=True, cuda_tagged=True),

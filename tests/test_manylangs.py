@@ -22,7 +22,7 @@ from elmo_fast.formats.manylangs import WORD_SPECIALS, load_manylangs, read_dict
 from elmo_fast.manylangs import Embedder
 from manylangs_models import VARIANTS, sentences, write_variant
 from peers import manylangs, manylangs_embedder
-from tolerances import MODEL_BF16, TOL, assert_close, max_abs_error
+from tolerances import MODEL_BF16, TOL, assert_close, assert_grad_close, max_abs_error
 
 needs_ext = pytest.mark.skipif(not ops.HAS_EXTENSION, reason="elmo_fast._C is not built")
 BACKENDS = [pytest.param("fast", marks=needs_ext), "reference"]
@@ -99,12 +99,14 @@ def test_the_variants_are_what_they_say(variant_dirs):
     """Clips that bite, word embeddings present or not, legacy pickles tagged cuda:0."""
     w = load_manylangs(variant_dirs("words+chars"))
     assert w.word_embedding is not None and w.char_embedding is not None
-    assert load_manylangs(variant_dirs("chars only")).word_embedding is None
+    assert load_manylangs(variant_dirs("chars only, cuda-tagged")).word_embedding is None
     assert load_manylangs(variant_dirs("words only")).char_embedding is None
-    legacy = variant_dirs("legacy pickles, cuda-tagged")
-    for name in ("token_embedder.pkl", "encoder.pkl"):
-        raw = (legacy / name).read_bytes()
-        assert raw[:2] != b"PK" and b"cuda:0" in raw  # not a zip; storages recorded as on cuda:0
+    for variant, legacy in (("legacy pickles, cuda-tagged", True), ("chars only, cuda-tagged", False)):
+        for name in ("token_embedder.pkl", "encoder.pkl"):
+            raw = (variant_dirs(variant) / name).read_bytes()
+            assert (raw[:2] != b"PK") == legacy, (variant, name)  # a zip archive, or torch's legacy pickle
+            assert b"cuda:0" in raw, (variant, name)  # storages recorded as on cuda:0
+    assert b"cuda:0" not in (variant_dirs("words+chars") / "encoder.pkl").read_bytes()
     # the projection clip bites: layer 1 (the first LSTM layer's h) reaches +-3 exactly
     bilm = ElmoBiLm(variant_dirs("words+chars"), backend="reference")
     sents = sentences(_words(variant_dirs("words+chars")))
@@ -170,7 +172,7 @@ def test_elmoformanylangs_own_batches_carry_state(variant_dirs, theirs):
     assert max(float(np.abs(a - b).max()) for a, b in zip(again, expected[-2]) if a.size) > 1e-3
 
 
-@pytest.mark.parametrize("variant", ["words+chars", "chars only", "words only"])
+@pytest.mark.parametrize("variant", ["words+chars", "chars only, cuda-tagged", "words only"])
 def test_stages_fast_equal_reference(variant, variant_dirs):
     if not ops.HAS_EXTENSION:
         pytest.skip("elmo_fast._C is not built")
@@ -229,24 +231,80 @@ def test_embedder_elmobilm_and_elmo_take_the_directory(backend, variant_dirs):
 
 
 def test_downstream_training_on_a_manylangs_biLM(variant_dirs):
-    """Scalar mixes train on top of a frozen ELMoForManyLangs biLM (fast path), and the biLM itself
-    fine-tunes (train mode: the reference stages under autograd, the word embeddings included)."""
+    """A few optimizer steps of scalar mixes and a probe on top of a frozen ELMoForManyLangs biLM (the
+    fast path, which gives the biLM no gradient): the loss falls, the mixes move, the biLM does not."""
     d = variant_dirs("words+chars")
     sents = sentences(_words(d))
+    torch.manual_seed(0)
     elmo = Elmo(model_dir=d, num_output_representations=1, dropout=0.0)
+    probe = torch.nn.Linear(elmo.get_output_dim(), 1)
     ids = elmo.batch_to_ids(sents)
-    elmo(ids)["elmo_representations"][0].sum().backward()
-    assert elmo.scalar_mix_0.scalar_parameters[0].grad is not None
-    tuned = Elmo(model_dir=d, num_output_representations=1, dropout=0.0, requires_grad=True, backend="reference")
-    tuned.train()
-    rep = tuned(ids)["elmo_representations"][0]
-    rep.square().sum().backward()
-    emb = tuned._elmo_lstm.token_embedder
-    assert emb.word_embedding.grad is not None and emb.word_embedding.grad.abs().sum() > 0
-    assert emb.char_cnn.char_embedding.grad.abs().sum() > 0
+    target = torch.randn(ids.shape[:2])
+    bilm_before = {k: v.clone() for k, v in elmo._elmo_lstm.state_dict().items()}
+    mix_before = [p.detach().clone() for p in elmo.scalar_mix_0.parameters()]
+    trainable = [p for p in [*elmo.parameters(), *probe.parameters()] if p.requires_grad]
+    assert not any(p.requires_grad for p in elmo._elmo_lstm.parameters())
+    opt = torch.optim.Adam(trainable, lr=0.05)
+    losses = []
+    for _ in range(6):
+        opt.zero_grad()
+        out = elmo(ids)
+        mask = out["mask"].float()
+        loss = ((probe(out["elmo_representations"][0]).squeeze(-1) - target).square() * mask).sum() / mask.sum()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    assert any(not torch.equal(a, b) for a, b in zip(mix_before, elmo.scalar_mix_0.parameters()))
+    assert all(torch.equal(v, elmo._elmo_lstm.state_dict()[k]) for k, v in bilm_before.items())
+
+
+@pytest.mark.parametrize("variant", ["words+chars", "words only"])
+def test_fine_tuning_a_manylangs_biLM(variant, variant_dirs):
+    """The biLM itself fine-tunes (train mode, requires_grad=True), its word embedding included: the
+    fast backward ops where built give the reference stages' gradients under autograd."""
+    d = variant_dirs(variant)
+    sents = sentences(_words(d))
+    grads = {}
+    for backend in ("fast", "reference") if ops.HAS_BACKWARD else ("reference",):
+        tuned = Elmo(model_dir=d, num_output_representations=1, dropout=0.0, requires_grad=True, backend=backend,
+                     scalar_mix_parameters=[0.0, 1.0, -1.0])
+        tuned.train()
+        ids = tuned.batch_to_ids(sents)
+        rep = tuned(ids)["elmo_representations"][0]
+        rep.square().sum().backward()
+        emb = tuned._elmo_lstm.token_embedder
+        assert emb.word_embedding.grad is not None and emb.word_embedding.grad.abs().sum() > 0
+        if emb.char_cnn is not None:
+            assert emb.char_cnn.char_embedding.grad.abs().sum() > 0
+        grads[backend] = {n: p.grad.clone() for n, p in tuned._elmo_lstm.named_parameters()}
+        with torch.no_grad():
+            tuned.eval()
+            assert_close(tuned(ids)["elmo_representations"][0], rep.detach(), torch.float32,
+                         what=f"{backend} train vs eval")
+    if "fast" in grads:
+        for name, g in grads["fast"].items():
+            assert_grad_close(g, grads["reference"][name], what=f"{variant} {name}, fast vs reference")
+
+
+def test_save_writes_an_elmoformanylangs_directory(variant_dirs, tmp_path):
+    """A (fine-tuned) ELMoForManyLangs biLM saves in its own layout, which both libraries load back."""
+    d = variant_dirs("words+chars")
+    sents = sentences(_words(d))
+    bilm = ElmoBiLm(d)
     with torch.no_grad():
-        tuned.eval()
-        assert_close(tuned(ids)["elmo_representations"][0], rep.detach(), torch.float32, what="train vs eval")
+        bilm.encoder.forward_layers[0].state_projection.weight.mul_(0.5)  # a change to find again
+    files = bilm.save(tmp_path / "tuned")
+    assert [p.rsplit("/", 1)[-1] for p in files] == ["config.json", "encoder.pkl"]
+    saved = Embedder(tmp_path / "tuned").sents2elmo(sents, output_layer=-2)
+    with torch.no_grad():
+        direct = [bilm.embed(bilm.batch_to_ids([s]))[0][0].numpy() for s in sents if s]
+    for got, exp in zip([x for x in saved if x.size], direct):
+        assert np.abs(got - exp).max() <= 1e-5
+    theirs = manylangs_embedder(tmp_path / "tuned", batch_size=1)
+    theirs.model.encoder.stateful = False
+    for got, exp in zip(theirs.sents2elmo([s for s in sents if s], output_layer=-2), direct):
+        assert np.abs(got - exp).max() <= ATOL
 
 
 def test_ids_of_another_front_end_are_refused(variant_dirs):
