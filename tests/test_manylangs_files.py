@@ -103,6 +103,12 @@ def test_config_path_resolution(model, tmp_path):
     assert find_config(model) == sub / "c.json"
     (model / "config.json").write_text(json.dumps({"config_path": str((sub / "c.json").resolve())}))
     assert find_config(model) == (sub / "c.json").resolve()
+    # the order: the path relative to the directory first, then its base name in the directory
+    shutil.copy(sub / "c.json", model / "c.json")
+    (model / "config.json").write_text(json.dumps({"config_path": "configs/c.json"}))
+    assert find_config(model) == sub / "c.json"
+    (model / "config.json").write_text(json.dumps({"config_path": "elsewhere/c.json"}))
+    assert find_config(model) == model / "c.json"
 
 
 def test_shipped_configs_are_found_last(model):
@@ -112,6 +118,10 @@ def test_shipped_configs_are_found_last(model):
     (model / "config.json").write_text(json.dumps({"config_path": "/opt/elmo/cnn_50_100_512_4096_sample.json"}))
     path = find_config(model)
     assert path == shipped / "cnn_50_100_512_4096_sample.json"
+    # a file of that base name in the directory comes before the shipped one
+    shutil.copy(model / "config.model.json", model / "cnn_50_100_512_4096_sample.json")
+    assert find_config(model) == model / "cnn_50_100_512_4096_sample.json"
+    (model / "cnn_50_100_512_4096_sample.json").unlink()
     config = ManyLangsConfig.from_dict(json.loads(path.read_text()))
     assert (config.char_dim, config.word_dim, config.projection_dim, config.cell_dim, config.n_filters) == \
         (50, 100, 512, 4096, 2048)
@@ -320,3 +330,13 @@ def test_embed_model_dir_errors(tmp_path, model, capsys):
     assert main(["embed", str(inp), str(out), "--all", "--model-dir", str(model)]) == 2
     assert "missing encoder.pkl" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_training_commands_name_an_elmoformanylangs_directory(tmp_path, model, capsys):
+    """finetune and perplexity work through bilm-tf's softmax, which this layout does not hold: one line
+    saying what the directory is and what works with it."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("a b\n", encoding="utf-8")
+    assert main(["perplexity", str(inp), "--model-dir", str(model)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "an ELMoForManyLangs model, which has no bilm-tf softmax" in err, err
