@@ -46,9 +46,10 @@ TORCH_LIBRARY(elmo_fast, m) {
   // highway_biases: L x [2F]; proj_weight: [P, F]; proj_bias: [P] -> [N, P]
   m.def("highway(Tensor x, Tensor[] highway_weights, Tensor[] highway_biases, Tensor proj_weight, "
         "Tensor proj_bias) -> Tensor");
-  // char_ids: [N, 50] int64 in [0, V), char_embedding: [V, D], conv_weights[k]: [n_k, D, w_k],
-  // conv_biases[k]: [n_k], activation: "relu" | "tanh" -> [N, sum n_k] in the weights' dtype
-  //   out[:, k-th block] = act(max over the 50 - w_k + 1 windows of conv1d(embed(ids), W_k, b_k))
+  // char_ids: [N, L] int64 in [0, V) (ELMo's L is 50), char_embedding: [V, D], conv_weights[k]:
+  // [n_k, D, w_k] (w_k <= L), conv_biases[k]: [n_k], activation: "relu" | "tanh" -> [N, sum n_k] in the
+  // weights' dtype
+  //   out[:, k-th block] = act(max over the L - w_k + 1 windows of conv1d(embed(ids), W_k, b_k))
   m.def("char_cnn(Tensor char_ids, Tensor char_embedding, Tensor[] conv_weights, Tensor[] conv_biases, "
         "str activation) -> Tensor");
   // char_cnn's gradients from grad_out [N, sum n_k] (other arguments: the forward's; the argmax

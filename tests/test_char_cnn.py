@@ -333,6 +333,24 @@ def test_torch_compile_fullgraph():
         assert_close(compiled(ids, emb), expected, what=f"compiled char_cnn N={n}")
 
 
+@needs_extension
+@pytest.mark.parametrize("length", [5, 7, 20, 49, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_other_lengths_and_large_tables(length, dtype):
+    """Rows of another length than allennlp's 50 (ELMoForManyLangs' max_characters_per_token) over a
+    table of thousands of characters, as its models have: the same windows, L - w + 1 per width."""
+    filters = [(w, n) for w, n in ELMO_FILTERS if w <= length]
+    emb, ws, bs = random_cnn(filters, 6, dtype, seed=length, vocab=3001)
+    gen = torch.Generator().manual_seed(length)
+    ids = torch.randint(1, 3001, (333, length), generator=gen)
+    cut = torch.randint(0, length, (333,), generator=gen)
+    ids[torch.arange(length) >= cut.unsqueeze(1)] = 7  # a trailing run of one id, as padding makes
+    ids[:5] = 0  # no token
+    wide = torch.zeros(333, length + 3, dtype=torch.long)
+    wide[:, 1:length + 1] = ids  # a slice of a wider buffer, as a row's char part is
+    check(wide[:, 1:length + 1], emb, ws, bs, "relu", f"char_cnn L={length} {dtype}")
+
+
 def call(ids=None, emb=None, ws=None, bs=None, activation="relu"):
     """The op on a valid tiny model with one argument replaced."""
     e, w, b = random_cnn(TINY_FILTERS, 4, torch.float32, seed=0)
@@ -343,7 +361,8 @@ def call(ids=None, emb=None, ws=None, bs=None, activation="relu"):
 @needs_extension
 @pytest.mark.parametrize("kwargs,match", [
     (dict(ids=torch.zeros(3, 50, 1, dtype=torch.long)), r"char_cnn: char_ids must have 2 dims, got 3"),
-    (dict(ids=torch.zeros(3, 49, dtype=torch.long)), r"char_cnn: char_ids must have 50 character ids per token"),
+    (dict(ids=torch.zeros(3, 0, dtype=torch.long)), r"char_cnn: char_ids must have at least one character id per token"),
+    (dict(ids=torch.zeros(3, 4, dtype=torch.long)), r"char_cnn: conv_weights\[4\] must have a width in 1..4 \(the characters"),
     (dict(ids=torch.zeros(3, 50)), r"char_cnn: char_ids must have dtype int64, got float32"),
     (dict(ids=torch.zeros(3, 50, dtype=torch.int32)), r"char_cnn: char_ids must have dtype int64, got int32"),
     (dict(ids=torch.full((3, 50), 262)), r"char_cnn: char_ids must hold ids in \[0, 262\) .*got values in \[262, 262\]"),

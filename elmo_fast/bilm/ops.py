@@ -137,11 +137,13 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
              activation: str = "relu") -> Tensor:
     """Character CNN: one token vector per row of character ids (fused; twin of ``char_cnn_ref``).
 
-    char_ids:       [N, 50] int64, ids in [0, V) (allennlp's +1 shifted ids; any strides).
-    char_embedding: [V, D] float32 or float64 (V = 262 for ELMo).
-    conv_weights:   K tensors [n_k, D, w_k], 1 <= w_k <= 50; conv_biases: K tensors [n_k]; all
+    char_ids:       [N, L] int64, ids in [0, V) (+1 shifted ids; any strides). L is 50 for allennlp's
+                    ids, max_characters_per_token for ELMoForManyLangs models (CUDA: L <= 64).
+    char_embedding: [V, D] float32 or float64 (V = 262 for allennlp's ids; thousands of rows for
+                    ELMoForManyLangs models).
+    conv_weights:   K tensors [n_k, D, w_k], 1 <= w_k <= L; conv_biases: K tensors [n_k]; all
                     of char_embedding's dtype.
-    activation:     "relu" or "tanh", applied after the max over the 50 - w_k + 1 windows.
+    activation:     "relu" or "tanh", applied after the max over the L - w_k + 1 windows.
     returns         [N, sum n_k] contiguous, in char_embedding's dtype: for each k in order,
                     ``act(amax(conv1d(embedding(char_ids).transpose(1, 2), W_k, b_k), -1))``.
 
@@ -321,13 +323,13 @@ if HAS_EXTENSION:
     @torch.library.register_fake("elmo_fast::char_cnn")
     def _char_cnn_fake(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
                        conv_biases: list[Tensor], activation: str) -> Tensor:
-        torch._check(char_ids.dim() == 2 and char_ids.shape[1] == 50, lambda: "char_cnn: char_ids must be [N, 50]")
+        torch._check(char_ids.dim() == 2 and char_ids.shape[1] >= 1, lambda: "char_cnn: char_ids must be [N, L]")
         torch._check(char_embedding.dim() == 2, lambda: "char_cnn: char_embedding must be [V, D]")
         torch._check(len(conv_weights) == len(conv_biases) and len(conv_weights) > 0,
                      lambda: "char_cnn: conv_weights and conv_biases must have the same, non-zero length")
         for w, b in zip(conv_weights, conv_biases):
-            torch._check(w.dim() == 3 and w.shape[1] == char_embedding.shape[1],
-                         lambda: "char_cnn: conv_weights[k] must be [n_k, D, w_k]")
+            torch._check(w.dim() == 3 and w.shape[1] == char_embedding.shape[1] and w.shape[2] <= char_ids.shape[1],
+                         lambda: "char_cnn: conv_weights[k] must be [n_k, D, w_k], w_k <= L")
             torch._check(b.dim() == 1 and b.shape[0] == w.shape[0], lambda: "char_cnn: conv_biases[k] must be [n_k]")
         torch._check(activation in ("relu", "tanh"), lambda: "char_cnn: activation must be 'relu' or 'tanh'")
         return char_embedding.new_empty((char_ids.shape[0], sum(w.shape[0] for w in conv_weights)))

@@ -489,6 +489,10 @@ def model_dir_files(directory: str | os.PathLike) -> tuple[Path, Path]:
         if len(candidates) == 1:
             weights = candidates[0]
     missing = [p.name for p in (options, weights) if not p.exists()]
+    if missing and (d / "config.json").is_file() and (d / "encoder.pkl").is_file():
+        raise InputError(f"--model-dir {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
+                         "weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
+                         "with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss")
     if missing:
         raise InputError(f"--model-dir {d}: missing {' and '.join(missing)} (a model directory holds options.json and "
                          f"weights.hdf5)")
