@@ -34,8 +34,9 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+for _path in (REPO, HERE):  # this tree's elmo_fast (not another installed copy), and bench_cpu beside this file
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from bench_cpu import (_foreign, _machine_busy_s, _own_cpu_s, _peak_rss_mb, flops_per_token, gemm_rate,  # noqa: E402
                        machine_info, wait_quiet)
@@ -177,8 +178,9 @@ def markdown(result: dict) -> str:
         "",
         f"elmo-fast's `elmo_fast.manylangs.Embedder` against ELMoForManyLangs' own `Embedder` "
         f"({result['their_version']}), same model directory, same `sents2elmo(chunk, output_layer=-2)` "
-        f"calls, each row in a fresh process. The model: random weights of the released models' shapes "
-        f"(2048 filters, char dim 50, word dim 100, 2 highways, LSTM 4096/512, 2 layers), "
+        f"calls, each row in a fresh process. The model: random weights of "
+        + ("the released models' shapes (2048 filters, char dim 50, word dim 100, 2 highways, LSTM 4096/512, 2 layers), "
+           if result["preset"] == "released" else f"the '{result['preset']}' preset's shapes (a smoke run), ") +
         f"{result['n_words']:,} words and {result['n_chars']:,} characters, in ELMoForManyLangs' layout (legacy "
         f"pickles). Sentences: mean 25 tokens, words Zipf-drawn from the vocabulary, 5% out of it. "
         f"ELMoForManyLangs runs as users run it (stateful, its batches in random order); elmo-fast stateless, "
@@ -275,6 +277,7 @@ def main(argv=None) -> int:
     their = next((r["version"] for r in rows if r["system"] == "elmoformanylangs"), "elmoformanylangs (not run)")
     result = {"machine": machine_info(args.threads), "rows": rows, "batch_sizes": batch_sizes, "seconds": args.seconds,
               "n_words": args.words, "n_chars": args.chars, "their_version": their, "load_note": note,
+              "preset": args.preset,
               "sgemm": sgemm, "flops": model_flops(model_dir),
               "command": "python benchmarks/bench_manylangs.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(markdown(result))
