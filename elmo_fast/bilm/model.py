@@ -70,6 +70,10 @@ def resolve_model(options_file, weight_file, model_dir) -> ElmoWeights | ManyLan
         return load_model_dir(model_dir)
     if options_file is not None and weight_file is None and os.path.isdir(options_file):
         return load_model_dir(options_file)
+    if options_file is None and weight_file is None:  # no model named: the one bundled in the package
+        from ..pretrained.bundled import default_model_dir
+
+        return load_model_dir(default_model_dir())
     if options_file is None or weight_file is None:
         raise ElmoFastError("give options_file and weight_file (bilm-tf), or a model directory (model_dir=, "
                             "bilm-tf or ELMoForManyLangs)")

@@ -66,9 +66,14 @@ def run(args: argparse.Namespace) -> int:
             raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
         if args.model not in model_names():  # argparse's choices would print a usage block, not one line
             raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
-    elif not (args.options and args.weights):
-        raise ElmoFastError("give --options F and --weights F together (or --model NAME, or --model-dir DIR; "
-                            "`allennlp elmo` without them used the model that --model original fetches)")
+    elif bool(args.options) != bool(args.weights):
+        raise ElmoFastError("give --options F and --weights F together (or --model NAME, or --model-dir DIR, or "
+                            "none of them for the bundled model)")
+    elif not args.options:  # no model named: the bundled one (`allennlp elmo` fetched the original model)
+        from ..pretrained.bundled import USING_MESSAGE, bundled_model
+
+        args.model_dir = str(bundled_model().directory)
+        print(USING_MESSAGE, file=sys.stderr)
     if args.stateful and args.max_tokens_per_batch is not None:
         raise ElmoFastError("--max-tokens-per-batch cannot be used with --stateful: the LSTM states flow from each "
                             "batch to the next in input order, so batches cannot be sorted by length; bound them "
@@ -126,7 +131,8 @@ def add_parser(sub) -> None:
                    help="a model directory: bilm-tf's (options.json + weights.hdf5) or ELMoForManyLangs' (config.json, "
                         "char.dic, word.dic, token_embedder.pkl, encoder.pkl)")
     p.add_argument("--model", metavar="NAME",
-                   help=f"an official model by name, downloaded once into the cache: {', '.join(model_names())}")
+                   help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
+                        f"official one, downloaded once into the cache: {', '.join(model_names())}")
     p.add_argument("--batch-size", type=int, default=64, help="at most N sentences per batch (default 64)")
     p.add_argument("--max-tokens-per-batch", type=int, metavar="N",
                    help=f"at most N padded tokens (sentences x longest) per batch (stateless only; default "

@@ -37,7 +37,9 @@ class ElmoEmbedder:
     """Embed tokenized sentences with a biLM given by its ``options.json`` and ``weights.hdf5``, or
     by a model directory (``model_dir=``, or the first argument alone) of bilm-tf (options.json +
     weights.hdf5) or ELMoForManyLangs (its config, dictionaries and state dicts; the model's own
-    front end then turns tokens into ids, see :class:`~elmo_fast.bilm.model.ElmoBiLm`).
+    front end then turns tokens into ids, see :class:`~elmo_fast.bilm.model.ElmoBiLm`). With no
+    model at all (``ElmoEmbedder()``), the English model bundled in the package (``default``; one
+    line on the ``elmo_fast`` logger says so), as allennlp 0.9's ``ElmoEmbedder()`` used its default.
 
     backend: "auto" (the fused fast path when the extension is built, else the reference),
     "fast" or "reference". token_cache_mb bounds the cache of distinct tokens' context-free
@@ -74,6 +76,10 @@ class ElmoEmbedder:
         self.batch_size = batch_size
         if model_dir is None and weight_file is None and options_file is not None and os.path.isdir(options_file):
             model_dir, options_file = options_file, None
+        if model_dir is None and options_file is None and weight_file is None:  # no model named: the bundled one
+            from ..pretrained.bundled import default_model_dir
+
+            model_dir = default_model_dir()
         if model_dir is not None:
             if options_file is not None or weight_file is not None:
                 raise ElmoFastError("give either ", Param("model_dir"), " or ", Param("options_file"), " and ",

@@ -2,6 +2,7 @@
 MODEL_CARD.md says on what and how), used whenever no model is named, offline."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,3 +41,11 @@ def bundled_model() -> BundledModel:
                              "package data?): reinstall elmo-fast, or name a model with --options/--weights, "
                              "--model-dir or --model")
     return files
+
+
+def default_model_dir() -> Path:
+    """The bundled model's directory, for constructors given no model; says so in one line (a
+    warning of the ``elmo_fast`` logger: stderr unless logging is configured otherwise)."""
+    files = bundled_model()
+    logging.getLogger("elmo_fast").warning(USING_MESSAGE.removeprefix("elmo-fast: "))
+    return files.directory
