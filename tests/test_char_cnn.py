@@ -333,6 +333,54 @@ def test_torch_compile_fullgraph():
         assert_close(compiled(ids, emb), expected, what=f"compiled char_cnn N={n}")
 
 
+def backends():
+    """Devices whose char_cnn kernels this build has and this machine can run."""
+    return ["cpu"] + (["cuda"] if ops.HAS_CUDA_KERNELS and torch.cuda.is_available() else [])
+
+
+@needs_extension
+@pytest.mark.parametrize("length", [1, 2, 7, 49, 50, 64])
+def test_token_lengths_the_rule_accepts_pass_opcheck_on_every_backend(length):
+    """One rule for the op on every backend and its fake: 1 <= L <= CHAR_CNN_MAX_CHARS (64) ids per
+    token, widths 1 <= w_k <= L. opcheck runs the kernel against the fake (shapes, dtypes, strides)."""
+    assert ops.CHAR_CNN_MAX_CHARS == 64
+    filters = [(w, n) for w, n in ELMO_FILTERS if w <= length][:4]
+    emb, ws, bs = random_cnn(filters, 5, torch.float32, seed=length)
+    gen = torch.Generator().manual_seed(length)
+    ids = torch.randint(0, 262, (9, length), generator=gen)
+    ids[3, length // 2:] = 261  # a trailing run
+    ids[5] = 0
+    for device in backends():
+        args = (ids.to(device), emb.to(device), [w.to(device) for w in ws], [b.to(device) for b in bs], "tanh")
+        torch.library.opcheck(torch.ops.elmo_fast.char_cnn.default, args)
+        out = ops.char_cnn(*args)
+        assert_close(out, char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs], "tanh"),
+                     what=f"char_cnn L={length} on {device}")
+
+
+@needs_extension
+@pytest.mark.parametrize("length", [0, 65, 200])
+def test_token_lengths_the_rule_refuses_fail_alike_on_every_backend(length):
+    """The same one-line error from every backend's kernel and from the fake (meta tensors)."""
+    emb, ws, bs = random_cnn([(1, 3)], 4, torch.float32, seed=0)
+    match = (rf"char_cnn(_backward)?: char_ids must have at least one character id per token and at most 64 \(shape \[N, L\], "
+             rf"1 <= L <= 64\), got shape \[2, {length}\]")
+    for device in backends() + ["meta"]:
+        args = (torch.zeros(2, length, dtype=torch.long, device=device), emb.to(device), [w.to(device) for w in ws],
+                [b.to(device) for b in bs], "relu")
+        with pytest.raises(RuntimeError, match=match):
+            torch.ops.elmo_fast.char_cnn.default(*args)
+        with pytest.raises(RuntimeError, match=match):
+            torch.ops.elmo_fast.char_cnn_backward.default(torch.zeros(2, 3, device=device), *args)
+    # and a width past the row, alike
+    wide = [torch.zeros(3, 4, 8)]
+    for device in backends() + ["meta"]:
+        with pytest.raises(RuntimeError, match=r"char_cnn(_backward)?: conv_weights\[0\] must have a width in 1..7 "
+                                               r"\(the characters per token of char_ids, \[2, 7\]\), got shape \[3, 4, 8\]"):
+            torch.ops.elmo_fast.char_cnn.default(torch.zeros(2, 7, dtype=torch.long, device=device), emb.to(device),
+                                                 [w.to(device) for w in wide], [bs[0].to(device)], "relu")
+
+
 def call(ids=None, emb=None, ws=None, bs=None, activation="relu"):
     """The op on a valid tiny model with one argument replaced."""
     e, w, b = random_cnn(TINY_FILTERS, 4, torch.float32, seed=0)
@@ -343,7 +391,12 @@ def call(ids=None, emb=None, ws=None, bs=None, activation="relu"):
 @needs_extension
 @pytest.mark.parametrize("kwargs,match", [
     (dict(ids=torch.zeros(3, 50, 1, dtype=torch.long)), r"char_cnn: char_ids must have 2 dims, got 3"),
-    (dict(ids=torch.zeros(3, 49, dtype=torch.long)), r"char_cnn: char_ids must have 50 character ids per token"),
+    (dict(ids=torch.zeros(3, 0, dtype=torch.long)),
+     r"char_cnn: char_ids must have at least one character id per token and at most 64 \(shape \[N, L\], "
+     r"1 <= L <= 64\), got shape \[3, 0\]"),
+    (dict(ids=torch.zeros(3, 65, dtype=torch.long)), r"char_cnn: char_ids must have .* at most 64 .*got shape \[3, 65\]"),
+    (dict(ids=torch.zeros(3, 4, dtype=torch.long)),
+     r"char_cnn: conv_weights\[4\] must have a width in 1..4 \(the characters per token of char_ids, \[3, 4\]\)"),
     (dict(ids=torch.zeros(3, 50)), r"char_cnn: char_ids must have dtype int64, got float32"),
     (dict(ids=torch.zeros(3, 50, dtype=torch.int32)), r"char_cnn: char_ids must have dtype int64, got int32"),
     (dict(ids=torch.full((3, 50), 262)), r"char_cnn: char_ids must hold ids in \[0, 262\) .*got values in \[262, 262\]"),

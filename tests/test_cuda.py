@@ -327,6 +327,15 @@ def test_char_cnn_other_token_lengths(target, chars):
                  what=f"{target.name} char_cnn W={chars}")
 
 
+@pytest.mark.parametrize("chars", [0, 65])
+def test_char_cnn_token_length_rule(target, chars):
+    # Every backend's rule and message (csrc/char_cnn_args.h): 1 <= L <= 64 ids per token.
+    _, emb, ws, bs = char_cnn_inputs(((1, 5),), 3, torch.float32, seed=1)
+    with pytest.raises(RuntimeError, match=r"char_cnn: char_ids must have at least one character id per token and "
+                                           rf"at most 64 \(shape \[N, L\], 1 <= L <= 64\), got shape \[4, {chars}\]"):
+        run_char_cnn(target, torch.zeros(4, chars, dtype=torch.long), emb, ws, bs, "relu")
+
+
 def test_char_cnn_empty_and_single(target):
     ids, emb, ws, bs = char_cnn_inputs(TINY_FILTERS, 4, torch.float32, seed=3)
     got = run_char_cnn(target, ids[:0], emb, ws, bs, "relu")

@@ -1,4 +1,4 @@
-// CPU kernel of the character CNN: for every token (a row of L = 50 character ids) and every
+// CPU kernel of the character CNN: for every token (a row of L character ids; ELMo's L is 50) and every
 // convolution k (n_k filters of width w_k over D-dim character embeddings),
 //   out[t, off_k + f] = act(max_p (b_k[f] + sum_{j<w_k} sum_d E[ids[t, p + j], d] W_k[f, d, j])),
 // p over the L - w_k + 1 valid windows. Oracle: elmo_fast.reference.char_cnn_ref.
@@ -48,6 +48,7 @@
 #include <tuple>
 #include <vector>
 
+#include "char_cnn_args.h"
 #include "checks.h"
 #include "cpu/vec_math.h"
 
@@ -704,9 +705,9 @@ bool prepare(const CharCnnParams<scalar_t>& p, Prepared<scalar_t>& pr) {
     }
   }
   // The fast max needs every window finite: with all table entries and biases at most
-  // max / 64 in magnitude, no sum of <= 51 of them overflows. Anything else (inf, NaN, huge
-  // weights) takes the NaN-propagating path.
-  const scalar_t limit = std::numeric_limits<scalar_t>::max() / 64;
+  // max / 128 in magnitude, no sum of <= 65 of them (w_k <= L <= 64, and the bias) overflows.
+  // Anything else (inf, NaN, huge weights) takes the NaN-propagating path.
+  const scalar_t limit = std::numeric_limits<scalar_t>::max() / 128;
   std::vector<uint8_t> slice_small(slices.size(), 0);
   // Every token's compact ids (the table rows) and the start of its trailing run.
   pr.cids = AlignedArray<int32_t>(n * length);
@@ -826,14 +827,11 @@ std::vector<int64_t> char_cnn_histograms(const CharCnnParams<scalar_t>& p, const
 }
 
 // Checks char_cnn's arguments (op name kOp) and returns the number of output columns, sum n_k:
-// char_ids [N, 50] int64 with ids in [0, V), char_embedding [V, D], conv_weights[k] [n_k, D, w_k],
+// char_ids [N, L] int64 (1 <= L <= 64) with ids in [0, V), char_embedding [V, D], conv_weights[k] [n_k, D, w_k],
 // conv_biases[k] [n_k] (float32 or float64, all the same), on CPU; activation "relu" or "tanh".
 int64_t check_char_cnn_args(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
                             at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
-  constexpr int64_t kChars = 50;  // allennlp's max_characters_per_token; ELMo's options require it
-  ELMO_CHECK_DIM(char_ids, 2);
-  ELMO_CHECK(char_ids.size(1) == kChars, "char_ids must have ", kChars,
-             " character ids per token (shape [N, 50]), got shape ", char_ids.sizes());
+  check_char_ids_length(kOp, char_ids);  // 1 <= L <= 64 (char_cnn_args.h: every backend's rule)
   ELMO_CHECK_DTYPE(char_ids, at::kLong);
   ELMO_CHECK_CPU(char_ids);
   ELMO_CHECK_DIM(char_embedding, 2);
@@ -857,8 +855,7 @@ int64_t check_char_cnn_args(const char* kOp, const at::Tensor& char_ids, const a
     ELMO_CHECK(w.dim() == 3, "conv_weights[", k, "] must have 3 dims ([n, D, w]), got shape ", w.sizes());
     ELMO_CHECK(w.size(1) == dim, "conv_weights[", k, "] must have D = ", dim,
                " input channels (char_embedding is ", char_embedding.sizes(), "), got shape ", w.sizes());
-    ELMO_CHECK(w.size(2) >= 1 && w.size(2) <= kChars, "conv_weights[", k, "] must have a width in 1..",
-               kChars, ", got shape ", w.sizes());
+    check_conv_width(kOp, k, w, char_ids);
     ELMO_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv_biases[", k, "] must have shape [",
                w.size(0), "] (one bias per filter of conv_weights[", k, "]), got shape ", b.sizes());
     ELMO_CHECK(w.scalar_type() == dtype, "conv_weights[", k, "] must have the dtype of char_embedding (",

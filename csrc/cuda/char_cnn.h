@@ -12,13 +12,14 @@
 
 #include <cstdint>
 
+#include "char_cnn_limits.h"
 #include "cuda/dtype.h"
 
 namespace elmo_fast {
 namespace gpu {
 
 constexpr int kCharCnnMaxConvs = 16;  // ELMo has 7 widths
-constexpr int kCharCnnMaxChars = 64;  // W; ELMo's is 50
+constexpr int kCharCnnMaxChars = ::elmo_fast::kCharCnnMaxChars;  // W (char_cnn_limits.h); ELMo's is 50
 
 // Builds the folded tables of every convolution, in the math type (float; double for float64).
 struct CharCnnTableParams {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "char_cnn_args.h"
 #include "checks.h"
 #include "cuda/backend.h"
 #include "cuda/binding_utils.h"
@@ -18,7 +19,7 @@
 namespace elmo_fast {
 namespace {
 
-// char_ids: [N, W] int64 (W <= 64; ELMo: 50); char_embedding: [V, D]; conv_weights: K x [n_k, D, w_k]
+// char_ids: [N, W] int64 (1 <= W <= 64; ELMo: 50); char_embedding: [V, D]; conv_weights: K x [n_k, D, w_k]
 // (w_k <= W); conv_biases: K x [n_k]; activation "relu" | "tanh" -> [N, sum n_k] in the weights' dtype
 // (float32, float64, bfloat16, float16; math in float32, float64 for float64). All on one CUDA
 // device. An id outside [0, V) gives its token a row of NaN (checking on the host would cost a
@@ -26,13 +27,10 @@ namespace {
 at::Tensor char_cnn_cuda(const at::Tensor& char_ids, const at::Tensor& char_embedding, at::TensorList conv_weights,
                          at::TensorList conv_biases, c10::string_view activation) {
   static constexpr char kOp[] = "char_cnn";
-  ELMO_CHECK_DIM(char_ids, 2);
+  const int64_t chars = check_char_ids_length(kOp, char_ids);  // 1 <= L <= 64 (char_cnn_args.h)
   ELMO_CHECK_DTYPE(char_ids, at::kLong);
   ELMO_CHECK_GPU(char_ids);
   const int64_t n = char_ids.size(0);
-  const int64_t chars = char_ids.size(1);
-  ELMO_CHECK(chars >= 1 && chars <= gpu::kCharCnnMaxChars, "char_ids must have 1..", gpu::kCharCnnMaxChars,
-             " characters per token on CUDA, got shape ", char_ids.sizes());
   ELMO_CHECK_DIM(char_embedding, 2);
   ELMO_CHECK_SAME_DEVICE(char_embedding, char_ids);
   ELMO_CHECK_CUDA_DTYPE(char_embedding);
@@ -62,8 +60,7 @@ at::Tensor char_cnn_cuda(const at::Tensor& char_ids, const at::Tensor& char_embe
     ELMO_CHECK(w.dim() == 3, "conv_weights[", k, "] must have 3 dims ([n, D, w]), got shape ", w.sizes());
     ELMO_CHECK(w.size(1) == dim, "conv_weights[", k, "] must have D = ", dim, " (char_embedding's width), got shape ",
                w.sizes());
-    ELMO_CHECK(w.size(2) >= 1 && w.size(2) <= chars, "conv_weights[", k, "] must have a width in 1..", chars,
-               " (the characters per token), got shape ", w.sizes());
+    check_conv_width(kOp, k, w, char_ids);
     ELMO_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv_biases[", k, "] must have shape [", w.size(0),
                "], got ", b.sizes());
     ELMO_CHECK(w.scalar_type() == dtype, "conv_weights[", k, "] must have the dtype of char_embedding (",

@@ -26,6 +26,7 @@ except ImportError as exc:  # not built, or built against another torch/Python
     # once, here, as a warning, since every op would then fall back to the slow reference path.
     EXTENSION_LOAD_FAILED, EXTENSION_IMPORT_ERROR = describe_import_failure(exc)
     HAS_CUDA_KERNELS = False
+    CHAR_CNN_MAX_CHARS = 64
     if EXTENSION_LOAD_FAILED:
         warnings.warn(f"elmo-fast's fast path is unavailable, the slow reference path runs instead: "
                       f"{EXTENSION_IMPORT_ERROR}", RuntimeWarning, stacklevel=2)
@@ -35,6 +36,8 @@ else:
     EXTENSION_IMPORT_ERROR: str | None = None
     # Whether csrc/cuda/*.cu were compiled in (a build-time fact; says nothing about a GPU).
     HAS_CUDA_KERNELS = bool(getattr(_C, "WITH_CUDA", 0))
+    #: char_cnn's limit on the character ids per token, the same on every backend (csrc/char_cnn_limits.h)
+    CHAR_CNN_MAX_CHARS: int = getattr(_C, "CHAR_CNN_MAX_CHARS", 64)
     if (_other_release := loaded_against_other_release()) is not None:
         warnings.warn(_other_release, RuntimeWarning, stacklevel=2)
 
@@ -137,11 +140,12 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
              activation: str = "relu") -> Tensor:
     """Character CNN: one token vector per row of character ids (fused; twin of ``char_cnn_ref``).
 
-    char_ids:       [N, 50] int64, ids in [0, V) (allennlp's +1 shifted ids; any strides).
+    char_ids:       [N, L] int64, ids in [0, V) (allennlp's +1 shifted ids; any strides). L is 50 for
+                    allennlp's ids; every backend takes 1 <= L <= 64 (:data:`CHAR_CNN_MAX_CHARS`).
     char_embedding: [V, D] float32 or float64 (V = 262 for ELMo).
-    conv_weights:   K tensors [n_k, D, w_k], 1 <= w_k <= 50; conv_biases: K tensors [n_k]; all
+    conv_weights:   K tensors [n_k, D, w_k], 1 <= w_k <= L; conv_biases: K tensors [n_k]; all
                     of char_embedding's dtype.
-    activation:     "relu" or "tanh", applied after the max over the 50 - w_k + 1 windows.
+    activation:     "relu" or "tanh", applied after the max over the L - w_k + 1 windows.
     returns         [N, sum n_k] contiguous, in char_embedding's dtype: for each k in order,
                     ``act(amax(conv1d(embedding(char_ids).transpose(1, 2), W_k, b_k), -1))``.
 
@@ -318,18 +322,30 @@ if HAS_EXTENSION:
         torch._check(projected.dtype == x.dtype, lambda: "highway_gate: projected and x must have the same dtype")
         return x.new_empty(x.shape)
 
-    @torch.library.register_fake("elmo_fast::char_cnn")
-    def _char_cnn_fake(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
-                       conv_biases: list[Tensor], activation: str) -> Tensor:
-        torch._check(char_ids.dim() == 2 and char_ids.shape[1] == 50, lambda: "char_cnn: char_ids must be [N, 50]")
+    def _check_char_cnn_args(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
+                             conv_biases: list[Tensor], activation: str, op: str = "char_cnn") -> None:
+        # The kernels' rule (csrc/char_cnn_args.h), in their words: 1 <= L <= 64, 1 <= w_k <= L.
+        torch._check(char_ids.dim() == 2, lambda: f"{op}: char_ids must have 2 dims, got {char_ids.dim()}")
+        L, most = char_ids.shape[1], CHAR_CNN_MAX_CHARS
+        torch._check(L >= 1 and L <= most, lambda: (
+            f"{op}: char_ids must have at least one character id per token and at most {most} (shape [N, L], "
+            f"1 <= L <= {most}), got shape {list(char_ids.shape)}"))
         torch._check(char_embedding.dim() == 2, lambda: "char_cnn: char_embedding must be [V, D]")
         torch._check(len(conv_weights) == len(conv_biases) and len(conv_weights) > 0,
                      lambda: "char_cnn: conv_weights and conv_biases must have the same, non-zero length")
-        for w, b in zip(conv_weights, conv_biases):
+        for k, (w, b) in enumerate(zip(conv_weights, conv_biases)):
             torch._check(w.dim() == 3 and w.shape[1] == char_embedding.shape[1],
                          lambda: "char_cnn: conv_weights[k] must be [n_k, D, w_k]")
+            torch._check(w.shape[2] >= 1 and w.shape[2] <= L, lambda: (
+                f"{op}: conv_weights[{k}] must have a width in 1..{L} (the characters per token of char_ids, "
+                f"{list(char_ids.shape)}), got shape {list(w.shape)}"))
             torch._check(b.dim() == 1 and b.shape[0] == w.shape[0], lambda: "char_cnn: conv_biases[k] must be [n_k]")
         torch._check(activation in ("relu", "tanh"), lambda: "char_cnn: activation must be 'relu' or 'tanh'")
+
+    @torch.library.register_fake("elmo_fast::char_cnn")
+    def _char_cnn_fake(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
+                       conv_biases: list[Tensor], activation: str) -> Tensor:
+        _check_char_cnn_args(char_ids, char_embedding, conv_weights, conv_biases, activation)
         return char_embedding.new_empty((char_ids.shape[0], sum(w.shape[0] for w in conv_weights)))
     @torch.library.register_fake("elmo_fast::bilstm")
     def _bilstm_fake(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor],
@@ -408,6 +424,7 @@ if HAS_EXTENSION:
 
     @torch.library.register_fake("elmo_fast::char_cnn_backward")
     def _char_cnn_backward_fake(grad_out, char_ids, char_embedding, conv_weights, conv_biases, activation):
+        _check_char_cnn_args(char_ids, char_embedding, conv_weights, conv_biases, activation, "char_cnn_backward")
         return (char_embedding.new_empty(char_embedding.shape), [w.new_empty(w.shape) for w in conv_weights],
                 [b.new_empty(b.shape) for b in conv_biases])
 
