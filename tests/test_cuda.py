@@ -650,6 +650,78 @@ def test_fast_model_on_cuda_matches_reference(cuda_target, random_models, preset
             assert_close(g, e, dtype=torch.float32, what=f"fast model {preset} layer {k}")
 
 
+@pytest.mark.skipif("fast" not in model_module.BACKENDS, reason="ElmoBiLm has no backend='fast' in this tree yet")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("cache", [0, 10_000], ids=["no_cache", "token_cache"])
+def test_fast_model_forward_from_host_inputs_never_waits_for_the_gpu(cuda_target, random_models, dtype, cache):
+    """Char ids on the CPU, model on the GPU: the distinct tokens, lengths and the bilstm schedule are
+    made on the host and copied from pinned memory, so the forward queues work without one device
+    sync (torch's sync debug mode raises on any) and gives the reference's vectors."""
+    files = random_models("small", exercise_clips=True)
+    fast = ElmoBiLm(*files, backend="fast", dtype=dtype, token_cache_size=cache).to("cuda")
+    ref = ElmoBiLm(*files, backend="reference")
+    rng = np.random.default_rng(7)
+    batches = [sentences(rng, 6) + [[]], sentences(rng, 3, 20, 40)]
+    with torch.inference_mode():
+        fast(batch_to_ids(batches[0]))  # warm-up: cuBLAS handles, the stacked weights, pinned blocks
+        torch.cuda.synchronize()
+        for batch in batches:
+            ids = batch_to_ids(batch)
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                got = fast(ids)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            want = ref(ids)
+            assert torch.equal(got["mask"].cpu(), want["mask"])
+            for k, (g, w) in enumerate(zip(got["activations"], want["activations"])):
+                if dtype == torch.float32:
+                    assert_close(g, w, dtype=torch.float32, what=f"host-planned forward layer {k}")
+                else:
+                    m = want["mask"]
+                    err = (g.cpu()[m].double() - w[m].double()).abs().max()
+                    assert err <= MODEL_BF16["max_rel"] * w[m].abs().max(), f"layer {k}: bf16 error {err:.3g}"
+    weights = fast._flat_lstm()
+    assert fast._flat_lstm() is weights and all(w.dtype == dtype and w.is_cuda for w in weights)
+    assert weights[1].untyped_storage().data_ptr() == weights[5].untyped_storage().data_ptr()  # stacked
+
+
+@pytest.mark.skipif("fast" not in model_module.BACKENDS, reason="ElmoBiLm has no backend='fast' in this tree yet")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cuda_graphs_replay_the_eager_forward(cuda_target, random_models, dtype):
+    """ElmoBiLm(cuda_graphs=N): buckets captured on their second batch and replayed after, with other
+    tokens of the same lengths and interleaved with other buckets (each graph's memory is its own),
+    give the eager forward's vectors; a replay never waits for the GPU."""
+    files = random_models("small", exercise_clips=True)
+    graphed = ElmoBiLm(*files, backend="fast", dtype=dtype, cuda_graphs=2).to("cuda")
+    eager = ElmoBiLm(*files, backend="fast", dtype=dtype).to("cuda")
+    rng = np.random.default_rng(9)
+    one = sentences(rng, 1, 20, 21)  # one sentence of 20 tokens: the latency case
+    one_other = [[w[::-1] for w in one[0]]]  # the same length, other tokens
+    four = sentences(rng, 4, 1, 12)
+    four_other = [[w + "s" for w in s] for s in four]
+    third = sentences(rng, 3, 5, 9)
+    steps = [one, one, one_other, four, four, one, four_other, third, third, four, one_other]
+    captures = {1, 4, 8, 10}  # a bucket's second batch; at 8 `one` goes (2 kept), at 10 it comes back
+    with torch.inference_mode():
+        for i, batch in enumerate(steps):
+            ids = batch_to_ids(batch)
+            if i not in captures:  # replays, and first batches run eagerly: no sync either way
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                got = graphed(ids)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            want = eager(ids)
+            assert torch.equal(got["mask"].cpu(), want["mask"].cpu()), i
+            for k, (g, w) in enumerate(zip(got["activations"], want["activations"])):
+                err = max_abs_error(g, w)
+                bound = TOL[torch.float32]["atol"] if dtype == torch.float32 else 1e-2 * w.abs().max().item()
+                assert err <= bound, f"step {i}, layer {k}: {err:.3g}"
+    assert 0 < len(graphed._graphs) <= 2
+
+
 @pytest.mark.parametrize("preset", ["tiny", "small"])
 def test_bf16_fast_model_on_cuda_error_bound(cuda_target, random_models, preset):
     """dtype=bfloat16 on CUDA: the same stated bound as on CPU (tests/test_fast_model.py), though

@@ -200,6 +200,16 @@ def _no_cuda_backward(op: str, *tensors: Tensor | None) -> None:
                                   f"elmo_fast.bilm.reference.{op}_ref (plain PyTorch autograd) on the GPU")
 
 
+def to_device_async(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` on ``device`` without waiting for the GPU: a CPU tensor goes to CUDA through pinned memory,
+    ``non_blocking`` (a copy from pageable memory would synchronize the host with the device)."""
+    if t.device == device:
+        return t
+    if t.device.type == "cpu" and device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
                proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
                token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
