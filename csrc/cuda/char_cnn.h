@@ -51,11 +51,42 @@ struct CharCnnParams {
   int64_t table_offset[kCharCnnMaxConvs + 1];     // as CharCnnTableParams
   bool tanh_activation;                           // else relu
   Dtype dtype;                                    // of biases and out
+  // The backward's first pass (char_cnn_argmax_launch) writes, instead of `out`, for every token t and
+  // column c: the gradient at c's max window after the activation's derivative, taken at the
+  // recomputed max (relu: grad [v > 0]; tanh: grad (1 - tanh(v)^2)), and that window (the first of
+  // equal maxima, as the CPU op; NaN and -1 for a token with an id outside [0, V)).
+  const void* grad;                               // [N, F] the output's gradient, rows grad_row_stride apart
+  int64_t grad_row_stride;                        // elements
+  void* dpre;                                     // [N, F] contiguous, math type
+  int32_t* window;                                // [N, F] contiguous
+};
+
+// The backward's second pass: per convolution k, hist_k[f][j][c] = the sum of dpre[t, col(k, f)] over the
+// tokens t whose window for that column has id c at tap j. One thread per tap (k, f, j) and chunk of
+// tokens, which it walks in order: every sum is made by one thread, in one order (deterministic).
+struct CharCnnHistParams {
+  const int64_t* char_ids;                        // [N, W], contiguous
+  const void* dpre;                               // [N, F] math type (CharCnnParams::dpre)
+  const int32_t* window;                          // [N, F] (CharCnnParams::window)
+  void* hist;                                     // [chunks, H] math type, zeroed; chunk q's conv k is
+                                                  //   [n_k, w_k, V] at q H + tap_offset[k] V
+  int64_t n;                                      // N tokens
+  int chars;                                      // W
+  int64_t vocab;                                  // V
+  int num_convs;                                  // K
+  int widths[kCharCnnMaxConvs];                   // w_k
+  int col_offset[kCharCnnMaxConvs + 1];           // as CharCnnParams
+  int64_t tap_offset[kCharCnnMaxConvs + 1];       // conv k's taps (f, j) start here; [K] = taps in all
+  int64_t chunks;                                 // token chunks (grid.y), 1..65535
+  int64_t chunk_tokens;                           // tokens per chunk
+  Dtype dtype;                                    // the math type's element type (kFloat32 or kFloat64)
 };
 
 // Enqueue on `stream`; nothing for empty work. The caller checks each launch.
 void char_cnn_table_launch(const CharCnnTableParams& params, cudaStream_t stream);
 void char_cnn_launch(const CharCnnParams& params, cudaStream_t stream);
+void char_cnn_argmax_launch(const CharCnnParams& params, cudaStream_t stream);
+void char_cnn_hist_launch(const CharCnnHistParams& params, cudaStream_t stream);
 
 }  // namespace gpu
 }  // namespace elmo_fast

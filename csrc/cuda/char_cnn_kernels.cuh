@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kTableThreads) char_cnn_table_kernel(const __g
 
 // grid: x over the F output columns in blocks of kThreads, y over groups of kTokens tokens
 // (strided by gridDim.y). Each thread owns one column (conv k, filter f) for all its tokens.
-template <typename T>
+// kBackward: the backward's first pass instead (see CharCnnParams::dpre).
+template <typename T, bool kBackward>
 __global__ void __launch_bounds__(kThreads) char_cnn_kernel(const __grid_constant__ CharCnnParams p) {
   using A = math_t<T>;
   __shared__ int s_ids[kTokens * kCharCnnMaxChars];  // -1: id outside [0, V)
@@ -108,22 +109,77 @@ __global__ void __launch_bounds__(kThreads) char_cnn_kernel(const __grid_constan
       const int last = run < windows - 1 ? run : windows - 1;  // -1 stays -1: an invalid token
       const int* ids = s_ids + t * W;
       A best = -INFINITY;
+      int arg = 0;
       for (int q = 0; q <= last; ++q) {
         A v = A(0);
         for (int j = 0; j < w; ++j) {
           v += column[j * j_stride + static_cast<int64_t>(ids[q + j]) * nf];
         }
-        best = (v > best || v != v) ? v : best;  // NaN wins, as amax; once NaN, stays NaN
+        const bool take = v > best || v != v;  // NaN wins, as amax; once NaN, stays NaN
+        best = take ? v : best;
+        if constexpr (kBackward) {
+          arg = take ? q : arg;  // strict >: the first of equal windows
+        }
       }
-      A result;
-      if (last < 0) {
-        result = A(NAN);  // an id outside [0, V): no value to give (the reference would raise)
+      if constexpr (kBackward) {
+        const A g = to_math(static_cast<const T*>(p.grad)[(tok0 + t) * p.grad_row_stride + col]);
+        A dpre = A(NAN);  // an id outside [0, V): NaN, as the forward's row
+        if (last >= 0) {
+          const A v = best + bias;
+          if (p.tanh_activation) {
+            const A th = tanh_math(v);
+            dpre = g * (A(1) - th * th);
+          } else {
+            dpre = v > A(0) ? g : A(0);
+          }
+        }
+        static_cast<A*>(p.dpre)[(tok0 + t) * F + col] = dpre;
+        p.window[(tok0 + t) * F + col] = last >= 0 ? arg : -1;
       } else {
-        result = best + bias;
-        result = p.tanh_activation ? tanh_math(result) : relu_math(result);
+        A result;
+        if (last < 0) {
+          result = A(NAN);  // an id outside [0, V): no value to give (the reference would raise)
+        } else {
+          result = best + bias;
+          result = p.tanh_activation ? tanh_math(result) : relu_math(result);
+        }
+        static_cast<T*>(p.out)[(tok0 + t) * F + col] = from_math<T>(result);
       }
-      static_cast<T*>(p.out)[(tok0 + t) * F + col] = from_math<T>(result);
     }
+  }
+}
+
+// grid: x over all taps (k, f, j) in blocks of kThreads, y over the chunks of tokens.
+template <typename A>
+__global__ void __launch_bounds__(kThreads) char_cnn_hist_kernel(const __grid_constant__ CharCnnHistParams p) {
+  const int64_t taps = p.tap_offset[p.num_convs];
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (e >= taps) {
+    return;
+  }
+  int k = 0;
+  while (k + 1 < p.num_convs && e >= p.tap_offset[k + 1]) {
+    ++k;  // empty convolutions (n_k = 0) have equal offsets and are skipped
+  }
+  const int64_t local = e - p.tap_offset[k];  // f w_k + j
+  const int w = p.widths[k];
+  const int64_t f = local / w;
+  const int j = static_cast<int>(local % w);
+  const int F = p.col_offset[p.num_convs];
+  const int64_t col = p.col_offset[k] + f;
+  const int64_t taps_v = taps * p.vocab;
+  A* __restrict__ hist = static_cast<A*>(p.hist) + blockIdx.y * taps_v + e * p.vocab;
+  const A* __restrict__ dpre = static_cast<const A*>(p.dpre);
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * p.chunk_tokens;
+  const int64_t end = first + p.chunk_tokens < p.n ? first + p.chunk_tokens : p.n;
+  for (int64_t t = first; t < end; ++t) {
+    const A g = dpre[t * F + col];
+    if (g == A(0)) {
+      continue;  // relu's dead filters: about half of them
+    }
+    const int win = p.window[t * F + col];
+    // A token with a bad id (window -1) spreads its NaN to row 0: the gradients say something is wrong.
+    hist[win < 0 ? 0 : p.char_ids[t * p.chars + win + j]] += g;
   }
 }
 
@@ -150,8 +206,33 @@ void char_cnn_launch(const CharCnnParams& params, cudaStream_t stream) {
   const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + kTokens - 1) / kTokens));
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH(char_cnn_kernel<T>, grid, kThreads, stream, params);
+    ELMO_KERNEL_LAUNCH((char_cnn_kernel<T, false>), grid, kThreads, stream, params);
   });
+}
+
+void char_cnn_argmax_launch(const CharCnnParams& params, cudaStream_t stream) {
+  const int64_t cols = params.col_offset[params.num_convs];
+  if (params.n == 0 || cols == 0) {
+    return;
+  }
+  const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + kTokens - 1) / kTokens));
+  dispatch_dtype(params.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ELMO_KERNEL_LAUNCH((char_cnn_kernel<T, true>), grid, kThreads, stream, params);
+  });
+}
+
+void char_cnn_hist_launch(const CharCnnHistParams& params, cudaStream_t stream) {
+  const int64_t taps = params.tap_offset[params.num_convs];
+  if (params.n == 0 || taps == 0) {
+    return;
+  }
+  const dim3 grid(ceil_div(taps, kThreads), static_cast<unsigned>(params.chunks));
+  if (params.dtype == Dtype::kFloat64) {
+    ELMO_KERNEL_LAUNCH(char_cnn_hist_kernel<double>, grid, kThreads, stream, params);
+  } else {
+    ELMO_KERNEL_LAUNCH(char_cnn_hist_kernel<float>, grid, kThreads, stream, params);
+  }
 }
 
 }  // namespace gpu

@@ -42,12 +42,23 @@ else:
         warnings.warn(_other_release, RuntimeWarning, stacklevel=2)
 
 
+#: The ops a training step runs besides the forward ones: the backward passes of char_cnn and
+#: highway_gate, and the trainable LSTM layer (its forward keeps what its backward reads).
+TRAINING_OPS = ("char_cnn_backward", "highway_gate_backward", "lstm_layer_forward", "lstm_layer_backward")
+
+
+def _has_kernels(dispatch_key: str, names=TRAINING_OPS) -> bool:
+    return all(torch._C._dispatch_has_kernel_for_dispatch_key(f"elmo_fast::{name}", dispatch_key) for name in names)
+
+
 #: Whether the fast ops have backward passes (register_autograd) on CPU tensors, so that training
 #: and fine-tuning can run them; on CUDA tensors see :data:`HAS_CUDA_BACKWARD`.
 HAS_BACKWARD = HAS_EXTENSION
-#: Whether the CUDA kernels include backward passes (without them, training on a GPU runs the
-#: reference stages under autograd).
-HAS_CUDA_BACKWARD = False
+#: Whether the CUDA kernels include the training ops (csrc/cuda: backward passes of char_cnn and
+#: highway_gate, the trainable LSTM layer): then training and fine-tuning on a GPU run the fast ops
+#: as on the CPU; without them (a CPU-only build, or one from older sources), the reference stages
+#: under autograd.
+HAS_CUDA_BACKWARD = HAS_CUDA_KERNELS and _has_kernels("CUDA")
 
 
 def require_extension() -> None:
@@ -106,7 +117,8 @@ def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
     returns    [N, H] contiguous, ``g * x + (1 - g) * relu(transform)`` with ``g = sigmoid(gate)``;
                bfloat16 (and float16, on CUDA) is computed in float32 and rounded once.
 
-    Differentiable (CPU): the backward is one fused pass (``highway_gate_backward``).
+    Differentiable (CPU; CUDA where :data:`HAS_CUDA_BACKWARD`): the backward is one fused pass
+    (``highway_gate_backward``).
     """
     _require_kernels_for(projected, x)
     return torch.ops.elmo_fast.highway_gate.default(projected, x)
@@ -121,7 +133,7 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
     proj_weight:     [P, F]; proj_bias: [P]. All of x's dtype and device.
     returns          [N, P]: GEMMs through ATen's BLAS, each layer's gating one fused pass.
 
-    Differentiable: with gradients needed (CPU), the steps run one by one under autograd (the same
+    Differentiable: with gradients needed, the steps run one by one under autograd (the same
     kernels and values), and the gates' backward is one fused pass each.
     """
     _require_kernels_for(x)
@@ -149,7 +161,8 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
     returns         [N, sum n_k] contiguous, in char_embedding's dtype: for each k in order,
                     ``act(amax(conv1d(embedding(char_ids).transpose(1, 2), W_k, b_k), -1))``.
 
-    Differentiable in char_embedding, conv_weights and conv_biases (CPU): each filter's gradient goes
+    Differentiable in char_embedding, conv_weights and conv_biases (CPU; CUDA where
+    :data:`HAS_CUDA_BACKWARD`, deterministic there too): each filter's gradient goes
     to its max window, recomputed by the backward (``char_cnn_backward``). Equal windows: the first
     one takes it; windows that hold the same ids (ELMo's padding) give the same gradient whichever
     takes it, as the reference's amax, which shares it among them.
@@ -185,19 +198,30 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
                                               h0, c0)
 
 
-def _require_cpu(op: str, *tensors: Tensor | None) -> None:
-    """The ops below have CPU kernels only: a clear error for CUDA tensors instead of the dispatcher's."""
+def _require_training_kernels(op: str, *tensors: Tensor | None) -> None:
+    """The training ops on CUDA tensors need a build with them (:data:`HAS_CUDA_BACKWARD`): a clear
+    error instead of the dispatcher's."""
     require_extension()
-    if any(t is not None and t.is_cuda for t in tensors):
-        raise NotImplementedError(f"elmo_fast: {op} has no CUDA kernel yet; run it on CPU tensors (its reference "
-                                  "twin in elmo_fast.bilm.reference runs anywhere, under autograd)")
+    if not HAS_CUDA_BACKWARD and any(t is not None and t.is_cuda for t in tensors):
+        raise NotImplementedError(f"elmo_fast: {op} has no CUDA kernel in this build ({_no_cuda_training_why()}); "
+                                  "run it on CPU tensors (its reference twin in elmo_fast.bilm.reference runs "
+                                  "anywhere, under autograd)")
 
 
 def _no_cuda_backward(op: str, *tensors: Tensor | None) -> None:
-    """Backward formulas of ops whose CUDA forward exists but whose backward kernels are CPU-only."""
-    if any(t is not None and t.is_cuda for t in tensors):
-        raise NotImplementedError(f"elmo_fast: {op} has no CUDA backward yet: train on CPU tensors, or run "
-                                  f"elmo_fast.bilm.reference.{op}_ref (plain PyTorch autograd) on the GPU")
+    """Backward formulas on CUDA tensors need the CUDA training ops (:data:`HAS_CUDA_BACKWARD`)."""
+    if not HAS_CUDA_BACKWARD and any(t is not None and t.is_cuda for t in tensors):
+        raise NotImplementedError(f"elmo_fast: {op} has no CUDA backward in this build ({_no_cuda_training_why()}): "
+                                  f"train on CPU tensors, or run elmo_fast.bilm.reference.{op}_ref (plain PyTorch "
+                                  "autograd) on the GPU")
+
+
+def _no_cuda_training_why() -> str:
+    reason = cuda_kernels_missing_reason()
+    if reason is not None:
+        return reason
+    return ("elmo_fast._C has CUDA kernels but not the training ops: it was built from older sources; rebuild it "
+            "with `pip install --no-build-isolation -e .`")
 
 
 def to_device_async(t: Tensor, device: torch.device) -> Tensor:
@@ -213,7 +237,7 @@ def to_device_async(t: Tensor, device: torch.device) -> Tensor:
 def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
                proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
                token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """One projected LSTM layer, both directions in one call, differentiable (CPU).
+    """One projected LSTM layer, both directions in one call, differentiable (CPU and CUDA).
 
     Twin of :func:`elmo_fast.bilm.reference.lstm_layer_pair_ref` (same semantics and signature); its
     backward is backpropagation through time in C++ (``lstm_layer_backward``), giving gradients for
@@ -224,7 +248,8 @@ def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_c
              direction 0 runs forward in time, 1 from each row's own last token back to its first;
              positions t >= lengths[b] are never read. float32 or float64, any strides (a last dim
              that is not unit-stride is copied once).
-    lengths: [B] int64 in [0, T], any order.
+    lengths: [B] int64 in [0, T], any order. The schedule is made on the host: for CUDA tensors, give
+             lengths (and token_index) on the CPU, else they are copied there (a device sync).
     w_hh:    [2, 4C, P]; w_proj: [2, P, C], xg's dtype.
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:  [2, B, P], [2, B, C] initial states, or None (zeros).
@@ -238,7 +263,7 @@ def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_c
     The forward keeps what the backward reads (~(6C + P) values per token and direction), also
     under no_grad: for inference, :func:`bilstm` is the fast path.
     """
-    _require_cpu("lstm_layer", xg, w_hh, w_proj, h0, c0)
+    _require_training_kernels("lstm_layer", xg, w_hh, w_proj, h0, c0)
     y, h, c, _saved = torch.ops.elmo_fast.lstm_layer_forward.default(xg, lengths, w_hh, w_proj, cell_clip, proj_clip,
                                                                      h0, c0, token_index)
     return y, h, c
@@ -290,10 +315,14 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
         masks = None
     # The positions that are not padding, as rows of [B * T]: the input GEMMs run over those N rows
     # only, and lstm_layer reads its gates from them packed (token_index: position -> packed row).
-    valid = torch.arange(T, device=lengths.device) < lengths[:, None]
-    rows = valid.reshape(-1).nonzero().squeeze(1)
-    token_index = torch.zeros(B, T, dtype=torch.long, device=lengths.device)
-    token_index[valid] = torch.arange(rows.shape[0], device=lengths.device)
+    # Worked out on the host, where the layers' schedules are made (lengths on a GPU are copied to the
+    # host once here, a device sync, rather than by every layer).
+    lengths = lengths.cpu()
+    valid = torch.arange(T) < lengths[:, None]
+    rows_host = valid.reshape(-1).nonzero().squeeze(1)
+    token_index = torch.zeros(B, T, dtype=torch.long)
+    token_index[valid] = torch.arange(rows_host.shape[0])
+    rows = to_device_async(rows_host, x.device)
     outputs, hs, cs = [], [], []
     for layer in range(num_layers):
         w = weights[8 * layer:8 * layer + 8]
