@@ -17,13 +17,13 @@ import torch
 from elmo_fast import batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import ops, reference
 from elmo_fast.bilm.reference import char_cnn_ref, highway_gate_ref, lstm_layer_pair_ref
-from test_backward import (GRADCHECK_CASES, differentiable, elmo_ids, gate_case, indexed_case, layer_case, near_ties,
+from test_backward import (GRADCHECK_CASES, elmo_ids, gate_case, indexed_case, layer_case, near_ties,
                            random_cnn)
 from test_char_cnn import ELMO_FILTERS, TINY_FILTERS
 from test_cuda import (ALL_DTYPES, LOW_PRECISION, cuda_target, emulated_target, exact_fp32, poison,  # noqa: F401
                        same_layout_on, sentences, target)
 from test_gradients import bilm_fast_train, rebuild
-from tolerances import GRAD_RTOL, TOL, assert_close, assert_grad_close
+from tolerances import GRAD_RTOL, assert_close, assert_grad_close
 
 pytestmark = pytest.mark.skipif(not ops.HAS_EXTENSION, reason="elmo_fast._C not built (the CPU ops are compared with)")
 
@@ -457,6 +457,33 @@ def test_bilstm_train_with_dropout_on_the_target(target, ops_on):
     want = torch.autograd.grad(sum((o * p).sum() for o, p in zip(ref, proj)), ref_in)
     for i, (g, w) in enumerate(zip(got, want)):
         assert_grad_close(g, w, what=f"{target.name} bilstm_train gradient {i}")
+
+
+def test_training_ops_opcheck_on_cuda(cuda_target):
+    """The CUDA kernels against the ops' fakes and autograd formulas (torch.library.opcheck)."""
+    dev = cuda_target.device
+    grad_leaf = (lambda t: t.detach().to(dev).requires_grad_())
+    xg, lengths, w_hh, w_proj, h0, c0 = layer_case(5, 7, 3, 5, torch.float32, seed=12, lengths=[7, 0, 3, 1, 5],
+                                                   junk=0.0)
+    args = [grad_leaf(xg), lengths, grad_leaf(w_hh), grad_leaf(w_proj), 1.0, 1.0, grad_leaf(h0), grad_leaf(c0)]
+    torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_forward.default, args)
+    y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(*[a.detach() if isinstance(a, torch.Tensor)
+                                                                     else a for a in args])
+    torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_backward.default,
+                          (torch.randn_like(y), torch.randn_like(h), None, saved, lengths, None, list(xg.shape),
+                           w_hh.to(dev), w_proj.to(dev), 1.0, 1.0, h0.to(dev), None))
+    emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=1)
+    ids = elmo_ids(9, seed=1).to(dev)
+    torch.library.opcheck(torch.ops.elmo_fast.char_cnn.default,
+                          (ids, grad_leaf(emb), [grad_leaf(w) for w in ws], [grad_leaf(b) for b in bs], "tanh"))
+    out = ops.char_cnn(ids, emb.to(dev), [w.to(dev) for w in ws], [b.to(dev) for b in bs], "tanh")
+    torch.library.opcheck(torch.ops.elmo_fast.char_cnn_backward.default,
+                          (torch.randn_like(out), ids, emb.to(dev), [w.to(dev) for w in ws], [b.to(dev) for b in bs],
+                           "tanh"))
+    projected, x = gate_case(5, 16, torch.float32, seed=3, layout="sliced")
+    torch.library.opcheck(torch.ops.elmo_fast.highway_gate.default, (grad_leaf(projected), grad_leaf(x)))
+    torch.library.opcheck(torch.ops.elmo_fast.highway_gate_backward.default,
+                          (torch.randn(5, 16, device=dev), projected.to(dev), x.to(dev)))
 
 
 def test_emulation_has_every_training_op(emulated_target):

@@ -181,16 +181,18 @@ class CudaGraphRunner:
         self.outputs: list[Tensor] = []
 
     def capture(self, body) -> None:
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            body()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        with torch.cuda.graph(self.graph):
-            self.outputs = body()
+        with torch.cuda.device(self.device):  # the model's GPU, whichever is current
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                body()
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(self.graph):
+                self.outputs = body()
 
     def replay(self) -> list[Tensor]:
-        self.graph.replay()
+        with torch.cuda.device(self.device):
+            self.graph.replay()
         return self.outputs
 
 
