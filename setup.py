@@ -153,7 +153,7 @@ setup(
     # data files (*.json, *.hdf5, *.txt: e.g. a bundled model; MANIFEST.in puts them in the sdist).
     packages=find_namespace_packages(include=["elmo_fast", "elmo_fast.*"], exclude=["*.__pycache__"]),
     include_package_data=True,
-    package_data={"elmo_fast": ["**/*.json", "**/*.hdf5", "**/*.txt"]},
+    package_data={"elmo_fast": ["**/*.json", "**/*.hdf5", "**/*.txt", "pretrained/default/*"]},
     exclude_package_data={"": ["*.so", "*.pyd", "*.o"]},
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],

@@ -6,8 +6,6 @@
 
 #include <torch/library.h>
 
-#include "char_cnn_limits.h"
-
 extern "C" {
 // `import elmo_fast._C` needs a module init function, and importing is what loads this shared
 // library, which runs the TORCH_LIBRARY static registrations below. The module itself has no
@@ -30,9 +28,7 @@ PyMODINIT_FUNC PyInit__C(void) {
 #else
   const long with_cuda = 0;
 #endif
-  // CHAR_CNN_MAX_CHARS: char_cnn's limit on the ids per token (every backend's), for the op's fake.
-  if (PyModule_AddIntConstant(module, "WITH_CUDA", with_cuda) != 0 ||
-      PyModule_AddIntConstant(module, "CHAR_CNN_MAX_CHARS", elmo_fast::kCharCnnMaxChars) != 0) {
+  if (PyModule_AddIntConstant(module, "WITH_CUDA", with_cuda) != 0) {
     Py_DECREF(module);
     return nullptr;
   }
@@ -50,9 +46,9 @@ TORCH_LIBRARY(elmo_fast, m) {
   // highway_biases: L x [2F]; proj_weight: [P, F]; proj_bias: [P] -> [N, P]
   m.def("highway(Tensor x, Tensor[] highway_weights, Tensor[] highway_biases, Tensor proj_weight, "
         "Tensor proj_bias) -> Tensor");
-  // char_ids: [N, L] int64 in [0, V), 1 <= L <= 64 (char_cnn_limits.h), char_embedding: [V, D],
-  // conv_weights[k]: [n_k, D, w_k] (w_k <= L), conv_biases[k]: [n_k], activation: "relu" | "tanh"
-  // -> [N, sum n_k] in the weights' dtype
+  // char_ids: [N, L] int64 in [0, V) (ELMo's L is 50), char_embedding: [V, D], conv_weights[k]:
+  // [n_k, D, w_k] (w_k <= L), conv_biases[k]: [n_k], activation: "relu" | "tanh" -> [N, sum n_k] in the
+  // weights' dtype
   //   out[:, k-th block] = act(max over the L - w_k + 1 windows of conv1d(embed(ids), W_k, b_k))
   m.def("char_cnn(Tensor char_ids, Tensor char_embedding, Tensor[] conv_weights, Tensor[] conv_biases, "
         "str activation) -> Tensor");

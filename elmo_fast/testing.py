@@ -1,4 +1,5 @@
-"""Random-weight ELMo models written in the bilm-tf layout, for tests and benchmarks.
+"""Random-weight ELMo models written in the bilm-tf layout (and in ELMoForManyLangs' layout), for
+tests and benchmarks.
 
 The official weights cannot be downloaded everywhere (CI has no internet), so tests build models
 of the official shapes with random weights, written exactly as bilm-tf writes them, and read
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats.bilm_tf import FILE_CHAR_ROWS, ElmoOptions, expected_datasets
+from .formats.bilm_tf import FILE_CHAR_ROWS, ElmoOptions, LstmWeights, expected_datasets
+from .formats.manylangs import ManyLangsConfig, ManyLangsWeights, save_manylangs
 
 _FULL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
@@ -115,3 +117,93 @@ def random_model(preset: str, directory: str | os.PathLike, seed: int = 0,
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     options = PRESETS[preset]
     return write_model(directory, options, random_weights(options, seed, exercise_clips))
+
+
+# ---------------------------------------------------------------------------------------------
+# ELMoForManyLangs model directories
+
+MANYLANGS_PRESETS: dict[str, ManyLangsConfig] = {
+    "tiny": ManyLangsConfig(filters=((1, 4), (2, 8), (3, 16), (4, 32)), char_dim=6, word_dim=8, n_highway=2,
+                            max_characters_per_token=50, projection_dim=16, cell_dim=48, n_layers=2, cell_clip=3.0,
+                            proj_clip=3.0),
+    # the released models' shapes (cnn_50_100_512_4096_sample.json)
+    "released": ManyLangsConfig(filters=_FULL_FILTERS, char_dim=50, word_dim=100, n_highway=2,
+                                max_characters_per_token=50, projection_dim=512, cell_dim=4096, n_layers=2,
+                                cell_clip=3.0, proj_clip=3.0),
+}
+
+#: characters of a random model's char.dic: ASCII, Latin letters with diacritics, Cyrillic, CJK
+MANYLANGS_CHARS = ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()-"
+                   "áéíóöőúüűÁÉÍÓÖŐÚÜŰßçñãõâêôàèìòùëïäåøæœ"
+                   "абвгдеёжзийклмнопрстуфхцчшщъыьэюя"
+                   "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年")
+MANYLANGS_SPECIAL_CHARS = ("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>")
+MANYLANGS_SPECIAL_WORDS = ("<oov>", "<bos>", "<eos>", "<pad>")
+
+
+def random_words(n: int, chars: str, seed: int = 0, max_len: int = 9) -> list[str]:
+    """``n`` distinct random words over ``chars`` (lengths 1..max_len)."""
+    rng = np.random.default_rng(seed)
+    alphabet = list(chars)
+    words: dict[str, None] = {}
+    while len(words) < n:
+        length = int(rng.integers(1, max_len + 1))
+        words["".join(rng.choice(alphabet, length))] = None
+    return list(words)
+
+
+def random_manylangs_weights(config: ManyLangsConfig, chars: list[str], words: list[str], seed: int = 0,
+                             exercise_clips: bool = False) -> ManyLangsWeights:
+    """Random weights of an ELMoForManyLangs model, with dictionaries holding ``chars`` and ``words``
+    (plus the marks its code needs), ids in the order ELMoForManyLangs' training gives them."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    o = config
+    T, P, C = o.n_filters, o.projection_dim, o.cell_dim
+    proj_gain = 3.0 if exercise_clips else 1.5
+    recurrent_gain = 0.35 if exercise_clips else 1.0
+    forget_shift = 2.5 if exercise_clips else 1.0  # its biases carry the +1 TF adds at run time
+
+    def normal(shape, std, mean=0.0):
+        return torch.from_numpy((mean + std * rng.standard_normal(shape)).astype(np.float32))
+
+    def table(rows: int, dim: int, std: float):
+        t = normal((rows + 1, dim), std)
+        t[0] = 0.0  # row 0: no token
+        return t
+
+    char_vocab = {c: i for i, c in enumerate(dict.fromkeys([*chars, *MANYLANGS_SPECIAL_CHARS]))} if o.char_dim else {}
+    word_vocab = {w: i for i, w in enumerate(dict.fromkeys([*MANYLANGS_SPECIAL_WORDS, *words]))} if o.word_dim else {}
+    conv_w = [normal((n, o.char_dim, w), 1.0 / np.sqrt(w * o.char_dim)) for w, n in o.filters]
+    conv_b = [normal((n,), 0.1) for _, n in o.filters]
+    hw_w = [normal((2 * T, T), 1.0 / np.sqrt(T)) for _ in range(o.n_highway)]
+    hw_b = [torch.cat([normal((T,), 0.1), normal((T,), 0.5, mean=1.0)]) for _ in range(o.n_highway)]
+    lstm = []
+    for _ in range(o.n_layers):
+        pair = []
+        for _ in range(2):
+            bias = normal((4 * C,), 0.1)
+            bias[C:2 * C] += forget_shift  # gates i, f, g, o
+            pair.append(LstmWeights(w_ih=normal((4 * C, P), 1.0 / np.sqrt(2 * P)),
+                                    w_hh=normal((4 * C, P), recurrent_gain / np.sqrt(2 * P)),
+                                    bias=bias, w_proj=normal((P, C), proj_gain / np.sqrt(C))))
+        lstm.append(tuple(pair))
+    return ManyLangsWeights(
+        options=o, char_vocab=char_vocab, word_vocab=word_vocab,
+        word_embedding=table(len(word_vocab), o.word_dim, 0.5) if o.word_dim else None,
+        char_embedding=table(len(char_vocab), o.char_dim, 1.0) if o.char_dim else None,
+        conv_weights=conv_w, conv_biases=conv_b, highway_weights=hw_w, highway_biases=hw_b,
+        proj_weight=normal((P, o.word_dim + T), 0.5 / np.sqrt(o.word_dim + T)), proj_bias=normal((P,), 0.1),
+        lstm=lstm)
+
+
+def random_manylangs_model(preset: str | ManyLangsConfig, directory: str | os.PathLike, seed: int = 0,
+                           exercise_clips: bool = False, n_words: int = 500, chars: str = MANYLANGS_CHARS,
+                           legacy_format: bool = False) -> Path:
+    """Write a random ELMoForManyLangs model directory (``tiny``, ``released`` or a config) with a
+    vocabulary of ``n_words`` random words over ``chars``. The weights are random: the vectors mean nothing."""
+    config = MANYLANGS_PRESETS[preset] if isinstance(preset, str) else preset
+    words = random_words(n_words, chars, seed) if config.word_dim else []
+    weights = random_manylangs_weights(config, list(chars), words, seed, exercise_clips)
+    return save_manylangs(directory, weights, legacy_format=legacy_format)

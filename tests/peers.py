@@ -1,10 +1,15 @@
-"""Import the peer implementations the tests compare with: allennlp 2.10.1 (and, where installed,
-ELMoForManyLangs), installed with ``pip install --no-deps -r tests/peers.txt``.
+"""Import the peer implementations the tests compare with: allennlp 2.10.1 and ELMoForManyLangs
+0.0.4.post2 (``elmoformanylangs``), installed with ``pip install --no-deps -r tests/peers.txt``.
 
 allennlp imports libraries that its ELMo modules never use (transformers, spacy, torchvision,
 fairscale, ...); they are not installed here, so an import hook hands it empty stand-ins for
 exactly those, and only when the real one is missing. Tests call :func:`allennlp_elmo`, which
 skips, saying how to install, when allennlp itself is absent.
+
+ELMoForManyLangs needs no stand-ins: with torch, numpy, h5py (elmo-fast's own dependencies) and
+overrides 3.1.0 (in peers.txt) its ``Embedder`` imports and runs on torch 2.13 as it is.
+:func:`manylangs_embedder` builds one on the CPU (it would move itself to a GPU when it sees one,
+where cuDNN's TF32 convolutions would take its outputs away from fp32).
 """
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import logging
 import sys
 import types
+from unittest import mock
 
 import pytest
 
@@ -85,3 +92,19 @@ def allennlp_elmo():
     if _finder not in sys.meta_path:
         sys.meta_path.append(_finder)  # after the real finders: stubs only for what is missing
     return importlib.import_module("allennlp.modules.elmo")
+
+
+def manylangs():
+    """The ``elmoformanylangs`` package, or a skip naming the install command."""
+    if importlib.util.find_spec("elmoformanylangs") is None:
+        pytest.skip("ELMoForManyLangs is not installed: pip install --no-deps -r tests/peers.txt")
+    module = importlib.import_module("elmoformanylangs")
+    logging.getLogger("elmoformanylangs").setLevel(logging.WARNING)  # it logs every batch at INFO
+    return module
+
+
+def manylangs_embedder(model_dir, batch_size: int = 64):
+    """ELMoForManyLangs' own ``Embedder(model_dir, batch_size)``, on the CPU."""
+    module = manylangs()
+    with mock.patch("torch.cuda.is_available", return_value=False):
+        return module.Embedder(str(model_dir), batch_size=batch_size)

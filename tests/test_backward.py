@@ -149,6 +149,24 @@ def test_char_cnn_grads_non_contiguous(layout):
     assert all(g.is_contiguous() for g in got)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("length", [1, 7, 20, 49, 70])
+def test_char_cnn_grads_other_lengths(length, dtype):
+    """Rows of another length than 50 (ELMoForManyLangs' max_characters_per_token) over a table of
+    thousands of characters: the backward recomputes each filter's max window over L - w + 1 of them.
+    At L = 70 a filter of width 65 (a window of more table entries than the 64 the fast max's overflow
+    bound once assumed) takes part."""
+    filters = [(w, n) for w, n in [(1, 4), (2, 5), (3, 3), (7, 6), (length, 2), (65, 3)] if w <= length]
+    emb, ws, bs = random_cnn(filters, 5, dtype, seed=length, vocab=3001)
+    gen = torch.Generator().manual_seed(length)
+    ids = torch.randint(1, 3001, (60, length), generator=gen)
+    cut = torch.randint(1, length + 1, (60,), generator=gen)
+    ids[torch.arange(length) >= cut.unsqueeze(1)] = 7  # a trailing run of one id, as padding makes
+    ids[:2] = 0  # no token
+    check_char_cnn_grads(ids, emb, ws, bs, "relu" if length % 2 else "tanh", f"char_cnn grads L={length} {dtype}",
+                         seed=length)
+
+
 def test_char_cnn_grads_of_unused_rows_and_no_tokens():
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=2)
     ids = elmo_ids(20, seed=2)

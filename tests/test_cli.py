@@ -411,8 +411,8 @@ def test_an_allennlp_elmo_command_line_works(tmp_path, random_models):
                     r"is HDF5 too: one file given for both\?$"),
     (["BOTH JSON"], r"options.json: --weights holds JSON \(options\?\), expected the HDF5 weights; .*options.json is "
                     r"JSON too: one file given for both\?$"),
-    ([], r"give --options F and --weights F together \(or --model NAME; `allennlp elmo` without them used the model "
-         r"that --model original fetches\)"),
+    ([], r"give --options F and --weights F together \(or --model NAME, or --model-dir DIR, or none of them for the "
+         r"bundled model\)$"),
 ])
 def test_cli_errors_name_flags(tmp_path, random_models, capsys, args, message):
     import re

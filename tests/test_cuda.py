@@ -887,3 +887,20 @@ def test_embed_file_on_cuda_splits_batches_that_run_out_of_memory(cuda_target, r
     assert stats["oom_splits"] > 0
     assert_same_output(tmp_path / "tight.h5", tmp_path / "free.h5", "embed_file split after CUDA OOM")
     assert not (tmp_path / "never.h5").exists()
+
+
+@pytest.mark.parametrize("variant", ["words+chars", "20 chars, tanh, 3 layers"])
+def test_manylangs_model_on_cuda_matches_reference(cuda_target, tmp_path, variant):
+    """An ELMoForManyLangs model on the GPU (word embedding, char CNN over its own table and token
+    length, highway_gate, bilstm) against the reference on the CPU."""
+    from elmo_fast.manylangs import Embedder
+    from manylangs_models import sentences, write_variant
+
+    d = write_variant(variant, tmp_path / "model")
+    sents = sentences(["szó", "kutya", "ház", "的一", "один"])
+    want = Embedder(d, backend="reference").sents2elmo(sents, output_layer=-2)
+    poison(cuda_target)
+    got = Embedder(d, device="cuda", backend="fast").sents2elmo(sents, output_layer=-2)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape
+        assert_close(torch.from_numpy(g), torch.from_numpy(w), torch.float32, what=f"{variant} sentence {i}")

@@ -3,7 +3,8 @@ block is accepted by the argument parser.
 
 Each python block runs alone, in a namespace of its own (a reader copies one block, not the ones
 before it), in a fresh working directory holding what the snippets name: ``options.json`` and
-``weights.hdf5`` of a random ``small`` model and ``sentences.txt``. It runs offline:
+``weights.hdf5`` of a random ``small`` model, ``hun``, a random tiny ELMoForManyLangs model
+directory, and ``sentences.txt``. It runs offline:
 ``ELMO_FAST_CACHE`` points at a cache pre-filled with that model under every name
 ``fetch_model`` knows, and ``ELMO_FAST_BASE_URL`` at a closed local port, so that a snippet that
 needs the network fails instead of downloading. A comment ``# np.ndarray (3, 4, D)``,
@@ -40,10 +41,11 @@ def test_the_readme_has_snippets_to_check():
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     from elmo_fast.pretrained import MODELS
-    from elmo_fast.testing import random_model
+    from elmo_fast.testing import random_manylangs_model, random_model
 
     root = tmp_path_factory.mktemp("readme")
     options, weights = random_model("small", root / "model", seed=1)
+    random_manylangs_model("tiny", root / "hun", n_words=200)
     cache = root / "cache"
     for name in MODELS:  # the names fetch_model looks for, so that fetch_model("original") runs offline
         (cache / name).mkdir(parents=True)
@@ -57,7 +59,7 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
     import json
 
     root, options, weights, cache = workdir
-    for src, name in ((options, "options.json"), (weights, "weights.hdf5")):
+    for src, name in ((options, "options.json"), (weights, "weights.hdf5"), (root / "hun", "hun")):
         (tmp_path / name).symlink_to(src)
     (tmp_path / "sentences.txt").write_text("The cat sat on the mat .\nELMo gives every token a vector .\n",
                                             encoding="utf-8")

@@ -48,7 +48,6 @@
 #include <tuple>
 #include <vector>
 
-#include "char_cnn_args.h"
 #include "checks.h"
 #include "cpu/vec_math.h"
 
@@ -99,7 +98,7 @@ struct CharCnnParams {
   int64_t num_convs;                 // K >= 1
   scalar_t* out;                     // [N, sum n_k], contiguous
   int64_t n;                         // N tokens
-  int64_t length;                    // L characters per token (50)
+  int64_t length;                    // L >= 1 characters per token (ELMo's 50)
   int64_t vocab;                     // V rows of the embedding
   int64_t dim;                       // D
   bool relu;                         // relu, else tanh (after the max)
@@ -704,10 +703,14 @@ bool prepare(const CharCnnParams<scalar_t>& p, Prepared<scalar_t>& pr) {
       used_rows[u * p.dim + d] = p.embedding[used[u] * p.embedding_stride[0] + d * p.embedding_stride[1]];
     }
   }
-  // The fast max needs every window finite: with all table entries and biases at most
-  // max / 128 in magnitude, no sum of <= 65 of them (w_k <= L <= 64, and the bias) overflows.
-  // Anything else (inf, NaN, huge weights) takes the NaN-propagating path.
-  const scalar_t limit = std::numeric_limits<scalar_t>::max() / 128;
+  // The fast max needs every window finite: a window sums at most w + 1 table entries and biases,
+  // so with all of them at most max / max(64, w_max + 2) in magnitude no sum overflows (for any L,
+  // hence any width). Anything else (inf, NaN, huge weights) takes the NaN-propagating path.
+  int64_t widest = 1;
+  for (int64_t k = 0; k < p.num_convs; ++k) {
+    widest = std::max(widest, p.convs[k].width);
+  }
+  const scalar_t limit = std::numeric_limits<scalar_t>::max() / static_cast<scalar_t>(std::max<int64_t>(64, widest + 2));
   std::vector<uint8_t> slice_small(slices.size(), 0);
   // Every token's compact ids (the table rows) and the start of its trailing run.
   pr.cids = AlignedArray<int32_t>(n * length);
@@ -827,11 +830,15 @@ std::vector<int64_t> char_cnn_histograms(const CharCnnParams<scalar_t>& p, const
 }
 
 // Checks char_cnn's arguments (op name kOp) and returns the number of output columns, sum n_k:
-// char_ids [N, L] int64 (1 <= L <= 64) with ids in [0, V), char_embedding [V, D], conv_weights[k] [n_k, D, w_k],
+// char_ids [N, L] int64 with ids in [0, V) (L >= 1; allennlp's and bilm-tf's L is 50, ELMoForManyLangs'
+// its config's max_characters_per_token), char_embedding [V, D], conv_weights[k] [n_k, D, w_k] (w_k <= L),
 // conv_biases[k] [n_k] (float32 or float64, all the same), on CPU; activation "relu" or "tanh".
 int64_t check_char_cnn_args(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
                             at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
-  check_char_ids_length(kOp, char_ids);  // 1 <= L <= 64 (char_cnn_args.h: every backend's rule)
+  ELMO_CHECK_DIM(char_ids, 2);
+  const int64_t chars = char_ids.size(1);
+  ELMO_CHECK(chars >= 1, "char_ids must have at least one character id per token (shape [N, L]), got shape ",
+             char_ids.sizes());
   ELMO_CHECK_DTYPE(char_ids, at::kLong);
   ELMO_CHECK_CPU(char_ids);
   ELMO_CHECK_DIM(char_embedding, 2);
@@ -855,7 +862,8 @@ int64_t check_char_cnn_args(const char* kOp, const at::Tensor& char_ids, const a
     ELMO_CHECK(w.dim() == 3, "conv_weights[", k, "] must have 3 dims ([n, D, w]), got shape ", w.sizes());
     ELMO_CHECK(w.size(1) == dim, "conv_weights[", k, "] must have D = ", dim,
                " input channels (char_embedding is ", char_embedding.sizes(), "), got shape ", w.sizes());
-    check_conv_width(kOp, k, w, char_ids);
+    ELMO_CHECK(w.size(2) >= 1 && w.size(2) <= chars, "conv_weights[", k, "] must have a width in 1..",
+               chars, " (the characters per token of char_ids, ", char_ids.sizes(), "), got shape ", w.sizes());
     ELMO_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv_biases[", k, "] must have shape [",
                w.size(0), "] (one bias per filter of conv_weights[", k, "]), got shape ", b.sizes());
     ELMO_CHECK(w.scalar_type() == dtype, "conv_weights[", k, "] must have the dtype of char_embedding (",
@@ -911,7 +919,7 @@ CharCnnParams<scalar_t> make_params(const at::Tensor& char_ids, const at::Tensor
   return params;
 }
 
-// char_ids [N, 50] int64, char_embedding [V, D], conv_weights[k] [n_k, D, w_k],
+// char_ids [N, L] int64 (L >= 1), char_embedding [V, D], conv_weights[k] [n_k, D, w_k] (w_k <= L),
 // conv_biases[k] [n_k] -> [N, sum n_k] (float32 or float64, all the same), on CPU.
 at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embedding,
                         at::TensorList conv_weights, at::TensorList conv_biases,

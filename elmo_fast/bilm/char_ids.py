@@ -66,3 +66,29 @@ def batch_to_ids(batch: Sequence[Sequence[str]]) -> Tensor:
         if sentence:
             out[i, : len(sentence)] = torch.tensor([word_to_char_ids(t) for t in sentence], dtype=torch.long)
     return out
+
+
+class AllenNlpCharIds:
+    """The front end of bilm-tf / allennlp models, as the biLM core uses one: a token's row of ids
+    (:func:`word_to_char_ids`), the rows of the sentence boundaries the model adds, a batch's ids.
+
+    Another front end (:class:`~elmo_fast.bilm.manylangs_ids.ManyLangsIds`) gives the same four
+    things for its models; rows are +1 shifted so that an all-zero row means "no token".
+    """
+
+    #: ids per token
+    width = MAX_WORD_LENGTH
+    #: the rows of ``<S>`` and ``</S>``, added around every sentence by the model
+    bos = BOS_CHAR_IDS
+    eos = EOS_CHAR_IDS
+    #: the largest id a row can hold
+    max_id = PADDING_CHARACTER + 1
+
+    def token_ids(self, token: str) -> tuple[int, ...]:
+        return word_to_char_ids(token)
+
+    def batch_to_ids(self, batch: Sequence[Sequence[str]]) -> Tensor:
+        return batch_to_ids(batch)
+
+    def __repr__(self) -> str:
+        return "AllenNlpCharIds(width=50)"

@@ -16,9 +16,13 @@ from torch import Tensor, nn
 
 from ..errors import ElmoFastError
 from ..formats.bilm_tf import ElmoOptions, ElmoWeights, LstmWeights, load_model_files
+from ..formats.manylangs import ManyLangsConfig, ManyLangsWeights
+from ..formats.model_dir import load_model_dir
 from . import ops, reference
-from .char_ids import BOS_CHAR_IDS, EOS_CHAR_IDS, word_to_char_ids
-from .stages import BiLstmEncoder, CharCNN, CharTokenEmbedder, Highway, LstmLayer, Stage, _linear
+from .char_ids import AllenNlpCharIds
+from .manylangs_ids import ManyLangsIds
+from .stages import (BiLstmEncoder, CharCNN, CharTokenEmbedder, Highway, LstmLayer, Stage, WordCharTokenEmbedder,
+                     _linear)
 
 BACKENDS = ("auto", "fast", "reference")
 _warned_fallback = False
@@ -53,6 +57,28 @@ def resolve_backend(backend: str) -> str:
 
 def _lstm_tensors(w: LstmWeights) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return w.w_ih, w.w_hh, w.bias, w.w_proj
+
+
+def resolve_model(options_file, weight_file, model_dir) -> ElmoWeights | ManyLangsWeights:
+    """The weights the constructors of ElmoBiLm, Elmo and ElmoEmbedder are given, in any of their forms:
+    options + weights files, loaded weights, or a model directory (``model_dir=``, or the first
+    argument alone) of either kind."""
+    if isinstance(weight_file, (ElmoWeights, ManyLangsWeights)):
+        return weight_file
+    if model_dir is not None:
+        if options_file is not None or weight_file is not None:
+            raise ElmoFastError("give either model_dir or options_file and weight_file, not both")
+        return load_model_dir(model_dir)
+    if options_file is not None and weight_file is None and os.path.isdir(options_file):
+        return load_model_dir(options_file)
+    if options_file is None and weight_file is None:  # no model named: the one bundled in the package
+        from ..pretrained.bundled import default_model_dir
+
+        return load_model_dir(default_model_dir())
+    if options_file is None or weight_file is None:
+        raise ElmoFastError("give options_file and weight_file (bilm-tf), or a model directory (model_dir=, "
+                            "bilm-tf or ELMoForManyLangs)")
+    return load_model_files(options_file, weight_file)
 
 
 _ALLENNLP_KEYS = [  # allennlp's _ElmoBiLm parameter names -> ours (relative to the biLM)
@@ -138,8 +164,9 @@ def _row_hash_multipliers(width: int) -> np.ndarray:
 class TokenCache:
     """Context-free results of distinct tokens, kept across batches: LRU, bounded in entries.
 
-    Keyed by a token's 50 character ids; holds its vector [P] and its layer-0 input gates
-    [2, 4C], the two results the fast path would otherwise recompute for every batch it appears in.
+    Keyed by a token's row of ids (its 50 character ids for bilm-tf models); holds its vector [P] and
+    its layer-0 input gates [2, 4C], the two results the fast path would otherwise recompute for
+    every batch it appears in.
     """
 
     def __init__(self, max_entries: int) -> None:
@@ -214,6 +241,15 @@ class ElmoBiLm(nn.Module):
     ``forward(char_ids [B, T, 50], word_inputs [B, T] = None)`` returns ``{"activations": [L + 1
     tensors [B, T + 2, 2P]], "mask": [B, T + 2]}``, sentence boundaries included, as allennlp does.
 
+    The model: ``options_file`` and ``weight_file`` (bilm-tf's files), or a model directory, as
+    ``model_dir=`` or the first argument alone: bilm-tf's (options.json + weights.hdf5) or an
+    ELMoForManyLangs one (:mod:`~elmo_fast.formats.manylangs`). An ELMoForManyLangs model has its
+    own front end (:attr:`front_end`, :class:`~elmo_fast.bilm.manylangs_ids.ManyLangsIds`): its
+    token rows are ``[word id] + [char ids]`` of its own dictionaries, made by
+    :meth:`batch_to_ids`, its sentence boundaries ``<bos>`` / ``<eos>``, and its token embedder a
+    :class:`~elmo_fast.bilm.stages.WordCharTokenEmbedder`; everything else is the same.
+    :meth:`batch_to_ids` gives allennlp's ids for a bilm-tf model.
+
     vocab_to_cache (allennlp's option): a list of words whose context-free vectors are computed once
     (lazily, and again whenever the weights change); ``forward`` then takes ``word_inputs``, ids into
     that list, with 0 meaning padding (so ``vocab_to_cache[0]`` is never looked up, as in allennlp,
@@ -246,10 +282,12 @@ class ElmoBiLm(nn.Module):
     #: the class that captures and replays a forward (tests substitute a CPU stand-in)
     _graph_runner = CudaGraphRunner
 
-    def __init__(self, options_file: str | os.PathLike | None, weight_file: str | os.PathLike | ElmoWeights,
+    def __init__(self, options_file: str | os.PathLike | None = None,
+                 weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
                  requires_grad: bool = False, stateful: bool = False, backend: str = "auto",
                  token_cache_size: int = 0, dtype: torch.dtype = torch.float32,
-                 vocab_to_cache: Sequence[str] | None = None, cuda_graphs: int = 0) -> None:
+                 vocab_to_cache: Sequence[str] | None = None, *, model_dir: str | os.PathLike | None = None,
+                 cuda_graphs: int = 0) -> None:
         super().__init__()
         self.backend = resolve_backend(backend)
         if dtype not in (torch.float32, torch.bfloat16):
@@ -275,15 +313,33 @@ class ElmoBiLm(nn.Module):
         #: when True, forward() adds the seconds spent per stage to stage_times
         self.profile = False
         self.stage_times: dict[str, float] = {}
-        w = weight_file if isinstance(weight_file, ElmoWeights) else load_model_files(options_file, weight_file)
-        self.options: ElmoOptions = w.options
+        w = resolve_model(options_file, weight_file, model_dir)
+        self.options: ElmoOptions | ManyLangsConfig = w.options
         o = w.options
         g = requires_grad
-        #: stage 1: characters -> context-free token vectors [P]
-        self.token_embedder = CharTokenEmbedder(
-            CharCNN(w.char_embedding, w.conv_weights, w.conv_biases, o.activation, requires_grad=g),
-            Highway(w.highway_weights, w.highway_biases, requires_grad=g),
-            _linear(w.proj_weight, w.proj_bias, g))
+        # front_end: tokens -> rows of ids, allennlp's character ids or the model's own (ELMoForManyLangs);
+        # token_embedder (stage 1): rows of ids -> context-free token vectors [P]
+        self.front_end: AllenNlpCharIds | ManyLangsIds
+        self.token_embedder: CharTokenEmbedder | WordCharTokenEmbedder
+        if isinstance(w, ManyLangsWeights):
+            self.front_end = ManyLangsIds(
+                w.char_vocab if w.char_embedding is not None else None,
+                w.word_vocab if w.word_embedding is not None else None, o.max_characters_per_token)
+            has_chars = w.char_embedding is not None
+            self.token_embedder = WordCharTokenEmbedder(
+                w.word_embedding,
+                CharCNN(w.char_embedding, w.conv_weights, w.conv_biases, o.activation, requires_grad=g)
+                if has_chars else None,
+                Highway(w.highway_weights, w.highway_biases, requires_grad=g) if has_chars else None,
+                _linear(w.proj_weight, w.proj_bias, g), requires_grad=g)
+        else:
+            self.front_end = AllenNlpCharIds()
+            self.token_embedder = CharTokenEmbedder(
+                CharCNN(w.char_embedding, w.conv_weights, w.conv_biases, o.activation, requires_grad=g),
+                Highway(w.highway_weights, w.highway_biases, requires_grad=g),
+                _linear(w.proj_weight, w.proj_bias, g))
+        # the token cache's keys: int16 holds every id of allennlp's rows (100-byte keys)
+        self._key_dtype = torch.int16 if self.front_end.max_id < 2**15 else torch.int32
         #: stage 2: the biLSTM over the token vectors
         self.encoder = BiLstmEncoder(
             [LstmLayer(*_lstm_tensors(f), reverse=False, requires_grad=g) for f, _ in w.lstm],
@@ -301,7 +357,7 @@ class ElmoBiLm(nn.Module):
                 raise ElmoFastError("vocab_to_cache must be a list of words (str), e.g. "
                                     "vocab.get_index_to_token_vocabulary().values()")
             if len(vocab_to_cache):
-                vocab_ids = torch.tensor([word_to_char_ids(w) for w in vocab_to_cache], dtype=torch.long)
+                vocab_ids = torch.tensor([self.front_end.token_ids(w) for w in vocab_to_cache], dtype=torch.long)
                 vocab_ids[0] = 0
         self.register_buffer("_vocab_char_ids", vocab_ids, persistent=False)
 
@@ -320,10 +376,21 @@ class ElmoBiLm(nn.Module):
             self._graphs_seen.clear()
 
     @classmethod
-    def from_weights(cls, weights: ElmoWeights, **kwargs) -> "ElmoBiLm":
-        """A biLM holding these tensors (as :func:`~elmo_fast.formats.bilm_tf.load_model_files` returns
-        them) as its parameters; keyword arguments as the constructor's."""
+    def from_weights(cls, weights: ElmoWeights | ManyLangsWeights, **kwargs) -> "ElmoBiLm":
+        """A biLM holding these tensors (as :func:`~elmo_fast.formats.bilm_tf.load_model_files` or
+        :func:`~elmo_fast.formats.manylangs.load_manylangs` return them) as its parameters; keyword
+        arguments as the constructor's."""
         return cls(None, weights, **kwargs)
+
+    @property
+    def token_width(self) -> int:
+        """Ids per token row: 50 (allennlp's character ids), or the front end's."""
+        return self.front_end.width
+
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> Tensor:
+        """LongTensor [B, T, token_width]: the rows of ids :meth:`forward` takes, for tokenized sentences
+        (:func:`~elmo_fast.batch_to_ids` for bilm-tf models, the model's own front end otherwise)."""
+        return self.front_end.batch_to_ids(sentences)
 
     @property
     def num_layers(self) -> int:
@@ -355,13 +422,24 @@ class ElmoBiLm(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.token_embedder.char_cnn.char_embedding.device
+        return self.token_embedder.projection.weight.device
 
-    def weights(self) -> ElmoWeights:
-        """The module's current parameters as an :class:`ElmoWeights` (no copies)."""
+    def weights(self) -> ElmoWeights | ManyLangsWeights:
+        """The module's current parameters as an :class:`ElmoWeights` (or :class:`ManyLangsWeights`),
+        no copies."""
         emb, enc = self.token_embedder, self.encoder
         lstm = [tuple(LstmWeights(*layer.flat()) for layer in pair)
                 for pair in zip(enc.forward_layers, enc.backward_layers)]
+        if isinstance(emb, WordCharTokenEmbedder):
+            cnn, fe = emb.char_cnn, self.front_end
+            return ManyLangsWeights(
+                options=self.options, char_vocab=fe.char_vocab or {}, word_vocab=fe.word_vocab or {},
+                word_embedding=emb.word_embedding, char_embedding=None if cnn is None else cnn.char_embedding,
+                conv_weights=[] if cnn is None else cnn.conv_weights(),
+                conv_biases=[] if cnn is None else cnn.conv_biases(),
+                highway_weights=[] if cnn is None else emb.highways.weights(),
+                highway_biases=[] if cnn is None else emb.highways.biases(),
+                proj_weight=emb.projection.weight, proj_bias=emb.projection.bias, lstm=lstm)
         return ElmoWeights(
             options=self.options, char_embedding=emb.char_cnn.char_embedding,
             conv_weights=emb.char_cnn.conv_weights(), conv_biases=emb.char_cnn.conv_biases(),
@@ -371,13 +449,24 @@ class ElmoBiLm(nn.Module):
     def save(self, directory: str | os.PathLike) -> tuple[str, str]:
         """Write the current weights (fine-tuned, say) as ``options.json`` + ``weights.hdf5`` in the
         bilm-tf layout into ``directory``, the files allennlp, bilm-tf and ``elmo-fast embed`` load;
-        each file replaced atomically. Returns their paths."""
+        each file replaced atomically. Returns their paths.
+
+        An ELMoForManyLangs model is written in its own layout instead (config.json, its config, the
+        dictionaries, token_embedder.pkl and encoder.pkl; zip pickles), which ELMoForManyLangs and
+        every elmo-fast entry point load as a model directory; returns the paths of config.json and
+        encoder.pkl."""
         from ..formats.bilm_tf import save_model_files
 
         os.makedirs(directory, exist_ok=True)
-        options, weights = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
-        save_model_files(options, weights, self.weights())
-        return options, weights
+        weights = self.weights()
+        if isinstance(weights, ManyLangsWeights):
+            from ..formats.manylangs import CONFIG_FILE, ENCODER_PKL, save_manylangs
+
+            saved = save_manylangs(directory, weights)
+            return os.path.join(saved, CONFIG_FILE), os.path.join(saved, ENCODER_PKL)
+        options, weights_path = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
+        save_model_files(options, weights_path, weights)
+        return options, weights_path
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode)."""
@@ -441,9 +530,11 @@ class ElmoBiLm(nn.Module):
     def forward(self, char_ids: Tensor | None = None,
                 word_inputs: Tensor | None = None) -> dict[str, Tensor | list[Tensor]]:
         word_inputs = self._cached_word_inputs(char_ids, word_inputs)
-        if word_inputs is None and (char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != 50):
+        W = self.token_width
+        if word_inputs is None and (char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != W):
             got = None if char_ids is None else list(char_ids.shape)
-            raise ElmoFastError(f"char_ids must have shape [batch, tokens, 50], got {got}")
+            how = "" if W == 50 else " (this model's own ids: model.batch_to_ids(sentences))"
+            raise ElmoFastError(f"char_ids must have shape [batch, tokens, {W}]{how}, got {got}")
         device = self.device
         fast_inference = not (self.backend == "reference" or self._fine_tuning())
         if fast_inference and self._plans_on_host(char_ids if word_inputs is None else word_inputs):
@@ -468,7 +559,8 @@ class ElmoBiLm(nn.Module):
                 char_ids = self._vocab_char_ids[word_inputs]
             if self.backend == "reference" or char_ids.shape[0] * char_ids.shape[1] == 0:
                 with self._stage("reference"):
-                    activations, mask, h, c = reference.bilm_ref(char_ids, self.weights(), h0, c0)
+                    activations, mask, h, c = reference.bilm_ref(char_ids, self.weights(), h0, c0,
+                                                                 self.front_end.bos, self.front_end.eos)
             else:
                 with self._stage("autograd"):
                     activations, mask, h, c = self._forward_autograd(char_ids, h0, c0)
@@ -479,7 +571,7 @@ class ElmoBiLm(nn.Module):
                 if word_inputs is not None:
                     vectors, gates, token_index, mask = self._cached_tokens(word_inputs)
                 else:
-                    ids, mask = reference.add_sentence_boundaries(char_ids)
+                    ids, mask = self._add_sentence_boundaries(char_ids)
                     vectors, gates, token_index = self._distinct_tokens(ids)
                 activations, h, c = self._contextualize(vectors, gates, token_index, mask, h0, c0)
         if self.stateful:
@@ -505,7 +597,7 @@ class ElmoBiLm(nn.Module):
             gates = self._layer0_gates(vectors)
             index_h = inverse.view(index_h.shape)
         else:
-            ids_h, mask_h = reference.add_sentence_boundaries(char_ids)
+            ids_h, mask_h = self._add_sentence_boundaries(char_ids)
             distinct_h, index_h = distinct_rows(ids_h, mask_h)
             if self._graphs_apply(h0):
                 activations = self._graphed_forward(distinct_h, index_h, mask_h)
@@ -587,7 +679,7 @@ class ElmoBiLm(nn.Module):
         the ops have backward passes) that is the fused char CNN and highway ops and
         :func:`~elmo_fast.bilm.ops.bilstm_train` (backpropagation through time in C++); otherwise the
         reference stages. Equal to ``bilm_ref`` up to fp32 summation order."""
-        ids, mask = reference.add_sentence_boundaries(char_ids)
+        ids, mask = self._add_sentence_boundaries(char_ids)
         B, T2, W = ids.shape
         distinct, inverse = torch.unique(ids.reshape(B * T2, W), dim=0, return_inverse=True)
         token_index = inverse.view(B, T2)
@@ -602,6 +694,9 @@ class ElmoBiLm(nn.Module):
             outputs, h, c = enc.forward_reference(enc.layer0_gates(vectors), token_index, lengths, h0, c0)
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
+
+    def _add_sentence_boundaries(self, char_ids: Tensor) -> tuple[Tensor, Tensor]:
+        return reference.add_sentence_boundaries(char_ids, self.front_end.bos, self.front_end.eos)
 
     def _fast_gradients(self) -> bool:
         """Whether the fast ops can give this model's gradients (backward passes on its device)."""
@@ -622,9 +717,10 @@ class ElmoBiLm(nn.Module):
         if word_inputs.dim() != 2 or word_inputs.dtype.is_floating_point or word_inputs.dtype == torch.bool:
             raise ElmoFastError(f"word_inputs must be integer ids of shape [batch, tokens], got "
                                 f"{word_inputs.dtype} {list(word_inputs.shape)}")
-        if char_ids is not None and tuple(char_ids.shape) != (*word_inputs.shape, 50):
+        W = self.token_width
+        if char_ids is not None and tuple(char_ids.shape) != (*word_inputs.shape, W):
             raise ElmoFastError(f"char_ids {list(char_ids.shape)} and word_inputs {list(word_inputs.shape)} "
-                                "must describe the same tokens: [batch, tokens, 50] and [batch, tokens]")
+                                f"must describe the same tokens: [batch, tokens, {W}] and [batch, tokens]")
         if word_inputs.numel() and bool(((word_inputs < 0) | (word_inputs >= self.vocab_size)).any()):
             if char_ids is None:
                 bad = word_inputs[(word_inputs < 0) | (word_inputs >= self.vocab_size)][0].item()
@@ -637,7 +733,7 @@ class ElmoBiLm(nn.Module):
     def _distinct_tokens(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Each distinct token once: char CNN, highway, projection and layer-0 input gates.
 
-        ids [B, T, 50] -> token vectors [U, P], layer-0 gates [U, 2, 4C], and token_index [B, T]
+        ids [B, T, W] -> token vectors [U, P], layer-0 gates [U, 2, 4C], and token_index [B, T]
         (the row of each position). Padding slots are one more "token" (all-zero ids): one row.
         """
         B, T, W = ids.shape
@@ -656,9 +752,8 @@ class ElmoBiLm(nn.Module):
         if cache.weights_key != key:
             cache.clear()
             cache.weights_key = key
-        # int16 holds every id: 100-byte keys, one host copy for the batch's distinct tokens (none when
-        # they are on the host already)
-        keys = [k.tobytes() for k in distinct.to(device="cpu", dtype=torch.int16).numpy()]
+        # one host copy for the batch's distinct tokens (none when they are on the host already)
+        keys = [k.tobytes() for k in distinct.to(device="cpu", dtype=self._key_dtype).numpy()]
         entries = [cache.get(k) for k in keys]
         missing = [i for i, e in enumerate(entries) if e is None]
         cache.hits += len(keys) - len(missing)
@@ -685,20 +780,16 @@ class ElmoBiLm(nn.Module):
         LSTM's are :meth:`_flat_lstm`'s."""
         key = self._weights_key()
         if self._lowp is None or self._lowp[0] != key:
-            bf = torch.bfloat16
-            emb = self.token_embedder
-            self._lowp = (key, {
-                "highway_weights": [p.detach().to(bf) for p in emb.highways.weights()],
-                "highway_biases": [p.detach().to(bf) for p in emb.highways.biases()],
-                "proj_weight": emb.projection.weight.detach().to(bf), "proj_bias": emb.projection.bias.detach().to(bf)})
+            self._lowp = (key, self.token_embedder.bf16_weights())
         return self._lowp[1]
 
     def _token_vectors(self, distinct_ids: Tensor) -> Tensor:
         emb = self.token_embedder
         with self._stage("char_cnn"):
-            cnn = emb.char_cnn.forward_fast(distinct_ids)
+            cnn = emb.char_features_fast(distinct_ids)
         with self._stage("highway"):
-            return emb.project_fast(cnn, self._bf16_weights() if self.compute_dtype == torch.bfloat16 else None)
+            return emb.project_fast(cnn, self._bf16_weights() if self.compute_dtype == torch.bfloat16 else None,
+                                    distinct_ids)
 
     def _layer0_gates(self, vectors: Tensor) -> Tensor:
         # fp32 in both modes: once per distinct token (and cached), a small share of the work
@@ -777,7 +868,8 @@ class ElmoBiLm(nn.Module):
         key = self._weights_key()
         if self._vocab_table is None or self._vocab_table[0] != key:
             self._vocab_table = None  # free the stale table before building the new one
-            ids = torch.cat([self._vocab_char_ids, self._vocab_char_ids.new_tensor([BOS_CHAR_IDS, EOS_CHAR_IDS])])
+            ids = torch.cat([self._vocab_char_ids,
+                             self._vocab_char_ids.new_tensor([self.front_end.bos, self.front_end.eos])])
             with torch.no_grad():  # chunks bound the char CNN's memory for large vocabularies
                 vectors = torch.cat([self._token_vectors(chunk) for chunk in ids.split(4096)])
             self._vocab_table = (key, vectors)

@@ -26,7 +26,6 @@ except ImportError as exc:  # not built, or built against another torch/Python
     # once, here, as a warning, since every op would then fall back to the slow reference path.
     EXTENSION_LOAD_FAILED, EXTENSION_IMPORT_ERROR = describe_import_failure(exc)
     HAS_CUDA_KERNELS = False
-    CHAR_CNN_MAX_CHARS = 64
     if EXTENSION_LOAD_FAILED:
         warnings.warn(f"elmo-fast's fast path is unavailable, the slow reference path runs instead: "
                       f"{EXTENSION_IMPORT_ERROR}", RuntimeWarning, stacklevel=2)
@@ -36,8 +35,6 @@ else:
     EXTENSION_IMPORT_ERROR: str | None = None
     # Whether csrc/cuda/*.cu were compiled in (a build-time fact; says nothing about a GPU).
     HAS_CUDA_KERNELS = bool(getattr(_C, "WITH_CUDA", 0))
-    #: char_cnn's limit on the character ids per token, the same on every backend (csrc/char_cnn_limits.h)
-    CHAR_CNN_MAX_CHARS: int = getattr(_C, "CHAR_CNN_MAX_CHARS", 64)
     if (_other_release := loaded_against_other_release()) is not None:
         warnings.warn(_other_release, RuntimeWarning, stacklevel=2)
 
@@ -152,9 +149,10 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
              activation: str = "relu") -> Tensor:
     """Character CNN: one token vector per row of character ids (fused; twin of ``char_cnn_ref``).
 
-    char_ids:       [N, L] int64, ids in [0, V) (allennlp's +1 shifted ids; any strides). L is 50 for
-                    allennlp's ids; every backend takes 1 <= L <= 64 (:data:`CHAR_CNN_MAX_CHARS`).
-    char_embedding: [V, D] float32 or float64 (V = 262 for ELMo).
+    char_ids:       [N, L] int64, ids in [0, V) (+1 shifted ids; any strides). L is 50 for allennlp's
+                    ids, max_characters_per_token for ELMoForManyLangs models; every backend takes any L >= 1.
+    char_embedding: [V, D] float32 or float64 (V = 262 for allennlp's ids; thousands of rows for
+                    ELMoForManyLangs models).
     conv_weights:   K tensors [n_k, D, w_k], 1 <= w_k <= L; conv_biases: K tensors [n_k]; all
                     of char_embedding's dtype.
     activation:     "relu" or "tanh", applied after the max over the L - w_k + 1 windows.
@@ -363,12 +361,12 @@ if HAS_EXTENSION:
 
     def _check_char_cnn_args(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
                              conv_biases: list[Tensor], activation: str, op: str = "char_cnn") -> None:
-        # The kernels' rule (csrc/char_cnn_args.h), in their words: 1 <= L <= 64, 1 <= w_k <= L.
+        # The kernels' rule, in their words (csrc/cpu/char_cnn_cpu.cpp, csrc/char_cnn_args.h): L >= 1,
+        # 1 <= w_k <= L.
         torch._check(char_ids.dim() == 2, lambda: f"{op}: char_ids must have 2 dims, got {char_ids.dim()}")
-        L, most = char_ids.shape[1], CHAR_CNN_MAX_CHARS
-        torch._check(L >= 1 and L <= most, lambda: (
-            f"{op}: char_ids must have at least one character id per token and at most {most} (shape [N, L], "
-            f"1 <= L <= {most}), got shape {list(char_ids.shape)}"))
+        L = char_ids.shape[1]
+        torch._check(L >= 1, lambda: (f"{op}: char_ids must have at least one character id per token (shape [N, L]), "
+                                      f"got shape {list(char_ids.shape)}"))
         torch._check(char_embedding.dim() == 2, lambda: "char_cnn: char_embedding must be [V, D]")
         torch._check(len(conv_weights) == len(conv_biases) and len(conv_weights) > 0,
                      lambda: "char_cnn: conv_weights and conv_biases must have the same, non-zero length")

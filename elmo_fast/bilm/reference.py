@@ -26,15 +26,15 @@ def char_cnn_ref(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Te
                  conv_biases: list[Tensor], activation: str = "relu") -> Tensor:
     """Character CNN: one token vector per row of character ids.
 
-    char_ids:       [N, 50] long, allennlp's +1 shifted ids (0 = no character / no token).
-    char_embedding: [262, D], row 0 zero.
+    char_ids:       [N, L] long, +1 shifted ids (0 = no character / no token); allennlp's L is 50.
+    char_embedding: [V, D], row 0 zero (V = 262 for allennlp's ids).
     conv_weights:   K tensors [n_k, D, w_k]; conv_biases: K tensors [n_k].
     activation:     "relu" or "tanh", applied after the max over positions.
     returns         [N, sum n_k].
     """
-    x = F.embedding(char_ids, char_embedding).transpose(1, 2)  # [N, D, 50]
+    x = F.embedding(char_ids, char_embedding).transpose(1, 2)  # [N, D, L]
     act = torch.relu if activation == "relu" else torch.tanh
-    # Each width slides over all 50 positions (no padding): 50 - w + 1 windows, max over them.
+    # Each width slides over all L positions (no padding): L - w + 1 windows, max over them.
     return torch.cat([act(F.conv1d(x, w, b).amax(dim=-1)) for w, b in zip(conv_weights, conv_biases)], dim=-1)
 
 
@@ -50,6 +50,44 @@ def highway_ref(x: Tensor, highway_weights: list[Tensor], highway_biases: list[T
     for w, b in zip(highway_weights, highway_biases):
         x = highway_gate_ref(F.linear(x, w, b), x)
     return F.linear(x, proj_weight, proj_bias)
+
+
+def word_char_tokens_ref(ids: Tensor, word_embedding: Tensor | None, char_embedding: Tensor | None,
+                         conv_weights: list[Tensor], conv_biases: list[Tensor], activation: str,
+                         highway_weights: list[Tensor], highway_biases: list[Tensor], proj_weight: Tensor,
+                         proj_bias: Tensor) -> Tensor:
+    """ELMoForManyLangs' token embedder: [word embedding ; highways(char CNN)], projected.
+
+    ids:             [N, W] long rows ``[word id] + [char ids]`` (+1 shifted, 0 = no token); the word
+                     id is there when ``word_embedding`` is given, the char ids when ``char_embedding`` is.
+    word_embedding:  [Vw, Dw] or None; char_embedding: [Vc, D] or None (then no convolutions or highways).
+    conv_*, activation, highway_*: as :func:`char_cnn_ref` and :func:`highway_ref`.
+    proj_weight:     [P, Dw + F]; proj_bias: [P].
+    returns          [N, P].
+    """
+    parts = []
+    if word_embedding is not None:
+        parts.append(F.embedding(ids[:, 0], word_embedding))
+        ids = ids[:, 1:]
+    if char_embedding is not None:
+        x = char_cnn_ref(ids, char_embedding, conv_weights, conv_biases, activation)
+        for w, b in zip(highway_weights, highway_biases):
+            x = highway_gate_ref(F.linear(x, w, b), x)
+        parts.append(x)
+    return F.linear(torch.cat(parts, dim=-1), proj_weight, proj_bias)
+
+
+def token_vectors_ref(ids: Tensor, weights) -> Tensor:
+    """Context-free token vectors [N, P] of rows of ids [N, W], for either kind of weights:
+    :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` (char CNN, highways, projection) or
+    :class:`~elmo_fast.formats.manylangs.ManyLangsWeights` (with word embeddings)."""
+    if hasattr(weights, "word_embedding"):
+        return word_char_tokens_ref(ids, weights.word_embedding, weights.char_embedding, weights.conv_weights,
+                                    weights.conv_biases, weights.options.activation, weights.highway_weights,
+                                    weights.highway_biases, weights.proj_weight, weights.proj_bias)
+    tokens = char_cnn_ref(ids, weights.char_embedding, weights.conv_weights, weights.conv_biases,
+                          weights.options.activation)
+    return highway_ref(tokens, weights.highway_weights, weights.highway_biases, weights.proj_weight, weights.proj_bias)
 
 
 def lstm_layer_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, h0: Tensor, c0: Tensor,
@@ -221,11 +259,12 @@ def flat_lstm_weights(lstm: list) -> list[Tensor]:
     return [t for pair in lstm for w in pair for t in (w.w_ih, w.w_hh, w.bias, w.w_proj)]
 
 
-def add_sentence_boundaries(char_ids: Tensor) -> tuple[Tensor, Tensor]:
+def add_sentence_boundaries(char_ids: Tensor, bos=None, eos=None) -> tuple[Tensor, Tensor]:
     """Wrap every sentence in ``<S>`` ... ``</S>`` (as allennlp does, also for empty sentences).
 
-    char_ids: [B, T, 50]; a token slot is present when any of its ids is non-zero.
-    returns   ids [B, T + 2, 50] and mask [B, T + 2] (bool).
+    char_ids: [B, T, W]; a token slot is present when any of its ids is non-zero.
+    bos, eos: the W ids of the boundary tokens; default allennlp's (W = 50).
+    returns   ids [B, T + 2, W] and mask [B, T + 2] (bool).
     """
     from .char_ids import BOS_CHAR_IDS, EOS_CHAR_IDS
 
@@ -233,8 +272,8 @@ def add_sentence_boundaries(char_ids: Tensor) -> tuple[Tensor, Tensor]:
     lengths = (char_ids > 0).any(dim=-1).sum(dim=1)
     out = char_ids.new_zeros(B, T + 2, W)
     out[:, 1:-1] = char_ids
-    out[:, 0] = char_ids.new_tensor(BOS_CHAR_IDS)
-    out[torch.arange(B), lengths + 1] = char_ids.new_tensor(EOS_CHAR_IDS)
+    out[:, 0] = char_ids.new_tensor(BOS_CHAR_IDS if bos is None else bos)
+    out[torch.arange(B), lengths + 1] = char_ids.new_tensor(EOS_CHAR_IDS if eos is None else eos)
     return out, (out > 0).any(dim=-1)
 
 
@@ -247,23 +286,22 @@ def remove_sentence_boundaries(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]
     return body * new_mask.view(*new_mask.shape, *([1] * (x.dim() - 2))).to(x.dtype), new_mask
 
 
-def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None,
-             c0: Tensor | None = None) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:
+def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None, c0: Tensor | None = None, bos=None,
+             eos=None) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:
     """The whole biLM (allennlp's ``_ElmoBiLm``), boundaries included in what it returns.
 
-    char_ids: [B, T, 50] from :func:`~elmo_fast.batch_to_ids`.
-    weights:  :class:`~elmo_fast.formats.bilm_tf.ElmoWeights`.
+    char_ids: [B, T, 50] from :func:`~elmo_fast.batch_to_ids` (or [B, T, W] rows of another front
+              end, with its boundary rows ``bos`` and ``eos``).
+    weights:  :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` (or
+              :class:`~elmo_fast.formats.manylangs.ManyLangsWeights`: see :func:`token_vectors_ref`).
     h0, c0:   [L, B, 2P], [L, B, 2C] initial LSTM states, or None for zeros.
     returns   activations: L + 1 tensors [B, T + 2, 2P] (layer 0 is the token vector twice),
               mask [B, T + 2], final h [L, B, 2P], final c [L, B, 2C].
     """
     o = weights.options
-    ids, mask = add_sentence_boundaries(char_ids)
+    ids, mask = add_sentence_boundaries(char_ids, bos, eos)
     B, T2, W = ids.shape
-    tokens = char_cnn_ref(ids.reshape(B * T2, W), weights.char_embedding, weights.conv_weights,
-                          weights.conv_biases, o.activation)
-    tokens = highway_ref(tokens, weights.highway_weights, weights.highway_biases,
-                         weights.proj_weight, weights.proj_bias).view(B, T2, weights.proj_weight.shape[0])
+    tokens = token_vectors_ref(ids.reshape(B * T2, W), weights).view(B, T2, weights.proj_weight.shape[0])
     tokens = tokens * mask.unsqueeze(-1).to(tokens.dtype)
     lstm = flat_lstm_weights(weights.lstm)
     token_index = torch.arange(B * T2, device=ids.device).view(B, T2)

@@ -2,10 +2,12 @@
 (``forward_fast``, :mod:`elmo_fast.bilm.ops`) and the plain-PyTorch twin (``forward_reference``,
 :mod:`elmo_fast.bilm.reference`), chosen the same way in every stage by its ``backend``.
 
-    CharTokenEmbedder                      token -> context-free vector [P]
+    CharTokenEmbedder                      token -> context-free vector [P] (bilm-tf, allennlp)
         CharCNN      char ids [N, 50] -> [N, F]     char embedding + convolutions, max over windows
         Highway      [N, F] -> [N, F]               n_highway gated layers
         projection   [N, F] -> [N, P]               nn.Linear
+    WordCharTokenEmbedder                  token -> context-free vector [P] (ELMoForManyLangs)
+        word_embedding, CharCNN, Highway, projection over [word embedding ; highway output]
     BiLstmEncoder                          vectors in context: forward and backward stacks
         forward_layers[l], backward_layers[l]: LstmLayer (input, recurrent and projection weights)
 
@@ -147,8 +149,21 @@ class CharTokenEmbedder(Stage):
     def forward_fast(self, char_ids: Tensor, lowp: dict | None = None) -> Tensor:
         return self.project_fast(self.char_cnn.forward_fast(char_ids), lowp)
 
-    def project_fast(self, cnn: Tensor, lowp: dict | None = None) -> Tensor:
-        """The highways and the projection of char CNN outputs [N, F] -> [N, P], as one op."""
+    def char_features_fast(self, char_ids: Tensor) -> Tensor:
+        """The char CNN's output [N, F]."""
+        return self.char_cnn.forward_fast(char_ids)
+
+    def bf16_weights(self) -> dict:
+        """bf16 copies of the GEMM weights :meth:`project_fast` reads with ``lowp``."""
+        bf = torch.bfloat16
+        return {"highway_weights": [p.detach().to(bf) for p in self.highways.weights()],
+                "highway_biases": [p.detach().to(bf) for p in self.highways.biases()],
+                "proj_weight": self.projection.weight.detach().to(bf),
+                "proj_bias": self.projection.bias.detach().to(bf)}
+
+    def project_fast(self, cnn: Tensor, lowp: dict | None = None, ids: Tensor | None = None) -> Tensor:
+        """The highways and the projection of char CNN outputs [N, F] -> [N, P], as one op
+        (``ids`` unused: the signature of every token embedder's second half)."""
         if lowp is not None:
             return ops.highway(cnn.to(lowp["proj_weight"].dtype), lowp["highway_weights"], lowp["highway_biases"],
                                lowp["proj_weight"], lowp["proj_bias"]).float()
@@ -158,6 +173,81 @@ class CharTokenEmbedder(Stage):
     def forward_reference(self, char_ids: Tensor) -> Tensor:
         return reference.highway_ref(self.char_cnn.forward_reference(char_ids), self.highways.weights(),
                                      self.highways.biases(), self.projection.weight, self.projection.bias)
+
+
+class WordCharTokenEmbedder(Stage):
+    """ELMoForManyLangs' token embedder (its ``ConvTokenEmbedder``): a token's word embedding and
+    its char CNN + highway vector, concatenated, then projected.
+
+    forward(ids [N, W]) -> [N, P], a row being ``[word id] + [char ids]``
+    (:class:`~elmo_fast.bilm.manylangs_ids.ManyLangsIds`; each part present when the model has
+    it). ``word_embedding`` [Vw, Dw] or None; ``char_cnn`` and ``highways`` None for a model
+    without characters. The highways follow allennlp's convention as they are stored (no sign to
+    flip); the projection reads ``[word embedding ; highway output]``.
+    """
+
+    def __init__(self, word_embedding: Tensor | None, char_cnn: CharCNN | None, highways: Highway | None,
+                 projection: nn.Linear, requires_grad: bool = False) -> None:
+        super().__init__()
+        #: [Vw, Dw], row 0 zero (no token); None without word embeddings
+        self.word_embedding = None if word_embedding is None else _param(word_embedding, requires_grad)
+        self.char_cnn = char_cnn
+        self.highways = highways
+        self.projection = projection
+
+    @property
+    def output_dim(self) -> int:
+        return self.projection.out_features
+
+    def extra_repr(self) -> str:
+        if self.word_embedding is None:
+            return "words=None"
+        V, D = self.word_embedding.shape
+        return f"words={V}, word_dim={D}, projection over [word embedding ; highway output]"
+
+    def char_features_fast(self, ids: Tensor) -> Tensor | None:
+        """The char CNN's output [N, F] (None without characters)."""
+        if self.char_cnn is None:
+            return None
+        return self.char_cnn.forward_fast(ids[:, 0 if self.word_embedding is None else 1:])
+
+    def project_fast(self, cnn: Tensor | None, lowp: dict | None = None, ids: Tensor | None = None) -> Tensor:
+        """Highways over the char CNN output, the word embedding of ``ids``, the projection: [N, P].
+        ``lowp`` (bf16 copies from :meth:`bf16_weights`) runs the GEMMs in bf16."""
+        parts = []
+        if self.word_embedding is not None:
+            parts.append(self.word_embedding[ids[:, 0]])
+        if cnn is not None:
+            weights = self.highways.weights() if lowp is None else lowp["highway_weights"]
+            biases = self.highways.biases() if lowp is None else lowp["highway_biases"]
+            x = cnn if lowp is None else cnn.to(torch.bfloat16)
+            for w, b in zip(weights, biases):
+                x = ops.highway_gate(F.linear(x, w, b), x)
+            parts.append(x)
+        if lowp is None:
+            return F.linear(torch.cat(parts, dim=-1), self.projection.weight, self.projection.bias)
+        x = torch.cat([p.to(torch.bfloat16) for p in parts], dim=-1)
+        return F.linear(x, lowp["proj_weight"], lowp["proj_bias"]).float()
+
+    def bf16_weights(self) -> dict:
+        """bf16 copies of the GEMM weights :meth:`project_fast` reads with ``lowp``."""
+        bf = torch.bfloat16
+        hw = self.highways
+        return {"highway_weights": [] if hw is None else [p.detach().to(bf) for p in hw.weights()],
+                "highway_biases": [] if hw is None else [p.detach().to(bf) for p in hw.biases()],
+                "proj_weight": self.projection.weight.detach().to(bf),
+                "proj_bias": self.projection.bias.detach().to(bf)}
+
+    def forward_fast(self, ids: Tensor, lowp: dict | None = None) -> Tensor:
+        return self.project_fast(self.char_features_fast(ids), lowp, ids)
+
+    def forward_reference(self, ids: Tensor) -> Tensor:
+        cnn = self.char_cnn
+        return reference.word_char_tokens_ref(
+            ids, self.word_embedding, None if cnn is None else cnn.char_embedding,
+            [] if cnn is None else cnn.conv_weights(), [] if cnn is None else cnn.conv_biases(),
+            "relu" if cnn is None else cnn.activation, [] if cnn is None else self.highways.weights(),
+            [] if cnn is None else self.highways.biases(), self.projection.weight, self.projection.bias)
 
 
 class LstmLayer(nn.Module):

@@ -56,16 +56,24 @@ def run(args: argparse.Namespace) -> int:
     from ..embedding.embedder import ElmoEmbedder
 
     args.output_before = _output_stamp(args.output)
-    if args.model:
+    if args.model_dir:
+        if args.model or args.options or args.weights:
+            raise ElmoFastError("give one of --model-dir DIR, --model NAME or --options F --weights F")
+    elif args.model:
         from ..pretrained import model_names
 
         if args.options or args.weights:
             raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
         if args.model not in model_names():  # argparse's choices would print a usage block, not one line
             raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
-    elif not (args.options and args.weights):
-        raise ElmoFastError("give --options F and --weights F together (or --model NAME; `allennlp elmo` without "
-                            "them used the model that --model original fetches)")
+    elif bool(args.options) != bool(args.weights):
+        raise ElmoFastError("give --options F and --weights F together (or --model NAME, or --model-dir DIR, or "
+                            "none of them for the bundled model)")
+    elif not args.options:  # no model named: the bundled one (`allennlp elmo` fetched the original model)
+        from ..pretrained.bundled import USING_MESSAGE, bundled_model
+
+        args.model_dir = str(bundled_model().directory)
+        print(USING_MESSAGE, file=sys.stderr)
     if args.stateful and args.max_tokens_per_batch is not None:
         raise ElmoFastError("--max-tokens-per-batch cannot be used with --stateful: the LSTM states flow from each "
                             "batch to the next in input order, so batches cannot be sorted by length; bound them "
@@ -75,14 +83,17 @@ def run(args: argparse.Namespace) -> int:
     if args.input != "-" and not os.path.exists(args.input):
         raise InputError(f"{args.input}: input file not found")
     check_output(args.output, args.overwrite, args.resume)
-    if args.model:
+    if args.model_dir:
+        model = dict(model_dir=args.model_dir)
+    elif args.model:
         from ..pretrained import fetch_model
 
         options, weights = fetch_model(args.model, progress=not args.quiet)
+        model = dict(options_file=options, weight_file=weights)
     else:
-        options, weights = args.options, args.weights
-    embedder = ElmoEmbedder(options, weights, device=device, batch_size=args.batch_size,
-                            stateful=args.stateful, backend=args.backend)
+        model = dict(options_file=args.options, weight_file=args.weights)
+    embedder = ElmoEmbedder(**model, device=device, batch_size=args.batch_size, stateful=args.stateful,
+                            backend=args.backend)
     # stdin as bytes: lines are decoded one by one, so a line that is not UTF-8 can be named
     source = sys.stdin.buffer if args.input == "-" else args.input
     progress = False if args.quiet else ("log" if args.file_friendly_logging else True)
@@ -108,16 +119,20 @@ def add_parser(sub) -> None:
     p.add_argument("output", help="output HDF5 file (written to a temporary name, renamed when complete)")
     fmt = p.add_mutually_exclusive_group(required=True)
     fmt.add_argument("--all", action="store_const", const="all", dest="output_format",
-                     help="all 3 layers per sentence: (3, T, D)")
+                     help="all layers per sentence: (3, T, D) for the usual 2-layer biLMs")
     fmt.add_argument("--top", action="store_const", const="top", dest="output_format",
                      help="the top layer: (T, D)")
     fmt.add_argument("--average", action="store_const", const="average", dest="output_format",
-                     help="the mean of the 3 layers: (T, D)")
+                     help="the mean of the layers: (T, D)")
     p.add_argument("--options", "--options-file", help="options.json of the model (--options-file: allennlp's name)")
     p.add_argument("--weights", "--weight-file",
                    help="weights.hdf5 of the model, bilm-tf layout (--weight-file: allennlp's name)")
+    p.add_argument("--model-dir", metavar="DIR",
+                   help="a model directory: bilm-tf's (options.json + weights.hdf5) or ELMoForManyLangs' (config.json, "
+                        "char.dic, word.dic, token_embedder.pkl, encoder.pkl)")
     p.add_argument("--model", metavar="NAME",
-                   help=f"an official model by name, downloaded once into the cache: {', '.join(model_names())}")
+                   help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
+                        f"official one, downloaded once into the cache: {', '.join(model_names())}")
     p.add_argument("--batch-size", type=int, default=64, help="at most N sentences per batch (default 64)")
     p.add_argument("--max-tokens-per-batch", type=int, metavar="N",
                    help=f"at most N padded tokens (sentences x longest) per batch (stateless only; default "

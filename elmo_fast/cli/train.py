@@ -54,6 +54,7 @@ def _run(args: argparse.Namespace, finetune: bool) -> int:
     device = distributed_setup(args.device)
     resolve_device(device)
     if finetune:
+        _default_model_dir(args, announce=int(os.environ.get("RANK", "0")) == 0)
         options_file, _ = model_dir_files(args.model_dir)
         from ..formats.bilm_tf import load_options
 
@@ -107,6 +108,7 @@ def _perplexity(args: argparse.Namespace) -> int:
     from ..training.trainer import evaluate, model_dir_files
 
     files = expand_corpus(args.input, "INPUT")
+    _default_model_dir(args)
     options_file, weights_file = model_dir_files(args.model_dir)
     vocab = Vocabulary.load(args.vocab or os.path.join(args.model_dir, "vocab.txt"))
     weights = load_model_files(options_file, weights_file)
@@ -122,6 +124,24 @@ def _perplexity(args: argparse.Namespace) -> int:
         print(f"perplexity over {result['targets']:,} targets per direction: forward {result['forward']:.3f}, "
               f"backward {result['backward']:.3f}, mean {result['mean']:.3f}")
     return 0
+
+
+def _default_model_dir(args: argparse.Namespace, announce: bool = True) -> None:
+    """--model-dir from --model NAME (only the bundled model has a softmax), or the bundled model when
+    neither is given (said in one line)."""
+    from ..pretrained import BUNDLED_NAME, bundled_model
+    from ..pretrained.bundled import USING_MESSAGE
+
+    if args.model is not None:
+        if args.model_dir is not None:
+            raise InputError("give --model NAME or --model-dir DIR, not both")
+        if args.model != BUNDLED_NAME:
+            raise InputError(f"--model {args.model}: only the bundled model '{BUNDLED_NAME}' ships a softmax layer "
+                             "(the official models' files hold the biLM alone); give --model-dir DIR for another")
+    elif args.model_dir is None and announce:
+        print(USING_MESSAGE, file=sys.stderr)
+    if args.model_dir is None:
+        args.model_dir = str(bundled_model().directory)
 
 
 def _common_training_flags(p: argparse.ArgumentParser) -> None:
@@ -186,8 +206,9 @@ def add_parsers(sub) -> None:
                        description="Fine-tune the biLM of --model-dir on new text, keeping the model with the best "
                                    "held-out perplexity.")
     _common_training_flags(p)
-    p.add_argument("--model-dir", required=True, help="the model to start from (options.json, weights.hdf5, and "
-                                                      "softmax.hdf5 + vocab.txt when it has them)")
+    p.add_argument("--model-dir", help="the model to start from (options.json, weights.hdf5, and softmax.hdf5 + "
+                                       "vocab.txt when it has them; default: the bundled model)")
+    p.add_argument("--model", metavar="NAME", help="the bundled model by name ('default')")
     p.add_argument("--vocab", help="vocabulary (default: the model directory's vocab.txt)")
     p.add_argument("--softmax-warmup", type=int, metavar="N",
                    help="steps training a new softmax alone first (default 200 without softmax.hdf5, else 0)")
@@ -197,7 +218,9 @@ def add_parsers(sub) -> None:
                        description="Forward, backward and mean perplexity over held-out text, sentence by sentence "
                                    "from zero states, with the full softmax.")
     p.add_argument("input", nargs="+", help="text files or glob patterns, one tokenized sentence per line")
-    p.add_argument("--model-dir", required=True, help="options.json, weights.hdf5, softmax.hdf5 (and vocab.txt)")
+    p.add_argument("--model-dir", help="options.json, weights.hdf5, softmax.hdf5 (and vocab.txt); default: the "
+                                       "bundled model")
+    p.add_argument("--model", metavar="NAME", help="the bundled model by name ('default')")
     p.add_argument("--vocab", help="vocabulary (default: the model directory's vocab.txt)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="cpu")

@@ -40,25 +40,32 @@ class Elmo(nn.Module):
     elmo-fast's own: ``backend`` ("auto", "fast", "reference"), ``device``, and ``dtype``
     (``torch.bfloat16`` runs the fast path's GEMMs in bf16; parameters and outputs stay fp32).
 
+    The biLM may also be a model directory, ``model_dir=`` or the first argument alone, of
+    bilm-tf or ELMoForManyLangs (e.g. ``Elmo("./hun", num_output_representations=1)``): an
+    ELMoForManyLangs model takes its own ids, from :meth:`batch_to_ids`, [..., T, token_width].
+
     An empty batch (no sentences) gives empty outputs; allennlp raises on it.
     Submodules carry allennlp's names (``_elmo_lstm``, ``scalar_mix_{k}``), so the scalar mixes of a
     state dict saved from an allennlp model load as they are.
     """
 
-    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
-                 num_output_representations: int, requires_grad: bool = False, do_layer_norm: bool = False,
-                 dropout: float = 0.5, vocab_to_cache: Sequence[str] | None = None,
+    def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None,
+                 num_output_representations: int | None = None, requires_grad: bool = False,
+                 do_layer_norm: bool = False, dropout: float = 0.5, vocab_to_cache: Sequence[str] | None = None,
                  keep_sentence_boundaries: bool = False, scalar_mix_parameters: Sequence[float] | None = None,
                  stateful: bool = False, backend: str = "auto", device: str | torch.device | None = None,
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, *, model_dir: str | os.PathLike | None = None) -> None:
         super().__init__()
+        if isinstance(weight_file, int) and not isinstance(weight_file, bool):
+            raise ElmoFastError("with a model directory, pass num_output_representations by keyword: "
+                                "Elmo(model_dir, num_output_representations=2)")
         if isinstance(num_output_representations, bool) or not isinstance(num_output_representations, int) \
                 or num_output_representations < 1:
             raise ElmoFastError(f"num_output_representations must be an integer >= 1, got {num_output_representations!r}")
         if not 0.0 <= dropout <= 1.0:
             raise ElmoFastError(f"dropout must be in [0, 1], got {dropout!r}")
         self._elmo_lstm = ElmoBiLm(options_file, weight_file, requires_grad=requires_grad, stateful=stateful,
-                                   backend=backend, dtype=dtype, vocab_to_cache=vocab_to_cache)
+                                   backend=backend, dtype=dtype, vocab_to_cache=vocab_to_cache, model_dir=model_dir)
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
         num_layers = self._elmo_lstm.num_layers
@@ -77,9 +84,15 @@ class Elmo(nn.Module):
     def get_output_dim(self) -> int:
         return self._elmo_lstm.get_output_dim()
 
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> Tensor:
+        """The ids :meth:`forward` takes for tokenized sentences: [B, T, token_width] (allennlp's
+        ``batch_to_ids`` for bilm-tf models, the model's own for ELMoForManyLangs ones)."""
+        return self._elmo_lstm.batch_to_ids(sentences)
+
     def save_bilm(self, directory: str | os.PathLike) -> tuple[str, str]:
         """Write the biLM's current weights (after fine-tuning with ``requires_grad=True``) as
-        ``options.json`` + ``weights.hdf5`` in the bilm-tf layout (see :meth:`ElmoBiLm.save`)."""
+        ``options.json`` + ``weights.hdf5`` in the bilm-tf layout, an ELMoForManyLangs model in its own
+        (see :meth:`ElmoBiLm.save`)."""
         return self._elmo_lstm.save(directory)
 
     def reset_states(self) -> None:
@@ -88,24 +101,27 @@ class Elmo(nn.Module):
 
     def forward(self, char_ids: Tensor | None = None,
                 word_inputs: Tensor | None = None) -> dict[str, Tensor | list[Tensor]]:
-        """char_ids [..., T, 50] (``batch_to_ids``), word_inputs [..., T] (with ``vocab_to_cache``).
+        """char_ids [..., T, 50] (``batch_to_ids``; [..., T, token_width] of :meth:`batch_to_ids` for an
+        ELMoForManyLangs model), word_inputs [..., T] (with ``vocab_to_cache``).
 
         Leading dimensions past the batch (e.g. [B, N, T, 50] for N sentences per instance) are
         flattened for the biLM and restored on every output, as allennlp does.
         """
         if char_ids is None and word_inputs is None:
             raise ElmoFastError("Elmo needs char_ids (from batch_to_ids), or word_inputs with vocab_to_cache")
-        if char_ids is not None and (char_ids.dim() < 3 or char_ids.shape[-1] != 50):
-            raise ElmoFastError(f"char_ids must have shape [batch, ..., tokens, 50], got {list(char_ids.shape)}")
+        W = self._elmo_lstm.token_width
+        if char_ids is not None and (char_ids.dim() < 3 or char_ids.shape[-1] != W):
+            how = "" if W == 50 else " (this model's own ids: elmo.batch_to_ids(sentences))"
+            raise ElmoFastError(f"char_ids must have shape [batch, ..., tokens, {W}]{how}, got {list(char_ids.shape)}")
         if word_inputs is not None and word_inputs.dim() < 2:
             raise ElmoFastError(f"word_inputs must have shape [batch, ..., tokens], got {list(word_inputs.shape)}")
         if char_ids is not None and word_inputs is not None and word_inputs.shape != char_ids.shape[:-1]:
             raise ElmoFastError(f"char_ids {list(char_ids.shape)} and word_inputs {list(word_inputs.shape)} must "
-                                "describe the same tokens: [..., tokens, 50] and [..., tokens]")
+                                f"describe the same tokens: [..., tokens, {W}] and [..., tokens]")
         lead = (char_ids.shape[:-2] if char_ids is not None else word_inputs.shape[:-1])
         T = char_ids.shape[-2] if char_ids is not None else word_inputs.shape[-1]
         rows = math.prod(lead)  # explicit: view(-1, ...) cannot infer it when there are no elements
-        bilm = self._elmo_lstm(None if char_ids is None else char_ids.reshape(rows, T, 50),
+        bilm = self._elmo_lstm(None if char_ids is None else char_ids.reshape(rows, T, W),
                                None if word_inputs is None else word_inputs.reshape(rows, T))
         layers, mask = bilm["activations"], bilm["mask"]
         representations = []

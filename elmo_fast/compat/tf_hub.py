@@ -73,7 +73,7 @@ class HubElmo(nn.Module):
     """A biLM with TF-Hub ``google/elmo``'s two signatures and five outputs.
 
     options_file, weight_file: a bilm-tf model (``google/elmo`` is the ``original`` model,
-    ``elmo_fast.pretrained.fetch_model("original")``). scalar_mix_parameters: the initial ``w`` of the
+    ``elmo_fast.pretrained.fetch_model("original")``); neither: the bundled ``default`` model. scalar_mix_parameters: the initial ``w`` of the
     ``elmo`` mix, one per layer (default zeros: an even mix), frozen when given (allennlp's
     meaning), trainable otherwise; ``gamma`` starts at 1. backend, dtype, token_cache_size: as
     :class:`ElmoBiLm`. device: where the model and the outputs live.
@@ -94,7 +94,7 @@ class HubElmo(nn.Module):
     weights are frozen; gradients reach the mix's scalars.
     """
 
-    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike, *,
+    def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None, *,
                  scalar_mix_parameters: Sequence[float] | None = None, backend: str = "auto",
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  token_cache_size: int = 0) -> None:

@@ -50,8 +50,8 @@ class ElmoEmbedder(Protocol):
     elmo_bilm: ElmoBiLm
     device: torch.device
     batch_size: int
-    options_file: str | os.PathLike
-    weight_file: str | os.PathLike
+    #: the files that define the model, by role ("options" and "weights" for bilm-tf models)
+    model_files: dict[str, str | os.PathLike]
 
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]: ...
 
@@ -771,8 +771,7 @@ def check_output(output: str, overwrite: bool, resume: bool) -> None:
 
 def _model_identity(embedder: ElmoEmbedder) -> dict:
     bilm = embedder.elmo_bilm
-    return {"options": _file_digest(os.fspath(embedder.options_file)),
-            "weights": _file_digest(os.fspath(embedder.weight_file)),
+    return {**{role: _file_digest(os.fspath(path)) for role, path in embedder.model_files.items()},
             "backend": bilm.backend, "dtype": str(bilm.compute_dtype), "device": embedder.device.type}
 
 

@@ -8,11 +8,11 @@ from typing import IO, Any, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from ..bilm.char_ids import batch_to_ids
 from ..bilm.model import ElmoBiLm
 from ..devices import resolve_device
 from ..errors import ElmoFastError, InputError, Param
-from ..formats.bilm_tf import check_not_swapped, load_options
+from ..formats.bilm_tf import load_model_files
+from ..formats.model_dir import inspect_model_dir, load_model
 from .corpus import DEFAULT_WINDOW, OUTPUT_FORMATS, embed_corpus, read_sentences  # noqa: F401  (public here too)
 
 
@@ -34,7 +34,12 @@ def _device_name(device: object) -> str:
 
 
 class ElmoEmbedder:
-    """Embed tokenized sentences with a biLM given by its ``options.json`` and ``weights.hdf5``.
+    """Embed tokenized sentences with a biLM given by its ``options.json`` and ``weights.hdf5``, or
+    by a model directory (``model_dir=``, or the first argument alone) of bilm-tf (options.json +
+    weights.hdf5) or ELMoForManyLangs (its config, dictionaries and state dicts; the model's own
+    front end then turns tokens into ids, see :class:`~elmo_fast.bilm.model.ElmoBiLm`). With no
+    model at all (``ElmoEmbedder()``), the English model bundled in the package (``default``; one
+    line on the ``elmo_fast`` logger says so), as allennlp 0.9's ``ElmoEmbedder()`` used its default.
 
     backend: "auto" (the fused fast path when the extension is built, else the reference),
     "fast" or "reference". token_cache_mb bounds the cache of distinct tokens' context-free
@@ -43,8 +48,8 @@ class ElmoEmbedder:
     dtype=torch.bfloat16 runs the fast path's GEMMs in bf16 (fp32 accumulation, fp32 cell states);
     its error bound against fp32 is stated and tested in tests/test_fast_model.py.
 
-    Each sentence gets an array ``(3, T, 2P)``: the context-free token layer (duplicated to 2P, as
-    allennlp does) and the two biLSTM layers, without the ``<S>``/``</S>`` boundaries.
+    Each sentence gets an array ``(L + 1, T, 2P)``: the context-free token layer (duplicated to 2P,
+    as allennlp does) and the L biLSTM layers, without the sentence boundaries.
 
     stateful=False (default) makes a sentence's vectors independent of batching; stateful=True
     carries the LSTM states from batch to batch, as allennlp and bilm-tf do.
@@ -54,10 +59,10 @@ class ElmoEmbedder:
     ``ElmoEmbedder(options, weights, cuda_device=-1)`` mean what they meant in allennlp 0.9.
     """
 
-    def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
+    def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None,
                  device: str | int | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
                  backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype = torch.float32, *,
-                 cuda_device: int | None = None) -> None:
+                 cuda_device: int | None = None, model_dir: str | os.PathLike | None = None) -> None:
         if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
             if device != "cpu" and _device_name(device) != _device_name(cuda_device):
                 raise ElmoFastError("give ", Param("device"), " or ", Param("cuda_device"), f", not both "
@@ -69,20 +74,40 @@ class ElmoEmbedder:
             raise ElmoFastError(Param("token_cache_mb"), f" must be >= 0, got {token_cache_mb}")
         self.device = resolve_device(device)
         self.batch_size = batch_size
-        # embed_file(resume=True) records the model files' digests, to refuse resuming with others
-        self.options_file, self.weight_file = options_file, weight_file
-        check_not_swapped(options_file, weight_file)
-        options = load_options(options_file)
+        if model_dir is None and weight_file is None and options_file is not None and os.path.isdir(options_file):
+            model_dir, options_file = options_file, None
+        if model_dir is None and options_file is None and weight_file is None:  # no model named: the bundled one
+            from ..pretrained.bundled import default_model_dir
+
+            model_dir = default_model_dir()
+        if model_dir is not None:
+            if options_file is not None or weight_file is not None:
+                raise ElmoFastError("give either ", Param("model_dir"), " or ", Param("options_file"), " and ",
+                                    Param("weight_file"), ", not both")
+            model = inspect_model_dir(model_dir)
+            weights = load_model(model)
+            #: the files that define the model, by role: embed_file(resume=True) records their digests,
+            #: to refuse resuming with other ones
+            self.model_files: dict[str, str | os.PathLike] = dict(model.files)
+        elif options_file is None or weight_file is None:
+            raise ElmoFastError("give ", Param("options_file"), " and ", Param("weight_file"), " (bilm-tf), or a "
+                                "model directory (", Param("model_dir"), ", bilm-tf or ELMoForManyLangs)")
+        else:
+            weights = load_model_files(options_file, weight_file)
+            self.model_files = {"options": options_file, "weights": weight_file}
+        self.options_file, self.weight_file = self.model_files.get("options"), self.model_files.get("weights")
+        o = weights.options
         # a cached token holds its vector [P] and its layer-0 gates [2, 4C], in fp32
-        entry_bytes = 4 * (options.projection_dim + 8 * options.cell_dim)
+        entry_bytes = 4 * (o.projection_dim + 8 * o.cell_dim)
         cache_size = int(token_cache_mb * 2**20 // entry_bytes)
-        self.elmo_bilm = ElmoBiLm(options_file, weight_file, stateful=stateful, backend=backend,
-                                  token_cache_size=cache_size, dtype=dtype).to(self.device).eval()
+        self.elmo_bilm = ElmoBiLm.from_weights(weights, stateful=stateful, backend=backend,
+                                               token_cache_size=cache_size, dtype=dtype).to(self.device).eval()
         self.output_dim = self.elmo_bilm.get_output_dim()
         self.num_layers = self.elmo_bilm.num_layers
 
     def save_model(self, directory: str | os.PathLike) -> tuple[str, str]:
-        """Write the biLM as ``options.json`` + ``weights.hdf5`` (bilm-tf layout) into ``directory``."""
+        """Write the biLM as ``options.json`` + ``weights.hdf5`` (bilm-tf layout) into ``directory``; an
+        ELMoForManyLangs model in its own layout (see :meth:`ElmoBiLm.save`)."""
         return self.elmo_bilm.save(directory)
 
     def _empty(self) -> np.ndarray:
@@ -91,14 +116,14 @@ class ElmoEmbedder:
     @torch.inference_mode()
     def batch_to_embeddings(self, batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """activations [B, L + 1, T, 2P] and mask [B, T] for a batch of tokenized sentences."""
-        return self.elmo_bilm.embed(batch_to_ids(batch).to(self.device))
+        return self.elmo_bilm.embed(self.elmo_bilm.batch_to_ids(batch).to(self.device))
 
     def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
-        """One tokenized sentence -> float32 array (3, T, 2P)."""
+        """One tokenized sentence -> float32 array (L + 1, T, 2P)."""
         return self.embed_batch([sentence])[0]
 
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """A list of tokenized sentences -> a list of arrays (3, T_i, 2P), in order."""
+        """A list of tokenized sentences -> a list of arrays (L + 1, T_i, 2P), in order."""
         for i, s in enumerate(batch):
             _check_sentence(s, f"sentence {i} of the batch")
         if len(batch) == 0:

@@ -2,6 +2,7 @@
 MODEL_CARD.md says on what and how), used whenever no model is named, offline."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,11 @@ NAME = "default"
 DIRECTORY = Path(__file__).resolve().parent / NAME
 DESCRIPTION = ("elmo-fast's own English biLM, bundled and offline (2x512_128 LSTM, 512 char filters, output "
                "dim 256; see elmo_fast/pretrained/default/MODEL_CARD.md)")
+
+
+#: what a command prints (one line, stderr) when no model was named and it uses this one
+USING_MESSAGE = (f"elmo-fast: no model named: using the bundled model '{NAME}' (elmo-fast's own small English biLM, "
+                 "offline); --model original gives the official ELMo where the internet is reachable")
 
 
 @dataclass(frozen=True)
@@ -35,3 +41,11 @@ def bundled_model() -> BundledModel:
                              "package data?): reinstall elmo-fast, or name a model with --options/--weights, "
                              "--model-dir or --model")
     return files
+
+
+def default_model_dir() -> Path:
+    """The bundled model's directory, for constructors given no model; says so in one line (a
+    warning of the ``elmo_fast`` logger: stderr unless logging is configured otherwise)."""
+    files = bundled_model()
+    logging.getLogger("elmo_fast").warning(USING_MESSAGE.removeprefix("elmo-fast: "))
+    return files.directory

@@ -1,0 +1,140 @@
+#!/usr/bin/env python
+"""Whole training steps of `elmo-fast train`: tokens/s with the fast ops' backward passes vs the
+reference stages under autograd, and the share the sampled softmax (and Adagrad) take.
+
+    python benchmarks/bench_train.py                        # 'small' and the bundled model's shape
+    python benchmarks/bench_train.py --presets small,original --batch 64 --repeats 5
+
+One step = what `elmo-fast train` runs per batch (elmo_fast.training.trainer.Trainer._step): the
+biLM forward from zero states with bilm-tf's dropout 0.1, the sampled softmax of both directions
+(--negative-samples unique log-uniform negatives), backward, global-norm clipping, Adagrad. A
+batch is --batch sentences from benchmarks/corpus.py (log-normal lengths, mean ~25 tokens) with a
+vocabulary of --vocab words (the corpus' words, then rare filler words); tokens/s counts the real tokens of the batch (targets of one
+direction). "biLM only" runs the same step with the loss taken on the top layer's outputs instead
+of the softmax, so 1 - biLM/step is the softmax's (and the optimizer's larger update's) share.
+Medians of --repeats after one warm-up step; "busy" is the share of the CPUs other processes used
+meanwhile (above ~5% the row was disturbed). Nothing asserts a speed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+for p in (REPO, REPO / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from bench_lstm import timed, wait_quiet  # noqa: E402
+from corpus import make_sentences  # noqa: E402
+from elmo_fast.formats.vocab import Vocabulary  # noqa: E402
+from elmo_fast.testing import PRESETS  # noqa: E402
+from elmo_fast.training.data import sentence_batch  # noqa: E402
+from elmo_fast.training.trainer import TrainConfig, Trainer  # noqa: E402
+
+#: the bundled model's architecture (elmo_fast/pretrained/default/options.json)
+DEFAULT_SHAPE = {"bidirectional": True, "char_cnn": {"activation": "relu", "embedding": {"dim": 16},
+                                                     "filters": [[1, 16], [2, 16], [3, 32], [4, 64], [5, 128],
+                                                                 [6, 128], [7, 128]],
+                                                     "max_characters_per_token": 50, "n_characters": 261,
+                                                     "n_highway": 1},
+                 "dropout": 0.1, "lstm": {"cell_clip": 3, "dim": 512, "n_layers": 2, "proj_clip": 3,
+                                          "projection_dim": 128, "use_skip_connections": True}}
+
+
+def shapes(name: str) -> dict:
+    return DEFAULT_SHAPE if name == "default" else PRESETS[name].to_dict()
+
+
+def bench(name: str, backend: str, args, workdir: Path) -> dict:
+    sentences = make_sentences(args.batch, seed=1)
+    counts = Counter(t for s in sentences for t in s)
+    words = [w for w, _ in counts.most_common(args.vocab - 3)]
+    words += [f"<rare-{i}>" for i in range(args.vocab - 3 - len(words))]  # the softmax's full size
+    vocab = Vocabulary(["<S>", "</S>", "<UNK>", *words])
+    vocab.save(workdir / "vocab.txt")
+    (workdir / "train.txt").write_text("\n".join(" ".join(s) for s in sentences) + "\n")
+    cfg = TrainConfig(train=[str(workdir / "train.txt")], heldout=[], vocab=str(workdir / "vocab.txt"),
+                      out=str(workdir / f"out-{name}-{backend}"), options=shapes(name), batch_size=args.batch,
+                      negative_samples=min(args.negative_samples, len(vocab) - 1), backend=backend,
+                      progress=False, seed=1)
+    trainer = Trainer(cfg)
+    lm = trainer._build()
+    lm.train()
+    optimizer = torch.optim.Adagrad(lm.parameters(), lr=0.2, initial_accumulator_value=1.0, eps=0.0, fused=True)
+    batch = sentence_batch(sentences, vocab)
+    tokens = int((batch.fwd_targets >= 0).sum())
+    step = [0]
+
+    def full():
+        trainer._step(lm, lm, optimizer, batch, step[0], None, [])
+        step[0] += 1
+
+    probe = torch.randn(args.batch, batch.fwd_targets.shape[1], shapes(name)["lstm"]["projection_dim"])
+
+    def bilm_only():
+        torch.manual_seed(step[0])
+        fwd, bwd, _, _ = lm.top_outputs(batch)
+        ((fwd * probe).sum() + (bwd * probe).sum()).backward()
+        params = [p for p in lm.parameters() if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, 10.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step[0] += 1
+
+    repeats = args.repeats if backend == "fast" else args.ref_repeats
+    t_full, busy_full = timed(full, 1, repeats)
+    t_bilm, busy_bilm = timed(bilm_only, 1, repeats)
+    return {"model": name, "backend": lm.bilm.backend, "batch": args.batch, "tokens": tokens,
+            "step_s": t_full, "tokens_per_s": tokens / t_full, "bilm_s": t_bilm,
+            "softmax_share": max(0.0, 1.0 - t_bilm / t_full), "busy": max(busy_full, busy_bilm)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--presets", default="small,default", help="comma-separated: default, " + ", ".join(PRESETS))
+    ap.add_argument("--batch", type=int, default=128, help="sentences per batch (elmo-fast train's default)")
+    ap.add_argument("--vocab", type=int, default=32000, help="vocabulary size (capped by the corpus' words)")
+    ap.add_argument("--negative-samples", type=int, default=4096)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--ref-repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.wait_quiet:
+        wait_quiet(args.wait_quiet)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    print(f"# {cpu}, {os.cpu_count()} CPUs, {args.threads} threads, torch {torch.__version__}")
+    print(f"| model | backend | batch (tokens) | step s | tokens/s | biLM-only s | softmax+opt share | busy |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.presets.split(","):
+            for backend in ("fast",) + (() if args.no_reference else ("reference",)):
+                r = bench(name, backend, args, Path(tmp))
+                rows.append(r)
+                print(f"| {name} | {r['backend']} | {r['batch']} ({r['tokens']:,}) | {r['step_s']:.3f} | "
+                      f"{r['tokens_per_s']:,.0f} | {r['bilm_s']:.3f} | {100 * r['softmax_share']:.0f}% | "
+                      f"{100 * r['busy']:.0f}% |", flush=True)
+            fast = [r for r in rows if r["model"] == name and r["backend"] == "fast"]
+            ref = [r for r in rows if r["model"] == name and r["backend"] == "reference"]
+            if fast and ref:
+                print(f"|  | fast / reference | | | {fast[0]['tokens_per_s'] / ref[0]['tokens_per_s']:.1f}x | | | |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
