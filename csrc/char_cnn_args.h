@@ -1,24 +1,26 @@
-// Argument checks of the `char_cnn` / `char_cnn_backward` ops shared by their CPU and CUDA bindings,
-// so that every backend (and the fake in elmo_fast/bilm/ops.py) states one rule, in one message:
-// char_ids [N, L] with 1 <= L <= kCharCnnMaxChars, convolution widths 1 <= w_k <= L.
+// Argument checks of the `char_cnn` / `char_cnn_backward` ops for their CUDA bindings, in the CPU
+// op's words (csrc/cpu/char_cnn_cpu.cpp, check_char_cnn_args), so that every backend and the fake in
+// elmo_fast/bilm/ops.py state one rule, in one message: char_ids [N, L] with any L >= 1, convolution
+// widths 1 <= w_k <= L.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <limits>
 
-#include "char_cnn_limits.h"
 #include "checks.h"
 
 namespace elmo_fast {
 
-// char_ids: 2 dims, 1..kCharCnnMaxChars ids per token. Returns L.
+// char_ids: 2 dims, at least one id per token. Returns L.
 inline int64_t check_char_ids_length(const char* kOp, const at::Tensor& char_ids) {
   ELMO_CHECK_DIM(char_ids, 2);
   const int64_t chars = char_ids.size(1);
-  ELMO_CHECK(chars >= 1 && chars <= kCharCnnMaxChars, "char_ids must have at least one character id per token and "
-             "at most ", kCharCnnMaxChars, " (shape [N, L], 1 <= L <= ", kCharCnnMaxChars, "), got shape ",
+  ELMO_CHECK(chars >= 1, "char_ids must have at least one character id per token (shape [N, L]), got shape ",
              char_ids.sizes());
+  ELMO_CHECK(chars <= std::numeric_limits<int32_t>::max(), "char_ids has ", chars,
+             " ids per token; at most 2^31 - 1 are supported");
   return chars;
 }
 

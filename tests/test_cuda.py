@@ -318,22 +318,32 @@ def test_char_cnn(target, filters, dim, activation, dtype):
     assert_close(got, expected, dtype=dtype, what=what)
 
 
-@pytest.mark.parametrize("chars", [1, 2, 7, 64])
+@pytest.mark.parametrize("chars", [1, 2, 7, 64, 65, 100, 511, 512, 513, 1100])
 def test_char_cnn_other_token_lengths(target, chars):
+    # Any L >= 1, as on the CPU: rows staged 8 at a time up to 64 ids, fewer per group up to 512,
+    # one at a time from global memory beyond; a filter as wide as the row (one window).
     filters = ((1, 5), (2, 3)) if chars > 1 else ((1, 5),)
-    ids, emb, ws, bs = char_cnn_inputs(filters, 3, torch.float32, seed=chars, chars=chars)
-    got = run_char_cnn(target, ids, emb, ws, bs, "relu")
-    assert_close(got, char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs]),
-                 what=f"{target.name} char_cnn W={chars}")
+    if chars > 2:
+        filters += ((chars, 2), (chars // 2, 3))
+    ids, emb, ws, bs = char_cnn_inputs(filters, 3, torch.float32, seed=chars, chars=chars, n_random=9)
+    ids = torch.cat([ids, ids[:3]])  # more tokens than one group holds, repeated rows
+    ids[-1, chars // 3] = 262  # and a bad id: a NaN row
+    got = run_char_cnn(target, ids, emb, ws, bs, "relu").cpu()
+    assert got[-1].isnan().all()
+    assert_close(got[:-1], char_cnn_ref(ids[:-1], emb.double(), [w.double() for w in ws],
+                                        [b.double() for b in bs]), what=f"{target.name} char_cnn W={chars}")
 
 
-@pytest.mark.parametrize("chars", [0, 65])
-def test_char_cnn_token_length_rule(target, chars):
-    # Every backend's rule and message (csrc/char_cnn_args.h): 1 <= L <= 64 ids per token.
+def test_char_cnn_token_length_rule(target):
+    # Every backend's rule and message (the CPU op's, csrc/char_cnn_args.h): L >= 1, w_k <= L.
     _, emb, ws, bs = char_cnn_inputs(((1, 5),), 3, torch.float32, seed=1)
-    with pytest.raises(RuntimeError, match=r"char_cnn: char_ids must have at least one character id per token and "
-                                           rf"at most 64 \(shape \[N, L\], 1 <= L <= 64\), got shape \[4, {chars}\]"):
-        run_char_cnn(target, torch.zeros(4, chars, dtype=torch.long), emb, ws, bs, "relu")
+    with pytest.raises(RuntimeError, match=r"char_cnn: char_ids must have at least one character id per token "
+                                           r"\(shape \[N, L\]\), got shape \[4, 0\]"):
+        run_char_cnn(target, torch.zeros(4, 0, dtype=torch.long), emb, ws, bs, "relu")
+    with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..3 \(the characters "
+                                           r"per token of char_ids, \[4, 3\]\), got shape \[2, 3, 4\]"):
+        run_char_cnn(target, torch.zeros(4, 3, dtype=torch.long), emb, [torch.zeros(2, 3, 4)], [torch.zeros(2)],
+                     "relu")
 
 
 def test_char_cnn_empty_and_single(target):
@@ -389,7 +399,7 @@ def test_char_cnn_errors_name_the_argument_on_cuda(cuda_target):
     with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[1\] must be on char_ids' device"):
         op(ids.to(dev), emb.to(dev), [w.to(dev) if i != 1 else w for i, w in enumerate(ws)],
            [b.to(dev) for b in bs], "relu")
-    with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..50"):
+    with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..50 \(the characters"):
         op(ids.to(dev), emb.to(dev), [torch.randn(3, 4, 51, device=dev)], [torch.randn(3, device=dev)], "relu")
     with pytest.raises(RuntimeError, match='char_cnn: activation must be "relu" or "tanh", got "gelu"'):
         op(ids.to(dev), emb.to(dev), [w.to(dev) for w in ws], [b.to(dev) for b in bs], "gelu")

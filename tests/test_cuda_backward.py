@@ -153,7 +153,7 @@ def test_char_cnn_backward_low_precision(target, dtype):
     check_char_cnn_backward(target, elmo_ids(21, seed=11), emb, ws, bs, "tanh", f"{target.name} {dtype}", seed=11)
 
 
-@pytest.mark.parametrize("chars", [1, 7, 64])
+@pytest.mark.parametrize("chars", [1, 7, 64, 100, 600])
 def test_char_cnn_backward_other_token_lengths(target, chars):
     # Rows of L != 50 ids, filters of every width up to L, 0 filters in one convolution, a vocabulary
     # of other size (rows of a wider buffer: strides).

@@ -1,5 +1,5 @@
-// CUDA character CNN (oracle: elmo_fast.reference.char_cnn_ref). For token t (a row of W
-// character ids) and convolution k (n_k filters of width w_k over D-dim embeddings):
+// CUDA character CNN (oracle: elmo_fast.reference.char_cnn_ref). For token t (a row of W >= 1
+// character ids) and convolution k (n_k filters of width w_k <= W over D-dim embeddings):
 //   out[t, off_k + f] = act(b_k[f] + max_p sum_{j < w_k} T_k[j][ids[t, p + j]][f]),
 //   T_k[j][c][f] = sum_d E[c, d] W_k[f, d, j]      (the embedding folded into the filters),
 // p over the W - w_k + 1 windows. Windows that start inside the token's trailing run of one
@@ -12,14 +12,12 @@
 
 #include <cstdint>
 
-#include "char_cnn_limits.h"
 #include "cuda/dtype.h"
 
 namespace elmo_fast {
 namespace gpu {
 
 constexpr int kCharCnnMaxConvs = 16;  // ELMo has 7 widths
-constexpr int kCharCnnMaxChars = ::elmo_fast::kCharCnnMaxChars;  // W (char_cnn_limits.h); ELMo's is 50
 
 // Builds the folded tables of every convolution, in the math type (float; double for float64).
 struct CharCnnTableParams {
@@ -42,7 +40,7 @@ struct CharCnnParams {
   const void* biases[kCharCnnMaxConvs];           // conv k: [n_k], contiguous
   void* out;                                      // [N, F], contiguous, F = col_offset[K]
   int64_t n;                                      // N tokens
-  int chars;                                      // W, 1..kCharCnnMaxChars
+  int chars;                                      // W >= 1 (ELMo: 50)
   int64_t vocab;                                  // V; an id outside [0, V) makes its token's row NaN
   int num_convs;                                  // K
   int widths[kCharCnnMaxConvs];                   // w_k, 1..W

@@ -38,13 +38,13 @@ struct CharCnnCall {
   int64_t cols = 0;                         // F = sum n_k
 };
 
-// char_ids: [N, W] int64 (1 <= W <= 64; ELMo: 50); char_embedding: [V, D]; conv_weights: K x [n_k, D, w_k]
+// char_ids: [N, W] int64 (any W >= 1; ELMo: 50); char_embedding: [V, D]; conv_weights: K x [n_k, D, w_k]
 // (w_k <= W); conv_biases: K x [n_k]; activation "relu" | "tanh"; float32, float64, bfloat16 or float16
 // (math in float32, float64 for float64). All on one CUDA device. Checks them (op name kOp), builds the
 // parameters and enqueues the table kernel (the fold) when there are tokens.
 CharCnnCall prepare(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
                     at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
-  const int64_t chars = check_char_ids_length(kOp, char_ids);  // 1 <= L <= 64 (char_cnn_args.h)
+  const int64_t chars = check_char_ids_length(kOp, char_ids);  // L >= 1, as the CPU op (char_cnn_args.h)
   ELMO_CHECK_DTYPE(char_ids, at::kLong);
   ELMO_CHECK_GPU(char_ids);
   const int64_t n = char_ids.size(0);

@@ -19,8 +19,15 @@ namespace gpu {
 namespace {
 
 constexpr int kTableThreads = 256;
-constexpr int kThreads = 128;  // filters (output columns) per block
-constexpr int kTokens = 8;     // tokens whose ids a block stages at once
+constexpr int kThreads = 128;     // filters (output columns) per block
+constexpr int kTokens = 8;        // tokens whose ids a block stages at once, at most
+constexpr int kStageInts = 512;   // ids a block stages in shared memory: 8 rows of up to 64 ids, ...
+
+// Tokens a block takes at once for rows of W ids: as many rows as the staging buffer holds (at most
+// kTokens); one for rows longer than the buffer, whose ids the threads read from global memory.
+__host__ __device__ inline int char_cnn_group_tokens(int W) {
+  return W > kStageInts ? 1 : (kStageInts / W < kTokens ? kStageInts / W : kTokens);
+}
 
 // One thread per table entry e = table_offset[k] + (j * V + c) * n_k + f (grid-stride).
 template <typename T>
@@ -50,16 +57,20 @@ __global__ void __launch_bounds__(kTableThreads) char_cnn_table_kernel(const __g
   }
 }
 
-// grid: x over the F output columns in blocks of kThreads, y over groups of kTokens tokens
-// (strided by gridDim.y). Each thread owns one column (conv k, filter f) for all its tokens.
+// grid: x over the F output columns in blocks of kThreads, y over groups of char_cnn_group_tokens(W)
+// tokens (strided by gridDim.y). Each thread owns one column (conv k, filter f) for all its tokens.
+// Rows of any length W >= 1: up to kStageInts ids are staged in shared memory (as ints, -1 for an id
+// outside [0, V)), longer rows are read from global memory, one token per group.
 // kBackward: the backward's first pass instead (see CharCnnParams::dpre).
 template <typename T, bool kBackward>
 __global__ void __launch_bounds__(kThreads) char_cnn_kernel(const __grid_constant__ CharCnnParams p) {
   using A = math_t<T>;
-  __shared__ int s_ids[kTokens * kCharCnnMaxChars];  // -1: id outside [0, V)
-  __shared__ int s_run[kTokens];                     // start of the trailing run, -1: invalid token
+  __shared__ int s_ids[kStageInts];  // the group's rows of ids; -1: id outside [0, V)
+  __shared__ int s_run[kTokens];     // start of each token's trailing run, -1: invalid token
 
   const int W = p.chars;
+  const int group = char_cnn_group_tokens(W);  // uniform over the launch
+  const bool staged = W <= kStageInts;
   const int F = p.col_offset[p.num_convs];
   const int col = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
   const bool active = col < F;  // inactive threads still stage ids and reach every barrier
@@ -76,29 +87,43 @@ __global__ void __launch_bounds__(kThreads) char_cnn_kernel(const __grid_constan
   const A bias = active ? to_math(static_cast<const T*>(p.biases[k])[f]) : A(0);
   const int windows = W - w + 1;  // >= 1: the binding checks w <= W
 
-  for (int64_t tok0 = static_cast<int64_t>(blockIdx.y) * kTokens; tok0 < p.n;
-       tok0 += static_cast<int64_t>(gridDim.y) * kTokens) {
-    const int count = static_cast<int>(p.n - tok0 < kTokens ? p.n - tok0 : kTokens);
+  for (int64_t tok0 = static_cast<int64_t>(blockIdx.y) * group; tok0 < p.n;
+       tok0 += static_cast<int64_t>(gridDim.y) * group) {
+    const int count = static_cast<int>(p.n - tok0 < group ? p.n - tok0 : group);
+    const int64_t* g_ids = p.char_ids + tok0 * W;  // the group's rows in global memory
     __syncthreads();  // the previous group's ids are no longer read
-    for (int e = threadIdx.x; e < count * W; e += kThreads) {
-      const int64_t id = p.char_ids[tok0 * W + e];
-      s_ids[e] = (id >= 0 && id < p.vocab) ? static_cast<int>(id) : -1;
+    if (staged) {
+      for (int e = threadIdx.x; e < count * W; e += kThreads) {
+        const int64_t id = g_ids[e];
+        s_ids[e] = (id >= 0 && id < p.vocab) ? static_cast<int>(id) : -1;
+      }
     }
     __syncthreads();
     if (threadIdx.x < count) {
       // The trailing run of one repeated id starts at `run`; every window starting at p >= run
       // equals window `run`, so windows 0..min(run, windows - 1) cover the max. The run is the
       // token's; `windows` is each thread's own (the block's columns span several widths).
-      const int* ids = s_ids + threadIdx.x * W;
+      const int t = threadIdx.x;
       bool valid = true;
-      for (int q = 0; q < W; ++q) {
-        valid = valid && ids[q] >= 0;
-      }
       int run = W - 1;
-      while (run > 0 && ids[run - 1] == ids[W - 1]) {
-        --run;
+      if (staged) {
+        const int* ids = s_ids + t * W;
+        for (int q = 0; q < W; ++q) {
+          valid = valid && ids[q] >= 0;
+        }
+        while (run > 0 && ids[run - 1] == ids[W - 1]) {
+          --run;
+        }
+      } else {
+        const int64_t* ids = g_ids + static_cast<int64_t>(t) * W;
+        for (int q = 0; q < W; ++q) {
+          valid = valid && ids[q] >= 0 && ids[q] < p.vocab;
+        }
+        while (run > 0 && ids[run - 1] == ids[W - 1]) {
+          --run;
+        }
       }
-      s_run[threadIdx.x] = valid ? run : -1;
+      s_run[t] = valid ? run : -1;
     }
     __syncthreads();
     if (!active) {
@@ -107,13 +132,15 @@ __global__ void __launch_bounds__(kThreads) char_cnn_kernel(const __grid_constan
     for (int t = 0; t < count; ++t) {
       const int run = s_run[t];
       const int last = run < windows - 1 ? run : windows - 1;  // -1 stays -1: an invalid token
-      const int* ids = s_ids + t * W;
+      const int* s_row = s_ids + t * W;
+      const int64_t* g_row = g_ids + static_cast<int64_t>(t) * W;  // (valid ids only are read)
       A best = -INFINITY;
       int arg = 0;
       for (int q = 0; q <= last; ++q) {
         A v = A(0);
         for (int j = 0; j < w; ++j) {
-          v += column[j * j_stride + static_cast<int64_t>(ids[q + j]) * nf];
+          const int64_t id = staged ? static_cast<int64_t>(s_row[q + j]) : g_row[q + j];
+          v += column[j * j_stride + id * nf];
         }
         const bool take = v > best || v != v;  // NaN wins, as amax; once NaN, stays NaN
         best = take ? v : best;
@@ -203,7 +230,8 @@ void char_cnn_launch(const CharCnnParams& params, cudaStream_t stream) {
   if (params.n == 0 || cols == 0) {
     return;
   }
-  const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + kTokens - 1) / kTokens));
+  const int group = char_cnn_group_tokens(params.chars);
+  const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + group - 1) / group));
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
     ELMO_KERNEL_LAUNCH((char_cnn_kernel<T, false>), grid, kThreads, stream, params);
@@ -215,7 +243,8 @@ void char_cnn_argmax_launch(const CharCnnParams& params, cudaStream_t stream) {
   if (params.n == 0 || cols == 0) {
     return;
   }
-  const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + kTokens - 1) / kTokens));
+  const int group = char_cnn_group_tokens(params.chars);
+  const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + group - 1) / group));
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
     ELMO_KERNEL_LAUNCH((char_cnn_kernel<T, true>), grid, kThreads, stream, params);
