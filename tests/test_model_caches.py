@@ -323,3 +323,26 @@ def test_cuda_graphs_only_where_only_the_data_varies(random_models, graphs_on_cp
     assert graphs_on_cpu.captures == 0
     with pytest.raises(Exception, match="cuda_graphs must be >= 0"):
         ElmoBiLm(*files, backend="fast", cuda_graphs=-1)
+
+
+@needs_fast
+@pytest.mark.parametrize("variant", ["words+chars", "20 chars, tanh, 3 layers"])
+def test_host_planned_forward_and_graphs_of_a_manylangs_model(tmp_path, planned_on_host, graphs_on_cpu, variant):
+    """An ELMoForManyLangs model (its own rows of ids: a word id and L characters) through the
+    host-planned forward and its CUDA graph buckets, against the reference."""
+    from manylangs_models import sentences as manylangs_sentences
+    from manylangs_models import write_variant
+
+    d = write_variant(variant, tmp_path / "model")
+    ref = ElmoBiLm(model_dir=d, backend="reference")
+    fast = ElmoBiLm(model_dir=d, backend="fast", cuda_graphs=2)
+    batch = manylangs_sentences(["szó", "kutya", "ház", "的一", "один"])
+    ids = fast.batch_to_ids(batch)
+    with torch.inference_mode():
+        want = ref(ids)
+        for _ in range(3):  # eager (the bucket's first batch), captured, replayed
+            got = fast(ids)
+            assert torch.equal(got["mask"], want["mask"])
+            _assert_same(got["activations"], want["activations"], f"{variant}, host-planned")
+    assert graphs_on_cpu.captures == 1 and graphs_on_cpu.replays == 2
+    assert planned_on_host and planned_on_host[-1].device.type == "cpu"
