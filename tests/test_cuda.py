@@ -696,6 +696,22 @@ def test_fast_model_forward_from_host_inputs_never_waits_for_the_gpu(cuda_target
     assert weights[1].untyped_storage().data_ptr() == weights[5].untyped_storage().data_ptr()  # stacked
 
 
+def test_embedder_on_cuda_plans_on_the_host(cuda_target, random_models):
+    """ElmoEmbedder hands the biLM its ids on the CPU: batch_to_embeddings never waits for the GPU."""
+    embedder = ElmoEmbedder(*random_models("small"), device="cuda")
+    batch = sentences(np.random.default_rng(11), 5)
+    embedder.batch_to_embeddings(batch)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got, mask = embedder.batch_to_embeddings(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want, want_mask = ElmoEmbedder(*random_models("small")).batch_to_embeddings(batch)
+    assert torch.equal(mask.cpu(), want_mask)
+    assert_close(got, want, dtype=torch.float32, what="ElmoEmbedder on CUDA, host-planned")
+
+
 @pytest.mark.skipif("fast" not in model_module.BACKENDS, reason="ElmoBiLm has no backend='fast' in this tree yet")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_cuda_graphs_replay_the_eager_forward(cuda_target, random_models, dtype):

@@ -181,11 +181,15 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
                  i, f, g, o (:func:`~elmo_fast.bilm.reference.layer0_gates_ref`); rows may be a slice of
                  a wider buffer. float32 or float64.
     token_index: [B, T] int64, the row of ``xg0`` at each position (ignored at t >= lengths[b]).
-    lengths:     [B] int64 in [0, T], any order.
+    lengths:     [B] int64 in [0, T], any order. The schedule is made on the host: for CUDA tensors,
+                 lengths on the CPU let the call queue its kernels without waiting for the GPU (and be
+                 captured in a CUDA graph); lengths on the GPU cost one device sync.
     weights:     8L tensors, weights[4 * (2l + d) + k]: w_ih [4C, P], w_hh [4C, P], bias [4C],
                  w_proj [P, C] (layer 0's w_ih and bias are unused: folded into ``xg0``); the
                  dtype of ``xg0``, or bfloat16 with a float32 ``xg0`` (biases bf16 or fp32): then the
                  GEMMs run in bf16 with fp32 accumulation while states, gates and outputs stay fp32.
+                 On CUDA, each layer's forward and backward w_hh (and w_proj) given as the two halves of
+                 one [2, ...] tensor are used in place; separate tensors are stacked (copied) per call.
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:      [L, B, 2P], [L, B, 2C] initial states ([forward | backward]), or None (zeros).
     returns      outputs [L, B, T, 2P] (exactly 0 at t >= lengths[b]), h [L, B, 2P], c [L, B, 2C]
