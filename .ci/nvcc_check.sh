@@ -92,6 +92,7 @@ common=(
   -DTORCH_EXTENSION_NAME=_C
   -DELMO_FAST_WITH_CUDA
 )
+# shellcheck disable=SC2054  # arch=...,code=... is one nvcc argument
 nvcc_flags=(
   -c -O3 -lineinfo
   -gencode arch=compute_80,code=sm_80

@@ -1,15 +1,28 @@
-"""GPU benchmark: the reference biLM vs the fast ops on CUDA, fp32 (TF32 off) / tf32 / bf16.
+"""GPU benchmark: the reference biLM vs the fast ops on CUDA, fp32 (TF32 off) / tf32 / bf16; and a
+training step, fast vs reference.
 
     python benchmarks/bench_gpu.py [--preset original] [--batches 1,16,64,256] [--budget 1.5]
+                                   [--train-batches 64]
 
 Runs on a random-weight model of the preset's shapes (elmo_fast.testing) over realistic sentences
 (benchmarks/corpus.py), every batch size with every config, for a time budget each:
-  reference   elmo_fast.bilm.reference.bilm_ref on the GPU, fp32, TF32 off
-  fast-fp32   the CUDA ops (char_cnn, highway, bilstm; layer-0 gates per distinct token), TF32 off
-  fast-tf32   the same with TF32 GEMMs (torch.backends.cuda.matmul.allow_tf32 = True)
-  fast-bf16   the same with bf16 weights (fp32 accumulation, fp32 cell state); if supported
-The fast path is the ops composed as a fast model composes them (fast_bilm below), so that fp32,
-tf32 and bf16 run the same code whatever ElmoBiLm's backends are.
+  reference     elmo_fast.bilm.reference.bilm_ref on the GPU, fp32, TF32 off
+  fast-fp32     the CUDA ops (char_cnn, highway, bilstm; layer-0 gates per distinct token), TF32 off
+  fast-tf32     the same with TF32 GEMMs (torch.backends.cuda.matmul.allow_tf32 = True)
+  fast-bf16     the same with bf16 weights (fp32 accumulation, fp32 cell state); if supported
+  model-fp32    ElmoBiLm(backend="fast") on the GPU, char ids given on the CPU: the forward planned
+                on the host (no device sync), stacked LSTM weights, TF32 off
+  model-graphs  the same with cuda_graphs=8: each batch's bucket captured once, then replayed
+  model-bf16    ElmoBiLm(dtype=torch.bfloat16), as model-fp32
+The fast-* configs are the ops composed as a fast model composes them (fast_bilm below), so that
+fp32, tf32 and bf16 run the same code whatever ElmoBiLm's backends are; model-* is the module users
+call (its output's copy to the host not included).
+Training (--train-batches, default 64; "" for none): one step of elmo_fast.training's
+BidirectionalLM (the biLM with bilm-tf's dropout, a 100k-word softmax, 8192 sampled negatives,
+both directions), forward + backward + Adagrad, in tokens/s (the targets of one direction):
+  train-reference   the reference stages under autograd, fp32, TF32 off
+  train-fast-fp32   the fast ops' forward and backward kernels (ops.HAS_CUDA_BACKWARD), TF32 off
+  train-fast-tf32   the same with TF32 GEMMs
 Latency p50/p90 from CUDA events around each batch, words/s (sentence tokens, boundaries not
 counted) at p50, peak GPU memory, and achieved TFLOP/s (the model's matrix FLOPs: char CNN as a
 convolution, highway, LSTM, over the valid positions) against a matmul measured here in that
@@ -110,11 +123,64 @@ def max_diff(got, want) -> float:
     return max((g.float() - w.float()).abs().max().item() for g, w in zip(got, want))
 
 
+def make_model_runner(options_file, weight_file, dev, **kwargs):
+    """ElmoBiLm on the GPU, called with char ids on the CPU (the host-planned forward)."""
+    from elmo_fast import ElmoBiLm
+
+    bilm = ElmoBiLm(options_file, weight_file, backend="fast", **kwargs).to(dev).eval()
+
+    def run(ids_cpu):
+        with torch.inference_mode():
+            return bilm(ids_cpu)["activations"]
+
+    return run
+
+
+def training_step_runner(options_file, weight_file, dev, backend, corpus, batch):
+    """One training step of BidirectionalLM (see the module docstring) per call; returns (step,
+    tokens per step). The batches rotate over the corpus."""
+    from elmo_fast import ElmoBiLm
+    from elmo_fast.formats.vocab import SPECIAL_TOKENS, Vocabulary
+    from elmo_fast.training.data import sentence_batch
+    from elmo_fast.training.model import BidirectionalLM
+    from elmo_fast.training.softmax import SoftmaxHead
+
+    words = sorted({w for s in corpus for w in s} - set(SPECIAL_TOKENS))
+    vocab = Vocabulary([*SPECIAL_TOKENS, *words, *(f"w{i}" for i in range(100_000 - len(words) - 3))])
+    bilm = ElmoBiLm(options_file, weight_file, backend=backend, requires_grad=True)
+    lm = BidirectionalLM(bilm, SoftmaxHead.initial(len(vocab), bilm.options.projection_dim,
+                                                   torch.Generator().manual_seed(0)),
+                         dropout=0.1, negative_samples=8192).to(dev).train()
+    opt = torch.optim.Adagrad(lm.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    batches = []
+    for i in range(4):
+        b = sentence_batch(corpus[i * batch:(i + 1) * batch], vocab)
+        batches.append(type(b)(*(None if t is None else t.to(dev) for t in
+                                 (b.char_ids, b.lengths, b.fwd_targets, b.bwd_targets, b.bwd_char_ids))))
+    tokens = sum(int((b.fwd_targets >= 0).sum()) for b in batches) / len(batches)
+    gen = torch.Generator().manual_seed(1)
+    counter = iter(range(10**9))
+
+    def step():
+        b = batches[next(counter) % len(batches)]
+        f, bw, nf, nb, _, _ = lm(b, sample_generator=gen)
+        loss = (f + bw) / (nf + nb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step, tokens
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="original")
     parser.add_argument("--batches", default="1,16,64,256")
-    parser.add_argument("--configs", default="reference,fast-fp32,fast-tf32,fast-bf16")
+    parser.add_argument("--configs", default="reference,fast-fp32,fast-tf32,fast-bf16,model-fp32,model-graphs,"
+                                             "model-bf16")
+    parser.add_argument("--train-batches", default="64", help="batch sizes of the training rows ('' for none)")
+    parser.add_argument("--train-configs", default="train-reference,train-fast-fp32,train-fast-tf32")
     parser.add_argument("--budget", type=float, default=1.5, help="seconds of timed calls per (config, batch)")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for bench.json / bench.md")
     args = parser.parse_args()
@@ -139,9 +205,9 @@ def main() -> int:
     print("bench_gpu: matmul ceilings (8192^3, TFLOP/s): " + ", ".join(f"{k} {v:.1f}" for k, v in ceilings.items()),
           flush=True)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        options_file, weight_file = random_model(args.preset, tmp, seed=0)
-        w32 = load_weights(weight_file, load_options(options_file)).to(dev)
+    tmp_dir = tempfile.TemporaryDirectory()
+    options_file, weight_file = random_model(args.preset, tmp_dir.name, seed=0)
+    w32 = load_weights(weight_file, load_options(options_file)).to(dev)
     wbf16 = w32.to(dtype=torch.bfloat16) if bf16_ok else None
     options = w32.options
 
@@ -149,20 +215,35 @@ def main() -> int:
     configs = [c for c in args.configs.split(",") if c]
     corpus = make_sentences(4 * max(batches), seed=0)
 
+    # Every runner takes a batch's char ids on the device and on the CPU: the fast-* and reference
+    # configs read the former, the model-* ones the latter (the model plans on the host).
     def fast_fn(w):
-        return lambda ids: fast_bilm(ids, w)
+        return lambda ids, ids_cpu: fast_bilm(ids, w)
+
+    model_runners = {}
+
+    def model_fn(name, **kwargs):
+        def run(ids, ids_cpu):
+            if name not in model_runners:  # made on first use: a config left out costs nothing
+                model_runners[name] = make_model_runner(options_file, weight_file, dev, **kwargs)
+            return model_runners[name](ids_cpu)
+        return run
 
     runners = {
-        "reference": (lambda ids: bilm_ref(ids, w32)[0], False, "fp32"),
+        "reference": (lambda ids, ids_cpu: bilm_ref(ids, w32)[0], False, "fp32"),
         "fast-fp32": (fast_fn(w32), False, "fp32"),
         "fast-tf32": (fast_fn(w32), True, "tf32"),
         "fast-bf16": (fast_fn(wbf16), False, "bf16"),
+        "model-fp32": (model_fn("model-fp32"), False, "fp32"),
+        "model-graphs": (model_fn("model-graphs", cuda_graphs=8), False, "fp32"),
+        "model-bf16": (model_fn("model-bf16", dtype=torch.bfloat16), False, "bf16"),
     }
     rows = []
     for batch in batches:
         # a few different batches in rotation, as a real corpus would give
         groups = [corpus[i * batch:(i + 1) * batch] for i in range(4)]
-        id_sets = [batch_to_ids(g).to(dev) for g in groups]
+        cpu_sets = [batch_to_ids(g) for g in groups]
+        id_sets = [ids.to(dev) for ids in cpu_sets]
         lengths = [[len(s) for s in g] for g in groups]
         words = sum(sum(ls) for ls in lengths) / len(lengths)  # tokens per batch, boundaries not counted
         flops = sum(model_flops(options, ls) for ls in lengths) / len(lengths)
@@ -173,7 +254,7 @@ def main() -> int:
         for name in configs:
             fn, tf32, precision = runners[name]
             row = {"config": name, "batch": batch, "words": words, "gflop": flops / 1e9}
-            if name.startswith("fast") and not fast_ok:
+            if name.startswith(("fast", "model")) and not fast_ok:
                 row["skipped"] = "no CUDA kernels in elmo_fast._C"
             elif name == "fast-bf16" and not bf16_ok:
                 row["skipped"] = "bf16 not supported on this GPU"
@@ -183,11 +264,13 @@ def main() -> int:
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
             try:
-                row["max_abs_diff_vs_reference"] = max_diff(fn(id_sets[0]), reference_out)
+                row["max_abs_diff_vs_reference"] = max_diff(fn(id_sets[0], cpu_sets[0]), reference_out)
                 counter = iter(range(10**9))
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
-                times = time_it(lambda: fn(id_sets[next(counter) % len(id_sets)]), args.budget)
+                # model-graphs: each batch of the rotation seen once, then captured, before timing
+                times = time_it(lambda: fn(*(lambda k: (id_sets[k], cpu_sets[k]))(next(counter) % len(id_sets))),
+                                args.budget, warmup=2 * len(id_sets) + 1 if name == "model-graphs" else 2)
             except Exception as e:  # keep going: one failing config must not hide the others
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 rows.append(row)
@@ -208,11 +291,58 @@ def main() -> int:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
 
+    model_runners.clear()  # the models go before the training rows take the memory
+    train_batches = [int(b) for b in args.train_batches.split(",") if b]
+    train_configs = [c for c in args.train_configs.split(",") if c]
+    for batch in train_batches:
+        ref_p50 = None
+        for name in train_configs:
+            row = {"config": name, "batch": batch}
+            fast = name != "train-reference"
+            if fast and not ops.HAS_CUDA_BACKWARD:
+                row["skipped"] = "no CUDA training kernels in elmo_fast._C (ops.HAS_CUDA_BACKWARD)"
+                rows.append(row)
+                continue
+            tf32 = name.endswith("tf32")
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+            try:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                step, tokens = training_step_runner(options_file, weight_file, dev, "fast" if fast else "reference",
+                                                    corpus, batch)
+                times = time_it(step, args.budget, min_iters=3, max_iters=20, warmup=2)
+            except Exception as e:  # keep going: one failing config must not hide the others
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+                rows.append(row)
+                print(f"bench_gpu: {name} batch {batch}: {row['error']}", flush=True)
+                continue
+            finally:
+                step = None
+            p50, p90 = percentile(times, 0.5), percentile(times, 0.9)
+            row.update(words=tokens, p50_ms=p50 * 1e3, p90_ms=p90 * 1e3, iters=len(times), words_per_s=tokens / p50,
+                       peak_gb=torch.cuda.max_memory_allocated() / 2**30)
+            if name == "train-reference":
+                ref_p50 = p50
+            if ref_p50 is not None:
+                row["speedup_vs_reference"] = ref_p50 / p50
+            rows.append(row)
+            print(f"bench_gpu: {name:16s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
+                  "tokens/s (training step)", flush=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    tmp_dir.cleanup()
+
     header = ("config", "batch", "words/s", "p50 ms", "p90 ms", "peak GB", "TFLOP/s", "% ceil", "x ref", "max|diff|")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         if "p50_ms" not in r:
             lines.append(f"| {r['config']} | {r['batch']} | {r.get('skipped') or r.get('error')} |")
+            continue
+        if "tflops" not in r:  # a training row: tokens/s of a whole step
+            lines.append(f"| {r['config']} | {r['batch']} | {r['words_per_s']:.0f} | {r['p50_ms']:.2f} | "
+                         f"{r['p90_ms']:.2f} | {r['peak_gb']:.2f} | | | {r.get('speedup_vs_reference', float('nan')):.1f} |"
+                         " |")
             continue
         lines.append(f"| {r['config']} | {r['batch']} | {r['words_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | "
                      f"{r['peak_gb']:.2f} | {r['tflops']:.1f} | {r['pct_of_ceiling']:.0f} | "

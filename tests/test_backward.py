@@ -540,10 +540,22 @@ def test_lstm_layer_errors_name_the_argument():
 
 def test_no_cuda_backward_says_so(monkeypatch):
     fake_cuda = types.SimpleNamespace(is_cuda=True)
-    with pytest.raises(NotImplementedError, match="char_cnn has no CUDA backward yet"):
+    monkeypatch.setattr(ops, "HAS_CUDA_BACKWARD", False)
+    with pytest.raises(NotImplementedError, match="char_cnn has no CUDA backward in this build"):
         ops._no_cuda_backward("char_cnn", fake_cuda)
-    with pytest.raises(NotImplementedError, match="lstm_layer has no CUDA kernel yet"):
-        ops._require_cpu("lstm_layer", fake_cuda)
+    with pytest.raises(NotImplementedError, match="lstm_layer has no CUDA kernel in this build"):
+        ops._require_training_kernels("lstm_layer", fake_cuda)
+    monkeypatch.setattr(ops, "HAS_CUDA_BACKWARD", True)  # a build with the CUDA training ops: no objection
+    ops._no_cuda_backward("char_cnn", fake_cuda)
+    ops._require_training_kernels("lstm_layer", fake_cuda)
+
+
+def test_cuda_backward_follows_the_build():
+    """The CUDA training ops come with the CUDA kernels: a CPU-only build has neither."""
+    assert ops.HAS_CUDA_BACKWARD == (ops.HAS_CUDA_KERNELS and all(
+        torch._C._dispatch_has_kernel_for_dispatch_key(f"elmo_fast::{name}", "CUDA") for name in ops.TRAINING_OPS))
+    if not ops.HAS_CUDA_KERNELS:
+        assert not ops.HAS_CUDA_BACKWARD
 
 
 # --- opcheck and torch.compile ------------------------------------------------------------------------

@@ -351,6 +351,48 @@ def test_other_lengths_and_large_tables(length, dtype):
     check(wide[:, 1:length + 1], emb, ws, bs, "relu", f"char_cnn L={length} {dtype}")
 
 
+def backends():
+    """Devices whose char_cnn kernels this build has and this machine can run."""
+    return ["cpu"] + (["cuda"] if ops.HAS_CUDA_KERNELS and torch.cuda.is_available() else [])
+
+
+@needs_extension
+@pytest.mark.parametrize("length", [1, 2, 7, 49, 50, 64, 65, 200, 700])
+def test_token_lengths_pass_opcheck_on_every_backend(length):
+    """One rule for the op on every backend and its fake: any L >= 1 ids per token, widths
+    1 <= w_k <= L. opcheck runs the kernel against the fake (shapes, dtypes, strides, autograd)."""
+    filters = [(w, n) for w, n in ELMO_FILTERS if w <= length][:4] + ([(length, 3)] if length > 7 else [])
+    emb, ws, bs = random_cnn(filters, 5, torch.float32, seed=length)
+    gen = torch.Generator().manual_seed(length)
+    ids = torch.randint(0, 262, (9, length), generator=gen)
+    ids[3, length // 2:] = 261  # a trailing run
+    ids[5] = 0
+    for device in backends():
+        args = (ids.to(device), emb.to(device), [w.to(device) for w in ws], [b.to(device) for b in bs], "tanh")
+        torch.library.opcheck(torch.ops.elmo_fast.char_cnn.default, args)
+        out = ops.char_cnn(*args)
+        assert_close(out, char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs], "tanh"),
+                     what=f"char_cnn L={length} on {device}")
+
+
+@needs_extension
+def test_token_lengths_refused_alike_on_every_backend():
+    """The same one-line errors from every backend's kernel and from the fake (meta tensors)."""
+    emb, ws, bs = random_cnn([(1, 3)], 4, torch.float32, seed=0)
+    for device in backends() + ["meta"]:
+        args = (torch.zeros(2, 0, dtype=torch.long, device=device), emb.to(device), [w.to(device) for w in ws],
+                [b.to(device) for b in bs], "relu")
+        for op, grad in (("char_cnn", ()), ("char_cnn_backward", (torch.zeros(2, 3, device=device),))):
+            with pytest.raises(RuntimeError, match=rf"{op}: char_ids must have at least one character id per token "
+                                                   r"\(shape \[N, L\]\), got shape \[2, 0\]"):
+                getattr(torch.ops.elmo_fast, op).default(*grad, *args)
+        wide = [torch.zeros(3, 4, 8, device=device)]
+        with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..7 "
+                                               r"\(the characters per token of char_ids, \[2, 7\]\), got shape \[3, 4, 8\]"):
+            torch.ops.elmo_fast.char_cnn.default(torch.zeros(2, 7, dtype=torch.long, device=device), emb.to(device),
+                                                 wide, [bs[0].to(device)], "relu")
+
+
 def call(ids=None, emb=None, ws=None, bs=None, activation="relu"):
     """The op on a valid tiny model with one argument replaced."""
     e, w, b = random_cnn(TINY_FILTERS, 4, torch.float32, seed=0)

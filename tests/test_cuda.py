@@ -318,13 +318,32 @@ def test_char_cnn(target, filters, dim, activation, dtype):
     assert_close(got, expected, dtype=dtype, what=what)
 
 
-@pytest.mark.parametrize("chars", [1, 2, 7, 64])
+@pytest.mark.parametrize("chars", [1, 2, 7, 64, 65, 100, 511, 512, 513, 1100])
 def test_char_cnn_other_token_lengths(target, chars):
+    # Any L >= 1, as on the CPU: rows staged 8 at a time up to 64 ids, fewer per group up to 512,
+    # one at a time from global memory beyond; a filter as wide as the row (one window).
     filters = ((1, 5), (2, 3)) if chars > 1 else ((1, 5),)
-    ids, emb, ws, bs = char_cnn_inputs(filters, 3, torch.float32, seed=chars, chars=chars)
-    got = run_char_cnn(target, ids, emb, ws, bs, "relu")
-    assert_close(got, char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs]),
-                 what=f"{target.name} char_cnn W={chars}")
+    if chars > 2:
+        filters += ((chars, 2), (chars // 2, 3))
+    ids, emb, ws, bs = char_cnn_inputs(filters, 3, torch.float32, seed=chars, chars=chars, n_random=9)
+    ids = torch.cat([ids, ids[:3]])  # more tokens than one group holds, repeated rows
+    ids[-1, chars // 3] = 262  # and a bad id: a NaN row
+    got = run_char_cnn(target, ids, emb, ws, bs, "relu").cpu()
+    assert got[-1].isnan().all()
+    assert_close(got[:-1], char_cnn_ref(ids[:-1], emb.double(), [w.double() for w in ws],
+                                        [b.double() for b in bs]), what=f"{target.name} char_cnn W={chars}")
+
+
+def test_char_cnn_token_length_rule(target):
+    # Every backend's rule and message (the CPU op's, csrc/char_cnn_args.h): L >= 1, w_k <= L.
+    _, emb, ws, bs = char_cnn_inputs(((1, 5),), 3, torch.float32, seed=1)
+    with pytest.raises(RuntimeError, match=r"char_cnn: char_ids must have at least one character id per token "
+                                           r"\(shape \[N, L\]\), got shape \[4, 0\]"):
+        run_char_cnn(target, torch.zeros(4, 0, dtype=torch.long), emb, ws, bs, "relu")
+    with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..3 \(the characters "
+                                           r"per token of char_ids, \[4, 3\]\), got shape \[2, 3, 4\]"):
+        run_char_cnn(target, torch.zeros(4, 3, dtype=torch.long), emb, [torch.zeros(2, 3, 4)], [torch.zeros(2)],
+                     "relu")
 
 
 def test_char_cnn_empty_and_single(target):
@@ -380,7 +399,7 @@ def test_char_cnn_errors_name_the_argument_on_cuda(cuda_target):
     with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[1\] must be on char_ids' device"):
         op(ids.to(dev), emb.to(dev), [w.to(dev) if i != 1 else w for i, w in enumerate(ws)],
            [b.to(dev) for b in bs], "relu")
-    with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..50"):
+    with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..50 \(the characters"):
         op(ids.to(dev), emb.to(dev), [torch.randn(3, 4, 51, device=dev)], [torch.randn(3, device=dev)], "relu")
     with pytest.raises(RuntimeError, match='char_cnn: activation must be "relu" or "tanh", got "gelu"'):
         op(ids.to(dev), emb.to(dev), [w.to(dev) for w in ws], [b.to(dev) for b in bs], "gelu")
@@ -639,6 +658,94 @@ def test_fast_model_on_cuda_matches_reference(cuda_target, random_models, preset
         assert torch.equal(got["mask"].cpu(), want["mask"])
         for k, (g, e) in enumerate(zip(got["activations"], want["activations"])):
             assert_close(g, e, dtype=torch.float32, what=f"fast model {preset} layer {k}")
+
+
+@pytest.mark.skipif("fast" not in model_module.BACKENDS, reason="ElmoBiLm has no backend='fast' in this tree yet")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("cache", [0, 10_000], ids=["no_cache", "token_cache"])
+def test_fast_model_forward_from_host_inputs_never_waits_for_the_gpu(cuda_target, random_models, dtype, cache):
+    """Char ids on the CPU, model on the GPU: the distinct tokens, lengths and the bilstm schedule are
+    made on the host and copied from pinned memory, so the forward queues work without one device
+    sync (torch's sync debug mode raises on any) and gives the reference's vectors."""
+    files = random_models("small", exercise_clips=True)
+    fast = ElmoBiLm(*files, backend="fast", dtype=dtype, token_cache_size=cache).to("cuda")
+    ref = ElmoBiLm(*files, backend="reference")
+    rng = np.random.default_rng(7)
+    batches = [sentences(rng, 6) + [[]], sentences(rng, 3, 20, 40)]
+    with torch.inference_mode():
+        fast(batch_to_ids(batches[0]))  # warm-up: cuBLAS handles, the stacked weights, pinned blocks
+        torch.cuda.synchronize()
+        for batch in batches:
+            ids = batch_to_ids(batch)
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                got = fast(ids)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            want = ref(ids)
+            assert torch.equal(got["mask"].cpu(), want["mask"])
+            for k, (g, w) in enumerate(zip(got["activations"], want["activations"])):
+                if dtype == torch.float32:
+                    assert_close(g, w, dtype=torch.float32, what=f"host-planned forward layer {k}")
+                else:
+                    m = want["mask"]
+                    err = (g.cpu()[m].double() - w[m].double()).abs().max()
+                    assert err <= MODEL_BF16["max_rel"] * w[m].abs().max(), f"layer {k}: bf16 error {err:.3g}"
+    weights = fast._flat_lstm()
+    assert fast._flat_lstm() is weights and all(w.dtype == dtype and w.is_cuda for w in weights)
+    assert weights[1].untyped_storage().data_ptr() == weights[5].untyped_storage().data_ptr()  # stacked
+
+
+def test_embedder_on_cuda_plans_on_the_host(cuda_target, random_models):
+    """ElmoEmbedder hands the biLM its ids on the CPU: batch_to_embeddings never waits for the GPU."""
+    embedder = ElmoEmbedder(*random_models("small"), device="cuda")
+    batch = sentences(np.random.default_rng(11), 5)
+    embedder.batch_to_embeddings(batch)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got, mask = embedder.batch_to_embeddings(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want, want_mask = ElmoEmbedder(*random_models("small")).batch_to_embeddings(batch)
+    assert torch.equal(mask.cpu(), want_mask)
+    assert_close(got, want, dtype=torch.float32, what="ElmoEmbedder on CUDA, host-planned")
+
+
+@pytest.mark.skipif("fast" not in model_module.BACKENDS, reason="ElmoBiLm has no backend='fast' in this tree yet")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cuda_graphs_replay_the_eager_forward(cuda_target, random_models, dtype):
+    """ElmoBiLm(cuda_graphs=N): buckets captured on their second batch and replayed after, with other
+    tokens of the same lengths and interleaved with other buckets (each graph's memory is its own),
+    give the eager forward's vectors; a replay never waits for the GPU."""
+    files = random_models("small", exercise_clips=True)
+    graphed = ElmoBiLm(*files, backend="fast", dtype=dtype, cuda_graphs=2).to("cuda")
+    eager = ElmoBiLm(*files, backend="fast", dtype=dtype).to("cuda")
+    rng = np.random.default_rng(9)
+    one = sentences(rng, 1, 20, 21)  # one sentence of 20 tokens: the latency case
+    one_other = [[w[::-1] for w in one[0]]]  # the same length, other tokens
+    four = sentences(rng, 4, 1, 12)
+    four_other = [[w + "s" for w in s] for s in four]
+    third = sentences(rng, 3, 5, 9)
+    steps = [one, one, one_other, four, four, one, four_other, third, third, four, one_other]
+    captures = {1, 4, 8, 10}  # a bucket's second batch; at 8 `one` goes (2 kept), at 10 it comes back
+    with torch.inference_mode():
+        for i, batch in enumerate(steps):
+            ids = batch_to_ids(batch)
+            if i not in captures:  # replays, and first batches run eagerly: no sync either way
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                got = graphed(ids)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            want = eager(ids)
+            assert torch.equal(got["mask"].cpu(), want["mask"].cpu()), i
+            for k, (g, w) in enumerate(zip(got["activations"], want["activations"])):
+                err = max_abs_error(g, w)
+                bound = TOL[torch.float32]["atol"] if dtype == torch.float32 else 1e-2 * w.abs().max().item()
+                assert err <= bound, f"step {i}, layer {k}: {err:.3g}"
+    assert 0 < len(graphed._graphs) <= 2
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])

@@ -8,8 +8,15 @@
 // references, on machines without a GPU.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <cuda_runtime_api.h>
+
+// Besides: host_staging(dtype), the options of host buffers whose contents (schedules made on the
+// host) a binding copies to the device with to_device_async(host, device). Normal builds: pinned
+// memory and a non_blocking copy, so that the host never waits for the device (from pageable
+// memory c10 copies synchronously) and a CUDA graph can capture the copy (PyTorch keeps pinned
+// blocks allocated during a capture alive with the graph; a replay copies them again).
 
 #ifdef ELMO_FAST_EMULATE_CUDA
 
@@ -19,6 +26,10 @@ struct DeviceGuard {
   explicit DeviceGuard(c10::Device) {}
 };
 inline cudaStream_t current_stream() { return nullptr; }
+inline at::TensorOptions host_staging(at::ScalarType dtype) { return at::TensorOptions().dtype(dtype); }
+inline at::Tensor to_device_async(const at::Tensor& host, c10::Device device) {
+  return host.to(at::TensorOptions().dtype(host.scalar_type()).device(device), /*non_blocking=*/true);
+}
 }  // namespace gpu
 }  // namespace elmo_fast
 #define ELMO_GPU_LAUNCH_CHECK() ((void)0)
@@ -36,6 +47,14 @@ namespace elmo_fast {
 namespace gpu {
 using DeviceGuard = c10::cuda::CUDAGuard;
 inline cudaStream_t current_stream() { return c10::cuda::getCurrentCUDAStream(); }
+inline at::TensorOptions host_staging(at::ScalarType dtype) {
+  return at::TensorOptions().dtype(dtype).pinned_memory(true);
+}
+// The caching host allocator records the copy on the current stream: the pinned block is not reused
+// before the copy has read it.
+inline at::Tensor to_device_async(const at::Tensor& host, c10::Device device) {
+  return host.to(at::TensorOptions().dtype(host.scalar_type()).device(device), /*non_blocking=*/true);
+}
 }  // namespace gpu
 }  // namespace elmo_fast
 #define ELMO_GPU_LAUNCH_CHECK() C10_CUDA_KERNEL_LAUNCH_CHECK()

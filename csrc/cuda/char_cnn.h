@@ -1,5 +1,5 @@
-// CUDA character CNN (oracle: elmo_fast.reference.char_cnn_ref). For token t (a row of W
-// character ids) and convolution k (n_k filters of width w_k over D-dim embeddings):
+// CUDA character CNN (oracle: elmo_fast.reference.char_cnn_ref). For token t (a row of W >= 1
+// character ids) and convolution k (n_k filters of width w_k <= W over D-dim embeddings):
 //   out[t, off_k + f] = act(b_k[f] + max_p sum_{j < w_k} T_k[j][ids[t, p + j]][f]),
 //   T_k[j][c][f] = sum_d E[c, d] W_k[f, d, j]      (the embedding folded into the filters),
 // p over the W - w_k + 1 windows. Windows that start inside the token's trailing run of one
@@ -18,7 +18,6 @@ namespace elmo_fast {
 namespace gpu {
 
 constexpr int kCharCnnMaxConvs = 16;  // ELMo has 7 widths
-constexpr int kCharCnnMaxChars = 64;  // W; ELMo's is 50
 
 // Builds the folded tables of every convolution, in the math type (float; double for float64).
 struct CharCnnTableParams {
@@ -41,7 +40,7 @@ struct CharCnnParams {
   const void* biases[kCharCnnMaxConvs];           // conv k: [n_k], contiguous
   void* out;                                      // [N, F], contiguous, F = col_offset[K]
   int64_t n;                                      // N tokens
-  int chars;                                      // W, 1..kCharCnnMaxChars
+  int chars;                                      // W >= 1 (ELMo: 50)
   int64_t vocab;                                  // V; an id outside [0, V) makes its token's row NaN
   int num_convs;                                  // K
   int widths[kCharCnnMaxConvs];                   // w_k, 1..W
@@ -50,11 +49,42 @@ struct CharCnnParams {
   int64_t table_offset[kCharCnnMaxConvs + 1];     // as CharCnnTableParams
   bool tanh_activation;                           // else relu
   Dtype dtype;                                    // of biases and out
+  // The backward's first pass (char_cnn_argmax_launch) writes, instead of `out`, for every token t and
+  // column c: the gradient at c's max window after the activation's derivative, taken at the
+  // recomputed max (relu: grad [v > 0]; tanh: grad (1 - tanh(v)^2)), and that window (the first of
+  // equal maxima, as the CPU op; NaN and -1 for a token with an id outside [0, V)).
+  const void* grad;                               // [N, F] the output's gradient, rows grad_row_stride apart
+  int64_t grad_row_stride;                        // elements
+  void* dpre;                                     // [N, F] contiguous, math type
+  int32_t* window;                                // [N, F] contiguous
+};
+
+// The backward's second pass: per convolution k, hist_k[f][j][c] = the sum of dpre[t, col(k, f)] over the
+// tokens t whose window for that column has id c at tap j. One thread per tap (k, f, j) and chunk of
+// tokens, which it walks in order: every sum is made by one thread, in one order (deterministic).
+struct CharCnnHistParams {
+  const int64_t* char_ids;                        // [N, W], contiguous
+  const void* dpre;                               // [N, F] math type (CharCnnParams::dpre)
+  const int32_t* window;                          // [N, F] (CharCnnParams::window)
+  void* hist;                                     // [chunks, H] math type, zeroed; chunk q's conv k is
+                                                  //   [n_k, w_k, V] at q H + tap_offset[k] V
+  int64_t n;                                      // N tokens
+  int chars;                                      // W
+  int64_t vocab;                                  // V
+  int num_convs;                                  // K
+  int widths[kCharCnnMaxConvs];                   // w_k
+  int col_offset[kCharCnnMaxConvs + 1];           // as CharCnnParams
+  int64_t tap_offset[kCharCnnMaxConvs + 1];       // conv k's taps (f, j) start here; [K] = taps in all
+  int64_t chunks;                                 // token chunks (grid.y), 1..65535
+  int64_t chunk_tokens;                           // tokens per chunk
+  Dtype dtype;                                    // the math type's element type (kFloat32 or kFloat64)
 };
 
 // Enqueue on `stream`; nothing for empty work. The caller checks each launch.
 void char_cnn_table_launch(const CharCnnTableParams& params, cudaStream_t stream);
 void char_cnn_launch(const CharCnnParams& params, cudaStream_t stream);
+void char_cnn_argmax_launch(const CharCnnParams& params, cudaStream_t stream);
+void char_cnn_hist_launch(const CharCnnHistParams& params, cudaStream_t stream);
 
 }  // namespace gpu
 }  // namespace elmo_fast

@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 
 #include "cuda/dtype.h"
 
@@ -66,6 +68,98 @@ __device__ __forceinline__ A clamp_math(A x, A lo, A hi) {
 template <typename A>
 __device__ __forceinline__ A relu_math(A x) {
   return x < A(0) ? A(0) : x;
+}
+
+// V consecutive elements as one aligned access (16 bytes: 8 bf16 / fp16, 4 fp32, 2 fp64): the
+// elementwise kernels' loads and stores, one ld/st.global.v4 instead of V scalar (2-byte for bf16 /
+// fp16) accesses. The launchers pick V with vector_width (else V = 1).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// A plain word type of each pack size: the accesses go through it, so that nvcc emits one vector
+// access (copying a Pack of bf16 / fp16 objects it splits the stores element by element).
+template <int Bytes>
+struct RawWord;
+template <>
+struct RawWord<2> {
+  using type = unsigned short;
+};
+template <>
+struct RawWord<4> {
+  using type = unsigned int;
+};
+template <>
+struct RawWord<8> {
+  using type = uint2;
+};
+template <>
+struct RawWord<16> {
+  using type = uint4;
+};
+template <>
+struct RawWord<32> {  // 8 fp32 cell states beside 8 bf16 gates: two 16-byte accesses
+  struct alignas(32) type {
+    uint4 lo, hi;
+  };
+};
+
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
+  using R = typename RawWord<sizeof(Pack<T, V>)>::type;
+  const R raw = *reinterpret_cast<const R*>(p);
+  Pack<T, V> x;
+  memcpy(&x, &raw, sizeof(x));
+  return x;
+}
+
+// One store of a word. nvcc splits a plain store of a word built from a pack into element stores;
+// __stwb (st.global.wb) keeps it one vector store.
+template <typename R>
+__device__ __forceinline__ void store_word(R* p, const R& r) {
+#ifdef __CUDA_ARCH__
+  __stwb(p, r);
+#else
+  *p = r;  // the CPU emulator of the tests
+#endif
+}
+
+__device__ __forceinline__ void store_word(RawWord<32>::type* p, const RawWord<32>::type& r) {
+  store_word(&p->lo, r.lo);
+  store_word(&p->hi, r.hi);
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
+  using R = typename RawWord<sizeof(Pack<T, V>)>::type;
+  R raw;
+  memcpy(&raw, &x, sizeof(raw));
+  store_word(reinterpret_cast<R*>(p), raw);
+}
+
+// The vector width of type T (16 bytes' worth).
+template <typename T>
+constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+// Whether kernels may access every row in packs of V elements of `elem_size` bytes: `cols` (the
+// row width) and every row stride (elements) multiples of V, every base pointer V-aligned.
+inline bool vector_ok(int V, size_t elem_size, int64_t cols, std::initializer_list<const void*> pointers,
+                      std::initializer_list<int64_t> strides) {
+  if (V <= 1 || cols % V != 0) {
+    return V == 1;
+  }
+  for (const void* p : pointers) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % (V * elem_size) != 0) {
+      return false;
+    }
+  }
+  for (const int64_t s : strides) {
+    if (s % V != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // kernel<<<grid, block, 0, stream>>>(args...). A macro so that the CPU emulator of the tests

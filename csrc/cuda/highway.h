@@ -24,8 +24,25 @@ struct HighwayGateParams {
   Dtype dtype;
 };
 
-// Enqueues the gate on `stream`; nothing when N or H is 0. The caller checks the launch.
+// The gate's backward (oracle: autograd of highway_gate_ref; CPU twin: csrc/cpu/highway_cpu.cpp):
+//   grad_transform = grad (1 - g) [t > 0],  grad_gate = grad (x - relu(t)) g (1 - g),  grad_x = grad g.
+struct HighwayGateGradParams {
+  const void* grad;              // [N, H]
+  const void* projected;         // [N, 2H]: [transform | gate]
+  const void* x;                 // [N, H]
+  void* grad_projected;          // [N, 2H] out, contiguous
+  void* grad_x;                  // [N, H] out, contiguous
+  int64_t n;                     // N rows
+  int64_t h;                     // H features
+  int64_t grad_row_stride;       // elements between rows of grad
+  int64_t projected_row_stride;  // elements between rows of projected
+  int64_t x_row_stride;          // elements between rows of x
+  Dtype dtype;
+};
+
+// Enqueue on `stream`; nothing when N or H is 0. The caller checks the launch.
 void highway_gate_launch(const HighwayGateParams& params, cudaStream_t stream);
+void highway_gate_grad_launch(const HighwayGateGradParams& params, cudaStream_t stream);
 
 }  // namespace gpu
 }  // namespace elmo_fast

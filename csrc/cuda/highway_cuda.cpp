@@ -5,6 +5,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <tuple>
+
 #include "checks.h"
 #include "highway_args.h"
 #include "cuda/backend.h"
@@ -44,6 +46,50 @@ at::Tensor highway_gate_cuda(const at::Tensor& projected, const at::Tensor& x) {
   return out;
 }
 
+// grad: [N, H], projected: [N, 2H], x: [N, H] (rows may be slices of wider buffers) -> grad_projected
+// [N, 2H], grad_x [N, H], contiguous; one dtype (float32, float64, bfloat16, float16), one CUDA device.
+std::tuple<at::Tensor, at::Tensor> highway_gate_backward_cuda(const at::Tensor& grad, const at::Tensor& projected,
+                                                              const at::Tensor& x) {
+  static constexpr char kOp[] = "highway_gate_backward";
+  ELMO_CHECK_DIM(projected, 2);
+  ELMO_CHECK_DIM(x, 2);
+  const int64_t n = x.size(0);
+  const int64_t h = x.size(1);
+  ELMO_CHECK_SHAPE(projected, n, 2 * h);
+  ELMO_CHECK_SHAPE(grad, n, h);
+  ELMO_CHECK_GPU(x);
+  ELMO_CHECK_SAME_DEVICE(projected, x);
+  ELMO_CHECK_SAME_DEVICE(grad, x);
+  ELMO_CHECK_SAME_DTYPE(projected, x);
+  ELMO_CHECK_SAME_DTYPE(grad, x);
+  ELMO_CHECK_CUDA_DTYPE(x);
+
+  const gpu::DeviceGuard guard(x.device());
+  // Expanded gradients (stride 0) and column-major layouts are copied once.
+  const at::Tensor grad_c = gpu::with_unit_col_stride(grad);
+  const at::Tensor projected_c = gpu::with_unit_col_stride(projected);
+  const at::Tensor x_c = gpu::with_unit_col_stride(x);
+  const auto opts = x.options().memory_format(at::MemoryFormat::Contiguous);
+  at::Tensor grad_projected = at::empty({n, 2 * h}, opts);
+  at::Tensor grad_x = at::empty({n, h}, opts);
+
+  gpu::HighwayGateGradParams params;
+  params.grad = grad_c.const_data_ptr();
+  params.projected = projected_c.const_data_ptr();
+  params.x = x_c.const_data_ptr();
+  params.grad_projected = grad_projected.mutable_data_ptr();
+  params.grad_x = grad_x.mutable_data_ptr();
+  params.n = n;
+  params.h = h;
+  params.grad_row_stride = grad_c.stride(0);
+  params.projected_row_stride = projected_c.stride(0);
+  params.x_row_stride = x_c.stride(0);
+  params.dtype = gpu::to_gpu_dtype(x.scalar_type());
+  gpu::highway_gate_grad_launch(params, gpu::current_stream());
+  ELMO_GPU_LAUNCH_CHECK();
+  return {grad_projected, grad_x};
+}
+
 // x: [N, F]; highway_weights: L x [2F, F]; highway_biases: L x [2F]; proj_weight: [P, F];
 // proj_bias: [P] -> [N, P]. One [N, 2F] buffer serves every layer's GEMM output.
 at::Tensor highway_cuda(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
@@ -63,5 +109,6 @@ at::Tensor highway_cuda(const at::Tensor& x, at::TensorList highway_weights, at:
 
 TORCH_LIBRARY_IMPL(ELMO_GPU_LIBRARY, ELMO_GPU_DISPATCH_KEY, m) {
   m.impl("highway_gate", &elmo_fast::highway_gate_cuda);
+  m.impl("highway_gate_backward", &elmo_fast::highway_gate_backward_cuda);
   m.impl("highway", &elmo_fast::highway_cuda);
 }

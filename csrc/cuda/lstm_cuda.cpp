@@ -1,8 +1,10 @@
 // CUDA binding and host loop of ELMo's stacked projected biLSTM (op `bilstm`; oracle:
 // elmo_fast.reference.bilstm_ref; step kernels: lstm.cu, whose header describes the layout).
 //
-// Per call: the lengths are read on the host (one device sync), rows are sorted longest first and
-// the packed positions planned (one host-to-device copy). Per layer: the input gates of every
+// Per call: rows are sorted longest first and the packed positions planned on the host, from the
+// lengths there (lengths on the device are copied to the host first: a device sync; a fast model
+// passes them on the host), then copied to the device in one asynchronous copy from pinned memory,
+// so that the call never waits for the device and a CUDA graph can capture it. Per layer: the input gates of every
 // packed position in one GEMM per direction (layers >= 1; layer 0's come precomputed per distinct
 // token, xg0). Per step, both directions at once: the recurrent GEMM (bmm over [2, ...] stacked
 // weights), one fused gate kernel, the projection GEMM (bmm), one fused output kernel. GEMMs are
@@ -29,6 +31,7 @@
 #include "cuda/backend.h"
 #include "cuda/binding_utils.h"
 #include "cuda/lstm.h"
+#include "cuda/lstm_plan.h"
 #include "lstm_args.h"
 
 namespace elmo_fast {
@@ -49,32 +52,9 @@ at::Tensor stack_pair(const at::Tensor& forward, const at::Tensor& backward) {
   return at::stack({forward, backward});
 }
 
-// The schedule of one call, on the host: sorted rows and the packed positions of each step.
-struct Plan {
-  std::vector<int64_t> order;    // [B] sorted row i -> batch row b (lengths descending, stable)
-  std::vector<int64_t> running;  // [S] n_s, rows still running at step s (a prefix of the sorted rows)
-  std::vector<int64_t> offset;   // [S + 1] first packed position of step s; offset[S] = total
-};
-
-Plan make_plan(const int64_t* lengths, int64_t batch) {
-  Plan plan;
-  plan.order.resize(batch);
-  std::iota(plan.order.begin(), plan.order.end(), int64_t{0});
-  std::stable_sort(plan.order.begin(), plan.order.end(),
-                   [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
-  const int64_t steps = batch == 0 ? 0 : lengths[plan.order[0]];
-  plan.running.resize(steps);
-  plan.offset.assign(steps + 1, 0);
-  int64_t n = batch;
-  for (int64_t s = 0; s < steps; ++s) {
-    while (n > 0 && lengths[plan.order[n - 1]] <= s) {
-      --n;
-    }
-    plan.running[s] = n;
-    plan.offset[s + 1] = plan.offset[s] + n;
-  }
-  return plan;
-}
+// The schedule of one call, on the host (lstm_plan.h).
+using Plan = gpu::LstmPlan;
+inline Plan make_plan(const int64_t* lengths, int64_t batch) { return gpu::make_lstm_plan(lengths, batch); }
 
 // xg0: [U, 2, 4C]; token_index: [B, T] int64; lengths: [B] int64 (CPU or CUDA); weights: 8L tensors
 // (see the schema); cell_clip, proj_clip: None or 0 (no clip) or > 0; h0: [L, B, 2P], c0: [L, B, 2C]
@@ -103,7 +83,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
   const gpu::DeviceGuard guard(xg0.device());
   const at::TensorOptions opts = xg0.options().memory_format(at::MemoryFormat::Contiguous);
 
-  // The one device sync of the call: the schedule needs the lengths on the host.
+  // The schedule is made on the host, from the lengths there: given on the device, they are copied
+  // to the host, which waits for the device (the call's one sync). Given on the host (as a fast model
+  // passes them), the call never waits for the device.
   const at::Tensor lengths_host = lengths.to(at::kCPU).contiguous();
   const int64_t* len = lengths_host.const_data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
@@ -121,9 +103,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
     return {outputs, h, c};
   }
 
-  // One host-to-device copy: [order (B) | rank (B) | out_row (2 total)]; rank[order[i]] = i (batch
-  // row -> sorted row), out_row[d][offset_s + i] = b T + t.
-  at::Tensor plan_host = at::empty({2 * B + 2 * total}, lengths_host.options());
+  // One host-to-device copy, from pinned memory, asynchronous: [order (B) | rank (B) | out_row
+  // (2 total)]; rank[order[i]] = i (batch row -> sorted row), out_row[d][offset_s + i] = b T + t.
+  at::Tensor plan_host = at::empty({2 * B + 2 * total}, gpu::host_staging(at::kLong));
   int64_t* ph = plan_host.mutable_data_ptr<int64_t>();
   std::copy(plan.order.begin(), plan.order.end(), ph);
   for (int64_t i = 0; i < B; ++i) {
@@ -137,7 +119,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
       row[total + plan.offset[s] + i] = b * T + (len[b] - 1 - s);       // backward: t = len - 1 - s
     }
   }
-  const at::Tensor plan_dev = plan_host.to(xg0.device());
+  const at::Tensor plan_dev = gpu::to_device_async(plan_host, xg0.device());
   const at::Tensor order = plan_dev.narrow(0, 0, B);
   const at::Tensor rank = plan_dev.narrow(0, B, B);
   const at::Tensor out_row = plan_dev.narrow(0, 2 * B, 2 * total);  // [2 * total]

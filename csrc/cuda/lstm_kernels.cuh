@@ -1,5 +1,7 @@
 // CUDA biLSTM step kernels: the two fused pointwise passes of one time step, both directions.
-// Elementwise and memory-bound: the GEMMs between them are cuBLAS (through ATen, lstm_cuda.cpp).
+// Elementwise and memory-bound: the GEMMs between them are cuBLAS (through ATen, lstm_cuda.cpp). Each
+// thread takes V consecutive columns, loaded and stored as 16-byte packs (V = kVec<T>: 8 bf16 / fp16,
+// 4 fp32, 2 fp64) where the widths and pointers allow, else one by one (V = 1).
 //
 // Included once, by lstm.cu (nvcc) or by the CPU emulator of the tests (tests/cuda_emulation, g++),
 // which runs these very kernels and launchers on CPU tensors where no GPU is available.
@@ -14,12 +16,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// grid: x over C in blocks of kThreads, y over the 2 n (direction, row) pairs (strided by gridDim.y).
-template <typename T>
+// grid: x over C / V column packs in blocks of kThreads, y over the 2 n (direction, row) pairs (strided
+// by gridDim.y). V consecutive columns per thread, as 16-byte packs where shapes and pointers allow.
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) lstm_gates_kernel(const LstmGatesParams p) {
   using A = math_t<T>;
   const int64_t C = p.cell;
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
   if (col >= C) {
     return;
   }
@@ -34,26 +37,37 @@ __global__ void __launch_bounds__(kThreads) lstm_gates_kernel(const LstmGatesPar
     const int64_t packed = d * p.total + p.offset + i;
     const T* xin = p.xg0_row != nullptr ? xg + (p.xg0_row[packed] * 2 + d) * 4 * C : xg + packed * 4 * C;
     const T* rec = rec_all + r * 4 * C;
-    const A gi = to_math(xin[col]) + to_math(rec[col]);
-    const A gf = to_math(xin[C + col]) + to_math(rec[C + col]);
-    const A gg = to_math(xin[2 * C + col]) + to_math(rec[2 * C + col]);
-    const A go = to_math(xin[3 * C + col]) + to_math(rec[3 * C + col]);
+    const Pack<T, V> xi = load_pack<V>(xin + col), xf = load_pack<V>(xin + C + col),
+                     xgg = load_pack<V>(xin + 2 * C + col), xo = load_pack<V>(xin + 3 * C + col);
+    const Pack<T, V> ri = load_pack<V>(rec + col), rf = load_pack<V>(rec + C + col),
+                     rg = load_pack<V>(rec + 2 * C + col), ro = load_pack<V>(rec + 3 * C + col);
     A* c = c_all + (d * p.batch + i) * C + col;
-    A cn = sigmoid_math(gi) * tanh_math(gg) + sigmoid_math(gf) * *c;
-    if (p.cell_clip > 0) {
-      cn = clamp_math(cn, -clip, clip);
+    Pack<A, V> cs = load_pack<V>(c);
+    Pack<T, V> m;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const A gi = to_math(xi.v[k]) + to_math(ri.v[k]);
+      const A gf = to_math(xf.v[k]) + to_math(rf.v[k]);
+      const A gg = to_math(xgg.v[k]) + to_math(rg.v[k]);
+      const A go = to_math(xo.v[k]) + to_math(ro.v[k]);
+      A cn = sigmoid_math(gi) * tanh_math(gg) + sigmoid_math(gf) * cs.v[k];
+      if (p.cell_clip > 0) {
+        cn = clamp_math(cn, -clip, clip);
+      }
+      cs.v[k] = cn;
+      m.v[k] = from_math<T>(sigmoid_math(go) * tanh_math(cn));
     }
-    *c = cn;
-    m_all[r * C + col] = from_math<T>(sigmoid_math(go) * tanh_math(cn));
+    store_pack<V>(c, cs);
+    store_pack<V>(m_all + r * C + col, m);
   }
 }
 
-// grid: x over P in blocks of kThreads, y over the 2 n (direction, row) pairs (strided by gridDim.y).
-template <typename T>
+// grid: x over P / V column packs in blocks of kThreads, y over the 2 n (direction, row) pairs.
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) lstm_output_kernel(const LstmOutputParams p) {
   using A = math_t<T>;
   const int64_t P = p.proj;
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
   if (col >= P) {
     return;
   }
@@ -66,21 +80,26 @@ __global__ void __launch_bounds__(kThreads) lstm_output_kernel(const LstmOutputP
     const int64_t d = r >= p.n ? 1 : 0;
     const int64_t i = r - d * p.n;
     const int64_t packed = d * p.total + p.offset + i;
-    A v = to_math(hproj[r * P + col]);
-    if (p.proj_clip > 0) {
-      v = clamp_math(v, -clip, clip);
-    }
-    // The state and the output are the value as stored (rounded once), as the reference keeps it.
-    const T h = from_math<T>(v);
-    h_all[(d * p.batch + i) * P + col] = h;
-    T y = h;
+    const Pack<T, V> hp = load_pack<V>(hproj + r * P + col);
+    Pack<T, V> h, y;
     if (p.skip) {
-      y = from_math<T>(to_math(h) + to_math(y_all[packed * P + col]));
+      y = load_pack<V>(y_all + packed * P + col);
     }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      A v = to_math(hp.v[k]);
+      if (p.proj_clip > 0) {
+        v = clamp_math(v, -clip, clip);
+      }
+      // The state and the output are the value as stored (rounded once), as the reference keeps it.
+      h.v[k] = from_math<T>(v);
+      y.v[k] = p.skip ? from_math<T>(to_math(h.v[k]) + to_math(y.v[k])) : h.v[k];
+    }
+    store_pack<V>(h_all + (d * p.batch + i) * P + col, h);
     if (p.write_y) {
-      y_all[packed * P + col] = y;
+      store_pack<V>(y_all + packed * P + col, y);
     }
-    out[p.out_row[packed] * 2 * P + d * P + col] = y;
+    store_pack<V>(out + p.out_row[packed] * 2 * P + d * P + col, y);
   }
 }
 
@@ -90,10 +109,19 @@ void lstm_gates_launch(const LstmGatesParams& params, cudaStream_t stream) {
   if (params.n == 0 || params.cell == 0) {
     return;
   }
-  const dim3 grid(ceil_div(params.cell, kThreads), grid_y(2 * params.n));
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH(lstm_gates_kernel<T>, grid, kThreads, stream, params);
+    using A = math_t<T>;
+    constexpr int kV = kVec<T>;
+    // Rows of xg and rec are 4C apart, of c and m C apart: C % V covers every row start.
+    if (vector_ok(kV, sizeof(T), params.cell, {params.xg, params.rec, params.m}, {}) &&
+        vector_ok(kV, sizeof(A), params.cell, {params.c}, {})) {
+      const dim3 grid(ceil_div(params.cell / kV, kThreads), grid_y(2 * params.n));
+      ELMO_KERNEL_LAUNCH((lstm_gates_kernel<T, kV>), grid, kThreads, stream, params);
+    } else {
+      const dim3 grid(ceil_div(params.cell, kThreads), grid_y(2 * params.n));
+      ELMO_KERNEL_LAUNCH((lstm_gates_kernel<T, 1>), grid, kThreads, stream, params);
+    }
   });
 }
 
@@ -101,10 +129,17 @@ void lstm_output_launch(const LstmOutputParams& params, cudaStream_t stream) {
   if (params.n == 0 || params.proj == 0) {
     return;
   }
-  const dim3 grid(ceil_div(params.proj, kThreads), grid_y(2 * params.n));
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH(lstm_output_kernel<T>, grid, kThreads, stream, params);
+    constexpr int kV = kVec<T>;
+    // Rows are P apart (out: 2P, and each direction's half at P): P % V covers every row start.
+    if (vector_ok(kV, sizeof(T), params.proj, {params.hproj, params.h, params.y, params.out}, {})) {
+      const dim3 grid(ceil_div(params.proj / kV, kThreads), grid_y(2 * params.n));
+      ELMO_KERNEL_LAUNCH((lstm_output_kernel<T, kV>), grid, kThreads, stream, params);
+    } else {
+      const dim3 grid(ceil_div(params.proj, kThreads), grid_y(2 * params.n));
+      ELMO_KERNEL_LAUNCH((lstm_output_kernel<T, 1>), grid, kThreads, stream, params);
+    }
   });
 }
 

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -122,6 +123,44 @@ def _rename_legacy_keys(state_dict: dict, prefix: str, *args) -> None:
             state_dict[prefix + new] = state_dict.pop(key)
 
 
+def distinct_rows(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct rows of ``ids`` [B, T, W] among the positions ``mask`` [B, T] holds, on the CPU.
+
+    Returns distinct [U, W] (U >= 1; in no particular order) and index [B, T], the row of each
+    position (0 outside the mask, a row the caller multiplies by 0 or never reads). What
+    ``torch.unique(dim=0)`` gives, without its lexicographic sort of whole rows (tens of ms for a
+    large batch on the CPU): rows are hashed to 64 bits, the hashes made unique, and the result
+    checked against the rows themselves (a collision, which this check would catch, falls back to
+    ``torch.unique(dim=0)``: the result is exact either way).
+    """
+    B, T, W = ids.shape
+    rows = ids[mask].numpy()
+    index = torch.zeros(B, T, dtype=torch.long)
+    if rows.shape[0] == 0:
+        return ids.new_zeros(1, W), index
+    hashes = (rows.astype(np.uint64) * _row_hash_multipliers(W)).sum(axis=1, dtype=np.uint64)
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    distinct = rows[first]
+    if np.array_equal(distinct[inverse.reshape(-1)], rows):
+        index[mask] = torch.from_numpy(inverse.reshape(-1).astype(np.int64))
+        return torch.from_numpy(distinct), index
+    distinct_t, inverse_t = torch.unique(ids[mask], dim=0, return_inverse=True)  # a hash collision
+    index[mask] = inverse_t
+    return distinct_t, index
+
+
+_HASH_MULTIPLIERS: dict[int, np.ndarray] = {}
+
+
+def _row_hash_multipliers(width: int) -> np.ndarray:
+    """Fixed random odd 64-bit multipliers, one per column: a row's hash is sum_j ids[j] * m_j mod 2^64."""
+    m = _HASH_MULTIPLIERS.get(width)
+    if m is None:
+        m = np.random.default_rng(20180215).integers(0, 2**64 - 1, size=width, dtype=np.uint64, endpoint=True) | 1
+        _HASH_MULTIPLIERS[width] = m
+    return m
+
+
 class TokenCache:
     """Context-free results of distinct tokens, kept across batches: LRU, bounded in entries.
 
@@ -155,6 +194,45 @@ class TokenCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+class CudaGraphRunner:
+    """One forward captured as a CUDA graph: ``capture(body)`` runs ``body`` once eagerly on a side
+    stream (a warm-up, as torch recommends: cuBLAS workspaces, lazily made copies), then once under
+    capture, and keeps its outputs (static tensors, in the graph's own memory pool); ``replay()``
+    reruns the captured kernels, which rewrite those outputs from the static inputs ``body`` reads."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.graph = torch.cuda.CUDAGraph()
+        self.outputs: list[Tensor] = []
+
+    def capture(self, body) -> None:
+        with torch.cuda.device(self.device):  # the model's GPU, whichever is current
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                body()
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(self.graph):
+                self.outputs = body()
+
+    def replay(self) -> list[Tensor]:
+        with torch.cuda.device(self.device):
+            self.graph.replay()
+        return self.outputs
+
+
+class _CapturedBucket:
+    """A captured forward and the static inputs it reads: the distinct tokens (padded with "no token"
+    rows to a power of two), token_index and mask of one bucket's shapes and lengths."""
+
+    def __init__(self, runner, distinct: Tensor, token_index: Tensor, mask: Tensor, lengths: Tensor) -> None:
+        self.runner = runner
+        self.distinct = distinct
+        self.token_index = token_index
+        self.mask = mask
+        self.lengths = lengths  # on the CPU: the bilstm op's schedule, fixed in the graph
 
 
 class ElmoBiLm(nn.Module):
@@ -192,13 +270,24 @@ class ElmoBiLm(nn.Module):
     allennlp and bilm-tf: batch row i starts from the final states row i had in the previous
     batch; a larger batch adds zero states for the new rows, a smaller one leaves the states of
     the rows it does not use untouched.
+
+    cuda_graphs=N (off by default): on a GPU, the fast forward of char ids given on the CPU is
+    captured as a CUDA graph per bucket, the batch's shape and exact lengths (a bucket's second
+    batch is captured, later ones replay it: one launch instead of thousands, for small batches
+    whose time goes to launches), keeping the N most recent. Only where nothing varies but the
+    data: stateless, no token cache, no profile; other calls run as without. Graphs are dropped
+    when the weights change, and each holds its own memory.
     """
+
+    #: the class that captures and replays a forward (tests substitute a CPU stand-in)
+    _graph_runner = CudaGraphRunner
 
     def __init__(self, options_file: str | os.PathLike | None = None,
                  weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
                  requires_grad: bool = False, stateful: bool = False, backend: str = "auto",
                  token_cache_size: int = 0, dtype: torch.dtype = torch.float32,
-                 vocab_to_cache: Sequence[str] | None = None, *, model_dir: str | os.PathLike | None = None) -> None:
+                 vocab_to_cache: Sequence[str] | None = None, *, model_dir: str | os.PathLike | None = None,
+                 cuda_graphs: int = 0) -> None:
         super().__init__()
         self.backend = resolve_backend(backend)
         if dtype not in (torch.float32, torch.bfloat16):
@@ -209,6 +298,15 @@ class ElmoBiLm(nn.Module):
         #: the char CNN, cell states and everything elementwise stay fp32 (parameters stay fp32 too)
         self.compute_dtype = dtype
         self._lowp: tuple[torch.device, dict] | None = None
+        # the bilstm op's weight lists, per (device type, device index, dtype): see _flat_lstm
+        self._lstm_op_weights: dict[tuple, tuple[tuple, list[Tensor]]] = {}
+        if cuda_graphs < 0:
+            raise ElmoFastError(f"cuda_graphs must be >= 0 (the captured buckets to keep; 0: none), got {cuda_graphs}")
+        #: CUDA graphs of the fast forward kept, per bucket (0: none; see the class docstring)
+        self.cuda_graphs = cuda_graphs
+        self._graphs: OrderedDict[tuple, _CapturedBucket] = OrderedDict()
+        self._graphs_seen: OrderedDict[tuple, None] = OrderedDict()
+        self._graphs_weights_key: tuple | None = None
         self.stateful = stateful
         #: distinct tokens whose context-free results are kept across batches (fast path; 0: none)
         self.token_cache = TokenCache(token_cache_size) if token_cache_size > 0 else None
@@ -262,6 +360,20 @@ class ElmoBiLm(nn.Module):
                 vocab_ids = torch.tensor([self.front_end.token_ids(w) for w in vocab_to_cache], dtype=torch.long)
                 vocab_ids[0] = 0
         self.register_buffer("_vocab_char_ids", vocab_ids, persistent=False)
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(), .cuda(), .cpu(), .float(), ...: copies derived from the weights go at once (they would
+        # be remade anyway, the weights' storage having changed), not at the next forward.
+        self._lowp = None
+        self._lstm_op_weights = {}
+        self.clear_cuda_graphs()
+        return super()._apply(fn, *args, **kwargs)
+
+    def clear_cuda_graphs(self) -> None:
+        """Drop the captured forwards (cuda_graphs) and their memory."""
+        if "_graphs" in self.__dict__:
+            self._graphs.clear()
+            self._graphs_seen.clear()
 
     @classmethod
     def from_weights(cls, weights: ElmoWeights | ManyLangsWeights, **kwargs) -> "ElmoBiLm":
@@ -424,6 +536,17 @@ class ElmoBiLm(nn.Module):
             how = "" if W == 50 else " (this model's own ids: model.batch_to_ids(sentences))"
             raise ElmoFastError(f"char_ids must have shape [batch, tokens, {W}]{how}, got {got}")
         device = self.device
+        fast_inference = not (self.backend == "reference" or self._fine_tuning())
+        if fast_inference and self._plans_on_host(char_ids if word_inputs is None else word_inputs):
+            # Inputs on the host, model on a GPU: the schedule, the distinct tokens and the lengths are
+            # worked out here before anything moves, so that the forward never waits for the GPU.
+            batch_size = (char_ids if word_inputs is None else word_inputs).shape[0]
+            h0, c0 = self._initial_states(batch_size)
+            with torch.no_grad():
+                activations, mask, h, c = self._forward_planned_on_host(char_ids, word_inputs, h0, c0)
+            if self.stateful:
+                self._update_states(h, c)
+            return {"activations": activations, "mask": mask}
         if word_inputs is not None:
             word_inputs = word_inputs.to(device)
             batch_size = word_inputs.shape[0]
@@ -431,7 +554,7 @@ class ElmoBiLm(nn.Module):
             char_ids = char_ids.to(device)
             batch_size = char_ids.shape[0]
         h0, c0 = self._initial_states(batch_size)
-        if self.backend == "reference" or self._fine_tuning():
+        if not fast_inference:
             if word_inputs is not None:  # the words' own char ids: exactly the char path, gradients included
                 char_ids = self._vocab_char_ids[word_inputs]
             if self.backend == "reference" or char_ids.shape[0] * char_ids.shape[1] == 0:
@@ -454,6 +577,95 @@ class ElmoBiLm(nn.Module):
         if self.stateful:
             self._update_states(h, c)
         return {"activations": activations, "mask": mask}
+
+    def _plans_on_host(self, inputs: Tensor) -> bool:
+        """Whether a fast inference call plans on the host: the model on a GPU, its inputs on the CPU."""
+        return self.device.type == "cuda" and inputs.device.type == "cpu"
+
+    def _forward_planned_on_host(self, char_ids: Tensor | None, word_inputs: Tensor | None, h0: Tensor | None,
+                                 c0: Tensor | None) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:
+        """The fast forward from inputs on the CPU, without a device sync: the sentence boundaries,
+        the distinct tokens (:func:`distinct_rows`), the token cache's keys and the lengths are worked
+        out on the CPU; the distinct tokens, token_index and mask go to the device through pinned
+        memory; the bilstm op takes its lengths on the CPU (its schedule is made from them). Only
+        kernels are then queued: nothing waits for the GPU, and a CUDA graph can capture it all."""
+        device = self.device
+        if word_inputs is not None:
+            index_h, mask_h = self._vocab_index(word_inputs.long())
+            distinct_h, inverse = torch.unique(index_h, return_inverse=True)  # 1-d: a cheap sort
+            vectors = self._vocab_vectors()[ops.to_device_async(distinct_h, device)]
+            gates = self._layer0_gates(vectors)
+            index_h = inverse.view(index_h.shape)
+        else:
+            ids_h, mask_h = self._add_sentence_boundaries(char_ids)
+            distinct_h, index_h = distinct_rows(ids_h, mask_h)
+            if self._graphs_apply(h0):
+                activations = self._graphed_forward(distinct_h, index_h, mask_h)
+                if activations is not None:
+                    return activations, ops.to_device_async(mask_h, device), None, None
+            vectors, gates = self._token_results(distinct_h)
+        token_index, mask = ops.to_device_async(index_h, device), ops.to_device_async(mask_h, device)
+        activations, h, c = self._contextualize(vectors, gates, token_index, mask, h0, c0, lengths=mask_h.sum(dim=1))
+        return activations, mask, h, c
+
+    def _graphs_apply(self, h0: Tensor | None) -> bool:
+        """Whether this call may replay (or capture) a CUDA graph: only the data varies in it."""
+        return (self.cuda_graphs > 0 and h0 is None and not self.stateful and self.token_cache is None
+                and not self.profile)
+
+    def _graphed_forward(self, distinct_h: Tensor, index_h: Tensor, mask_h: Tensor) -> list[Tensor] | None:
+        """The activations from this bucket's captured forward (captured now if its bucket was seen
+        before), or None: the caller runs the forward itself (a bucket seen for the first time)."""
+        key = self._weights_key()
+        if self._graphs_weights_key != key:  # graphs read the weights (and copies made of them) in place
+            self.clear_cuda_graphs()
+            self._graphs_weights_key = key
+        lengths = mask_h.sum(dim=1)
+        B, T = index_h.shape
+        U, W = distinct_h.shape
+        rows = max(8, 1 << (U - 1).bit_length())  # rows of the static distinct tokens: a power of two
+        bucket = (B, T, W, rows, tuple(lengths.tolist()))
+        entry = self._graphs.get(bucket)
+        if entry is None:
+            if bucket not in self._graphs_seen:  # a bucket is captured the second time it is seen
+                self._graphs_seen[bucket] = None
+                while len(self._graphs_seen) > 64 * self.cuda_graphs:
+                    self._graphs_seen.popitem(last=False)
+                return None
+            entry = self._capture_bucket(distinct_h, index_h, mask_h, lengths, rows)
+            self._graphs[bucket] = entry
+            while len(self._graphs) > self.cuda_graphs:
+                self._graphs.popitem(last=False)
+        else:
+            self._graphs.move_to_end(bucket)
+            self._fill_bucket(entry, distinct_h, index_h, mask_h)
+        return [t.clone() for t in entry.runner.replay()]
+
+    def _fill_bucket(self, entry: _CapturedBucket, distinct_h: Tensor, index_h: Tensor, mask_h: Tensor) -> None:
+        """This batch's data into a bucket's static inputs (asynchronously, from pinned memory)."""
+        padded = distinct_h.new_zeros(entry.distinct.shape)  # "no token" rows past U: never indexed
+        padded[: distinct_h.shape[0]] = distinct_h
+        for static, host in ((entry.distinct, padded), (entry.token_index, index_h), (entry.mask, mask_h)):
+            static.copy_(host.pin_memory() if static.is_cuda else host, non_blocking=static.is_cuda)
+
+    def _capture_bucket(self, distinct_h: Tensor, index_h: Tensor, mask_h: Tensor, lengths: Tensor,
+                        rows: int) -> _CapturedBucket:
+        device = self.device
+        entry = _CapturedBucket(None, torch.empty(rows, distinct_h.shape[1], dtype=torch.long, device=device),
+                                torch.empty(index_h.shape, dtype=torch.long, device=device),
+                                torch.empty(mask_h.shape, dtype=torch.bool, device=device), lengths.clone())
+        self._fill_bucket(entry, distinct_h, index_h, mask_h)
+
+        def body() -> list[Tensor]:  # reads the static inputs only
+            vectors = self._token_vectors(entry.distinct)
+            gates = self._layer0_gates(vectors)
+            activations, _, _ = self._contextualize(vectors, gates, entry.token_index, entry.mask, None, None,
+                                                    lengths=entry.lengths)
+            return activations
+
+        entry.runner = self._graph_runner(device)
+        entry.runner.capture(body)
+        return entry
 
     def _fine_tuning(self) -> bool:
         """Whether this call must give the biLM's weights gradients: train mode, grad mode on, and a
@@ -526,28 +738,34 @@ class ElmoBiLm(nn.Module):
         """
         B, T, W = ids.shape
         distinct, inverse = torch.unique(ids.reshape(B * T, W), dim=0, return_inverse=True)
-        token_index = inverse.view(B, T)
+        return *self._token_results(distinct), inverse.view(B, T)
+
+    def _token_results(self, distinct: Tensor) -> tuple[Tensor, Tensor]:
+        """Token vectors [U, P] and layer-0 gates [U, 2, 4C] on the model's device of the distinct
+        token rows ``distinct`` [U, W] (on the CPU or the model's device), through the token cache."""
+        device = self.device
         cache = self.token_cache
         if cache is None:
-            vectors = self._token_vectors(distinct)
-            return vectors, self._layer0_gates(vectors), token_index
+            vectors = self._token_vectors(ops.to_device_async(distinct, device))
+            return vectors, self._layer0_gates(vectors)
         key = self._weights_key()
         if cache.weights_key != key:
             cache.clear()
             cache.weights_key = key
-        # one host copy for the batch's distinct tokens
+        # one host copy for the batch's distinct tokens (none when they are on the host already)
         keys = [k.tobytes() for k in distinct.to(device="cpu", dtype=self._key_dtype).numpy()]
         entries = [cache.get(k) for k in keys]
         missing = [i for i, e in enumerate(entries) if e is None]
         cache.hits += len(keys) - len(missing)
         cache.misses += len(missing)
         if missing:
-            vectors = self._token_vectors(distinct[torch.tensor(missing, device=ids.device)])
+            rows = distinct[ops.to_device_async(torch.tensor(missing), distinct.device)]
+            vectors = self._token_vectors(ops.to_device_async(rows, device))
             gates = self._layer0_gates(vectors)
             for j, i in enumerate(missing):
                 entries[i] = (vectors[j].clone(), gates[j].clone())
                 cache.put(keys[i], entries[i])
-        return (torch.stack([e[0] for e in entries]), torch.stack([e[1] for e in entries]), token_index)
+        return torch.stack([e[0] for e in entries]), torch.stack([e[1] for e in entries])
 
     def _weights_key(self) -> tuple:
         """Changes whenever a parameter does (an optimizer step, load_state_dict, .to(device)): what
@@ -558,12 +776,11 @@ class ElmoBiLm(nn.Module):
                 *((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters()))
 
     def _bf16_weights(self) -> dict:
-        """bf16 copies of the GEMM weights (remade when the weights change; LSTM biases stay fp32)."""
+        """bf16 copies of the highway and projection weights (remade when the weights change); the
+        LSTM's are :meth:`_flat_lstm`'s."""
         key = self._weights_key()
         if self._lowp is None or self._lowp[0] != key:
-            bf = torch.bfloat16
-            lstm = [p.detach().to(bf) if k % 4 != 2 else p.detach() for k, p in enumerate(self.encoder.flat_weights())]
-            self._lowp = (key, {**self.token_embedder.bf16_weights(), "lstm": lstm})
+            self._lowp = (key, self.token_embedder.bf16_weights())
         return self._lowp[1]
 
     def _token_vectors(self, distinct_ids: Tensor) -> Tensor:
@@ -579,10 +796,47 @@ class ElmoBiLm(nn.Module):
         with self._stage("lstm"):
             return self.encoder.layer0_gates(vectors)
 
+    #: Device types whose bilstm op runs both directions' GEMMs at once and so takes each layer's
+    #: forward and backward w_hh (and w_proj) as one [2, ...] tensor: given two separate tensors it
+    #: stacks them, a copy of every recurrent weight on every call (168 MB on `original` in fp32).
+    #: There the model passes views of stacked copies it keeps (the CPU op reads each direction alone).
+    _STACKED_LSTM_DEVICES = ("cuda",)
+
     def _flat_lstm(self) -> list[Tensor]:
-        if self.compute_dtype == torch.bfloat16:
-            return self._bf16_weights()["lstm"]
-        return self.encoder.flat_weights()
+        """The bilstm op's flat weight list in the compute dtype, detached: the parameters themselves
+        (fp32 on a CPU), or copies made once per (device, dtype) and remade whenever the weights
+        change (:meth:`_weights_key`: load_state_dict, in-place edits, optimizer steps, moves):
+        bf16 copies of the GEMM weights (biases stay fp32 on a CPU; on CUDA, whose op takes one dtype,
+        they are bf16 too), and on CUDA each layer's w_hh and w_proj stacked, both directions, the list
+        holding views of the two halves (which the op uses in place)."""
+        device = self.device
+        bf16 = self.compute_dtype == torch.bfloat16
+        stacked = device.type in self._STACKED_LSTM_DEVICES
+        flat = self.encoder.flat_weights()
+        if not (bf16 or stacked):
+            self._lstm_op_weights = {}
+            return [w.detach() for w in flat]
+        slot = (device.type, device.index, self.compute_dtype)
+        key = self._weights_key()
+        entry = self._lstm_op_weights.get(slot)
+        if entry is not None and entry[0] == key:
+            return entry[1]
+        # Copies derived from older weights are dropped before the new ones are made.
+        self._lstm_op_weights = {s: e for s, e in self._lstm_op_weights.items() if e[0] == key}
+
+        def cast(w: Tensor, k: int) -> Tensor:
+            keep_fp32 = k == 2 and not stacked  # a bias, on the CPU
+            return w.detach().to(torch.bfloat16) if bf16 and not keep_fp32 else w.detach()
+
+        out = [cast(w, i % 4) for i, w in enumerate(flat)]
+        if stacked:
+            for layer in range(len(flat) // 8):
+                for k in (1, 3):  # w_hh, w_proj
+                    f, b = 8 * layer + k, 8 * layer + 4 + k
+                    both = torch.stack([out[f], out[b]])
+                    out[f], out[b] = both[0], both[1]
+        self._lstm_op_weights[slot] = (key, out)
+        return out
 
     def _cached_tokens(self, word_inputs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The vocabulary cache's counterpart of add_sentence_boundaries + _distinct_tokens.
@@ -592,6 +846,13 @@ class ElmoBiLm(nn.Module):
         would take 32 C bytes a word (128 KiB for the original model), so they are computed here for
         the batch's distinct words only, as the char path does.
         """
+        index, mask = self._vocab_index(word_inputs)
+        distinct, inverse = torch.unique(index, return_inverse=True)
+        vectors = self._vocab_vectors()[distinct]
+        return vectors, self._layer0_gates(vectors), inverse.view(index.shape), mask
+
+    def _vocab_index(self, word_inputs: Tensor) -> tuple[Tensor, Tensor]:
+        """word_inputs [B, T] -> rows of the vocabulary table [B, T + 2] (0 at padding) and the mask."""
         V = self.vocab_size
         B, T = word_inputs.shape
         lengths = (word_inputs > 0).sum(dim=1)
@@ -600,9 +861,7 @@ class ElmoBiLm(nn.Module):
         index[:, 1:-1] = word_inputs
         index[:, 0] = V
         index[torch.arange(B, device=index.device), lengths + 1] = V + 1
-        distinct, inverse = torch.unique(index, return_inverse=True)
-        vectors = self._vocab_vectors()[distinct]
-        return vectors, self._layer0_gates(vectors), inverse.view(B, T + 2), index > 0
+        return index, index > 0
 
     def _vocab_vectors(self) -> Tensor:
         """[V + 2, P]: the context-free vectors of vocab_to_cache, then of <S> and </S>."""
@@ -617,17 +876,21 @@ class ElmoBiLm(nn.Module):
         return self._vocab_table[1]
 
     def _contextualize(self, vectors: Tensor, gates: Tensor, token_index: Tensor, mask: Tensor,
-                       h0: Tensor | None, c0: Tensor | None) -> tuple[list[Tensor], Tensor, Tensor]:
-        """The biLSTM over the distinct tokens' results; the fast path's activations and final states."""
+                       h0: Tensor | None, c0: Tensor | None,
+                       lengths: Tensor | None = None) -> tuple[list[Tensor], Tensor, Tensor]:
+        """The biLSTM over the distinct tokens' results; the fast path's activations and final states.
+        lengths: [B] (on the CPU when the caller has them there: the op plans from them without a
+        device sync), else mask.sum(dim=1)."""
         weights = self._flat_lstm()
         if self.compute_dtype == torch.bfloat16 and gates.is_cuda:
             # The CUDA bilstm takes one floating dtype for all its inputs (the CPU one takes fp32 input
-            # gates and biases beside bf16 weights): round the layer-0 gates and the biases to bf16, as
-            # the gates of layers >= 1 are inside the op. States carried across batches stay bf16.
+            # gates and biases beside bf16 weights): round the layer-0 gates to bf16 (the biases are,
+            # in _flat_lstm), as the gates of layers >= 1 are inside the op. States carried across
+            # batches stay bf16.
             gates = gates.to(torch.bfloat16)
-            weights = [w.to(torch.bfloat16) for w in weights]
         with self._stage("lstm"):
-            outputs, h, c = self.encoder.forward_fast(gates, token_index, mask.sum(dim=1), h0, c0, weights)
+            lengths = mask.sum(dim=1) if lengths is None else lengths
+            outputs, h, c = self.encoder.forward_fast(gates, token_index, lengths, h0, c0, weights)
             outputs = outputs.float()
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], h, c

@@ -39,12 +39,23 @@ else:
         warnings.warn(_other_release, RuntimeWarning, stacklevel=2)
 
 
+#: The ops a training step runs besides the forward ones: the backward passes of char_cnn and
+#: highway_gate, and the trainable LSTM layer (its forward keeps what its backward reads).
+TRAINING_OPS = ("char_cnn_backward", "highway_gate_backward", "lstm_layer_forward", "lstm_layer_backward")
+
+
+def _has_kernels(dispatch_key: str, names=TRAINING_OPS) -> bool:
+    return all(torch._C._dispatch_has_kernel_for_dispatch_key(f"elmo_fast::{name}", dispatch_key) for name in names)
+
+
 #: Whether the fast ops have backward passes (register_autograd) on CPU tensors, so that training
 #: and fine-tuning can run them; on CUDA tensors see :data:`HAS_CUDA_BACKWARD`.
 HAS_BACKWARD = HAS_EXTENSION
-#: Whether the CUDA kernels include backward passes (without them, training on a GPU runs the
-#: reference stages under autograd).
-HAS_CUDA_BACKWARD = False
+#: Whether the CUDA kernels include the training ops (csrc/cuda: backward passes of char_cnn and
+#: highway_gate, the trainable LSTM layer): then training and fine-tuning on a GPU run the fast ops
+#: as on the CPU; without them (a CPU-only build, or one from older sources), the reference stages
+#: under autograd.
+HAS_CUDA_BACKWARD = HAS_CUDA_KERNELS and _has_kernels("CUDA")
 
 
 def require_extension() -> None:
@@ -103,7 +114,8 @@ def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
     returns    [N, H] contiguous, ``g * x + (1 - g) * relu(transform)`` with ``g = sigmoid(gate)``;
                bfloat16 (and float16, on CUDA) is computed in float32 and rounded once.
 
-    Differentiable (CPU): the backward is one fused pass (``highway_gate_backward``).
+    Differentiable (CPU; CUDA where :data:`HAS_CUDA_BACKWARD`): the backward is one fused pass
+    (``highway_gate_backward``).
     """
     _require_kernels_for(projected, x)
     return torch.ops.elmo_fast.highway_gate.default(projected, x)
@@ -118,7 +130,7 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
     proj_weight:     [P, F]; proj_bias: [P]. All of x's dtype and device.
     returns          [N, P]: GEMMs through ATen's BLAS, each layer's gating one fused pass.
 
-    Differentiable: with gradients needed (CPU), the steps run one by one under autograd (the same
+    Differentiable: with gradients needed, the steps run one by one under autograd (the same
     kernels and values), and the gates' backward is one fused pass each.
     """
     _require_kernels_for(x)
@@ -138,7 +150,7 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
     """Character CNN: one token vector per row of character ids (fused; twin of ``char_cnn_ref``).
 
     char_ids:       [N, L] int64, ids in [0, V) (+1 shifted ids; any strides). L is 50 for allennlp's
-                    ids, max_characters_per_token for ELMoForManyLangs models (CUDA: L <= 64).
+                    ids, max_characters_per_token for ELMoForManyLangs models; every backend takes any L >= 1.
     char_embedding: [V, D] float32 or float64 (V = 262 for allennlp's ids; thousands of rows for
                     ELMoForManyLangs models).
     conv_weights:   K tensors [n_k, D, w_k], 1 <= w_k <= L; conv_biases: K tensors [n_k]; all
@@ -147,7 +159,8 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
     returns         [N, sum n_k] contiguous, in char_embedding's dtype: for each k in order,
                     ``act(amax(conv1d(embedding(char_ids).transpose(1, 2), W_k, b_k), -1))``.
 
-    Differentiable in char_embedding, conv_weights and conv_biases (CPU): each filter's gradient goes
+    Differentiable in char_embedding, conv_weights and conv_biases (CPU; CUDA where
+    :data:`HAS_CUDA_BACKWARD`, deterministic there too): each filter's gradient goes
     to its max window, recomputed by the backward (``char_cnn_backward``). Equal windows: the first
     one takes it; windows that hold the same ids (ELMo's padding) give the same gradient whichever
     takes it, as the reference's amax, which shares it among them.
@@ -168,11 +181,15 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
                  i, f, g, o (:func:`~elmo_fast.bilm.reference.layer0_gates_ref`); rows may be a slice of
                  a wider buffer. float32 or float64.
     token_index: [B, T] int64, the row of ``xg0`` at each position (ignored at t >= lengths[b]).
-    lengths:     [B] int64 in [0, T], any order.
+    lengths:     [B] int64 in [0, T], any order. The schedule is made on the host: for CUDA tensors,
+                 lengths on the CPU let the call queue its kernels without waiting for the GPU (and be
+                 captured in a CUDA graph); lengths on the GPU cost one device sync.
     weights:     8L tensors, weights[4 * (2l + d) + k]: w_ih [4C, P], w_hh [4C, P], bias [4C],
                  w_proj [P, C] (layer 0's w_ih and bias are unused: folded into ``xg0``); the
                  dtype of ``xg0``, or bfloat16 with a float32 ``xg0`` (biases bf16 or fp32): then the
                  GEMMs run in bf16 with fp32 accumulation while states, gates and outputs stay fp32.
+                 On CUDA, each layer's forward and backward w_hh (and w_proj) given as the two halves of
+                 one [2, ...] tensor are used in place; separate tensors are stacked (copied) per call.
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:      [L, B, 2P], [L, B, 2C] initial states ([forward | backward]), or None (zeros).
     returns      outputs [L, B, T, 2P] (exactly 0 at t >= lengths[b]), h [L, B, 2P], c [L, B, 2C]
@@ -183,25 +200,46 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
                                               h0, c0)
 
 
-def _require_cpu(op: str, *tensors: Tensor | None) -> None:
-    """The ops below have CPU kernels only: a clear error for CUDA tensors instead of the dispatcher's."""
+def _require_training_kernels(op: str, *tensors: Tensor | None) -> None:
+    """The training ops on CUDA tensors need a build with them (:data:`HAS_CUDA_BACKWARD`): a clear
+    error instead of the dispatcher's."""
     require_extension()
-    if any(t is not None and t.is_cuda for t in tensors):
-        raise NotImplementedError(f"elmo_fast: {op} has no CUDA kernel yet; run it on CPU tensors (its reference "
-                                  "twin in elmo_fast.bilm.reference runs anywhere, under autograd)")
+    if not HAS_CUDA_BACKWARD and any(t is not None and t.is_cuda for t in tensors):
+        raise NotImplementedError(f"elmo_fast: {op} has no CUDA kernel in this build ({_no_cuda_training_why()}); "
+                                  "run it on CPU tensors (its reference twin in elmo_fast.bilm.reference runs "
+                                  "anywhere, under autograd)")
 
 
 def _no_cuda_backward(op: str, *tensors: Tensor | None) -> None:
-    """Backward formulas of ops whose CUDA forward exists but whose backward kernels are CPU-only."""
-    if any(t is not None and t.is_cuda for t in tensors):
-        raise NotImplementedError(f"elmo_fast: {op} has no CUDA backward yet: train on CPU tensors, or run "
-                                  f"elmo_fast.bilm.reference.{op}_ref (plain PyTorch autograd) on the GPU")
+    """Backward formulas on CUDA tensors need the CUDA training ops (:data:`HAS_CUDA_BACKWARD`)."""
+    if not HAS_CUDA_BACKWARD and any(t is not None and t.is_cuda for t in tensors):
+        raise NotImplementedError(f"elmo_fast: {op} has no CUDA backward in this build ({_no_cuda_training_why()}): "
+                                  f"train on CPU tensors, or run elmo_fast.bilm.reference.{op}_ref (plain PyTorch "
+                                  "autograd) on the GPU")
+
+
+def _no_cuda_training_why() -> str:
+    reason = cuda_kernels_missing_reason()
+    if reason is not None:
+        return reason
+    return ("elmo_fast._C has CUDA kernels but not the training ops: it was built from older sources; rebuild it "
+            "with `pip install --no-build-isolation -e .`")
+
+
+def to_device_async(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` on ``device`` without waiting for the GPU: a CPU tensor goes to CUDA through pinned memory,
+    ``non_blocking`` (a copy from pageable memory would synchronize the host with the device)."""
+    if t.device == device:
+        return t
+    if t.device.type == "cpu" and device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
                proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
                token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """One projected LSTM layer, both directions in one call, differentiable (CPU).
+    """One projected LSTM layer, both directions in one call, differentiable (CPU and CUDA).
 
     Twin of :func:`elmo_fast.bilm.reference.lstm_layer_pair_ref` (same semantics and signature); its
     backward is backpropagation through time in C++ (``lstm_layer_backward``), giving gradients for
@@ -212,7 +250,8 @@ def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_c
              direction 0 runs forward in time, 1 from each row's own last token back to its first;
              positions t >= lengths[b] are never read. float32 or float64, any strides (a last dim
              that is not unit-stride is copied once).
-    lengths: [B] int64 in [0, T], any order.
+    lengths: [B] int64 in [0, T], any order. The schedule is made on the host: for CUDA tensors, give
+             lengths (and token_index) on the CPU, else they are copied there (a device sync).
     w_hh:    [2, 4C, P]; w_proj: [2, P, C], xg's dtype.
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:  [2, B, P], [2, B, C] initial states, or None (zeros).
@@ -226,7 +265,7 @@ def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_c
     The forward keeps what the backward reads (~(6C + P) values per token and direction), also
     under no_grad: for inference, :func:`bilstm` is the fast path.
     """
-    _require_cpu("lstm_layer", xg, w_hh, w_proj, h0, c0)
+    _require_training_kernels("lstm_layer", xg, w_hh, w_proj, h0, c0)
     y, h, c, _saved = torch.ops.elmo_fast.lstm_layer_forward.default(xg, lengths, w_hh, w_proj, cell_clip, proj_clip,
                                                                      h0, c0, token_index)
     return y, h, c
@@ -278,10 +317,14 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
         masks = None
     # The positions that are not padding, as rows of [B * T]: the input GEMMs run over those N rows
     # only, and lstm_layer reads its gates from them packed (token_index: position -> packed row).
-    valid = torch.arange(T, device=lengths.device) < lengths[:, None]
-    rows = valid.reshape(-1).nonzero().squeeze(1)
-    token_index = torch.zeros(B, T, dtype=torch.long, device=lengths.device)
-    token_index[valid] = torch.arange(rows.shape[0], device=lengths.device)
+    # Worked out on the host, where the layers' schedules are made (lengths on a GPU are copied to the
+    # host once here, a device sync, rather than by every layer).
+    lengths = lengths.cpu()
+    valid = torch.arange(T) < lengths[:, None]
+    rows_host = valid.reshape(-1).nonzero().squeeze(1)
+    token_index = torch.zeros(B, T, dtype=torch.long)
+    token_index[valid] = torch.arange(rows_host.shape[0])
+    rows = to_device_async(rows_host, x.device)
     outputs, hs, cs = [], [], []
     for layer in range(num_layers):
         w = weights[8 * layer:8 * layer + 8]
@@ -320,18 +363,30 @@ if HAS_EXTENSION:
         torch._check(projected.dtype == x.dtype, lambda: "highway_gate: projected and x must have the same dtype")
         return x.new_empty(x.shape)
 
-    @torch.library.register_fake("elmo_fast::char_cnn")
-    def _char_cnn_fake(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
-                       conv_biases: list[Tensor], activation: str) -> Tensor:
-        torch._check(char_ids.dim() == 2 and char_ids.shape[1] >= 1, lambda: "char_cnn: char_ids must be [N, L]")
+    def _check_char_cnn_args(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
+                             conv_biases: list[Tensor], activation: str, op: str = "char_cnn") -> None:
+        # The kernels' rule, in their words (csrc/cpu/char_cnn_cpu.cpp, csrc/char_cnn_args.h): L >= 1,
+        # 1 <= w_k <= L.
+        torch._check(char_ids.dim() == 2, lambda: f"{op}: char_ids must have 2 dims, got {char_ids.dim()}")
+        L = char_ids.shape[1]
+        torch._check(L >= 1, lambda: (f"{op}: char_ids must have at least one character id per token (shape [N, L]), "
+                                      f"got shape {list(char_ids.shape)}"))
         torch._check(char_embedding.dim() == 2, lambda: "char_cnn: char_embedding must be [V, D]")
         torch._check(len(conv_weights) == len(conv_biases) and len(conv_weights) > 0,
                      lambda: "char_cnn: conv_weights and conv_biases must have the same, non-zero length")
-        for w, b in zip(conv_weights, conv_biases):
-            torch._check(w.dim() == 3 and w.shape[1] == char_embedding.shape[1] and w.shape[2] <= char_ids.shape[1],
-                         lambda: "char_cnn: conv_weights[k] must be [n_k, D, w_k], w_k <= L")
+        for k, (w, b) in enumerate(zip(conv_weights, conv_biases)):
+            torch._check(w.dim() == 3 and w.shape[1] == char_embedding.shape[1],
+                         lambda: "char_cnn: conv_weights[k] must be [n_k, D, w_k]")
+            torch._check(w.shape[2] >= 1 and w.shape[2] <= L, lambda: (
+                f"{op}: conv_weights[{k}] must have a width in 1..{L} (the characters per token of char_ids, "
+                f"{list(char_ids.shape)}), got shape {list(w.shape)}"))
             torch._check(b.dim() == 1 and b.shape[0] == w.shape[0], lambda: "char_cnn: conv_biases[k] must be [n_k]")
         torch._check(activation in ("relu", "tanh"), lambda: "char_cnn: activation must be 'relu' or 'tanh'")
+
+    @torch.library.register_fake("elmo_fast::char_cnn")
+    def _char_cnn_fake(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
+                       conv_biases: list[Tensor], activation: str) -> Tensor:
+        _check_char_cnn_args(char_ids, char_embedding, conv_weights, conv_biases, activation)
         return char_embedding.new_empty((char_ids.shape[0], sum(w.shape[0] for w in conv_weights)))
     @torch.library.register_fake("elmo_fast::bilstm")
     def _bilstm_fake(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor],
@@ -410,6 +465,7 @@ if HAS_EXTENSION:
 
     @torch.library.register_fake("elmo_fast::char_cnn_backward")
     def _char_cnn_backward_fake(grad_out, char_ids, char_embedding, conv_weights, conv_biases, activation):
+        _check_char_cnn_args(char_ids, char_embedding, conv_weights, conv_biases, activation, "char_cnn_backward")
         return (char_embedding.new_empty(char_embedding.shape), [w.new_empty(w.shape) for w in conv_weights],
                 [b.new_empty(b.shape) for b in conv_biases])
 

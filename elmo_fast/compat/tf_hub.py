@@ -181,7 +181,8 @@ class HubElmo(nn.Module):
         lengths = torch.tensor([len(s) for s in sentences], dtype=torch.long, device=device)
         mask = torch.arange(width, device=device).unsqueeze(0) < lengths.unsqueeze(1)
         if any(len(s) for s in sentences):
-            layers, _ = self.elmo_bilm.embed(batch_to_ids(sentences).to(device))  # [B, L, T', D]
+            # ids on the CPU: a biLM on a GPU plans its forward from them there, without a device sync
+            layers, _ = self.elmo_bilm.embed(batch_to_ids(sentences))  # [B, L, T', D]
             layers = layers.float()
             if layers.shape[2] < width:  # the tokens signature keeps its input's width
                 layers = nn.functional.pad(layers, (0, 0, 0, width - layers.shape[2]))

@@ -116,7 +116,8 @@ class ElmoEmbedder:
     @torch.inference_mode()
     def batch_to_embeddings(self, batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """activations [B, L + 1, T, 2P] and mask [B, T] for a batch of tokenized sentences."""
-        return self.elmo_bilm.embed(self.elmo_bilm.batch_to_ids(batch).to(self.device))
+        # ids stay on the CPU: a biLM on a GPU plans its forward from them there, without a device sync
+        return self.elmo_bilm.embed(self.elmo_bilm.batch_to_ids(batch))
 
     def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
         """One tokenized sentence -> float32 array (L + 1, T, 2P)."""
