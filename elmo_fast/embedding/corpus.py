@@ -1195,11 +1195,12 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
                     learn_total(bar)
                     bar.update(batch_tokens)
                     hear_others(bar)
+                    if ranks is not None:
+                        ranks.publish(own_counts())  # at most every PROGRESS_EVERY seconds
                     group.kill_point(rank, "batch", n_batches)
                 writer.window_done(chunk, keys, bilm.get_states() if stateful else None)
                 n_sentences += len(chunk)
                 if ranks is not None:
-                    ranks.publish(own_counts())
                     group.kill_point(rank, "window", writer.written)
             if ranks is not None:
                 ranks.publish(own_counts(final=True), force=True)
