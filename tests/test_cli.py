@@ -325,11 +325,11 @@ def test_a_terminated_resume_run_leaves_a_work_area_that_resume_completes(tmp_pa
     out = tmp_path / "o.h5"
     work = tmp_path / "o.h5.partial"
     code, err = _signal_mid_run(tmp_path, [out, *common, "--resume"], lines[:40], signal.SIGTERM,
-                                lambda: (work / "shard-000001.h5").exists())
+                                lambda: (work / "shard-000016.h5").exists())  # named by its first sentence
     assert code == 143, err
     assert err.strip().splitlines()[-1] == (f"elmo-fast: terminated by SIGTERM; completed windows are kept in {work}: "
                                             f"run the same command (with --resume) to continue")
-    assert sorted(p.name for p in work.iterdir()) == ["manifest.json", "shard-000000.h5", "shard-000001.h5"]
+    assert sorted(p.name for p in work.iterdir()) == ["manifest.json", "shard-000000.h5", "shard-000016.h5"]
     assert not out.exists()
     r = run_cli("embed", "-", out, *common, "--resume", stdin="\n".join(lines) + "\n")
     assert r.returncode == 0, r.stderr

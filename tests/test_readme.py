@@ -77,8 +77,9 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
 
 
 def _commands(script: str) -> list[list[str]]:
-    """The `elmo-fast ...` commands of a shell script, as argument lists: quotes, comments, line
-    continuations, `&&`/`||`/`;`/`|` between commands and redirections handled as a shell does."""
+    """The `elmo-fast ...` commands of a shell script (and `torchrun ... -m elmo_fast ...`), as argument
+    lists: quotes, comments, line continuations, `&&`/`||`/`;`/`|` between commands and
+    redirections handled as a shell does."""
     out = []
     for line in script.replace("\\\n", " ").splitlines():
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
@@ -89,6 +90,10 @@ def _commands(script: str) -> list[list[str]]:
             if token in ("&&", "||", ";", "|", "&"):
                 if command[:1] == ["elmo-fast"]:
                     out.append(command[1:])
+                elif command[:1] == ["torchrun"] and "elmo_fast" in command:  # torchrun [...] -m elmo_fast ARGS
+                    at = command.index("elmo_fast")
+                    if command[at - 1] == "-m":
+                        out.append(command[at + 1:])
                 command, redirected = [], False
             elif token and set(token) <= set("<>&"):
                 redirected = True
@@ -114,6 +119,8 @@ def test_every_elmo_fast_command_is_checked():
     assert _commands("x && elmo-fast embed 'a b.txt' o.h5 --all \\\n  --quiet  # a comment; elmo-fast no\n"
                      "elmo-fast models > list.txt | cat") == [["embed", "a b.txt", "o.h5", "--all", "--quiet"],
                                                              ["models"]]
+    assert _commands("torchrun --standalone --nproc-per-node 2 -m elmo_fast embed a o.h5 --top") == [
+        ["embed", "a", "o.h5", "--top"]]
     with pytest.raises(SystemExit):  # the check can fail: a flag the parser does not know
         from elmo_fast.cli import build_parser
 

@@ -463,6 +463,14 @@ if HAS_EXTENSION:
 
     # --- autograd of the char CNN and the highway: backward kernels on CPU ---------------------------
 
+    def _strided_like(grad: Tensor, param: Tensor) -> Tensor:
+        """grad with param's strides. The kernel's gradient of a width-1 filter [n, D, 1] comes back with
+        another stride on its size-1 dimension: the same memory, but DistributedDataParallel compares
+        strides literally, warns, and copies every gradient into its buckets one by one."""
+        if grad.stride() == param.stride() or not (grad.is_contiguous() and param.is_contiguous()):
+            return grad
+        return grad.as_strided(param.shape, param.stride())
+
     @torch.library.register_fake("elmo_fast::char_cnn_backward")
     def _char_cnn_backward_fake(grad_out, char_ids, char_embedding, conv_weights, conv_biases, activation):
         _check_char_cnn_args(char_ids, char_embedding, conv_weights, conv_biases, activation, "char_cnn_backward")
@@ -482,7 +490,9 @@ if HAS_EXTENSION:
         grad_embedding, grad_weights, grad_biases = torch.ops.elmo_fast.char_cnn_backward.default(
             grad, char_ids, char_embedding, convs[:K], convs[K:], ctx.activation)
         need = ctx.needs_input_grad
-        return (None, grad_embedding if need[1] else None, [g if n else None for g, n in zip(grad_weights, need[2])],
+        weights = convs[:K]
+        return (None, grad_embedding if need[1] else None,
+                [_strided_like(g, w) if n else None for g, w, n in zip(grad_weights, weights, need[2])],
                 [g if n else None for g, n in zip(grad_biases, need[3])], None)
 
     torch.library.register_autograd("elmo_fast::char_cnn", _char_cnn_backward, setup_context=_char_cnn_setup_context)

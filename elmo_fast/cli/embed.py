@@ -51,7 +51,33 @@ def _device(args: argparse.Namespace) -> str | int:
     return args.cuda_device  # allennlp's: -1 the CPU, N >= 0 cuda:N
 
 
+#: how long a rank waits for the others at the start and the end of a group's run (torch's default of
+#: 30 minutes could cut off rank 0 checking a finished output against a large input)
+GROUP_TIMEOUT_HOURS = 24
+
+
+def _join_group(args: argparse.Namespace, device: str | int) -> str:
+    """Under torchrun: refuse what one process must do, join the group (gloo: only small control
+    messages travel), and pick this rank's device and threads."""
+    import datetime
+
+    from ..distributed import distributed_setup, world
+
+    rank, world_size, _, _ = world()
+    if args.stateful:
+        raise ElmoFastError(f"--stateful cannot run under torchrun ({world_size} rank(s)): the LSTM states flow from "
+                            f"each batch to the next in input order, which needs one process; run `elmo-fast embed "
+                            f"--stateful` without torchrun")
+    if args.input == "-":
+        raise ElmoFastError("under torchrun every rank reads the input itself: give a file on a filesystem that every "
+                            "rank shares, not '-' (stdin)")
+    args.resume = True  # how ranks write, and how a restarted group continues
+    device = "cpu" if device == -1 else ("cuda" if isinstance(device, int) else device)
+    return distributed_setup(device, backend="gloo", timeout=datetime.timedelta(hours=GROUP_TIMEOUT_HOURS))
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..distributed import launched
     from ..embedding.corpus import check_output
     from ..embedding.embedder import ElmoEmbedder
 
@@ -73,12 +99,16 @@ def run(args: argparse.Namespace) -> int:
         from ..pretrained.bundled import USING_MESSAGE, bundled_model
 
         args.model_dir = str(bundled_model().directory)
-        print(USING_MESSAGE, file=sys.stderr)
+        if int(os.environ.get("RANK", 0)) == 0:  # one line under torchrun too
+            print(USING_MESSAGE, file=sys.stderr)
     if args.stateful and args.max_tokens_per_batch is not None:
         raise ElmoFastError("--max-tokens-per-batch cannot be used with --stateful: the LSTM states flow from each "
                             "batch to the next in input order, so batches cannot be sorted by length; bound them "
                             "with --batch-size")
     device = _device(args)
+    group = launched()
+    if group:
+        device = _join_group(args, device)
     # the cheap refusals come before loading (or downloading) a model
     if args.input != "-" and not os.path.exists(args.input):
         raise InputError(f"{args.input}: input file not found")
@@ -88,7 +118,20 @@ def run(args: argparse.Namespace) -> int:
     elif args.model:
         from ..pretrained import fetch_model
 
-        options, weights = fetch_model(args.model, progress=not args.quiet)
+        if group:  # one download per machine: the first local rank fetches, the others then find it cached
+            import torch.distributed as dist
+
+            from ..distributed import world
+
+            first = world()[2] == 0
+            if first:
+                options, weights = fetch_model(args.model, progress=not args.quiet and world()[0] == 0)
+            if dist.is_initialized():
+                dist.barrier()
+            if not first:
+                options, weights = fetch_model(args.model, progress=False)
+        else:
+            options, weights = fetch_model(args.model, progress=not args.quiet)
         model = dict(options_file=options, weight_file=weights)
     else:
         model = dict(options_file=args.options, weight_file=args.weights)
@@ -102,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
                         progress=progress, max_tokens_per_batch=args.max_tokens_per_batch,
                         bucketing=not args.no_bucketing and not args.stateful, window=args.window,
                         resume=args.resume, overwrite=args.overwrite, skip_empty=args.skip_empty,
-                        encoding_errors=args.encoding_errors, started=args.started)
+                        encoding_errors=args.encoding_errors, started=args.started, distributed=group)
     return 0
 
 
@@ -155,7 +198,8 @@ def add_parser(sub) -> None:
     p.add_argument("--stateful", action="store_true",
                    help="carry LSTM states from batch to batch, as allennlp and bilm-tf do (default: stateless)")
     p.add_argument("--resume", action="store_true",
-                   help="work in OUTPUT.partial/, which survives crashes and kills; rerun with --resume to continue")
+                   help="work in OUTPUT.partial/, which survives crashes and kills; rerun with --resume to continue "
+                        "(implied under torchrun, where every rank embeds its share of the windows there)")
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists (default: refuse)")
     p.add_argument("--skip-empty", action="store_true",
                    help="skip empty and all-whitespace lines (default: an error); the other lines keep their numbers")

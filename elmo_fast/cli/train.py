@@ -48,7 +48,7 @@ def _options(args: argparse.Namespace):
 
 def _run(args: argparse.Namespace, finetune: bool) -> int:
     from ..devices import resolve_device
-    from ..training.distributed import distributed_setup
+    from ..distributed import distributed_setup
     from ..training.trainer import Interrupted, TrainConfig, Trainer, model_dir_files
 
     device = distributed_setup(args.device)

@@ -13,9 +13,13 @@ string in allennlp's layout, is built whole at the end). Two ways to write:
 * resumable (``resume=True``): a work directory ``OUTPUT.partial/`` holding a manifest and one
   shard file per window, each written under a temporary name, fsync'ed and renamed, so a shard
   that exists is complete whatever moment the process was killed at; a half-written HDF5 file is
-  never reopened. A later ``resume=True`` run reads the input again, checks each shard's lines
-  against a digest, embeds the rest and assembles the final file (needing room for the output
-  twice until then).
+  never reopened. A shard is named after the position of its first sentence in the input, so
+  that any number of processes can write them. A later ``resume=True`` run reads the input again,
+  checks each shard's lines against a digest, embeds the windows between them and assembles the
+  final file, copying each dataset once with HDF5's own H5Ocopy (needing room for the output twice
+  until then).
+* a group (``distributed=True``, ``torchrun``): the resumable way, each rank embedding its share
+  of the windows into the same work directory, rank 0 assembling (see :mod:`.ranks`).
 
 The input may be plain, gzip, bzip2 or xz text, told apart by its first bytes; the progress bar
 counts tokens, its total counted by a background pass over the file.
@@ -67,7 +71,8 @@ MANIFEST = "manifest.json"
 #: root attribute of a file assembled by resume=True: its run's manifest and shard digests, so that
 #: resuming a run that was killed after it finished (its work directory gone) is recognised as done
 RUN_RECORD = "elmo_fast_run"
-_MANIFEST_VERSION = 1
+# 2: shards named and recorded by the position of their first sentence (any number of ranks write them)
+_MANIFEST_VERSION = 2
 # lone surrogates: what surrogateescape makes of bytes that are not UTF-8
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -290,6 +295,25 @@ def write_float32(group, key: str, data: np.ndarray) -> None:
         dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
 
 
+def copy_float32(source, name: str, group, key: str) -> None:
+    """``group[key] = source[name]``, a dataset written by :func:`write_float32`, copied by HDF5 itself
+    (H5Ocopy: no decoding into numpy and back, 4x faster than reading and writing it), with the
+    names :func:`write_float32` gives."""
+    import h5py
+
+    target = key.encode("utf-8")
+    try:
+        if b"/" in target.lstrip(b"/"):
+            parent, target = target.rsplit(b"/", 1)
+            group = group.require_group(parent)
+        h5py.h5o.copy(source.id, name.encode("utf-8"), group.id, target)
+    except (ValueError, TypeError, KeyError, RuntimeError) as e:  # H5Ocopy reports bad names as RuntimeError
+        raise InputError(f"the sentence {key!r} cannot be a dataset name in HDF5 ({e}): with ",
+                         Param("use_sentence_keys"), " '/' nests groups, so '.', a trailing '/', or a sentence that is "
+                         "another's group path cannot be stored; do not pass ", Param("use_sentence_keys"),
+                         " for this input") from None
+
+
 class _BatchRunner:
     """Embeds a batch of lines, halving it on out-of-memory until the halves fit."""
 
@@ -457,6 +481,9 @@ class _PlainWriter:
             self.abort()
             raise
 
+    def begin(self, start: int) -> None:
+        pass  # one file: where a window starts does not matter
+
     def put(self, position: int, key: str, data: np.ndarray) -> None:
         write_float32(self.h5, key, data)
 
@@ -570,6 +597,7 @@ def _finished_run_differs(record: dict, manifest: dict, lines: Iterator[Line], n
 
 def _is_ours(name: str) -> bool:
     return (name.startswith("shard-") and (name.endswith(".h5") or name.endswith(".h5.tmp"))
+            or name.startswith("progress-") and (name.endswith(".json") or name.endswith(".json.tmp"))
             or name in (MANIFEST, MANIFEST + ".tmp", "assembling.h5"))
 
 
@@ -590,18 +618,60 @@ def _shard_names(work: str) -> list[str]:
     return sorted(n for n in os.listdir(work) if n.startswith("shard-") and n.endswith(".h5"))
 
 
-class _ShardWriter:
-    """Work directory OUTPUT.partial/: a manifest, then one complete shard file per window."""
+def shard_name(start: int) -> str:
+    """The shard holding the window whose first sentence is the input's start-th (0-based, counting
+    the sentences read, so skipped empty lines do not count)."""
+    return f"shard-{start:06d}.h5"
 
-    def __init__(self, output: str, manifest: dict) -> None:
+
+def _shard_attrs(path: str) -> dict:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return {"name": os.path.basename(path), "start": int(f.attrs["start"]), "n": int(f.attrs["n"]),
+                    "tokens": int(f.attrs["tokens"]), "digest": str(f.attrs["digest"]),
+                    "first_line": int(f.attrs["first_line"]), "last_line": int(f.attrs["last_line"])}
+    except (OSError, KeyError) as e:  # renamed only once complete and fsync'ed: a damaged disk
+        raise ElmoFastError(f"{path} is unreadable ({e}); remove its directory to start over") from None
+
+
+def list_shards(work: str) -> list[dict]:
+    """The complete shards of a work directory, by start, each named after its start and none
+    overlapping the next (the windows of any number of ranks, or of runs with other windows)."""
+    shards = sorted((_shard_attrs(os.path.join(work, n)) for n in _shard_names(work)), key=lambda s: s["start"])
+    for i, s in enumerate(shards):
+        if s["name"] != shard_name(s["start"]):
+            raise ElmoFastError(f"{work}: shard {s['name']} holds the sentences from {s['start']} on (expected the "
+                                f"name {shard_name(s['start'])}); remove {work} to start over")
+        if i and shards[i - 1]["start"] + shards[i - 1]["n"] > s["start"]:
+            raise ElmoFastError(f"{work}: shards {shards[i - 1]['name']} and {s['name']} overlap; remove {work} "
+                                f"to start over")
+    return shards
+
+
+class _ShardWriter:
+    """Work directory OUTPUT.partial/: a manifest, then one complete shard file per window.
+
+    role: "solo" (one process), "leader" (rank 0 of a group: prepares the directory, assembles the
+    output) or "member" (another rank: writes its windows' shards only, never removes anything but
+    its own half-written shard)."""
+
+    def __init__(self, output: str, manifest: dict, role: str = "solo") -> None:
         self.output = output
         self.work = work_dir_of(output)
         self.manifest = manifest
-        self.shards: list[dict] = []  # attrs of the complete shards, in order
+        self.role = role
+        self.done: list[dict] = []  # the complete shards found at the start, by start
+        self.written = 0  # shards this process completed
         self.h5 = None
         self.tmp: str | None = None
+        self.start: int | None = None
         existing = _read_manifest(self.work) if os.path.isdir(self.work) else None
         if existing is None:
+            if role == "member":
+                raise ElmoFastError(f"{self.work}: no manifest, though rank 0 wrote one: the output's directory must "
+                                    f"be on a filesystem that every rank shares")
             if os.path.isdir(self.work):
                 remove_work_dir(self.work)  # a void leftover (killed while created or torn down)
             os.mkdir(self.work)
@@ -616,59 +686,25 @@ class _ShardWriter:
             raise ElmoFastError(f"cannot resume {self.work}: the interrupted run differs ({'; '.join(differs)}); rerun "
                                 f"with its settings, or remove {self.work} to start over")
         self.manifest = existing
-        if self.complete:  # the assembled file is final; shards may be half deleted already
+        if self.complete or role == "member":  # complete: the assembled file is final; shards may be half deleted
             return
         for n in os.listdir(self.work):
             if n.endswith(".tmp") or n == "assembling.h5":
                 os.unlink(os.path.join(self.work, n))  # cut short by the kill: redone below
-        for i, n in enumerate(_shard_names(self.work)):
-            if n != f"shard-{i:06d}.h5":
-                raise ElmoFastError(f"{self.work}: shard {n} is out of sequence (expected shard-{i:06d}.h5); remove "
-                                    f"{self.work} to start over")
-            self.shards.append(self._shard_attrs(os.path.join(self.work, n)))
-
-    @staticmethod
-    def _shard_attrs(path: str) -> dict:
-        import h5py
-
-        try:
-            with h5py.File(path, "r") as f:
-                return {"path": path, "n": int(f.attrs["n"]), "digest": str(f.attrs["digest"]),
-                        "first_line": int(f.attrs["first_line"]), "last_line": int(f.attrs["last_line"])}
-        except (OSError, KeyError) as e:  # renamed only once complete and fsync'ed: a damaged disk
-            raise ElmoFastError(f"{path} is unreadable ({e}); remove its directory to start over") from None
+        self.done = list_shards(self.work)
 
     @property
     def complete(self) -> bool:
         return bool(self.manifest.get("complete"))
 
-    def skip_done(self, lines: Iterator[Line], name: str) -> tuple[int, int]:
-        """Read past the input's lines that complete shards hold, checking that they are the same.
-        Returns (sentences, tokens) done."""
-        tokens = 0
-        for shard in self.shards:
-            got = list(islice(lines, shard["n"]))
-            if len(got) < shard["n"] or _lines_digest(got) != shard["digest"]:
-                raise InputError(f"{name}: lines {shard['first_line'] + 1}..{shard['last_line'] + 1} are not those "
-                                 f"the interrupted run embedded into {os.path.basename(shard['path'])} (the input "
-                                 f"changed since); remove {self.work} to start over")
-            tokens += sum(len(line.tokens) for line in got)
-        return sum(s["n"] for s in self.shards), tokens
-
-    def saved_states(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        import h5py
-
-        if not self.shards:
-            return None
-        with h5py.File(self.shards[-1]["path"], "r") as f:
-            if "state_h" not in f:
-                return None
-            return torch.from_numpy(f["state_h"][...]), torch.from_numpy(f["state_c"][...])
+    def begin(self, start: int) -> None:
+        """The next window starts at the input's start-th sentence."""
+        self.start = start
 
     def _open(self) -> None:
         import h5py
 
-        self.tmp = os.path.join(self.work, f"shard-{len(self.shards):06d}.h5.tmp")
+        self.tmp = os.path.join(self.work, shard_name(self.start) + ".tmp")
         self.h5 = h5py.File(self.tmp, "w")
         self.h5.create_group("v")
 
@@ -689,41 +725,83 @@ class _ShardWriter:
         if states is not None:
             f.create_dataset("state_h", data=states[0].float().cpu().numpy())
             f.create_dataset("state_c", data=states[1].float().cpu().numpy())
-        attrs = {"n": len(window), "digest": _lines_digest(window), "first_line": window[0].index,
-                 "last_line": window[-1].index}
-        f.attrs.update(attrs)
+        f.attrs.update({"start": self.start, "n": len(window), "tokens": sum(len(line.tokens) for line in window),
+                        "digest": _lines_digest(window), "first_line": window[0].index,
+                        "last_line": window[-1].index})
         f.close()
         self.h5 = None
         _fsync_path(self.tmp)
-        final = self.tmp[: -len(".tmp")]
-        os.replace(self.tmp, final)  # its presence now says: these sentences are done
+        os.replace(self.tmp, self.tmp[: -len(".tmp")])  # its presence now says: these sentences are done
         _fsync_path(self.work, directory=True)
-        self.shards.append({**attrs, "path": final})
+        self.tmp = None
+        self.written += 1
 
-    def finish(self) -> None:
+    def saved_states(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The LSTM states after the last complete shard (stateful runs: their shards are a prefix)."""
+        import h5py
+
+        if not self.done:
+            return None
+        with h5py.File(os.path.join(self.work, self.done[-1]["name"]), "r") as f:
+            if "state_h" not in f:
+                return None
+            return torch.from_numpy(f["state_h"][...]), torch.from_numpy(f["state_c"][...])
+
+    def _covering(self, total: int, patience: float) -> list[dict]:
+        """The shards that hold sentences 0..total-1, in order. A group's shards were written on other
+        machines: on a network filesystem a file renamed there may show here a moment later."""
+        deadline = time.monotonic() + patience
+        while True:
+            shards = list_shards(self.work)
+            end = 0
+            for s in shards:
+                if s["start"] != end:  # sentences end..start-1 missing
+                    break
+                end += s["n"]
+            else:
+                if end == total:
+                    return shards
+                if end > total:
+                    raise ElmoFastError(f"{self.work} holds shards of {end} sentences, but the input has {total}; "
+                                        f"remove {self.work} to start over")
+            if time.monotonic() >= deadline:
+                missing = next((s["start"] for s in shards if s["start"] > end), total)
+                raise ElmoFastError(f"{self.work} holds no shard for sentences {end + 1}..{missing} of the input "
+                                    f"(counted from 1): a rank's work is missing; is the directory on a filesystem "
+                                    f"that every rank shares?")
+            time.sleep(0.5)
+
+    def finish(self, total: int | None = None, patience: float = 0.0, on_copied=None) -> None:
+        """Assemble OUTPUT from the shards covering the input's total sentences (the leader, or a
+        solo run), each dataset copied once by HDF5 itself (H5Ocopy), then rename it into place.
+        on_copied(count): called after each sentence copied (the test hook's moment)."""
         import h5py
 
         assembling = os.path.join(self.work, "assembling.h5")
         if not self.complete:
+            shards = self._covering(total, patience)
             use_keys = self.manifest["use_sentence_keys"]
             keep = not use_keys and not self.manifest["forget_sentences"]
             pairs: list[tuple[str, str]] = []
+            copied = 0
             with h5py.File(assembling, "w") as fout:
-                for shard in self.shards:
-                    with h5py.File(shard["path"], "r") as f:
+                for shard in shards:
+                    with h5py.File(os.path.join(self.work, shard["name"]), "r") as f:
                         texts = f["text"].asstr()[...]
                         lines = f["lines"][...]
                         vectors = f["v"]
                         for j, (index, text) in enumerate(zip(lines, texts)):
                             key = text if use_keys else str(int(index))
-                            data = vectors[str(j)][...]
-                            write_float32(fout, key, data)
+                            copy_float32(vectors, str(j), fout, key)
                             if keep:
                                 pairs.append((text, key))
+                            copied += 1
+                            if on_copied is not None:
+                                on_copied(copied)
                 if keep:
                     _write_sentence_map(fout, pairs)
                 record = {k: v for k, v in self.manifest.items() if k != "complete"}
-                fout.attrs[RUN_RECORD] = json.dumps({**record, "shards": [[s["n"], s["digest"]] for s in self.shards]})
+                fout.attrs[RUN_RECORD] = json.dumps({**record, "shards": [[s["n"], s["digest"]] for s in shards]})
             _fsync_path(assembling)
             _make_readable(assembling)
             # from here the assembled file is final: a kill before the rename is finished by --resume
@@ -744,7 +822,7 @@ class _ShardWriter:
             self.h5 = None
         if self.tmp and os.path.exists(self.tmp):
             os.unlink(self.tmp)
-        if not self.shards and os.path.isdir(self.work):
+        if self.role == "solo" and not self.done and not self.written and os.path.isdir(self.work):
             remove_work_dir(self.work)  # nothing done worth resuming: leave nothing behind
 
 
@@ -836,19 +914,112 @@ def _size(n: int) -> str:
 
 def summary_lines(stats: dict, output: str) -> list[str]:
     """The closing lines of a run: what was embedded, where, how long it all took and the steady rate
-    (after the first batch, which pays for warm-up), and the settings that explain that rate."""
+    (after the first batch, which pays for warm-up), and the settings that explain that rate. A
+    group's (torchrun's) counts and rates are the sums over its ranks."""
     resumed = f" (after {stats['resumed_sentences']:,} done before)" if stats["resumed_sentences"] else ""
+    assembling = (f", {stats['assembly_seconds']:.2f} s of it assembling the output"
+                  if stats.get("assembly_seconds") else "")
     first = (f"elmo-fast: {stats['sentences']:,} sentences, {stats['tokens']:,} tokens{resumed} -> {output} "
              f"({_size(stats['output_bytes'])}) in {stats['wall_seconds']:.2f} s ({stats['startup_seconds']:.2f} s "
-             f"to start, {stats['seconds']:.2f} s to embed and write)")
+             f"to start, {stats['seconds']:.2f} s to embed and write{assembling})")
+    ranks = stats.get("ranks", 1)
     if stats["steady_tokens_per_s"] is not None:
+        summed = f"; the sum over {ranks} ranks" if ranks > 1 else ""
         rate = (f"{stats['steady_tokens_per_s']:,.0f} tokens/s steady (after the first batch, "
-                f"{stats['warmup_seconds']:.2f} s with warm-up)")
+                f"{stats['warmup_seconds']:.2f} s with warm-up{summed})")
     else:
         rate = f"{stats['tokens_per_s']:,.0f} tokens/s in one batch, warm-up included (too few for a steady rate)"
     second = (f"elmo-fast: {rate}; backend {stats['backend']}, {'stateful' if stats['stateful'] else 'stateless'}, "
-              f"{stats['dtype']}, {stats['device']}")
+              f"{stats['dtype']}, {stats['device']}{f' x {ranks} ranks' if ranks > 1 else ''}")
     return [first, second]
+
+
+@dataclass
+class _Window:
+    """A window of the input: its sentences, from the input's start-th on (0-based, counting the
+    sentences read), and either the complete shard of an earlier run that holds them, or whether
+    this rank embeds them."""
+    start: int
+    lines: list[Line]
+    shard: dict | None
+    mine: bool
+
+
+def _windows(lines: Iterator[Line], window: int, done: Sequence[dict], owns: Callable[[int], bool],
+             name: str, work: str) -> Iterator[_Window]:
+    """Cut the input into windows of at most ``window`` sentences around the complete shards of
+    earlier runs (``done``, by start; each is checked against the input's lines). The k-th window
+    still to embed (k from 0) is this rank's when ``owns(k)``."""
+    position = 0
+    k = 0
+    shards = iter(done)
+    upcoming = next(shards, None)
+    while True:
+        if upcoming is not None and upcoming["start"] == position:
+            got = list(islice(lines, upcoming["n"]))
+            if len(got) < upcoming["n"] or _lines_digest(got) != upcoming["digest"]:
+                raise InputError(f"{name}: lines {upcoming['first_line'] + 1}..{upcoming['last_line'] + 1} are not "
+                                 f"those the interrupted run embedded into {upcoming['name']} (the input changed "
+                                 f"since); remove {work} to start over")
+            yield _Window(position, got, upcoming, False)
+            position += len(got)
+            upcoming = next(shards, None)
+            continue
+        size = window if upcoming is None else min(window, upcoming["start"] - position)
+        chunk = list(islice(lines, size))
+        if not chunk:
+            if upcoming is not None:
+                raise InputError(f"{name}: lines {upcoming['first_line'] + 1}..{upcoming['last_line'] + 1} are not "
+                                 f"those the interrupted run embedded into {upcoming['name']} (the input is shorter "
+                                 f"now); remove {work} to start over")
+            return
+        yield _Window(position, chunk, None, owns(k))
+        position += len(chunk)
+        k += 1
+
+
+def _join_group(ranks, output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
+                progress: bool | str) -> tuple[_ShardWriter | None, list[dict]]:
+    """The start of a group's run: rank 0 checks the output, prepares the work directory and sends
+    the others what is done already; every other rank checks that it sees that directory and the
+    same input. Returns this rank's writer and the complete shards, or (None, []) when the output
+    is complete already."""
+    if ranks.rank == 0:
+        writer = None
+        try:
+            if _finished_already(output, manifest, lines, name, overwrite, True):
+                if progress:
+                    print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
+            else:
+                writer = _ShardWriter(output, manifest, role="leader")
+                if writer.complete:  # killed between assembling the file and renaming it: finish that
+                    writer.finish()
+                    writer = None
+            message = {"state": "finished"} if writer is None else {
+                "state": "go", "token": ranks.new_attempt(), "done": writer.done,
+                "input_bytes": os.path.getsize(name)}
+        except Exception as e:  # the others wait for a message: tell them, rather than leave them to a timeout
+            parts = e.parts if isinstance(e, ElmoFastError) else (f"{type(e).__name__}: {e}",)
+            ranks.broadcast({"state": "failed", "parts": parts})
+            raise
+        ranks.broadcast(message)
+        return writer, (writer.done if writer is not None else [])
+    message = ranks.broadcast(None)
+    if message["state"] == "failed":
+        raise ElmoFastError("rank 0 stopped: ", *message["parts"])
+    if message["state"] == "finished":
+        return None, []
+    ranks.check_shared(message["token"])
+    size = os.path.getsize(name)
+    if size != message["input_bytes"]:
+        raise ElmoFastError(f"rank {ranks.rank} (host {ranks.host}) reads {name} of {size:,} bytes, rank 0 one of "
+                            f"{message['input_bytes']:,} bytes: every rank must read the same input, from a "
+                            f"filesystem that all of them share")
+    return _ShardWriter(output, manifest, role="member"), message["done"]
+
+
+def _refusal_in_a_group(why: str, *what: str | Param) -> ElmoFastError:
+    return ElmoFastError(*what, f" cannot be split among the ranks of a group (torchrun): {why}")
 
 
 def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
@@ -856,8 +1027,11 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
                  use_sentence_keys: bool = False, progress: bool | str = True, *,
                  max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
                  resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
-                 encoding_errors: str = "strict", started: float | None = None) -> dict[str, Any]:
+                 encoding_errors: str = "strict", started: float | None = None,
+                 distributed: bool = False) -> dict[str, Any]:
     """The body of :meth:`ElmoEmbedder.embed_file` (see there)."""
+    from . import ranks as group
+
     called = time.perf_counter()
     started = called if started is None else started
     output = os.fspath(output_file_path)
@@ -873,6 +1047,23 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
     for what, value in (("batch_size", batch_size), ("max_tokens_per_batch", max_tokens_per_batch), ("window", window)):
         if value is not None and value < 1:
             raise ElmoFastError(Param(what), f" must be >= 1, got {value}")
+    name = (os.fspath(input_file) if isinstance(input_file, (str, os.PathLike))
+            else str(getattr(input_file, "name", "<input>")))
+    rereadable = isinstance(input_file, (str, os.PathLike))
+    ranks: group.Ranks | None = None
+    if distributed:
+        if stateful:
+            raise _refusal_in_a_group("the LSTM states flow from each batch to the next in input order, so one "
+                                      "process must embed it all; run it without torchrun", "a stateful run (",
+                                      Param("stateful", True), ")")
+        if not rereadable:
+            raise _refusal_in_a_group("every rank reads the input itself; give a file on a filesystem that every "
+                                      "rank shares", f"input from a stream ({name})")
+        ranks = group.Ranks.join(work_dir_of(output))
+        resume = True  # the work directory is how ranks write, and how a restarted group continues
+        if ranks.rank != 0:
+            progress = False
+    rank = 0 if ranks is None else ranks.rank
     if stateful:
         if max_tokens_per_batch is not None or bucketing:
             raise ElmoFastError("stateful mode keeps input order (the LSTM states flow from each batch to the next), so "
@@ -890,15 +1081,13 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
         from ..bilm.ops import require_cuda_kernels
 
         require_cuda_kernels()  # now, not at the first batch after the output was begun
-    removed, left = stale_temp_files(output)
-    if progress:
-        for path in removed:
-            print(f"elmo-fast: removed {path}, left by a run that was killed", file=sys.stderr)
-        for what in left:
-            print(f"elmo-fast: note: {what}", file=sys.stderr)
-    name = (os.fspath(input_file) if isinstance(input_file, (str, os.PathLike))
-            else str(getattr(input_file, "name", "<input>")))
-    rereadable = isinstance(input_file, (str, os.PathLike))
+    if rank == 0:
+        removed, left = stale_temp_files(output)
+        if progress:
+            for path in removed:
+                print(f"elmo-fast: removed {path}, left by a run that was killed", file=sys.stderr)
+            for what in left:
+                print(f"elmo-fast: note: {what}", file=sys.stderr)
 
     def sentences() -> Iterator[Line]:
         lines: Iterator[Line] = read_sentences(input_file, encoding_errors, skip_empty)
@@ -914,38 +1103,80 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
     writer: _PlainWriter | _ShardWriter | None = None
     paths = None
     counter = None
-    done_sentences = done_tokens = 0
-    n_sentences = n_tokens = 0
+    done: list[dict] = []
+    n_sentences = n_tokens = n_batches = 0
+    others: list[dict] = []
     try:
         if resume:
             manifest = {"version": _MANIFEST_VERSION, "input": name, "output_format": output_format,
                         "use_sentence_keys": use_sentence_keys, "forget_sentences": forget_sentences,
                         "stateful": stateful, "batch_size": batch_size if stateful else None,
                         **_model_identity(embedder)}
-            if _finished_already(output, manifest, lines, name, overwrite, rereadable):
-                if progress:
-                    print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
-                return nothing
+            if ranks is not None:
+                writer, done = _join_group(ranks, output, manifest, lines, name, overwrite, progress)
+                if writer is None:
+                    return nothing
+            else:
+                if _finished_already(output, manifest, lines, name, overwrite, rereadable):
+                    if progress:
+                        print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
+                    return nothing
+                writer = _ShardWriter(output, manifest)
+                if writer.complete:  # killed between assembling the file and renaming it: finish that
+                    writer.finish()
+                    return nothing
+                done = writer.done
             if rereadable:
                 lines = sentences()  # from the start again, if it was read
-            writer = _ShardWriter(output, manifest)
-            if writer.complete:  # killed between assembling the file and renaming it: finish that
-                writer.finish()
-                return nothing
+            if stateful and any(s["start"] != sum(d["n"] for d in done[:i]) for i, s in enumerate(done)):
+                raise ElmoFastError(f"{writer.work}: its shards leave gaps, so the LSTM states to continue from are "
+                                    f"unknown (a stateful run leaves none); remove {writer.work} to start over")
         else:
             paths = plain_temp_paths(output)
             writer = _PlainWriter(output, keep_sentences, paths)
         runner = _BatchRunner(embedder, output_format, max_tokens)
-        if isinstance(writer, _ShardWriter):
-            done_sentences, done_tokens = writer.skip_done(lines, name)
-            if stateful and (states := writer.saved_states()) is not None:
-                bilm.set_states(states)
+        if stateful and isinstance(writer, _ShardWriter) and (states := writer.saved_states()) is not None:
+            bilm.set_states(states)
         counter = _TokenCount(name) if rereadable and progress and os.path.isfile(name) else None
         start = time.perf_counter()
         first_done = last_done = None
         first_tokens = 0
-        with _progress_bar(None, done_tokens, progress) as bar:
-            while chunk := list(islice(lines, window)):
+        total_sentences = 0  # in the input, once read to its end
+        heard = {"tokens": 0, "at": float("-inf")}  # rank 0: the others' tokens, as last read
+
+        def own_counts(final: bool = False) -> dict:
+            steady = None
+            if first_done is not None and last_done > first_done:
+                steady = (n_tokens - first_tokens) / (last_done - first_done)
+            return {"tokens": n_tokens, "sentences": n_sentences, "steady": steady, "oom_splits": runner.oom_splits,
+                    "final": final}
+
+        def hear_others(bar, force: bool = False) -> None:
+            # rank 0 adds the other ranks' tokens to its bar, whose rate is then the group's
+            if ranks is None or ranks.rank != 0 or ranks.world == 1:
+                return
+            now = time.monotonic()
+            if not force and now - heard["at"] < group.PROGRESS_EVERY:
+                return
+            heard["at"] = now
+            tokens = sum(r["tokens"] for r in ranks.others())
+            if tokens > heard["tokens"]:
+                bar.update(tokens - heard["tokens"])
+                heard["tokens"] = tokens
+
+        def learn_total(bar) -> None:
+            if bar.total is None and counter is not None and counter.total is not None:
+                bar.total = counter.total
+
+        owns = ranks.owns if ranks is not None else (lambda k: True)
+        with _progress_bar(None, sum(s["tokens"] for s in done), progress) as bar:
+            for win in _windows(lines, window, done, owns, name, work_dir_of(output)):
+                total_sentences = win.start + len(win.lines)
+                if not win.mine:  # done before, or another rank's
+                    hear_others(bar)
+                    continue
+                chunk = win.lines
+                writer.begin(win.start)
                 order = sorted(chunk, key=lambda line: (len(line.tokens), line.index)) if bucketing else chunk
                 position = {id(line): j for j, line in enumerate(chunk)}
                 keys = [line.text if use_sentence_keys else str(line.index) for line in chunk]
@@ -956,18 +1187,39 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
                         writer.put(j, keys[j], data)
                         batch_tokens += len(line.tokens)
                     n_tokens += batch_tokens
+                    n_batches += 1
                     last_done = time.perf_counter()
                     if first_done is None:
                         first_done, first_tokens = last_done, n_tokens
-                    if bar.total is None and counter is not None and counter.total is not None:
-                        bar.total = counter.total
+                    learn_total(bar)
                     bar.update(batch_tokens)
+                    hear_others(bar)
+                    if ranks is not None:
+                        ranks.publish(own_counts())  # at most every PROGRESS_EVERY seconds
+                    group.kill_point(rank, "batch", n_batches)
                 writer.window_done(chunk, keys, bilm.get_states() if stateful else None)
                 n_sentences += len(chunk)
+                if ranks is not None:
+                    group.kill_point(rank, "window", writer.written)
+            if ranks is not None:
+                ranks.publish(own_counts(final=True), force=True)
+                ranks.arrive()
+                while not ranks.everyone_arrived():  # rank 0's bar moves with the others' work meanwhile
+                    hear_others(bar)
+                    learn_total(bar)
+                    time.sleep(0.1)
+                ranks.wait()
+                hear_others(bar, force=True)
+                others = ranks.others()  # their final counts (the work directory goes with the assembly)
             if counter is not None and bar.total is None:
                 bar.total = counter.wait()  # read ahead of the model: done, or about to be
                 bar.refresh()
-        writer.finish()
+        embedded = time.perf_counter()
+        if isinstance(writer, _PlainWriter):
+            writer.finish()
+        elif rank == 0:
+            writer.finish(total_sentences, patience=60.0 if ranks is not None and ranks.world > 1 else 0.0,
+                          on_copied=lambda count: group.kill_point(rank, "assemble", count))
     except BaseException:
         if counter is not None:
             counter.stop()
@@ -977,16 +1229,21 @@ def embed_corpus(embedder: ElmoEmbedder, input_file: str | os.PathLike | IO, out
             remove_quietly(*paths)
         raise
     end = time.perf_counter()
-    seconds = end - start
-    steady = None
-    if first_done is not None and last_done > first_done:
-        steady = (n_tokens - first_tokens) / (last_done - first_done)
-    stats = {"sentences": n_sentences, "tokens": n_tokens, "seconds": seconds,
-             "tokens_per_s": n_tokens / seconds if seconds > 0 else float("inf"),
-             "resumed_sentences": done_sentences, "oom_splits": runner.oom_splits,
+    own = own_counts(final=True)
+    stats = {"sentences": n_sentences, "tokens": n_tokens, "seconds": end - start,
+             "resumed_sentences": sum(s["n"] for s in done), "oom_splits": runner.oom_splits,
              "wall_seconds": end - started, "startup_seconds": start - started,
              "warmup_seconds": (first_done - start) if first_done is not None else 0.0,
-             "steady_tokens_per_s": steady, "output_bytes": os.path.getsize(output), **info}
+             "steady_tokens_per_s": own["steady"], "assembly_seconds": end - embedded if resume else 0.0,
+             "output_bytes": os.path.getsize(output) if rank == 0 else 0,
+             "ranks": ranks.world if ranks is not None else 1, "rank": rank, **info}
+    if ranks is not None and rank == 0 and ranks.world > 1:  # the group's totals
+        everyone = [own, *others]
+        for key in ("sentences", "tokens", "oom_splits"):
+            stats[key] = sum(r[key] for r in everyone)
+        rates = [r["steady"] for r in everyone if r["steady"] is not None]
+        stats["steady_tokens_per_s"] = sum(rates) if rates else None
+    stats["tokens_per_s"] = stats["tokens"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
     if progress:
         for line in summary_lines(stats, output):
             print(line, file=sys.stderr)

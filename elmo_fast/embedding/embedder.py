@@ -149,7 +149,8 @@ class ElmoEmbedder:
                    use_sentence_keys: bool = False, progress: bool | str = True, *,
                    max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
                    resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
-                   encoding_errors: str = "strict", started: float | None = None) -> dict[str, Any]:
+                   encoding_errors: str = "strict", started: float | None = None,
+                   distributed: bool = False) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
         One float32 dataset per line, keyed by the line's index (or by its text with
@@ -189,8 +190,19 @@ class ElmoEmbedder:
         reading that the closing wall time counts from (default: this call), so that a program can
         include its start-up. Returns counts, timings (``seconds`` embedding and writing,
         ``steady_tokens_per_s`` after the first batch, None with one batch) and the settings.
+
+        distributed=True: this process is one rank of a torch.distributed group (the default process
+        group, initialised; ``elmo-fast embed`` under ``torchrun`` does this) and every rank calls
+        embed_file with the same arguments. The input's windows are dealt round-robin among the
+        ranks; each writes its shards into ``OUTPUT.partial/`` (``resume=True`` is implied, so a
+        restarted group continues from what is done), and rank 0 assembles the same file a single
+        process writes. The input must be a path, and it and the output's directory must be on a
+        filesystem that every rank shares. Stateful embedders are refused (their state order needs
+        one process). Rank 0 alone shows progress, for the whole group; its returned counts are the
+        group's, the other ranks' their own.
         """
         return embed_corpus(self, input_file, output_file_path, output_format, batch_size, forget_sentences,
                             use_sentence_keys, progress, max_tokens_per_batch=max_tokens_per_batch,
                             bucketing=bucketing, window=window, resume=resume, overwrite=overwrite,
-                            skip_empty=skip_empty, encoding_errors=encoding_errors, started=started)
+                            skip_empty=skip_empty, encoding_errors=encoding_errors, started=started,
+                            distributed=distributed)

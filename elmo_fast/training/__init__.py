@@ -5,5 +5,4 @@
 * :mod:`~elmo_fast.training.softmax`  the shared softmax: sampled (log-uniform sampler) and full
 * :mod:`~elmo_fast.training.model`    the biLM with dropout and softmax; bilm-tf's initialisation
 * :mod:`~elmo_fast.training.trainer`  the loop: Adagrad, clipping, checkpoints, resume, metrics, evaluation
-* :mod:`~elmo_fast.training.distributed`  torchrun / DistributedDataParallel setup
 """
