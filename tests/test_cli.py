@@ -536,3 +536,27 @@ def test_compressed_stdin(tmp_path, random_models, kind):
     assert r.returncode == 2 and len(err.splitlines()) == 1, err
     assert f"<stdin>: the {kind} data is corrupt or truncated after line" in err and "replace" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5", "want.h5"]
+
+
+def test_a_signal_that_lands_in_a_weakref_callback_is_delivered_again():
+    # A handler's exception raised inside a weakref callback (or __del__, or the garbage collector)
+    # cannot propagate: Python prints "Exception ignored" and goes on. Seen in CI: a SIGTERM landed
+    # in WeakValueDictionary's callback and `embed` finished with exit 0. It must still stop the run.
+    import signal
+    import time
+    import weakref
+
+    from elmo_fast.cli.common import Terminated, signals_as_exceptions
+
+    class Thing:
+        pass
+
+    hook = sys.unraisablehook
+    with pytest.raises(Terminated) as caught:
+        with signals_as_exceptions():
+            thing = Thing()
+            ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGTERM))
+            del thing  # the callback runs now; the handler raises in it, where the exception is lost
+            time.sleep(10)  # the signal comes again and interrupts this
+    assert caught.value.signum == signal.SIGTERM and ref() is None
+    assert sys.unraisablehook is hook

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -44,13 +45,34 @@ def signals_as_exceptions() -> Iterator[None]:
         received.append(signum)
         raise Terminated(signum)
 
+    def unraisable(info) -> None:
+        # The signal arrived while Python ran a weakref callback, a __del__ or the garbage collector,
+        # where an exception cannot propagate: Python prints it and goes on, and the run would end as
+        # if never signalled. Deliver the signal again, a moment later, to whatever the program does then.
+        # (to the main thread, so that a system call it waits in returns at once).
+        if isinstance(info.exc_value, Terminated) and received == [info.exc_value.signum]:
+            received.clear()
+            again.append(threading.Timer(0.01, signal.pthread_kill, (main, info.exc_value.signum)))
+            again[-1].start()
+            return
+        previous_hook(info)
+
     previous = {}
+    previous_hook = sys.unraisablehook
+    main = threading.main_thread().ident
+    again: list[threading.Timer] = []
     try:
         for sig in TERMINATING:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 previous[sig] = signal.signal(sig, handler)
+        sys.unraisablehook = unraisable
         yield
     finally:
+        # a block that ends within the 10 ms (it finished, or failed otherwise) ends as it did: the
+        # signal must not reach the default handlers restored below
+        for timer in again:
+            timer.cancel()
+        sys.unraisablehook = previous_hook
         for sig, old in previous.items():
             signal.signal(sig, old)
 
