@@ -256,6 +256,12 @@ def test_embed_options_end_to_end(tmp_path, random_models, capsys):
         for other in (results[1][0][v], results[2][0][v], results[3][0][k]):
             np.testing.assert_allclose(other, results[0][0][v], atol=1e-5, rtol=0)
     assert sorted(os.listdir(tmp_path)) == ["in.txt", "o.hdf5"]
+    # --tokenize: raw text, split by elmo-fast's tokenizer; keys stay the lines
+    inp.write_text("Don't panic, it's fine.\n", encoding="utf-8")
+    assert main(["embed", str(inp), str(out), "--top", *model, "--overwrite", "--tokenize"]) == 0
+    with h5py.File(out, "r") as f:
+        assert f["0"].shape == (8, 32)  # Do n't panic , it 's fine .
+        assert json.loads(f["sentence_to_index"][0]) == {"Don't panic, it's fine.": "0"}
 
 
 # --- termination signals: the job schedulers' way to stop a run ---------------------------------

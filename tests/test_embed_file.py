@@ -680,3 +680,53 @@ def test_stale_temporary_files_only_ours_and_only_when_their_process_is_gone(emb
         f"left by elmo-fast 0.1, which does not name its process: remove it if no run is writing {tmp_path / 'o.h5'})",
         f"made on host another-node: remove it if no run there is writing {tmp_path / 'o.h5'})",
         f"process {os.getppid()} is running: another run writing {tmp_path / 'o.h5'}?)"])
+
+
+RAW_TEXT = ["\ufeffI don't think John's car costs $1,000.50 (e.g. in the U.S.)...",
+            "Hello, world!",
+            'She said "state-of-the-art" -- see https://example.org/a?b=1.',
+            "Can't stop; won't stop.",
+            "x"]
+
+
+def test_tokenize_embeds_raw_text_as_its_tokenized_twin(embedder, tmp_path, monkeypatch):
+    """tokenize=True: the vectors of the tokenizer's tokens, keys and sentence_to_index the raw lines
+    (as written, BOM dropped), the bar's total the tokenizer's count."""
+    from elmo_fast.tokenizer import tokenize_line
+
+    raw = [line.lstrip("\ufeff") for line in RAW_TEXT]
+    tokens = [tokenize_line(line) for line in raw]
+    assert all(len(t) > len(line.split()) for t, line in zip(tokens[:4], raw))  # the test means something
+    inp = write_lines(tmp_path / "raw.txt", RAW_TEXT)
+    twin = write_lines(tmp_path / "tok.txt", [" ".join(t) for t in tokens])
+    bars = []
+    real = corpus._progress_bar
+    monkeypatch.setattr(corpus, "_progress_bar", lambda *a: bars.append(real(*a)) or bars[-1])
+    stats = embedder.embed_file(inp, tmp_path / "raw.h5", window=2, tokenize=True)
+    assert stats["tokens"] == bars[-1].total == bars[-1].n == sum(map(len, tokens))
+    embedder.embed_file(twin, tmp_path / "tok.h5", window=2, progress=False)
+    with h5py.File(tmp_path / "raw.h5", "r") as a, h5py.File(tmp_path / "tok.h5", "r") as b:
+        for i, t in enumerate(tokens):
+            assert a[str(i)].shape[1] == len(t)
+            np.testing.assert_array_equal(a[str(i)][()], b[str(i)][()])
+        assert json.loads(a["sentence_to_index"][0]) == {line: str(i) for i, line in enumerate(raw)}
+    # without it, the same raw file is whitespace-split: other tokens
+    embedder.embed_file(inp, tmp_path / "plain.h5", window=2, progress=False)
+    with h5py.File(tmp_path / "plain.h5", "r") as f:
+        assert f["0"].shape[1] == len(raw[0].split())
+
+
+def test_resume_refuses_a_change_of_tokenize(embedder, tmp_path, monkeypatch):
+    inp = write_lines(tmp_path / "raw.txt", RAW_TEXT * 3)
+    out = tmp_path / "o.h5"
+    with monkeypatch.context() as m:
+        _kill_at(m, corpus._ShardWriter, "window_done", 1)
+        with pytest.raises(Killed):
+            embedder.embed_file(inp, out, window=4, progress=False, resume=True, tokenize=True)
+    with pytest.raises(ElmoFastError, match=r"the interrupted run differs \(tokenize: True then, False now\)"):
+        embedder.embed_file(inp, out, window=4, progress=False, resume=True)
+    embedder.embed_file(inp, out, window=4, progress=False, resume=True, tokenize=True)
+    embedder.embed_file(inp, tmp_path / "want.h5", window=4, progress=False, tokenize=True)
+    assert_same_output(out, tmp_path / "want.h5", "resumed with tokenize")
+    with pytest.raises(ElmoFastError, match=r"made by another run \(tokenize: True then, False now\)"):
+        embedder.embed_file(inp, out, window=4, progress=False, resume=True, overwrite=False)

@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
                         progress=progress, max_tokens_per_batch=args.max_tokens_per_batch,
                         bucketing=not args.no_bucketing and not args.stateful, window=args.window,
                         resume=args.resume, overwrite=args.overwrite, skip_empty=args.skip_empty,
-                        encoding_errors=args.encoding_errors, started=args.started, distributed=group)
+                        encoding_errors=args.encoding_errors, started=args.started, distributed=group,
+                        tokenize=args.tokenize)
     return 0
 
 
@@ -154,7 +155,8 @@ def add_parser(sub) -> None:
     from ..pretrained import model_names
 
     p = sub.add_parser("embed", help="embed a file of sentences into HDF5 (allennlp's `allennlp elmo` layout)",
-                       description="Embed one whitespace-tokenized sentence per line into an HDF5 file: one "
+                       description="Embed one whitespace-tokenized sentence per line (raw text with --tokenize) into an "
+                                   "HDF5 file: one "
                                    "float32 dataset per line, keyed by its index, plus 'sentence_to_index'. "
                                    "Takes `allennlp elmo`'s flags too.")
     p.add_argument("input", help="input text file, one sentence per line ('-' reads stdin); gzip, bzip2 and xz "
@@ -201,6 +203,10 @@ def add_parser(sub) -> None:
                    help="work in OUTPUT.partial/, which survives crashes and kills; rerun with --resume to continue "
                         "(implied under torchrun, where every rank embeds its share of the windows there)")
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists (default: refuse)")
+    p.add_argument("--tokenize", action="store_true",
+                   help="the input is raw text, one sentence per line: split off punctuation and clitics as the "
+                        "bundled model's training text was (elmo_fast.tokenizer); default: tokens are split at "
+                        "whitespace. Keys and sentence_to_index keep the lines as written")
     p.add_argument("--skip-empty", action="store_true",
                    help="skip empty and all-whitespace lines (default: an error); the other lines keep their numbers")
     p.add_argument("--encoding-errors", choices=["strict", "replace"], default="strict",

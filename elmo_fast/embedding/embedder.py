@@ -150,8 +150,13 @@ class ElmoEmbedder:
                    max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
                    resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
                    encoding_errors: str = "strict", started: float | None = None,
-                   distributed: bool = False) -> dict[str, Any]:
+                   distributed: bool = False, tokenize: bool = False) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
+
+        ``tokenize=True`` reads raw text instead (still one sentence per line): each line goes
+        through :func:`elmo_fast.tokenizer.tokenize_line`, the tokenizer of the bundled model's
+        training corpus (punctuation and clitics split off, as in the 1B Word Benchmark); keys and
+        ``sentence_to_index`` still hold the lines as written.
 
         One float32 dataset per line, keyed by the line's index (or by its text with
         ``use_sentence_keys``), of shape (3, T, 2P) for ``"all"`` or (T, 2P) for ``"top"`` /
@@ -205,4 +210,4 @@ class ElmoEmbedder:
                             use_sentence_keys, progress, max_tokens_per_batch=max_tokens_per_batch,
                             bucketing=bucketing, window=window, resume=resume, overwrite=overwrite,
                             skip_empty=skip_empty, encoding_errors=encoding_errors, started=started,
-                            distributed=distributed)
+                            distributed=distributed, tokenize=tokenize)
