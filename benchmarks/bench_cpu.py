@@ -308,7 +308,7 @@ def run_one(cfg: dict) -> dict:
     ms = np.array(batch_s) * 1e3
     return {
         "resolved_backend": bilm.backend,
-        "compute_dtype": str(getattr(bilm, "compute_dtype", bilm.char_embedding.dtype)).replace("torch.", ""),
+        "compute_dtype": str(bilm.compute_dtype).replace("torch.", ""),
         "torch_threads": torch.get_num_threads(),
         "load_s": load_s,
         "warmup_batches": warm_done,

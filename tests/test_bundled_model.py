@@ -19,7 +19,7 @@ import torch
 from elmo_fast import Elmo, ElmoEmbedder, HubElmo, batch_to_ids
 from elmo_fast.cli.models import bank_distances
 from elmo_fast.pretrained import bundled_model
-from elmo_fast.pretrained.bundled import DIRECTORY, USING_MESSAGE
+from elmo_fast.pretrained.bundled import DESCRIPTION, DIRECTORY, USING_MESSAGE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,10 +46,13 @@ def test_the_bundled_files_are_there_and_small():
     total = sum(p.stat().st_size for p in DIRECTORY.iterdir() if p.is_file())
     assert total <= 25 * 2**20, f"{total / 2**20:.1f} MiB"
     options = json.loads(files.options.read_text())
-    assert options["lstm"]["n_layers"] == 2 and options["lstm"]["projection_dim"] == 128
+    assert options["lstm"]["n_layers"] == 2
+    lstm, filters = options["lstm"], sum(n for _, n in options["char_cnn"]["filters"])
+    shape = f"2x{lstm['dim']}_{lstm['projection_dim']} LSTM, {filters} char filters, output dim {2 * lstm['projection_dim']}"
+    assert shape in DESCRIPTION, f"DESCRIPTION is stale: the files say {shape}"
     assert len(files.vocab.read_text(encoding="utf-8").splitlines()) == options["n_tokens_vocab"]
     with h5py.File(files.softmax) as f:
-        assert f["softmax/W"].shape == (options["n_tokens_vocab"], 128)
+        assert f["softmax/W"].shape == (options["n_tokens_vocab"], options["lstm"]["projection_dim"])
     assert (DIRECTORY / "MODEL_CARD.md").is_file() and (DIRECTORY / "learning_curve.png").is_file()
 
 
@@ -68,6 +71,11 @@ def embedder():
     return ElmoEmbedder()
 
 
+#: the width of the bundled model's vectors: 2 x its projection
+WIDTH = (2 * json.loads((DIRECTORY / "options.json").read_text())["lstm"]["projection_dim"]
+         if (DIRECTORY / "options.json").is_file() else 0)
+
+
 def test_no_model_named_means_the_bundled_one_said_in_one_line(caplog):
     with caplog.at_level(logging.WARNING, logger="elmo_fast"):
         e = ElmoEmbedder(batch_size=4)
@@ -76,17 +84,17 @@ def test_no_model_named_means_the_bundled_one_said_in_one_line(caplog):
     named = ElmoEmbedder(model_dir=DIRECTORY)
     sentence = ENGLISH[1].split()
     np.testing.assert_array_equal(e.embed_sentence(sentence), named.embed_sentence(sentence))
-    assert e.embed_sentence(sentence).shape == (3, len(sentence), 256)
+    assert e.embed_sentence(sentence).shape == (3, len(sentence), WIDTH)
 
 
 def test_elmo_and_hub_elmo_without_files_use_it():
     ids = batch_to_ids([s.split() for s in ENGLISH[:3]])
     elmo = Elmo(num_output_representations=2, dropout=0.0)
     out = elmo(ids)
-    assert len(out["elmo_representations"]) == 2 and out["elmo_representations"][0].shape[-1] == 256
+    assert len(out["elmo_representations"]) == 2 and out["elmo_representations"][0].shape[-1] == WIDTH
     hub = HubElmo()
     got = hub(ENGLISH[:3])
-    assert got["elmo"].shape == (3, max(len(s.split()) for s in ENGLISH[:3]), 256)
+    assert got["elmo"].shape == (3, max(len(s.split()) for s in ENGLISH[:3]), WIDTH)
 
 
 def test_bank_by_its_context(embedder):
