@@ -1,6 +1,7 @@
 """What every command shares: termination signals as exceptions, flags for parameter names, timing."""
 from __future__ import annotations
 
+import _thread
 import argparse
 import os
 import signal
@@ -38,40 +39,53 @@ def signals_as_exceptions() -> Iterator[None]:
         yield
         return
     received: list[int] = []
+    pending: list[int] = []  # a signal lost where Python could not raise it, on its way back
+    in_hook = threading.Event()
 
     def handler(signum, frame):
-        if received:
+        if in_hook.is_set():
+            return  # (a redelivery that lands in the hook below: the next one comes 5 ms later)
+        if pending:
+            pending.clear()
+        elif received:
             return
         received.append(signum)
         raise Terminated(signum)
 
+    def redeliver(signum: int) -> None:
+        while pending:
+            _thread.interrupt_main(signum)  # (does nothing once the block has restored the old handlers)
+            time.sleep(0.005)
+
     def unraisable(info) -> None:
         # The signal arrived while Python ran a weakref callback, a __del__ or the garbage collector,
-        # where an exception cannot propagate: Python prints it and goes on, and the run would end as
-        # if never signalled. Deliver the signal again, a moment later, to whatever the program does then.
-        # (to the main thread, so that a system call it waits in returns at once).
+        # where an exception cannot propagate: Python reports it here and goes on, and the run would
+        # end as if never signalled. Trip it again, from another thread, until the handler raises it
+        # in whatever the main thread does next.
         if isinstance(info.exc_value, Terminated) and received == [info.exc_value.signum]:
-            received.clear()
-            again.append(threading.Timer(0.01, signal.pthread_kill, (main, info.exc_value.signum)))
-            again[-1].start()
+            in_hook.set()
+            try:
+                received.clear()
+                pending.append(info.exc_value.signum)
+                threading.Thread(target=redeliver, args=(info.exc_value.signum,), daemon=True).start()
+            finally:
+                in_hook.clear()
             return
         previous_hook(info)
 
     previous = {}
     previous_hook = sys.unraisablehook
-    main = threading.main_thread().ident
-    again: list[threading.Timer] = []
     try:
         for sig in TERMINATING:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 previous[sig] = signal.signal(sig, handler)
         sys.unraisablehook = unraisable
         yield
+        if pending:  # the block ended before the signal came back: it stops here
+            signum = pending.pop()
+            raise Terminated(signum)
     finally:
-        # a block that ends within the 10 ms (it finished, or failed otherwise) ends as it did: the
-        # signal must not reach the default handlers restored below
-        for timer in again:
-            timer.cancel()
+        pending.clear()
         sys.unraisablehook = previous_hook
         for sig, old in previous.items():
             signal.signal(sig, old)
