@@ -10,8 +10,8 @@ from ..errors import ModelFileError
 
 NAME = "default"
 DIRECTORY = Path(__file__).resolve().parent / NAME
-DESCRIPTION = ("elmo-fast's own English biLM, bundled and offline (2x512_128 LSTM, 512 char filters, output "
-               "dim 256; see elmo_fast/pretrained/default/MODEL_CARD.md)")
+DESCRIPTION = ("elmo-fast's own English biLM, bundled and offline (2x256_96 LSTM, 256 char filters, output "
+               "dim 192; see elmo_fast/pretrained/default/MODEL_CARD.md)")
 
 
 #: what a command prints (one line, stderr) when no model was named and it uses this one
