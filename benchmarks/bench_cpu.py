@@ -14,7 +14,11 @@ is spent. Tokens are real tokens: the ``<S>``/``</S>`` boundaries are not counte
 
 The machine's GEMM rate (fp32 and bf16, 2048^3, median of repeats, the same thread count) is
 measured in the same run, so a row's achieved model GFLOP/s can be read against what this machine's
-BLAS does on a large square GEMM. Nothing here asserts a speed.
+BLAS does on a large square GEMM. Batch-1 rows are bound by reading the weights instead (every LSTM
+step reads every recurrent and projection weight for one token): the run also measures how fast
+this machine reads 1 GiB (the fastest of a GEMV in fp32 and bf16 and a sum, same threads), and the
+table gives each batch-1 row's tokens/s as a share of what that read rate allows (BOUND_FORMULA).
+Nothing here asserts a speed.
 """
 from __future__ import annotations
 
@@ -53,10 +57,19 @@ FLOPS_FORMULA = (
     "D = char embedding dim, F = total filters, P = projection dim, C = cell dim"
 )
 
+BOUND_FORMULA = (
+    "batch-1 bound: tokens/s <= BW * tokens / bytes, bytes = steps * step_bytes + sentences * sentence_bytes; "
+    "steps = tokens + 2 * sentences (<S>, </S>); step_bytes = 2 directions * n_layers * (4C*P [W_hh] + P*C "
+    "[W_proj]) * the dtype's size; sentence_bytes = the weights read once per batch: char CNN (fp32), highway "
+    "and projection (the dtype), layer 0's W_ih (fp32: its gates are fp32 in both modes) and the other layers' "
+    "W_ih (the dtype), the first three left out with the token cache on (as if every token hit); BW = the fastest read of a 1 GiB buffer (--read-mib) measured in the same run (torch.mv on [N, 4096] in fp32 "
+    "and bf16, torch.sum in fp32: best of 10 repeats each, at the start and at the end of the run); biases and the char embedding are left out"
+)
+
 FULL = dict(presets="small,original", batch_sizes="1,16,64", backends="reference,fast", dtypes="fp32,bf16",
-            seconds=20.0, sentences=4096, warmup=2, gemm_size=2048, gemm_repeats=10)
+            seconds=20.0, sentences=4096, warmup=2, gemm_size=2048, gemm_repeats=10, read_mib=1024)
 QUICK = dict(presets="tiny,small", batch_sizes="1,8", backends="reference,fast", dtypes="fp32,bf16",
-             seconds=0.5, sentences=64, warmup=1, gemm_size=2048, gemm_repeats=5)
+             seconds=0.5, sentences=64, warmup=1, gemm_size=2048, gemm_repeats=5, read_mib=64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,6 +88,49 @@ def flops_per_token(options) -> dict[str, int]:
         "lstm": 2 * o.n_layers * (2 * P * 4 * C + 2 * P * 4 * C + 2 * C * P),
     }
     out["total"] = sum(out.values())
+    return out
+
+
+def weight_bytes(options, dtype: str) -> dict[str, int]:
+    """Bytes of weights a batch-1 forward reads per LSTM step and once per sentence (BOUND_FORMULA)."""
+    o = options
+    size = 2 if dtype == "bf16" else 4
+    F, P, C, L = o.n_filters, o.projection_dim, o.cell_dim, o.n_layers
+    return {
+        "step": 2 * L * (4 * C * P + P * C) * size,
+        "sentence_front": sum(w * o.char_dim * n for w, n in o.filters) * 4 + o.n_highway * 2 * F * F * size + F * P * size,
+        "sentence_lstm": 2 * 4 * C * P * 4 + 2 * (L - 1) * 4 * C * P * size,
+    }
+
+
+def read_bandwidth(mib: int, repeats: int = 10) -> dict:
+    """GB/s at which torch reads a ``mib`` MiB buffer: torch.mv on [N, 4096] in fp32 and in bf16, and
+    torch.sum in fp32 (best of ``repeats`` after one warm-up call each); "max" is the bound's BW."""
+    out: dict = {"mib": mib}
+    busy0, own0, wall0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    for name, dtype, op in (("mv_fp32", torch.float32, "mv"), ("mv_bf16", torch.bfloat16, "mv"),
+                            ("sum_fp32", torch.float32, "sum")):
+        size = torch.empty(0, dtype=dtype).element_size()
+        rows = max(1, mib * 2 ** 20 // (4096 * size))
+        try:
+            w = torch.empty(rows, 4096, dtype=dtype).uniform_(-1, 1)
+            x = torch.empty(4096, dtype=dtype).uniform_(-1, 1)
+            call = (lambda: torch.mv(w, x)) if op == "mv" else (lambda: w.sum())
+            call()
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                call()
+                best = min(best, time.perf_counter() - start)
+        except RuntimeError:
+            out[name] = None
+            continue
+        finally:
+            w = x = None
+        out[name] = rows * 4096 * size / best / 1e9
+    rates = [v for k, v in out.items() if k != "mib" and v]
+    out["max"] = max(rates) if rates else None
+    out["foreign_cpu_fraction"] = _foreign(busy0, own0, wall0)
     return out
 
 
@@ -391,8 +447,9 @@ def build_configs(args, presets, batch_sizes, backends, dtypes, model_files) -> 
     return configs
 
 
-def derive(rows: list[dict], flops: dict[str, dict], gemm: dict) -> None:
-    """Add GFLOP/s, the SGEMM fraction, the time split and the speedup over the reference row."""
+def derive(rows: list[dict], flops: dict[str, dict], gemm: dict, wbytes: dict | None = None) -> None:
+    """Add GFLOP/s, the SGEMM fraction, the time split, the speedup over the reference row and, for
+    batch-1 rows, the bandwidth bound (BOUND_FORMULA; wbytes[(preset, dtype)] from weight_bytes)."""
     # Other processes can only slow a GEMM down: the higher of the two measurements is the machine's.
     rates = [g for g in (gemm.get("fp32_gflops"), gemm.get("fp32_end_gflops")) if g]
     sgemm = gemm["sgemm_gflops"] = max(rates) if rates else None
@@ -414,6 +471,16 @@ def derive(rows: list[dict], flops: dict[str, dict], gemm: dict) -> None:
         ref = refs.get((r["preset"], r["batch_size"], r["dtype"])) or refs.get((r["preset"], r["batch_size"], "fp32"))
         r["speedup_vs_reference"] = r["tokens_per_s"] / ref["tokens_per_s"] if ref and ref is not r else None
         r["speedup_base_dtype"] = ref["dtype"] if ref and ref is not r else None
+        bw = (gemm.get("read") or {}).get("max")
+        wb = (wbytes or {}).get((r["preset"], r["dtype"]))
+        r["bound_tokens_per_s"] = r["fraction_of_bound"] = None
+        if bw and wb and r["batch_size"] == 1 and r["resolved_backend"] != "reference" and r["tokens"]:
+            # With the token cache on, a sentence whose tokens all hit skips the char CNN, highway and
+            # projection: the bound then leaves their weights out (it assumes every token hit).
+            sentence = wb["sentence_lstm"] + (wb["sentence_front"] if r["cache"] != "on" else 0)
+            read = (r["tokens"] + 2 * r["sentences"]) * wb["step"] + r["sentences"] * sentence
+            r["bound_tokens_per_s"] = bw * 1e9 * r["tokens"] / read
+            r["fraction_of_bound"] = r["tokens_per_s"] / r["bound_tokens_per_s"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,6 +499,15 @@ def _rate(gemm: dict, key: str) -> str:
     return f"{rate:.0f} GFLOP/s" + (f" †{foreign:.0%}" if foreign is not None and foreign > BUSY_MARK else "")
 
 
+def _read(read: dict) -> str:
+    parts = ", ".join(f"{k} {_f(read.get(k), '{:.1f}')}" for k in ("mv_fp32", "mv_bf16", "sum_fp32"))
+    foreign = read.get("foreign_cpu_fraction")
+    mark = f" †{foreign:.0%}" if foreign is not None and foreign > BUSY_MARK else ""
+    ends = f", {_f(read['start_gbs'], '{:.1f}')} at the start and {_f(read['end_gbs'], '{:.1f}')} at the end" \
+        if "start_gbs" in read else ""
+    return f"**{_f(read.get('max'), '{:.1f}')} GB/s** (the BW of the bound{ends}; best GB/s: {parts}){mark}"
+
+
 def _num(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
@@ -444,8 +520,9 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                    f"highway {fl['highway'] / 1e6:.1f}, projection {fl['projection'] / 1e6:.1f}, "
                    f"LSTM {fl['lstm'] / 1e6:.1f})\n")
         out.append("| backend | dtype | batch | token cache | sentences | tokens/s | sentences/s | p50 ms | p90 ms "
-                   "| peak RSS MB | char CNN | highway | LSTM | other | GFLOP/s | % SGEMM | speedup |")
-        out.append("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+                   "| peak RSS MB | char CNN | highway | LSTM | other | GFLOP/s | % SGEMM | BW bound tokens/s | % bound "
+                   "| speedup |")
+        out.append("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for r in rows:
             if r["preset"] != preset:
                 continue
@@ -456,7 +533,7 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                 cache = f"on ({r['cache_hit_rate']:.0%} hits)"
             head = f"| {backend} | {r['dtype']} | {r['batch_size']} | {cache} |"
             if not r.get("ok"):
-                out.append(head + f" not measured: {r['error']} |" + " |" * 12)
+                out.append(head + f" not measured: {r['error']} |" + " |" * 14)
                 continue
             sp = r["time_split"]
             if r["resolved_backend"] == "reference":
@@ -473,7 +550,8 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                 f"{head} {sentences} | {_num(r['tokens_per_s'])}{mark} | {_num(r['sentences_per_s'])} "
                 f"| {r['latency_ms_p50']:.1f} | {r['latency_ms_p90']:.1f} | {r['peak_rss_mb']:.0f} {split}"
                 f" {_num(r['model_gflops'])} | {_f(r['fraction_of_sgemm'] and 100 * r['fraction_of_sgemm'], '{:.1f}%')} "
-                f"| {speedup} |")
+                f"| {_f(r.get('bound_tokens_per_s') and _num(r['bound_tokens_per_s']), '{}')} "
+                f"| {_f(r.get('fraction_of_bound') and 100 * r['fraction_of_bound'], '{:.0f}%')} | {speedup} |")
         out.append("")
     if any((r.get("foreign_cpu_fraction") or 0) > BUSY_MARK for r in rows):
         notes = [f"†N%: other processes kept N% of the machine's CPU time busy while the row ran "
@@ -498,6 +576,10 @@ own reuse and grows with its length) can lift it past the GEMM rate. *% SGEMM* d
 machine's fp32 GEMM rate measured in the same run. *speedup* is tokens/s over the reference row of
 the same preset, batch and dtype in the same run ("vs fp32": the reference is fp32 only, so bf16 rows
 compare with its fp32 row). *token cache off* still dedupes tokens within a batch.
+*BW bound tokens/s* (batch-1 fast rows) is what reading the row's weights at this machine's
+1 GiB read rate would allow (formula above); *% bound* is tokens/s over it. It is a bound for
+weights that come from memory: where one layer and direction's recurrent and projection weights
+fit in the last-level cache (bf16 'original': 21 MB), steps can read them from there and beat it.
 A mark †N% (rows and GEMM rates) says other processes kept N% of the machine's CPUs busy meanwhile.
 """
 
@@ -520,6 +602,8 @@ def section_markdown(result: dict) -> str:
         f"fp32 **{_f(g['sgemm_gflops'])} GFLOP/s** (the higher of {_rate(g, 'fp32')} at the start and "
         f"{_rate(g, 'fp32_end')} at the end: the *% SGEMM* base); bf16 {_rate(g, 'bf16')}",
         f"- {result['formula']}",
+        *([f"- read rate ({g['read']['mib']} MiB, {m['torch_threads']} threads): {_read(g['read'])}",
+           f"- {result['bound_formula']}"] if g.get("read") else []),
         "",
         result["tables"],
         HOW_TO_READ,
@@ -576,6 +660,9 @@ def parse_args(argv=None):
     p.add_argument("--token-cache-mb", type=float, default=256.0, help="token cache size of the 'on' rows (default 256)")
     p.add_argument("--gemm-size", type=int, help=f"n of the n^3 GEMM rate (default {FULL['gemm_size']})")
     p.add_argument("--gemm-repeats", type=int, help=f"timed GEMMs, median taken (default {FULL['gemm_repeats']})")
+    p.add_argument("--read-mib", type=int,
+                   help=f"MiB read to measure the batch-1 bound's bandwidth (default {FULL['read_mib']}; "
+                        f"--quick: {QUICK['read_mib']}); 0 skips it")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                    help=f"where random models are written once, per preset (default {DEFAULT_CACHE_DIR})")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a configuration's process is killed")
@@ -648,6 +735,10 @@ def main(argv=None) -> int:
     gemm["fp32_gflops"], gemm["fp32_foreign_cpu_fraction"] = gemm_rate(torch.float32, args.gemm_size, args.gemm_repeats)
     gemm["bf16_gflops"], gemm["bf16_foreign_cpu_fraction"] = gemm_rate(torch.bfloat16, args.gemm_size, args.gemm_repeats)
 
+    if args.read_mib > 0 and 1 in batch_sizes:
+        print(f"bench_cpu: read rate ({args.read_mib} MiB, {args.threads} threads)...", file=sys.stderr)
+        gemm["read"] = read_bandwidth(args.read_mib)
+
     if "bf16" in dtypes:
         ok, why = bf16_support()
         if not ok:
@@ -690,11 +781,21 @@ def main(argv=None) -> int:
 
     if args.wait_quiet > 0:
         wait_quiet(args.wait_quiet)
+    if gemm.get("read"):  # other processes can only slow a read down: the faster measurement is the machine's
+        end = read_bandwidth(args.read_mib)
+        start = gemm["read"]
+        merged = {k: max((v for v in (start.get(k), end.get(k)) if v), default=None)
+                  for k in ("mv_fp32", "mv_bf16", "sum_fp32", "max")}
+        gemm["read"] = {"mib": args.read_mib, **merged, "start_gbs": start.get("max"), "end_gbs": end.get("max"),
+                        "foreign_cpu_fraction": min(start.get("foreign_cpu_fraction") or 0.0,
+                                                    end.get("foreign_cpu_fraction") or 0.0)}
     gemm["fp32_end_gflops"], gemm["fp32_end_foreign_cpu_fraction"] = gemm_rate(
         torch.float32, args.gemm_size, args.gemm_repeats)
-    derive(rows, flops, gemm)
+    wbytes = {(p, d): weight_bytes(PRESETS[p], d) for p in presets for d in dtypes}
+    derive(rows, flops, gemm, wbytes)
     tables = markdown_tables(rows, flops, gemm, notes)
-    result = {"machine": info, "command": command, "formula": FLOPS_FORMULA, "gemm": gemm,
+    result = {"machine": info, "command": command, "formula": FLOPS_FORMULA, "bound_formula": BOUND_FORMULA,
+              "gemm": gemm, "weight_bytes": {f"{p} {d}": v for (p, d), v in wbytes.items()},
               "flops_per_token": flops, "settings": {k: getattr(args, k) for k in (
                   "seconds", "sentences", "warmup", "threads", "token_cache_mb", "quick")},
               "rows": rows, "notes": notes, "tables": tables}
@@ -702,7 +803,8 @@ def main(argv=None) -> int:
     header = (f"{machine_key(info)}; torch {info['torch']}, MKL {info['mkl']}, oneDNN {info['onednn']}, "
               f"{args.threads} threads; {info['date']}\n"
               f"SGEMM {_f(gemm['sgemm_gflops'])} GFLOP/s (start {_rate(gemm, 'fp32')}, end {_rate(gemm, 'fp32_end')}), "
-              f"bf16 GEMM {_rate(gemm, 'bf16')} ({args.gemm_size}^3)\n{FLOPS_FORMULA}\n")
+              f"bf16 GEMM {_rate(gemm, 'bf16')} ({args.gemm_size}^3)\n{FLOPS_FORMULA}\n"
+              + (f"read rate {_read(gemm['read'])}\n{BOUND_FORMULA}\n" if gemm.get("read") else ""))
     print(header)
     print(tables)
     if args.json:
