@@ -308,13 +308,26 @@ def test_bilstm_bf16_weights_one_layer(B, T, P, C, gemv_rows, monkeypatch):
 
 
 @needs_extension
+@pytest.mark.parametrize("misaligned", [False, True])
+@pytest.mark.parametrize("P,C", [(16, 64), (19, 46), (22, 45)])
 @pytest.mark.parametrize("B", [1, 2, 7])
-def test_bilstm_bf16_gemv_is_fp32_accurate(B, monkeypatch):
+def test_bilstm_bf16_gemv_is_fp32_accurate(B, P, C, misaligned, monkeypatch):
     # Steps through gemv_nt keep the activations in fp32 (only the weights are bf16): with one layer
-    # (no bf16 input GEMM) the result meets the float32 bar against the same widened weights.
+    # (no bf16 input GEMM) the result meets the float32 bar against the same widened weights. Even K
+    # with 4-byte aligned weights takes the word-pair kernel, odd K (P = 19: W_hh; C = 45: W_proj) or
+    # weights 2 bytes off a word (misaligned) the per-element one; P = 19, 22 leave a tail of rows
+    # of W_proj after the blocks of 4, and B = 7 a tail of rows of a after one 4-row block.
     if B > 2:  # the default sends only B <= 2 through gemv_nt
         monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", "1000")
-    xg0, token_index, lengths, weights, h0, c0 = bf16_case(B, 19, 1, 16, 64, seed=5, bias_dtype=torch.float32)
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(B, 19, 1, P, C, seed=5 + B + P, bias_dtype=torch.float32)
+    if misaligned:
+        def shifted(w):
+            if w.dtype != torch.bfloat16:
+                return w
+            view = torch.empty(w.numel() + 1, dtype=w.dtype)[1:].view(w.shape)
+            return view.copy_(w)
+        weights = [shifted(w) for w in weights]
+        assert all(w.data_ptr() % 4 == 2 for w in weights if w.dtype == torch.bfloat16)
     got = ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
     want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
     for g, w in zip(got, want):

@@ -17,6 +17,7 @@
 #endif
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "cpu/lstm_gemv.h"
 
@@ -34,6 +35,7 @@ Isa kernel_isa() {
 namespace {
 ELMO_FAST_ISA_DISPATCHED(gemv_nt_f32, lstm::GemvParams<float>, lstm::gemv_nt)
 ELMO_FAST_ISA_DISPATCHED(gemv_nt_bf16, lstm::GemvParams<uint16_t>, lstm::gemv_nt)
+ELMO_FAST_ISA_DISPATCHED(gemv_nt_bf16_pairs, lstm::GemvPairsParams, lstm::gemv_nt_pairs)
 }  // namespace
 
 at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) {
@@ -102,7 +104,22 @@ void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t ge
       params.k = K;
       at::parallel_for(0, N, grain, [&](int64_t g0, int64_t g1) { kernel(params, g0, g1); });
     };
-    if (bf16) {
+    const void* w_data = w.w.const_data_ptr();
+    if (bf16 && K % 2 == 0 && reinterpret_cast<uintptr_t>(w_data) % alignof(uint32_t) == 0) {
+      // Word pairs (lstm_gemv.h): a's rows split into even and odd halves first, on this thread
+      // (n * K floats: a few KB at the few rows that take this path).
+      std::vector<float> split(static_cast<size_t>(n * K));
+      lstm::even_odd_split(a.const_data_ptr<float>(), a.stride(0), K, split.data(), 0, n);
+      lstm::GemvPairsParams p;
+      p.a_split = split.data();
+      p.w = static_cast<const uint32_t*>(w_data);
+      p.ldw = K / 2;
+      p.out = out.mutable_data_ptr<float>();
+      p.ldo = out.stride(0);
+      p.n = n;
+      p.k = K;
+      at::parallel_for(0, N, grain, [&](int64_t g0, int64_t g1) { gemv_nt_bf16_pairs(p, g0, g1); });
+    } else if (bf16) {
       lstm::GemvParams<uint16_t> p;
       p.w = reinterpret_cast<const uint16_t*>(w.w.const_data_ptr<at::BFloat16>());
       run(p, gemv_nt_bf16);
@@ -138,8 +155,11 @@ int64_t gemv_max_rows(bool bf16_weights, int64_t proj, int64_t cell) {
   if (bf16_weights) {
     return 2;
   }
-  const int64_t w_hh_bytes = 4 * cell * proj * static_cast<int64_t>(sizeof(float));
-  return w_hh_bytes >= (int64_t{16} << 20) ? 128 : 32;
+  return gemv_max_rows_for(4 * cell * proj * static_cast<int64_t>(sizeof(float)));
+}
+
+int64_t gemv_max_rows_for(int64_t weight_bytes) {
+  return weight_bytes >= (int64_t{16} << 20) ? 128 : 32;
 }
 
 // How the two directions share the threads: concurrently, one each with single-threaded GEMMs
