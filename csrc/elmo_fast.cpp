@@ -56,6 +56,9 @@ TORCH_LIBRARY(elmo_fast, m) {
   // windows are recomputed): -> grad_embedding [V, D], grad_weights K x [n_k, D, w_k], grad_biases K x [n_k]
   m.def("char_cnn_backward(Tensor grad_out, Tensor char_ids, Tensor char_embedding, Tensor[] conv_weights, "
         "Tensor[] conv_biases, str activation) -> (Tensor, Tensor[], Tensor[])");
+  // x [n, K] @ weight[N, K]^T + bias [N] -> [n, N], as F.linear (x, weight, bias of one dtype); few
+  // rows against large weights stream the weights once (layer 0's input gates of a short batch)
+  m.def("linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   // ELMo's stacked projected biLSTM (forward and backward stacks, skip connections from layer 1):
   //   xg0: [U, 2, 4C] layer 0's input gates of distinct tokens (bias included), gates i, f, g, o
   //   token_index: [B, T] int64, the row of xg0 at each position (ignored at t >= lengths[b])

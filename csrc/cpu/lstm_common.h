@@ -104,6 +104,8 @@ void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t ge
 
 // Steps with at most this many active rows take gemv_nt (see lstm_common.cpp for the tuning).
 int64_t gemv_max_rows(bool bf16_weights, int64_t proj, int64_t cell);
+// The same for any float GEMM out = a @ w^T with w of this many bytes (no environment override).
+int64_t gemv_max_rows_for(int64_t weight_bytes);
 
 // Whether the two directions run concurrently, one thread each with single-threaded GEMMs, or in
 // turn with multi-threaded GEMMs; rows: the batch rows of the first step.

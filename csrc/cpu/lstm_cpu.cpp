@@ -146,6 +146,11 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
         ws.x16.copy_(ws.x);
         at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);  // the cell pass adds the fp32 bias
+      } else if (ws.x.scalar_type() == at::kFloat &&
+                 sc.packed_rows() <= gemv_max_rows_for(pb.w_ih[ld].w.numel() * static_cast<int64_t>(sizeof(float)))) {
+        // Few rows (short batches): one pass over W_ih in gemv_nt, as the steps' GEMMs.
+        linear_nt(ws.gates, ws.x, pb.w_ih[ld], sc.packed_rows());
+        ws.gates.add_(pb.bias[ld]);
       } else {
         at::addmm_out(ws.gates, pb.bias[ld], ws.x, pb.w_ih[ld].w_t);
       }

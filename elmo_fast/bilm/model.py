@@ -794,7 +794,7 @@ class ElmoBiLm(nn.Module):
     def _layer0_gates(self, vectors: Tensor) -> Tensor:
         # fp32 in both modes: once per distinct token (and cached), a small share of the work
         with self._stage("lstm"):
-            return self.encoder.layer0_gates(vectors)
+            return self.encoder.layer0_gates_fast(vectors)
 
     #: Device types whose bilstm op runs both directions' GEMMs at once and so takes each layer's
     #: forward and backward w_hh (and w_proj) as one [2, ...] tensor: given two separate tensors it

@@ -145,6 +145,27 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
     return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias)
 
 
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias`` (twin of :func:`elmo_fast.bilm.reference.linear_ref`, i.e. ``F.linear``).
+
+    x: [n, K]; weight: [N, K]; bias: [N] or None; one dtype. returns [n, N].
+    On the CPU in float32, few rows against large weights (up to 128 rows for weights of 16 MB and
+    more, else 32) take the LSTM steps' GEMV, which reads the weights once at memory speed where
+    BLAS's GEMM reads them several times slower; the rest, and other devices, take ATen's GEMM.
+    Differentiable (the usual formulas, through ATen).
+    """
+    if x.device.type != "cpu":
+        return F.linear(x, weight, bias)
+    require_extension()
+    return torch.ops.elmo_fast.linear.default(x, weight, bias)
+
+
+def layer0_gates(tokens: Tensor, weights: list[Tensor]) -> Tensor:
+    """Layer 0's input gates of distinct tokens, both directions: [U, P] -> [U, 2, 4C] (twin of
+    :func:`elmo_fast.bilm.reference.layer0_gates_ref`), each direction one :func:`linear`."""
+    return torch.stack([linear(tokens, weights[4 * d], weights[4 * d + 2]) for d in range(2)], dim=1)
+
+
 def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor], conv_biases: list[Tensor],
              activation: str = "relu") -> Tensor:
     """Character CNN: one token vector per row of character ids (fused; twin of ``char_cnn_ref``).
@@ -354,6 +375,28 @@ if HAS_EXTENSION:
         torch._check(proj_weight.dim() == 2 and proj_weight.shape[1] == x.shape[1],
                      lambda: "highway: proj_weight must be [P, F]")
         return x.new_empty((x.shape[0], proj_weight.shape[0]))
+
+    @torch.library.register_fake("elmo_fast::linear")
+    def _linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        torch._check(x.dim() == 2 and weight.dim() == 2, lambda: "linear: x and weight must have 2 dims")
+        torch._check(x.shape[1] == weight.shape[1], lambda: "linear: x [n, K] and weight [N, K] must have the same K")
+        torch._check(x.dtype == weight.dtype, lambda: "linear: x and weight must have the same dtype")
+        torch._check(bias is None or tuple(bias.shape) == (weight.shape[0],), lambda: "linear: bias must be [N]")
+        return x.new_empty((x.shape[0], weight.shape[0]))
+
+    def _linear_setup_context(ctx, inputs, output) -> None:
+        x, weight, bias = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+
+    def _linear_backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad.mm(weight) if ctx.needs_input_grad[0] else None
+        grad_weight = grad.t().mm(x) if ctx.needs_input_grad[1] else None
+        grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+    torch.library.register_autograd("elmo_fast::linear", _linear_backward, setup_context=_linear_setup_context)
 
     @torch.library.register_fake("elmo_fast::highway_gate")
     def _highway_gate_fake(projected: Tensor, x: Tensor) -> Tensor:

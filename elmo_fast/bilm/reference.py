@@ -148,6 +148,11 @@ def lstm_layer_pair_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tenso
     return torch.stack(ys), torch.stack(hs), torch.stack(cs)
 
 
+def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x [n, K] @ weight[N, K]^T + bias [N] -> [n, N]: ``F.linear`` (twin of ``ops.linear``)."""
+    return F.linear(x, weight, bias)
+
+
 def layer0_gates_ref(tokens: Tensor, weights: list[Tensor]) -> Tensor:
     """Layer 0's input projections of distinct tokens, both directions: context-free, so the fast
     path computes (and caches) them once per distinct token.

@@ -317,6 +317,11 @@ class BiLstmEncoder(Stage):
         so computed once per distinct token; fp32 in every mode)."""
         return reference.layer0_gates_ref(vectors, self.flat_weights())
 
+    def layer0_gates_fast(self, vectors: Tensor) -> Tensor:
+        """:meth:`layer0_gates` through :func:`~elmo_fast.bilm.ops.layer0_gates` (the same values to
+        float32 rounding; a few rows read the weights once on the CPU)."""
+        return ops.layer0_gates(vectors, self.flat_weights())
+
     def input_masks(self, x: Tensor, dropout: float) -> list[Tensor] | None:
         """Fresh dropout masks for every layer's input: L tensors [2, B, T, P], one per direction,
         elements 0 or 1 / keep_prob (bilm-tf's placement: see
