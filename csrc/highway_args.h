@@ -55,20 +55,32 @@ inline void check_highway_args(const at::Tensor& x, at::TensorList highway_weigh
 }
 
 // The highway stack then the projection: per layer one GEMM into [transform | gate] and the
-// backend's fused gate pass, gate(projected [N, 2F], x [N, F]) -> [N, F]; arguments as above.
-template <typename Gate>
+// backend's fused gate pass, gate(projected [N, 2F], x [N, F]) -> [N, F]; arguments as above. The
+// GEMMs: affine(out, bias, x, w) writes x w^T + b into out (default: ATen's addmm).
+template <typename Gate, typename Affine>
 at::Tensor highway_stack(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
-                         const at::Tensor& proj_weight, const at::Tensor& proj_bias, Gate&& gate) {
+                         const at::Tensor& proj_weight, const at::Tensor& proj_bias, Gate&& gate, Affine&& affine) {
   at::Tensor cur = x;
   at::Tensor projected;
   if (!highway_weights.empty()) {
     projected = at::empty({x.size(0), 2 * x.size(1)}, x.options().memory_format(at::MemoryFormat::Contiguous));
   }
   for (size_t k = 0; k < highway_weights.size(); ++k) {
-    at::addmm_out(projected, highway_biases[k], cur, highway_weights[k].t());
+    affine(projected, highway_biases[k], cur, highway_weights[k]);
     cur = gate(projected, cur);
   }
-  return at::addmm(proj_bias, cur, proj_weight.t());
+  at::Tensor out = at::empty({x.size(0), proj_weight.size(0)}, x.options().memory_format(at::MemoryFormat::Contiguous));
+  affine(out, proj_bias, cur, proj_weight);
+  return out;
+}
+
+template <typename Gate>
+at::Tensor highway_stack(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
+                         const at::Tensor& proj_weight, const at::Tensor& proj_bias, Gate&& gate) {
+  return highway_stack(x, highway_weights, highway_biases, proj_weight, proj_bias, gate,
+                       [](at::Tensor& out, const at::Tensor& bias, const at::Tensor& in, const at::Tensor& w) {
+                         at::addmm_out(out, bias, in, w.t());
+                       });
 }
 
 }  // namespace elmo_fast
