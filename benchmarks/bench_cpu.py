@@ -62,8 +62,11 @@ BOUND_FORMULA = (
     "steps = tokens + 2 * sentences (<S>, </S>); step_bytes = 2 directions * n_layers * (4C*P [W_hh] + P*C "
     "[W_proj]) * the dtype's size; sentence_bytes = the weights read once per batch: char CNN (fp32), highway "
     "and projection (the dtype), layer 0's W_ih (fp32: its gates are fp32 in both modes) and the other layers' "
-    "W_ih (the dtype), the first three left out with the token cache on (as if every token hit); BW = the fastest read of a 1 GiB buffer (--read-mib) measured in the same run (torch.mv on [N, 4096] in fp32 "
-    "and bf16, torch.sum in fp32: best of 10 repeats each, at the start and at the end of the run); biases and the char embedding are left out"
+    "W_ih (the dtype), the first three left out with the token cache on (as if every token hit); BW = the "
+    "read rate of a 1 GiB buffer (--read-mib) by torch.sum in fp32 (the fastest of torch.mv on [N, 4096] in fp32 and "
+    "bf16 and torch.sum, measured at the start and the end of the run), best of 5 just before and 5 just after the "
+    "row (by the parent process, while no row runs): a shared host's memory bandwidth moves from minute to "
+    "minute; biases and the char embedding are left out"
 )
 
 FULL = dict(presets="small,original", batch_sizes="1,16,64", backends="reference,fast", dtypes="fp32,bf16",
@@ -132,6 +135,22 @@ def read_bandwidth(mib: int, repeats: int = 10) -> dict:
     out["max"] = max(rates) if rates else None
     out["foreign_cpu_fraction"] = _foreign(busy0, own0, wall0)
     return out
+
+
+class SumReader:
+    """The read rate (GB/s) of torch.sum over one buffer of ``mib`` MiB kept for the whole run."""
+
+    def __init__(self, mib: int):
+        self.buf = torch.empty(max(1, mib * 2 ** 18)).uniform_(-1, 1)
+        self.buf.sum()
+
+    def rate(self, repeats: int = 5) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self.buf.sum()
+            best = min(best, time.perf_counter() - start)
+        return self.buf.numel() * 4 / best / 1e9
 
 
 def gemm_rate(dtype: torch.dtype, n: int, repeats: int) -> tuple[float | None, float | None]:
@@ -471,7 +490,7 @@ def derive(rows: list[dict], flops: dict[str, dict], gemm: dict, wbytes: dict | 
         ref = refs.get((r["preset"], r["batch_size"], r["dtype"])) or refs.get((r["preset"], r["batch_size"], "fp32"))
         r["speedup_vs_reference"] = r["tokens_per_s"] / ref["tokens_per_s"] if ref and ref is not r else None
         r["speedup_base_dtype"] = ref["dtype"] if ref and ref is not r else None
-        bw = (gemm.get("read") or {}).get("max")
+        bw = r.get("read_gbs") or (gemm.get("read") or {}).get("max")
         wb = (wbytes or {}).get((r["preset"], r["dtype"]))
         r["bound_tokens_per_s"] = r["fraction_of_bound"] = None
         if bw and wb and r["batch_size"] == 1 and r["resolved_backend"] != "reference" and r["tokens"]:
@@ -550,7 +569,8 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                 f"{head} {sentences} | {_num(r['tokens_per_s'])}{mark} | {_num(r['sentences_per_s'])} "
                 f"| {r['latency_ms_p50']:.1f} | {r['latency_ms_p90']:.1f} | {r['peak_rss_mb']:.0f} {split}"
                 f" {_num(r['model_gflops'])} | {_f(r['fraction_of_sgemm'] and 100 * r['fraction_of_sgemm'], '{:.1f}%')} "
-                f"| {_f(r.get('bound_tokens_per_s') and _num(r['bound_tokens_per_s']), '{}')} "
+                f"| {_f(r.get('bound_tokens_per_s') and _num(r['bound_tokens_per_s']), '{}')}"
+                f"{f' ({bw:.0f} GB/s)' if (bw := r.get('bound_tokens_per_s') and r.get('read_gbs')) else ''} "
                 f"| {_f(r.get('fraction_of_bound') and 100 * r['fraction_of_bound'], '{:.0f}%')} | {speedup} |")
         out.append("")
     if any((r.get("foreign_cpu_fraction") or 0) > BUSY_MARK for r in rows):
@@ -738,6 +758,7 @@ def main(argv=None) -> int:
     if args.read_mib > 0 and 1 in batch_sizes:
         print(f"bench_cpu: read rate ({args.read_mib} MiB, {args.threads} threads)...", file=sys.stderr)
         gemm["read"] = read_bandwidth(args.read_mib)
+    reader = SumReader(args.read_mib) if gemm.get("read") else None
 
     if "bf16" in dtypes:
         ok, why = bf16_support()
@@ -762,7 +783,11 @@ def main(argv=None) -> int:
                 wait_quiet(args.wait_quiet)
             print(f"bench_cpu: [{n}/{len(configs)}] {label}{f' (attempt {attempt})' if attempt > 1 else ''} ...",
                   file=sys.stderr, flush=True)
+            before = reader.rate() if reader is not None and cfg["batch_size"] == 1 else None
             new = run_isolated(cfg, args.timeout)
+            if before is not None:
+                after = reader.rate()
+                new.update(read_gbs=max(before, after), read_gbs_before=before, read_gbs_after=after)
             new["attempt"] = attempt
             # keep the attempt that other processes disturbed least
             if not result or new["ok"] and (not result["ok"] or _busy_of(new) < _busy_of(result)):
