@@ -478,8 +478,10 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp
 
 def test_sigterm_checkpoints_and_says_how_to_resume(corpus, tmp_path):
     common = ["train", "--train", corpus / "train.txt", "--vocab", corpus / "vocab.txt", "--preset", "tiny",
-              "--max-steps", 400, "--batch-size", 8, "--negative-samples", 16, "--checkpoint-every", 1000, "--quiet",
-              "--out", tmp_path / "o"]
+              "--max-steps", 10 ** 7, "--batch-size", 8, "--negative-samples", 16, "--checkpoint-every", 10 ** 7,
+              "--quiet", "--out", tmp_path / "o"]
+    # (max steps far more than the run can reach before the signal: on a fast machine 400 tiny steps
+    # once ended within the 3 s below, and the run exited 0 before it was sent)
     proc = subprocess.Popen([sys.executable, "-m", "elmo_fast", *map(str, common)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
