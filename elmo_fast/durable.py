@@ -1,0 +1,398 @@
+"""Durable writes: the one way elmo-fast puts a file under its final name.
+
+Every file the package creates (embed outputs and their work area, random and converted models,
+training checkpoints, exported weights, vocabularies, metrics) is written here, the way SQLite's and
+HDF5's guidance on durable writes and Hugging Face datasets' cache writes do it:
+
+1. the bytes go to a temporary name in the target's own folder (so the rename cannot cross devices),
+   ``.NAME.HOST-PID.TOKEN.elmo-tmp``, created exclusively with a normal file's mode;
+2. the writer is flushed and closed with every error checked, including the ones h5py reports only
+   when it closes a file and torch only when it flushes one;
+3. the file is ``fsync``'ed, renamed onto its final name, and the folder ``fsync``'ed (the rename
+   itself is then on disk).
+
+A failure at any step removes the temporary file, renames nothing, and raises :class:`WriteError`,
+one line naming the final file and the OS error. So a file under its final name is whole: readers
+see the old file or the complete new one, whatever moment a run is killed or a disk fills.
+
+The host and process in a temporary name let a later run tell a killed run's leftovers from a live
+run's files (:func:`sweep_temp_files`).
+
+Usage::
+
+    with durable_open("vocab.txt", "w") as f:          # text or bytes
+        f.write(...)
+    with durable_hdf5("out.hdf5") as h5:               # an h5py.File
+        h5.create_dataset(...)
+    with durable_path("model.pt") as tmp:              # any library that writes to a path
+        some_library.save(tmp)
+    write_json("manifest.json", {...}); save_torch(obj, "ckpt.pt")
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import secrets
+import socket
+import sys
+from typing import IO, Any, Callable, Iterator
+
+from .errors import ElmoFastError
+
+#: Suffix of every temporary file this module creates.
+TEMP_SUFFIX = ".elmo-tmp"
+# what a temporary name adds to the final one: "." + "." + host (<= 64) + "-" + pid + "." + 8 + suffix
+_TEMP_OVERHEAD = 2 + 64 + 1 + 10 + 1 + 8 + len(TEMP_SUFFIX)
+
+
+class WriteError(ElmoFastError):
+    """A file could not be written whole (disk full, I/O error, no permission, name too long).
+
+    Nothing was left under its final name. The message names the file and the OS error."""
+
+    def __init__(self, path: str | os.PathLike, cause: BaseException | str) -> None:
+        self.path = os.fspath(path)
+        self.errno = getattr(cause, "errno", None)
+        super().__init__(f"cannot write {self.path}: {describe_os_error(cause)}")
+
+    def __reduce__(self):
+        return _rebuild_write_error, (str(self), self.path, self.errno)
+
+
+def _rebuild_write_error(message: str, path: str, err: int | None) -> WriteError:
+    e = WriteError.__new__(WriteError)
+    ElmoFastError.__init__(e, message)
+    e.path, e.errno = path, err
+    return e
+
+
+def describe_os_error(cause: BaseException | str) -> str:
+    """``No space left on device (ENOSPC)`` for an OSError, its text for anything else, on one line."""
+    if isinstance(cause, str):
+        return cause
+    err = getattr(cause, "errno", None)
+    if isinstance(cause, OSError) and err:
+        name = errno.errorcode.get(err, str(err))
+        return f"{os.strerror(err)} ({name})"
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    # h5py and torch wrap the OS error in their own words; keep its name when they quote it
+    found = re.search(r"errno\s*=?\s*(\d+)", text)
+    if found and int(found.group(1)) in errno.errorcode:
+        code = int(found.group(1))
+        return f"{os.strerror(code)} ({errno.errorcode[code]}): {text}"
+    return text
+
+
+#: The file opener of durable_open (tests swap it for one that fails the Nth write).
+_open = open
+
+
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64] or "host"
+
+
+def temp_path(final: str | os.PathLike) -> str:
+    """A fresh temporary name for ``final``, in its folder (nothing is created)."""
+    final = os.path.abspath(os.fspath(final))
+    directory, base = os.path.split(final)
+    return os.path.join(directory, f".{base}.{_host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+_TEMP_RE = re.compile(rf"^\.(?P<base>.+)\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}{re.escape(TEMP_SUFFIX)}$")
+
+
+def parse_temp_name(name: str) -> tuple[str, str, int] | None:
+    """``(final base name, host, pid)`` of one of our temporary names, else None."""
+    m = _TEMP_RE.match(name)
+    return (m.group("base"), m.group("host"), int(m.group("pid"))) if m else None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this id runs on this host (a pid we cannot signal counts as alive)."""
+    if os.name != "posix":  # os.kill(pid, 0) would end the process on Windows: never call it dead there
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_temp_files(directory: str | os.PathLike, final_name: str | None = None) -> list[str]:
+    """Remove the temporary files in ``directory`` (of ``final_name`` only, when given) left by dead
+    processes of this host; return their paths. A live process's files and other hosts' are kept."""
+    directory = os.fspath(directory)
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    host = _host_tag()
+    for name in names:
+        parsed = parse_temp_name(name)
+        if parsed is None or (final_name is not None and parsed[0] != final_name):
+            continue
+        _, their_host, pid = parsed
+        if their_host != host or pid == os.getpid() or process_alive(pid):
+            continue  # another host's, ours (maybe open right now), or a live run's
+        path = os.path.join(directory, name)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file by name (raises OSError)."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    """fsync a folder, so that a rename or a new name in it is on disk. Filesystems that cannot
+    fsync a folder (EINVAL, and Windows) are let be: the rename is as durable as they make it."""
+    if os.name != "posix":
+        return
+    fd = os.open(os.fspath(directory) or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _normal_mode(path: str) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def remove_quietly(*paths: str | os.PathLike | None) -> None:
+    for p in paths:
+        if p:
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+
+
+def check_writable(final: str | os.PathLike, what: str = "output") -> str:
+    """Check, before any work, that ``final`` can be written durably: its folder exists and is a
+    writable folder, the name (and our temporary name beside it) fits the filesystem, and it is not
+    a folder. Returns the absolute path; raises :class:`WriteError` with the reason."""
+    final = os.path.abspath(os.fspath(final))
+    directory, base = os.path.split(final)
+    if not base:
+        raise WriteError(final, f"the {what} must be a file name, not a folder")
+    if not os.path.isdir(directory):
+        raise WriteError(final, f"its folder {directory} does not exist" if not os.path.exists(directory)
+                         else f"{directory} is not a folder")
+    if os.path.isdir(final):
+        raise WriteError(final, f"the {what} is a folder")
+    try:
+        name_max = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
+    if len(os.fsencode(base)) + _TEMP_OVERHEAD > name_max:
+        raise WriteError(final, f"file name too long ({len(os.fsencode(base))} bytes; at most "
+                                f"{name_max - _TEMP_OVERHEAD} here, leaving room for the temporary name)")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise WriteError(final, f"Permission denied (EACCES): cannot create files in {directory}")
+    return final
+
+
+@contextlib.contextmanager
+def _unraisable_errors() -> Iterator[list[BaseException]]:
+    """Collect the exceptions Python would print as "Exception ignored in ..." (h5py reports a failed
+    close of a dataset that the garbage collector frees that way) instead of losing them."""
+    caught: list[BaseException] = []
+    previous = sys.unraisablehook
+
+    def hook(info) -> None:
+        if info.exc_value is not None and isinstance(info.exc_value, (OSError, RuntimeError)):
+            caught.append(info.exc_value)
+        else:
+            previous(info)
+
+    sys.unraisablehook = hook
+    try:
+        yield caught
+    finally:
+        sys.unraisablehook = previous
+
+
+def commit(temp: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Step 3: fsync ``temp`` (written and closed), give it a normal file's mode, rename it onto
+    ``final``, fsync the folder. For writers that manage their own temporary file; raises OSError."""
+    temp, final = os.fspath(temp), os.fspath(final)
+    fsync_path(temp)
+    _normal_mode(temp)
+    os.replace(temp, final)
+    fsync_dir(os.path.dirname(os.path.abspath(final)))
+
+
+@contextlib.contextmanager
+def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | None = None) -> Iterator[str]:
+    """Yield a temporary path beside ``final``; the body writes a whole file there and closes it.
+    On a clean exit the file is checked (``check(temp)``, optional), fsync'ed and renamed onto
+    ``final``. Any error removes it and raises :class:`WriteError` (an :class:`ElmoFastError` raised by
+    the body, and KeyboardInterrupt/SystemExit, pass through unchanged, after the cleanup)."""
+    final = os.path.abspath(os.fspath(final))
+    temp = temp_path(final)
+    try:
+        with _unraisable_errors() as late:
+            yield temp
+            if late:
+                raise late[0]
+        if not os.path.exists(temp):
+            raise FileNotFoundError(errno.ENOENT, "the writer created no file", temp)
+        if check is not None:
+            check(temp)
+        commit(temp, final)
+    except ElmoFastError:
+        remove_quietly(temp)
+        raise
+    except (OSError, RuntimeError, MemoryError) as e:
+        remove_quietly(temp)
+        raise WriteError(final, e) from e
+    except BaseException:
+        remove_quietly(temp)
+        raise
+
+
+@contextlib.contextmanager
+def durable_open(final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                 newline: str | None = None) -> Iterator[IO]:
+    """A new file object ("w" text or "wb" bytes) under a temporary name, flushed, fsync'ed, closed
+    and renamed onto ``final`` when the block ends cleanly (:func:`durable_path`)."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"durable_open writes new files: mode 'w' or 'wb', not {mode!r}")
+    binary = mode == "wb"
+    with durable_path(final) as temp:
+        f = _open(temp, "xb" if binary else "x", encoding=None if binary else encoding,
+                  newline=None if binary else newline)
+        try:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        finally:
+            f.close()  # a close that fails raises here: the write is then an error, not an output
+
+
+@contextlib.contextmanager
+def durable_hdf5(final: str | os.PathLike, **kwargs: Any) -> Iterator[Any]:
+    """A new ``h5py.File`` under a temporary name; on a clean exit every object in it is closed and
+    the file flushed and closed with errors checked, then fsync'ed and renamed onto ``final``."""
+    import h5py
+
+    with durable_path(final) as temp:
+        f = h5py.File(temp, "x", **kwargs)
+        try:
+            yield f
+            close_hdf5(f)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                if f.id.valid:
+                    f.close()
+            raise
+
+
+def close_hdf5(f: Any) -> None:
+    """Flush and close an open ``h5py.File`` so that a failing write is an exception here, never an
+    "Exception ignored" from the garbage collector later."""
+    import gc
+
+    with _unraisable_errors() as late:
+        f.flush()
+        f.close()
+        gc.collect()  # datasets or groups still referenced elsewhere are freed now, not at exit
+    if late:
+        raise late[0]
+
+
+def write_bytes(final: str | os.PathLike, data: bytes) -> None:
+    with durable_open(final, "wb") as f:
+        f.write(data)
+
+
+def write_text(final: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
+    with durable_open(final, "w", encoding=encoding) as f:
+        f.write(text)
+
+
+def write_json(final: str | os.PathLike, obj: Any, **dump_kwargs: Any) -> None:
+    """``obj`` as JSON (``dump_kwargs`` go to json.dump; default ``indent=2``), with a final newline."""
+    dump_kwargs.setdefault("indent", 2)
+    text = json.dumps(obj, **dump_kwargs) + "\n"  # encoded before the file exists: a bad object writes nothing
+    write_text(final, text)
+
+
+def save_torch(obj: Any, final: str | os.PathLike) -> None:
+    """``torch.save(obj, final)``, durably: torch's late errors (a full disk at the zip's end) are a
+    :class:`WriteError`, never a traceback or a truncated file under ``final``."""
+    import torch
+
+    with durable_open(final, "wb") as f:
+        recorder = _RecordingWriter(f)
+        try:
+            torch.save(obj, recorder)
+        except Exception as e:
+            # torch's zip writer turns the file's OSError into "unexpected pos ...": name the OS error
+            raise (recorder.error or e) from e
+
+
+class _RecordingWriter:
+    """A binary file that remembers the first OSError its writes raised."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line to a log such as ``metrics.jsonl`` and fsync it. An append cannot be atomic;
+    readers of such logs must tolerate a torn last line (a crash mid-append), which this never
+    leaves behind on a clean error: the file is truncated back to its old size."""
+    path = os.fspath(path)
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise WriteError(path, e) from e
+    finally:
+        os.close(fd)
+
+
+__all__ = [
+    "WriteError", "TEMP_SUFFIX", "temp_path", "parse_temp_name", "sweep_temp_files", "check_writable",
+    "durable_path", "durable_open", "durable_hdf5", "close_hdf5", "commit", "fsync_path", "fsync_dir",
+    "write_bytes", "write_text", "write_json", "save_torch", "append_line", "remove_quietly",
+    "describe_os_error", "process_alive",
+]

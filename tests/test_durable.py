@@ -1,0 +1,161 @@
+"""elmo_fast.durable: the one write path. A file under its final name is whole; a failure leaves the
+old file (or none), no temporary file, and a one-line WriteError naming the file and the OS error."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from elmo_fast import durable
+from elmo_fast.durable import WriteError
+
+
+class _FailingFile:
+    """A file whose writes fail with ``code`` once ``budget`` bytes went through."""
+
+    def __init__(self, f, code: int, budget: int) -> None:
+        self._f, self._code, self._budget = f, code, budget
+
+    def write(self, data):
+        if len(data) > self._budget:
+            raise OSError(self._code, os.strerror(self._code))
+        self._budget -= len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def failing_open(monkeypatch, code: int, budget: int) -> None:
+    real = durable._open
+    monkeypatch.setattr(durable, "_open", lambda *a, **k: _FailingFile(real(*a, **k), code, budget))
+
+
+def _leftovers(directory) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.endswith(durable.TEMP_SUFFIX))
+
+
+def test_writes_land_whole_under_their_final_names(tmp_path):
+    durable.write_json(tmp_path / "a.json", {"x": [1, 2]})
+    durable.write_text(tmp_path / "b.txt", "héllo\n")
+    durable.write_bytes(tmp_path / "c.bin", b"\x00\x01")
+    with durable.durable_hdf5(tmp_path / "d.hdf5") as f:
+        f.create_dataset("w", data=np.arange(6, dtype=np.float32).reshape(2, 3))
+    durable.save_torch({"t": torch.arange(3)}, tmp_path / "e.pt")
+    assert json.loads((tmp_path / "a.json").read_text()) == {"x": [1, 2]}
+    assert (tmp_path / "b.txt").read_text(encoding="utf-8") == "héllo\n"
+    assert (tmp_path / "c.bin").read_bytes() == b"\x00\x01"
+    with h5py.File(tmp_path / "d.hdf5", "r") as f:
+        np.testing.assert_array_equal(f["w"][...], np.arange(6).reshape(2, 3))
+    assert torch.load(tmp_path / "e.pt")["t"].tolist() == [0, 1, 2]
+    assert _leftovers(tmp_path) == []
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tmp_path / "d.hdf5").st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_an_error_in_the_body_keeps_the_old_file_and_no_temp(tmp_path):
+    target = tmp_path / "a.txt"
+    target.write_text("old")
+    with pytest.raises(KeyError):
+        with durable.durable_open(target) as f:
+            f.write("new, half")
+            raise KeyError("boom")
+    assert target.read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
+@pytest.mark.parametrize("where", ["write", "fsync", "replace"])
+def test_a_failing_os_call_is_a_one_line_write_error(tmp_path, monkeypatch, code, where):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+
+    def fail(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    if where == "write":
+        failing_open(monkeypatch, code, budget=1000)
+    else:
+        monkeypatch.setattr(os, where, fail)
+    with pytest.raises(WriteError) as info:
+        durable.write_json(target, {"a": "b" * 100_000})
+    message = str(info.value)
+    assert "\n" not in message and str(target) in message and errno.errorcode[code] in message
+    assert info.value.errno == code
+    monkeypatch.undo()
+    assert target.read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
+def test_torch_save_on_a_full_disk_is_a_write_error(tmp_path, monkeypatch, code):
+    failing_open(monkeypatch, code, budget=100_000)
+    with pytest.raises(WriteError, match=errno.errorcode[code]):
+        durable.save_torch({"w": torch.randn(1000, 100)}, tmp_path / "ckpt.pt")
+    monkeypatch.undo()
+    assert not (tmp_path / "ckpt.pt").exists()
+    assert _leftovers(tmp_path) == []
+
+
+def test_check_writable_names_the_problem_before_any_work(tmp_path):
+    with pytest.raises(WriteError, match="does not exist"):
+        durable.check_writable(tmp_path / "missing" / "out.hdf5")
+    with pytest.raises(WriteError, match="too long"):
+        durable.check_writable(tmp_path / ("x" * 250 + ".hdf5"))
+    with pytest.raises(WriteError, match="is a folder"):
+        durable.check_writable(tmp_path)
+    assert durable.check_writable(tmp_path / "ok.hdf5") == str(tmp_path / "ok.hdf5")
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        with pytest.raises(WriteError, match="EACCES"):
+            durable.check_writable(ro / "out.hdf5")
+
+
+def test_sweep_removes_dead_runs_temp_files_only(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    mine = durable.temp_path(tmp_path / "out.hdf5")
+    theirs = mine.replace(f"-{os.getpid()}.", f"-{dead}.")
+    other_host = os.path.join(tmp_path, f".out.hdf5.otherhost-{dead}.0123abcd{durable.TEMP_SUFFIX}")
+    unrelated = tmp_path / ".out.hdf5.tmp"
+    for p in (mine, theirs, other_host, unrelated):
+        open(p, "w").close()
+    assert durable.sweep_temp_files(tmp_path, "out.hdf5") == [theirs]
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in (mine, other_host, unrelated))
+    assert durable.parse_temp_name(os.path.basename(mine))[0] == "out.hdf5"
+
+
+def test_append_line_leaves_no_torn_line_on_error(tmp_path, monkeypatch):
+    log = tmp_path / "metrics.jsonl"
+    durable.append_line(log, '{"step": 1}')
+    real = os.write
+
+    def short_then_fail(fd, data):
+        if len(data) > 3:
+            return real(fd, bytes(data[:3]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", short_then_fail)
+    with pytest.raises(WriteError, match="ENOSPC"):
+        durable.append_line(log, '{"step": 2}')
+    monkeypatch.undo()
+    assert log.read_text() == '{"step": 1}\n'
+
+
+def test_write_error_pickles_with_its_fields():
+    import pickle
+
+    e = WriteError("/x/out.hdf5", OSError(errno.EIO, "Input/output error"))
+    back = pickle.loads(pickle.dumps(e))
+    assert str(back) == str(e) and back.path == "/x/out.hdf5" and back.errno == errno.EIO
