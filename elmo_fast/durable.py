@@ -27,6 +27,16 @@ Usage::
     with durable_path("model.pt") as tmp:              # any library that writes to a path
         some_library.save(tmp)
     write_json("manifest.json", {...}); save_torch(obj, "ckpt.pt")
+
+    out = PendingHdf5("out.hdf5")                      # open across many calls (a corpus's output)
+    h5 = out.open()
+    ...                                                # write batch after batch
+    out.commit()                                       # or out.discard() on failure
+
+A :class:`PendingFile` is the same steps spread over a writer's life: ``open()`` creates the
+temporary file, ``commit()`` closes it checked, fsyncs and renames it, ``discard()`` closes it and
+removes it. A pending file that is never committed is a scratch file: a killed run's is swept like
+any other temporary file.
 """
 from __future__ import annotations
 
@@ -38,14 +48,15 @@ import re
 import secrets
 import socket
 import sys
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, NamedTuple
 
 from .errors import ElmoFastError
 
 #: Suffix of every temporary file this module creates.
 TEMP_SUFFIX = ".elmo-tmp"
-# what a temporary name adds to the final one: "." + "." + host (<= 64) + "-" + pid + "." + 8 + suffix
-_TEMP_OVERHEAD = 2 + 64 + 1 + 10 + 1 + 8 + len(TEMP_SUFFIX)
+# what a temporary name adds to the final one: "." + "." + host (<= 64) + "-" + pid + "." + 8 + a tag
+# (".sentences", the longest the package uses) + suffix
+_TEMP_OVERHEAD = 2 + 64 + 1 + 10 + 1 + 8 + 10 + len(TEMP_SUFFIX)
 
 
 class WriteError(ElmoFastError):
@@ -90,18 +101,26 @@ def describe_os_error(cause: BaseException | str) -> str:
 _open = open
 
 
-def _host_tag() -> str:
+def host_tag() -> str:
+    """This host's name as temporary names hold it (letters, digits, ``_`` and ``-``; at most 64)."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64] or "host"
 
 
-def temp_path(final: str | os.PathLike) -> str:
-    """A fresh temporary name for ``final``, in its folder (nothing is created)."""
+def temp_path(final: str | os.PathLike, tag: str | None = None) -> str:
+    """A fresh temporary name for ``final``, in its folder (nothing is created). ``tag`` (lowercase
+    letters) tells apart several temporary files of one final name, such as a scratch file kept beside
+    the file itself: ``.NAME.HOST-PID.TOKEN.TAG.elmo-tmp``."""
+    if tag is not None and not re.fullmatch(r"[a-z]+", tag):
+        raise ValueError(f"a temporary name's tag is lowercase letters, not {tag!r}")
     final = os.path.abspath(os.fspath(final))
     directory, base = os.path.split(final)
-    return os.path.join(directory, f".{base}.{_host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    middle = f".{tag}" if tag else ""
+    return os.path.join(directory,
+                        f".{base}.{host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{middle}{TEMP_SUFFIX}")
 
 
-_TEMP_RE = re.compile(rf"^\.(?P<base>.+)\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}{re.escape(TEMP_SUFFIX)}$")
+_TEMP_RE = re.compile(rf"^\.(?P<base>.+)\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}"
+                      rf"(?:\.(?P<tag>[a-z]+))?{re.escape(TEMP_SUFFIX)}$")
 
 
 def parse_temp_name(name: str) -> tuple[str, str, int] | None:
@@ -123,27 +142,45 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+class TempFile(NamedTuple):
+    """One of our temporary files found in a folder, and who made it."""
+    path: str
+    final_name: str
+    host: str
+    pid: int
+
+    def owner(self) -> str:
+        """``"gone"`` (made on this host by a process that has ended: a killed run's, safe to remove),
+        ``"running"`` (a live process of this host, maybe this one), or ``"other host"``."""
+        if self.host != host_tag():
+            return "other host"
+        return "running" if self.pid == os.getpid() or process_alive(self.pid) else "gone"
+
+
+def temp_files(directory: str | os.PathLike, final_name: str | None = None) -> list[TempFile]:
+    """Our temporary files in ``directory`` (of ``final_name`` only, when given), by name."""
+    directory = os.fspath(directory)
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        parsed = parse_temp_name(name)
+        if parsed is not None and (final_name is None or parsed[0] == final_name):
+            found.append(TempFile(os.path.join(directory, name), *parsed))
+    return found
+
+
 def sweep_temp_files(directory: str | os.PathLike, final_name: str | None = None) -> list[str]:
     """Remove the temporary files in ``directory`` (of ``final_name`` only, when given) left by dead
     processes of this host; return their paths. A live process's files and other hosts' are kept."""
-    directory = os.fspath(directory)
     removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    host = _host_tag()
-    for name in names:
-        parsed = parse_temp_name(name)
-        if parsed is None or (final_name is not None and parsed[0] != final_name):
-            continue
-        _, their_host, pid = parsed
-        if their_host != host or pid == os.getpid() or process_alive(pid):
-            continue  # another host's, ours (maybe open right now), or a live run's
-        path = os.path.join(directory, name)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-            removed.append(path)
+    for temp in temp_files(directory, final_name):
+        if temp.owner() == "gone":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp.path)
+                removed.append(temp.path)
     return removed
 
 
@@ -229,80 +266,147 @@ def _unraisable_errors() -> Iterator[list[BaseException]]:
         sys.unraisablehook = previous
 
 
-def commit(temp: str | os.PathLike, final: str | os.PathLike) -> None:
+def commit(temp: str | os.PathLike, final: str | os.PathLike, sync: bool = True) -> None:
     """Step 3: fsync ``temp`` (written and closed), give it a normal file's mode, rename it onto
-    ``final``, fsync the folder. For writers that manage their own temporary file; raises OSError."""
+    ``final``, fsync the folder. For writers that manage their own temporary file; raises OSError.
+    ``sync=False`` skips both fsyncs: the rename is still atomic (readers see the old file or the
+    new one), but a power loss may lose it; only for advisory files rewritten every second."""
     temp, final = os.fspath(temp), os.fspath(final)
-    fsync_path(temp)
+    if sync:
+        fsync_path(temp)
     _normal_mode(temp)
     os.replace(temp, final)
-    fsync_dir(os.path.dirname(os.path.abspath(final)))
+    if sync:
+        fsync_dir(os.path.dirname(os.path.abspath(final)))
+
+
+def move(path: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Rename a file that is whole on disk already (written through this module) onto ``final`` and
+    fsync ``final``'s folder: the last step of a two-phase write, such as a resumable run's output,
+    recorded as complete under a name of its own before it takes its final name. Both names must be
+    on one filesystem. Raises :class:`WriteError` naming ``final``; the file stays where it was."""
+    try:
+        os.replace(os.fspath(path), os.fspath(final))
+        fsync_dir(os.path.dirname(os.path.abspath(final)))
+    except OSError as e:
+        raise WriteError(final, e) from e
+
+
+def _failed(final: str, temp: str, error: BaseException) -> BaseException:
+    """Remove ``temp`` after ``error``; what to raise for it: the OS's and the libraries' errors as a
+    :class:`WriteError` naming ``final``, the package's own errors and interruptions as they are."""
+    remove_quietly(temp)
+    if isinstance(error, ElmoFastError) or not isinstance(error, (OSError, RuntimeError, MemoryError)):
+        return error
+    return WriteError(final, error)
 
 
 @contextlib.contextmanager
-def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | None = None) -> Iterator[str]:
-    """Yield a temporary path beside ``final``; the body writes a whole file there and closes it.
-    On a clean exit the file is checked (``check(temp)``, optional), fsync'ed and renamed onto
-    ``final``. Any error removes it and raises :class:`WriteError` (an :class:`ElmoFastError` raised by
-    the body, and KeyboardInterrupt/SystemExit, pass through unchanged, after the cleanup)."""
-    final = os.path.abspath(os.fspath(final))
-    temp = temp_path(final)
+def _removed_on_error(final: str, temp: str, close_quietly: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Any error in the block: close, remove ``temp``, raise as :func:`_failed` says."""
     try:
-        with _unraisable_errors() as late:
-            yield temp
+        yield
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            close_quietly()
+        raised = _failed(final, temp, e)
+        if raised is e:
+            raise
+        raise raised from e
+
+
+class PendingFile:
+    """A new file under a temporary name beside ``final``, for a writer that keeps it open across many
+    calls (a corpus's output, written batch after batch): the steps of :func:`durable_open` spread
+    over the writer's life. It ends with one of:
+
+    * :meth:`commit`: the file is closed (every error checked), fsync'ed and renamed onto ``final``,
+      the folder fsync'ed; a failure removes it and raises :class:`WriteError`;
+    * :meth:`discard`: the file is closed, errors ignored, and removed (after a failure elsewhere, or
+      for a scratch file that only served its writer, ``tag`` telling it apart).
+
+    The temporary name is chosen when the object is made, before the file exists, so that a discard
+    removes it whatever moment an interruption came at. ``sync=False``: see :func:`commit`.
+    """
+
+    def __init__(self, final: str | os.PathLike, tag: str | None = None, sync: bool = True) -> None:
+        self.final = os.path.abspath(os.fspath(final))
+        self.temp = temp_path(self.final, tag)
+        self.sync = sync
+        self.file: Any = None
+
+    def open(self, mode: str = "w", encoding: str | None = "utf-8", newline: str | None = None) -> IO:
+        """Create the temporary file ("w" text, "wb" bytes) and return it, open (also :attr:`file`)."""
+        if mode not in ("w", "wb"):
+            raise ValueError(f"a pending file is new: mode 'w' or 'wb', not {mode!r}")
+        binary = mode == "wb"
+        with _removed_on_error(self.final, self.temp):
+            self.file = _open(self.temp, "xb" if binary else "x", encoding=None if binary else encoding,
+                              newline=None if binary else newline)
+        return self.file
+
+    def _close(self) -> None:
+        """Close the file, raising what the close reports (a flush that fails on a full disk)."""
+        if self.file is not None and not self.file.closed:
+            try:
+                self.file.flush()
+                if self.sync:
+                    os.fsync(self.file.fileno())
+            finally:
+                self.file.close()
+
+    def _close_quietly(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def commit(self) -> None:
+        """Close, fsync and rename the file onto its final name (:class:`WriteError` on failure, the
+        temporary file then removed)."""
+        with _removed_on_error(self.final, self.temp, self._close_quietly):
+            with _unraisable_errors() as late:
+                self._close()
             if late:
                 raise late[0]
-        if not os.path.exists(temp):
-            raise FileNotFoundError(errno.ENOENT, "the writer created no file", temp)
-        if check is not None:
-            check(temp)
-        commit(temp, final)
-    except ElmoFastError:
-        remove_quietly(temp)
-        raise
-    except (OSError, RuntimeError, MemoryError) as e:
-        remove_quietly(temp)
-        raise WriteError(final, e) from e
-    except BaseException:
-        remove_quietly(temp)
-        raise
+            if not os.path.exists(self.temp):
+                raise FileNotFoundError(errno.ENOENT, "the writer created no file", self.temp)
+            commit(self.temp, self.final, self.sync)
+
+    def discard(self) -> None:
+        """Close the file quietly and remove it; the final name keeps what it had."""
+        with contextlib.suppress(Exception):
+            self._close_quietly()
+        remove_quietly(self.temp)
+
+    @contextlib.contextmanager
+    def committed(self) -> Iterator[None]:
+        """Commit after the block; discard on an error in it (raised as :func:`_failed` says)."""
+        with _removed_on_error(self.final, self.temp, self._close_quietly):
+            with _unraisable_errors() as late:
+                yield
+            if late:
+                raise late[0]
+        self.commit()
 
 
-@contextlib.contextmanager
-def durable_open(final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
-                 newline: str | None = None) -> Iterator[IO]:
-    """A new file object ("w" text or "wb" bytes) under a temporary name, flushed, fsync'ed, closed
-    and renamed onto ``final`` when the block ends cleanly (:func:`durable_path`)."""
-    if mode not in ("w", "wb"):
-        raise ValueError(f"durable_open writes new files: mode 'w' or 'wb', not {mode!r}")
-    binary = mode == "wb"
-    with durable_path(final) as temp:
-        f = _open(temp, "xb" if binary else "x", encoding=None if binary else encoding,
-                  newline=None if binary else newline)
-        try:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        finally:
-            f.close()  # a close that fails raises here: the write is then an error, not an output
+class PendingHdf5(PendingFile):
+    """A :class:`PendingFile` holding a new ``h5py.File``, closed with every error checked (the ones
+    h5py reports only when a file is closed, or when the garbage collector frees a dataset)."""
 
+    def open(self, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Create the temporary HDF5 file (``kwargs`` go to ``h5py.File``) and return it, open."""
+        import h5py
 
-@contextlib.contextmanager
-def durable_hdf5(final: str | os.PathLike, **kwargs: Any) -> Iterator[Any]:
-    """A new ``h5py.File`` under a temporary name; on a clean exit every object in it is closed and
-    the file flushed and closed with errors checked, then fsync'ed and renamed onto ``final``."""
-    import h5py
+        with _removed_on_error(self.final, self.temp):
+            self.file = h5py.File(self.temp, "x", **kwargs)
+        return self.file
 
-    with durable_path(final) as temp:
-        f = h5py.File(temp, "x", **kwargs)
-        try:
-            yield f
-            close_hdf5(f)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                if f.id.valid:
-                    f.close()
-            raise
+    def _close(self) -> None:
+        if self.file is not None and self.file.id.valid:
+            close_hdf5(self.file)
+
+    def _close_quietly(self) -> None:
+        if self.file is not None and self.file.id.valid:
+            self.file.close()
 
 
 def close_hdf5(f: Any) -> None:
@@ -318,32 +422,69 @@ def close_hdf5(f: Any) -> None:
         raise late[0]
 
 
+@contextlib.contextmanager
+def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | None = None,
+                 sync: bool = True) -> Iterator[str]:
+    """Yield a temporary path beside ``final``; the body writes a whole file there and closes it.
+    On a clean exit the file is checked (``check(temp)``, optional), fsync'ed and renamed onto
+    ``final``. Any error removes it and raises :class:`WriteError` (an :class:`ElmoFastError` raised by
+    the body, and KeyboardInterrupt/SystemExit, pass through unchanged, after the cleanup).
+    ``sync=False``: see :func:`commit`."""
+    pending = PendingFile(final, sync=sync)
+    with pending.committed():
+        yield pending.temp
+        if check is not None and os.path.exists(pending.temp):
+            check(pending.temp)
+
+
+@contextlib.contextmanager
+def durable_open(final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                 newline: str | None = None, sync: bool = True) -> Iterator[IO]:
+    """A new file object ("w" text or "wb" bytes) under a temporary name, flushed, fsync'ed, closed
+    and renamed onto ``final`` when the block ends cleanly (a :class:`PendingFile`)."""
+    pending = PendingFile(final, sync=sync)
+    f = pending.open(mode, encoding, newline)
+    with pending.committed():
+        yield f
+
+
+@contextlib.contextmanager
+def durable_hdf5(final: str | os.PathLike, **kwargs: Any) -> Iterator[Any]:
+    """A new ``h5py.File`` under a temporary name; on a clean exit every object in it is closed and
+    the file flushed and closed with errors checked, then fsync'ed and renamed onto ``final``."""
+    pending = PendingHdf5(final)
+    f = pending.open(**kwargs)
+    with pending.committed():
+        yield f
+
+
 def write_bytes(final: str | os.PathLike, data: bytes) -> None:
     with durable_open(final, "wb") as f:
         f.write(data)
 
 
-def write_text(final: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
-    with durable_open(final, "w", encoding=encoding) as f:
+def write_text(final: str | os.PathLike, text: str, encoding: str = "utf-8", newline: str | None = None,
+               sync: bool = True) -> None:
+    with durable_open(final, "w", encoding=encoding, newline=newline, sync=sync) as f:
         f.write(text)
 
 
-def write_json(final: str | os.PathLike, obj: Any, **dump_kwargs: Any) -> None:
+def write_json(final: str | os.PathLike, obj: Any, *, sync: bool = True, **dump_kwargs: Any) -> None:
     """``obj`` as JSON (``dump_kwargs`` go to json.dump; default ``indent=2``), with a final newline."""
     dump_kwargs.setdefault("indent", 2)
     text = json.dumps(obj, **dump_kwargs) + "\n"  # encoded before the file exists: a bad object writes nothing
-    write_text(final, text)
+    write_text(final, text, sync=sync)
 
 
-def save_torch(obj: Any, final: str | os.PathLike) -> None:
-    """``torch.save(obj, final)``, durably: torch's late errors (a full disk at the zip's end) are a
-    :class:`WriteError`, never a traceback or a truncated file under ``final``."""
+def save_torch(obj: Any, final: str | os.PathLike, **save_kwargs: Any) -> None:
+    """``torch.save(obj, final, **save_kwargs)``, durably: torch's late errors (a full disk at the
+    zip's end) are a :class:`WriteError`, never a traceback or a truncated file under ``final``."""
     import torch
 
     with durable_open(final, "wb") as f:
         recorder = _RecordingWriter(f)
         try:
-            torch.save(obj, recorder)
+            torch.save(obj, recorder, **save_kwargs)
         except Exception as e:
             # torch's zip writer turns the file's OSError into "unexpected pos ...": name the OS error
             raise (recorder.error or e) from e
@@ -391,8 +532,8 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 
 __all__ = [
-    "WriteError", "TEMP_SUFFIX", "temp_path", "parse_temp_name", "sweep_temp_files", "check_writable",
-    "durable_path", "durable_open", "durable_hdf5", "close_hdf5", "commit", "fsync_path", "fsync_dir",
-    "write_bytes", "write_text", "write_json", "save_torch", "append_line", "remove_quietly",
-    "describe_os_error", "process_alive",
+    "WriteError", "TEMP_SUFFIX", "temp_path", "parse_temp_name", "TempFile", "temp_files", "sweep_temp_files",
+    "check_writable", "durable_path", "durable_open", "durable_hdf5", "PendingFile", "PendingHdf5", "close_hdf5",
+    "commit", "move", "fsync_path", "fsync_dir", "write_bytes", "write_text", "write_json", "save_torch",
+    "append_line", "remove_quietly", "describe_os_error", "process_alive", "host_tag",
 ]
