@@ -311,7 +311,7 @@ def test_a_terminated_plain_run_leaves_nothing(tmp_path, random_models, signame)
     args = [out, "--all", "--options", options, "--weights", weights, "--window", "16", "--quiet"]
 
     def writing():  # the temporary files exist: the run is under way
-        return any(p.name.endswith(".partial") for p in tmp_path.iterdir())
+        return any(p.name.endswith(".elmo-tmp") for p in tmp_path.iterdir())
 
     signum = getattr(signal, signame)
     code, err = _signal_mid_run(tmp_path, args, _sentences(40, 1), signum, writing)
@@ -370,7 +370,7 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, ran
     assert code == -signal.SIGKILL
     host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64]
     for name in stale:
-        assert re.fullmatch(rf"\.o\.h5\.{re.escape(host)}-[0-9]+\.[0-9a-f]{{8}}\.(partial|sentences)", name), name
+        assert re.fullmatch(rf"\.o\.h5\.{re.escape(host)}-[0-9]+\.[0-9a-f]{{8}}(\.sentences)?\.elmo-tmp", name), name
     assert sorted(p.name for p in tmp_path.iterdir()) == stale
     r = run_cli("embed", "-", out, *args[1:], stdin="one line\n")
     assert r.returncode == 0, r.stderr
