@@ -23,7 +23,7 @@ from elmo_fast import ElmoBiLm, ElmoFastError, batch_to_ids
 from elmo_fast.errors import InputError, ModelFileError
 from elmo_fast.formats.bilm_tf import load_model_files, load_softmax, save_model_files, to_datasets
 from elmo_fast.formats.vocab import Vocabulary
-from elmo_fast.testing import PRESETS, random_model
+from elmo_fast.formats.random_models import PRESETS, random_model
 from elmo_fast.training.data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
 from elmo_fast.training.model import BidirectionalLM, initial_weights
 from elmo_fast.training.softmax import LogUniformSampler, SoftmaxHead
@@ -413,6 +413,17 @@ def test_resume_refuses_other_settings(corpus, tmp_path):
         Trainer(_config(corpus, tmp_path, max_steps=4, heldout=[])).run()
     with pytest.raises(InputError, match=r"cannot resume: .*seed: 3 then, 4 now"):
         Trainer(_config(corpus, tmp_path, max_steps=4, seed=4, heldout=[])).run(resume=True)
+
+
+def test_resume_after_a_kill_that_tore_the_last_metrics_line(corpus, tmp_path):
+    """metrics.jsonl grows by appends, which a kill -9 can cut in the middle of a line: a resumed run
+    leaves that line out and logs its step again."""
+    Trainer(_config(corpus, tmp_path, max_steps=2, checkpoint_every=2, log_every=1, heldout=[])).run()
+    metrics = tmp_path / "metrics.jsonl"
+    with open(metrics, "a", encoding="utf-8") as f:
+        f.write('{"step": 3, "epoch": 1, "tok')
+    Trainer(_config(corpus, tmp_path, max_steps=3, checkpoint_every=1, log_every=1, heldout=[])).run(resume=True)
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2, 3]
 
 
 def _last_step(out) -> int:

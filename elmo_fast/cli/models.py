@@ -9,7 +9,7 @@ import sys
 
 def _random_model(args: argparse.Namespace) -> int:
     from ..errors import ElmoFastError
-    from ..testing import random_model
+    from ..formats.random_models import random_model
 
     if os.path.exists(args.directory) and not os.path.isdir(args.directory):
         raise ElmoFastError(f"{args.directory} is a file; give the directory to write options.json and weights.hdf5 in")
@@ -80,7 +80,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub) -> None:
-    from ..testing import PRESETS
+    from ..formats.random_models import PRESETS
 
     p = sub.add_parser("random-model", help="write a model with RANDOM weights (for tests and benchmarks)")
     p.add_argument("preset", choices=list(PRESETS), help="shapes: " + ", ".join(PRESETS))

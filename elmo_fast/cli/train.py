@@ -35,7 +35,7 @@ def _tokenizer(args):
 
 def _options(args: argparse.Namespace):
     from ..formats.bilm_tf import load_options
-    from ..testing import PRESETS
+    from ..formats.random_models import PRESETS
 
     if args.preset and args.options:
         raise InputError("give --preset NAME or --options FILE, not both")
@@ -180,7 +180,7 @@ def _common_training_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub) -> None:
-    from ..testing import PRESETS
+    from ..formats.random_models import PRESETS
 
     p = sub.add_parser("vocab", help="build a biLM vocabulary (bilm-tf's vocab.txt) from corpora",
                        description="Count tokens over the corpora and write bilm-tf's vocabulary file: <S>, </S>, "

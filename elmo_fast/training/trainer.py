@@ -3,8 +3,9 @@
 The output directory holds the model in the layout every ELMo tool reads (``options.json`` +
 ``weights.hdf5``, bilm-tf's), the softmax (``softmax.hdf5``), the vocabulary (``vocab.txt``), a
 metrics log (``metrics.jsonl``: one JSON object per line, training and held-out) and
-``checkpoints/`` (model, softmax, optimizer, data position; each written to a temporary name,
-fsync'ed and renamed, the last two kept).
+``checkpoints/`` (model, softmax, optimizer, data position; the last two kept). Every file is written
+through :mod:`elmo_fast.durable` (a temporary name, fsync, rename): whole under its final name
+whatever moment a run is killed at; ``metrics.jsonl`` grows by whole, fsync'ed lines.
 
 Determinism, which is what makes ``--resume`` exact: batches are a function of the seed and the
 epoch (:mod:`elmo_fast.training.data`); every random draw of step ``s`` (dropout masks, sampled
@@ -29,8 +30,8 @@ import torch.distributed as dist
 
 from ..bilm.model import ElmoBiLm
 from ..errors import ElmoFastError, InputError
-from ..formats.bilm_tf import (ElmoOptions, load_model_files, load_softmax, replace_atomically, save_model_files,
-                               write_softmax)
+from ..durable import append_line, save_torch, write_text
+from ..formats.bilm_tf import ElmoOptions, load_model_files, load_softmax, save_model_files, write_softmax
 from ..formats.vocab import Vocabulary
 from .data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
 from .model import Batch, BidirectionalLM, initial_weights
@@ -179,7 +180,7 @@ class Trainer:
             payload = {"model": _unwrap(lm).state_dict(), "optimizer": optimizer.state_dict(), "state": state,
                        "identity": self.cfg.identity(self.world_size), "format": 1}
             path = d / f"step-{state['step']:09d}.pt"
-            replace_atomically(path, lambda tmp: torch.save(payload, tmp))
+            save_torch(payload, path)
             for old in self._checkpoints()[:-2]:
                 old.unlink(missing_ok=True)
         self._barrier()
@@ -203,7 +204,7 @@ class Trainer:
         return None
 
     def _export(self, lm: BidirectionalLM) -> None:
-        """The model files in the output directory (each replaced atomically)."""
+        """The model files in the output directory (each replaced durably)."""
         if self.rank != 0:
             return
         inner = _unwrap(lm)
@@ -224,22 +225,15 @@ class Trainer:
 
     def _log_metrics(self, record: dict) -> None:
         if self.rank == 0:
-            with open(self.out / METRICS, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            append_line(self.out / METRICS, json.dumps(record))
 
     def _trim_metrics(self, step: int) -> None:
         """Lines logged after the checkpoint a resumed run starts from are logged again by it."""
         path = self.out / METRICS
         if self.rank != 0 or not path.exists():
             return
-        keep = [line for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-
-        def write(tmp: str) -> None:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write("".join(line + "\n" for line in keep))
-
-        replace_atomically(path, write)
+        keep = [line for line, record in _metric_lines(path) if record.get("step", 0) <= step]
+        write_text(path, "".join(line + "\n" for line in keep))
 
     def run(self, resume: bool = False, overwrite: bool = False) -> dict:
         c = self.cfg
@@ -410,12 +404,7 @@ class Trainer:
         path = self.out / METRICS
         if not path.exists():
             return False
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                if rec.get("step") == step and "heldout" in rec:
-                    return True
-        return False
+        return any(rec.get("step") == step and "heldout" in rec for _, rec in _metric_lines(path))
 
     def _evaluate_and_log(self, lm: BidirectionalLM, files: list[str], state: dict) -> None:
         if self.rank == 0:
@@ -445,6 +434,20 @@ class Interrupted(ElmoFastError):
     def __init__(self, signum: int, message: str) -> None:
         super().__init__(message)
         self.signum = signum
+
+
+def _metric_lines(path: Path) -> list[tuple[str, dict]]:
+    """The lines of a metrics log and their records; a line torn by a kill in the middle of its append
+    (the last one) is left out: the resumed run logs its step again."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append((line, record))
+    return out
 
 
 def _has_a_sentence(files: list[str]) -> bool:
