@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from .common import param_flags
+
 
 def _random_model(args: argparse.Namespace) -> int:
     from ..errors import ElmoFastError
@@ -96,4 +98,4 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("demo", help="show contextual vectors at work: 'bank' in three sentences, per layer")
     p.add_argument("--model-dir", help="a model directory (default: the bundled model)")
-    p.set_defaults(func=_demo)
+    p.set_defaults(func=_demo, flags=param_flags(p))

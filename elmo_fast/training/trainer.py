@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from ..bilm.model import ElmoBiLm
-from ..errors import ElmoFastError, InputError
+from ..errors import ElmoFastError, InputError, Param
 from ..durable import append_line, save_torch, write_text
 from ..formats.bilm_tf import ElmoOptions, load_model_files, load_softmax, save_model_files, write_softmax
 from ..formats.vocab import Vocabulary
@@ -121,29 +121,26 @@ class Trainer:
 
     def _check_config(self) -> None:
         c = self.cfg
-        for name, value, low in (("--batch-size", c.batch_size, 1), ("--epochs", c.epochs, 1),
-                                 ("--negative-samples", c.negative_samples, 1), ("--checkpoint-every", c.checkpoint_every, 1),
-                                 ("--eval-every", c.eval_every, 1), ("--log-every", c.log_every, 1)):
-            if value < low:
-                raise InputError(f"{name} must be >= {low}, got {value}")
-        if c.max_steps is not None and c.max_steps < 1:
-            raise InputError(f"--max-steps must be >= 1, got {c.max_steps}")
-        if c.unroll_steps is not None and c.unroll_steps < 1:
-            raise InputError(f"--unroll-steps must be >= 1, got {c.unroll_steps}")
+        for name in ("batch_size", "epochs", "negative_samples", "checkpoint_every", "eval_every", "log_every",
+                     "max_steps", "unroll_steps"):
+            value = getattr(c, name)
+            if value is not None and value < 1:
+                raise InputError(Param(name), f" must be >= 1, got {value}")
         if not 0.0 <= c.dropout < 1.0:
-            raise InputError(f"--dropout must be in [0, 1), got {c.dropout}")
+            raise InputError(Param("dropout"), f" must be in [0, 1), got {c.dropout}")
         if c.dtype not in ("fp32", "bf16"):
-            raise InputError(f"--dtype must be fp32 or bf16, got {c.dtype}")
+            raise InputError(Param("dtype"), f" must be fp32 or bf16, got {c.dtype}")
         if c.max_tokens_per_batch is not None and c.unroll_steps is not None:
-            raise InputError("--max-tokens-per-batch applies to the sentence scheme, not to --unroll-steps "
-                             "(whose batches are --batch-size rows of --unroll-steps tokens)")
+            raise InputError(Param("max_tokens_per_batch"), " applies to the sentence scheme, not to ",
+                             Param("unroll_steps"), " (whose batches are ", Param("batch_size"), " rows of ",
+                             Param("unroll_steps"), " tokens)")
 
     def _build(self) -> BidirectionalLM:
         c = self.cfg
         g = torch.Generator().manual_seed(_seed_of(c.seed, -1))
         softmax = None
         if c.init_model_dir:
-            options_file, weights_file = model_dir_files(c.init_model_dir)
+            options_file, weights_file = model_dir_files(c.init_model_dir, "init_model_dir")
             weights = load_model_files(options_file, weights_file)
             if weights.options.to_dict() != self.options.to_dict():
                 raise InputError(f"{options_file}: the model's options differ from the run's options")
@@ -195,9 +192,9 @@ class Trainer:
             then, now = payload["identity"], self.cfg.identity(self.world_size)
             differ = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
             if differ:
-                raise InputError(f"{self.out}: cannot resume: the run in it used other settings ("
-                                 + "; ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in differ[:4])
-                                 + "); use another --out, or the same settings")
+                changes = "; ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in differ[:4])
+                raise InputError(f"{self.out}: cannot resume: the run in it used other settings ({changes}); use "
+                                 f"another ", Param("out"), ", or the same settings")
             _unwrap(lm).load_state_dict(payload["model"])
             optimizer.load_state_dict(payload["optimizer"])
             return payload["state"]
@@ -237,11 +234,11 @@ class Trainer:
 
     def run(self, resume: bool = False, overwrite: bool = False) -> dict:
         c = self.cfg
-        train_files = expand_corpus(c.train, "--train")
-        heldout_files = expand_corpus(c.heldout, "--heldout") if c.heldout else []
-        for flag, files in (("--train", train_files), ("--heldout", heldout_files)):
+        train_files = expand_corpus(c.train, "train")
+        heldout_files = expand_corpus(c.heldout, "heldout") if c.heldout else []
+        for param, files in (("train", train_files), ("heldout", heldout_files)):
             if files and not _has_a_sentence(files):
-                raise InputError(f"{flag} {' '.join(files)}: no sentences (every line is empty)")
+                raise InputError(Param(param), f" {' '.join(files)}: no sentences (every line is empty)")
         if self.rank == 0:
             self._prepare_out_dir(resume, overwrite)
         self._barrier()
@@ -324,7 +321,7 @@ class Trainer:
             self._checkpoint(lm, optimizer, state, h0c0, started)
             name = signal.Signals(stop.signum).name
             raise Interrupted(stop.signum, f"stopped by {name} at step {state['step']}; checkpoint written: run the "
-                                           f"same command with --resume to continue") from None
+                                           f"same command with ", Param("resume", True), " to continue") from None
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -336,12 +333,13 @@ class Trainer:
     def _prepare_out_dir(self, resume: bool, overwrite: bool) -> None:
         out = self.out
         if out.exists() and not out.is_dir():
-            raise InputError(f"--out {out}: exists and is not a directory")
+            raise InputError(Param("out"), f" {out}: exists and is not a directory")
         has_run = (out / CHECKPOINTS).exists() or (out / "weights.hdf5").exists()
         if has_run and not resume and not overwrite:
-            raise InputError(f"--out {out}: holds a run already; --resume continues it, --overwrite starts over")
+            raise InputError(Param("out"), f" {out}: holds a run already; ", Param("resume", True), " continues it, ",
+                             Param("overwrite", True), " starts over")
         if resume and not (out / CHECKPOINTS).exists():
-            self.log(f"elmo-fast: --resume: no checkpoint in {out}, starting from the beginning")
+            self.log(f"elmo-fast: no checkpoint in {out} to resume from, starting from the beginning")
         if overwrite and not resume and (out / CHECKPOINTS).exists():
             for p in (out / CHECKPOINTS).glob("step-*.pt"):
                 p.unlink()
@@ -431,9 +429,12 @@ class Trainer:
 class Interrupted(ElmoFastError):
     """A run stopped by a signal after writing a checkpoint."""
 
-    def __init__(self, signum: int, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, signum: int, *parts: str | Param) -> None:
+        super().__init__(*parts)
         self.signum = signum
+
+    def __reduce__(self):
+        return type(self), (self.signum, str(self))
 
 
 def _metric_lines(path: Path) -> list[tuple[str, dict]]:
@@ -480,11 +481,12 @@ def training_backend(backend: str, device: torch.device | str = "cpu") -> str:
     return resolved
 
 
-def model_dir_files(directory: str | os.PathLike) -> tuple[Path, Path]:
-    """options.json and weights.hdf5 of a model directory (bilm-tf layout)."""
+def model_dir_files(directory: str | os.PathLike, param: str = "model_dir") -> tuple[Path, Path]:
+    """options.json and weights.hdf5 of a model directory (bilm-tf layout); ``param``: the parameter
+    that named it, for errors."""
     d = Path(directory)
     if not d.is_dir():
-        raise InputError(f"--model-dir {d}: not a directory")
+        raise InputError(Param(param), f" {d}: not a directory")
     options = d / "options.json"
     weights = d / "weights.hdf5"
     if not weights.exists():
@@ -493,12 +495,12 @@ def model_dir_files(directory: str | os.PathLike) -> tuple[Path, Path]:
             weights = candidates[0]
     missing = [p.name for p in (options, weights) if not p.exists()]
     if missing and (d / "config.json").is_file() and (d / "encoder.pkl").is_file():
-        raise InputError(f"--model-dir {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
-                         "weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
-                         "with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss")
+        raise InputError(Param(param), f" {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
+                         f"weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
+                         f"with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss")
     if missing:
-        raise InputError(f"--model-dir {d}: missing {' and '.join(missing)} (a model directory holds options.json and "
-                         f"weights.hdf5)")
+        raise InputError(Param(param), f" {d}: missing {' and '.join(missing)} (a model directory holds "
+                         f"options.json and weights.hdf5)")
     return options, weights
 
 
