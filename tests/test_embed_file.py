@@ -410,6 +410,30 @@ def test_stateful_resume_restores_the_states(tiny, tmp_path, monkeypatch):
     assert_same_output(tmp_path / "o.h5", tmp_path / "want.h5", "stateful, resumed")
 
 
+def test_a_work_area_left_by_an_earlier_build_resumes(embedder, tmp_path, monkeypatch):
+    """Before durable writes, the work area's temporary files were SHARD.h5.tmp and manifest.json.tmp,
+    its manifest had no final newline, and a killed assembly left assembling.h5 half-written: such a
+    work area is taken up, its leftovers removed, its complete shards kept."""
+    sentences = random_sentences(random.Random(31), 30)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    embedder.embed_file(inp, tmp_path / "want.h5", window=7, progress=False)
+    out, work = tmp_path / "o.h5", tmp_path / "o.h5.partial"
+    with monkeypatch.context() as m:
+        _kill_at(m, writers.ShardWriter, "record", 3)
+        with pytest.raises(Killed):
+            embedder.embed_file(inp, out, window=7, progress=False, resume=True)
+    for temp in work.glob(".*" + durable.TEMP_SUFFIX):
+        temp.unlink()  # this build's leftover, made an earlier build's below
+    manifest = work / work_area.MANIFEST
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=1, sort_keys=True))
+    for name in ("shard-000014.h5.tmp", "manifest.json.tmp", "assembling.h5"):
+        (work / name).write_bytes(b"half written")
+    stats = embedder.embed_file(inp, out, window=7, progress=False, resume=True)
+    assert stats["resumed_sentences"] == 14
+    assert_same_output(out, tmp_path / "want.h5", "resumed from an earlier build's work area")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5", "want.h5"]
+
+
 def test_work_dir_leftovers(embedder, tmp_path):
     inp = write_lines(tmp_path / "in.txt", ["a b", "c"])
     work = tmp_path / "o.h5.partial"

@@ -136,25 +136,24 @@ class CorpusRun:
         else:
             manifest = new_manifest(self.embedder, self.name, o)
             if self.ranks is not None:
-                writer = group.start_group(self.ranks, output, manifest, self.lines, self.name, o.overwrite,
-                                           o.progress)
+                self.writer = group.start_group(self.ranks, output, manifest, self.lines, self.name, o.overwrite,
+                                                o.progress)
             elif finished_already(output, manifest, self.lines, self.name, o.overwrite, self.rereadable):
-                writer = None
+                if o.progress:
+                    print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
             else:
-                writer = ShardWriter(output, manifest)
+                self.writer = writer = ShardWriter(output, manifest)
                 writer.open()
                 if writer.complete:  # killed between assembling the file and renaming it: finish that
                     writer.finish(0)
-                    writer = None
-            if writer is None:
-                if o.progress and self.ranks is None:
-                    print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
+                    self.writer = None
+            if self.writer is None:
                 return False
-            self.writer, self.done = writer, writer.done
+            self.done = self.writer.done
             if self.rereadable:
                 self.lines = self.sentences()  # from the start again, if it was read
             if self.bilm.stateful:
-                self._restore_states(writer)
+                self._restore_states(self.writer)
         self.runner = BatchRunner(self.embedder, o.output_format, o.max_tokens_per_batch)
         counter = (TokenCount(self.name, o.tokenize) if self.rereadable and o.progress and os.path.isfile(self.name)
                    else None)

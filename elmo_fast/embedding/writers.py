@@ -38,7 +38,8 @@ class Writer(Protocol):
     def open(self) -> list[dict]:
         """Begin; returns the complete shards of an interrupted run, by start (none for a plain run)."""
 
-    def write(self, window: Window, line: Line, vectors: np.ndarray) -> None: ...
+    def write(self, window: Window, line: Line, vectors: np.ndarray) -> None:
+        """One sentence's vectors, float32, in the output's format: [L + 1, T, 2P] ("all") or [T, 2P]."""
 
     def record(self, window: Window, states: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         """Every sentence of ``window`` is written; ``states``: the LSTM states after it (stateful runs)."""
@@ -46,7 +47,8 @@ class Writer(Protocol):
     def finish(self, total: int) -> None:
         """Make the output final; ``total``: the input's sentences, all written (by any rank)."""
 
-    def abort(self) -> None: ...
+    def abort(self) -> None:
+        """Called after any failure or interruption, one in ``open`` or ``finish`` included."""
 
 
 class PlainWriter:
@@ -106,6 +108,7 @@ class ShardWriter:
         self.patience = patience
         self.done: list[dict] = []  # the complete shards found at the start, by start
         self.written = 0  # shards this process completed
+        self.opened = False
         self.shard: durable.PendingHdf5 | None = None  # the window being written
 
     @property
@@ -115,6 +118,7 @@ class ShardWriter:
 
     def open(self) -> list[dict]:
         self.manifest, self.done = open_work_dir(self.work, self.manifest, self.role)
+        self.opened = True
         return self.done
 
     def saved_states(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -167,5 +171,6 @@ class ShardWriter:
         if self.shard is not None:
             self.shard.discard()
             self.shard = None
-        if self.role == "solo" and not self.done and not self.written and os.path.isdir(self.work):
-            remove_work_dir(self.work)  # nothing done worth resuming: leave nothing behind
+        nothing_done = self.opened and not self.complete and not self.done and not self.written
+        if self.role == "solo" and nothing_done and os.path.isdir(self.work):
+            remove_work_dir(self.work)  # nothing worth resuming: leave nothing behind
