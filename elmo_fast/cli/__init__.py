@@ -6,14 +6,16 @@
 
 Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
 model or the flags (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags); 1 the
-environment (disk full, permissions); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM,
-129 SIGHUP), which unwinds through the same cleanup as Ctrl-C.
+environment (disk full, permissions: an OSError, or :class:`~elmo_fast.durable.WriteError` naming
+the file); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM, 129 SIGHUP), which unwinds
+through the same cleanup as Ctrl-C.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ..durable import WriteError
 from ..errors import ElmoFastError
 from .common import Terminated, process_start, signals_as_exceptions
 
@@ -39,6 +41,9 @@ def _stopped(args: argparse.Namespace, why: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
+    except WriteError as e:  # the environment (a full disk, permissions), said in one line naming the file
+        print(f"elmo-fast: error: {e}", file=sys.stderr)
+        return 1
     except ElmoFastError as e:
         print(f"elmo-fast: error: {e.render(getattr(args, 'flags', None))}", file=sys.stderr)
         return USAGE_ERROR
