@@ -15,6 +15,11 @@ A failure at any step removes the temporary file, renames nothing, and raises :c
 one line naming the final file and the OS error. So a file under its final name is whole: readers
 see the old file or the complete new one, whatever moment a run is killed or a disk fills.
 
+HDF5 files are written through :class:`GuardedFile` (h5py's file-object driver): HDF5 itself never
+sees an I/O error, because it does not recover from one (its objects then fail to close, and the
+next file the process writes can crash it); the first error is recorded, the writer stops at its
+next check, and the file is thrown away (:class:`Hdf5Writer`).
+
 The host and process in a temporary name let a later run tell a killed run's leftovers from a live
 run's files (:func:`sweep_temp_files`).
 
@@ -24,24 +29,20 @@ Usage::
         f.write(...)
     with durable_hdf5("out.hdf5") as h5:               # an h5py.File
         h5.create_dataset(...)
+    writer = Hdf5Writer("out.hdf5")                    # open across batches: writer.file, .check(),
+    ...; writer.finish()  (or writer.abort())          # .finish() / .abort()
     with durable_path("model.pt") as tmp:              # any library that writes to a path
         some_library.save(tmp)
     write_json("manifest.json", {...}); save_torch(obj, "ckpt.pt")
-
-    out = PendingHdf5("out.hdf5")                      # open across many calls (a corpus's output)
-    h5 = out.open()
-    ...                                                # write batch after batch
-    out.commit()                                       # or out.discard() on failure
-
-A :class:`PendingFile` is the same steps spread over a writer's life: ``open()`` creates the
-temporary file, ``commit()`` closes it checked, fsyncs and renames it, ``discard()`` closes it and
-removes it. A pending file that is never committed is a scratch file: a killed run's is swept like
-any other temporary file.
+    writer = FileWriter("list.txt", tag="sentences")   # a text file open across batches, the same way;
+    ...; writer.abort()                                # a scratch file that only serves its writer
+    move("work/assembled.h5", "out.h5")                # the last step of a two-phase write
 """
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import re
@@ -302,115 +303,265 @@ def _failed(final: str, temp: str, error: BaseException) -> BaseException:
 
 
 @contextlib.contextmanager
-def _removed_on_error(final: str, temp: str, close_quietly: Callable[[], None] = lambda: None) -> Iterator[None]:
-    """Any error in the block: close, remove ``temp``, raise as :func:`_failed` says."""
+def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | None = None,
+                 sync: bool = True) -> Iterator[str]:
+    """Yield a temporary path beside ``final``; the body writes a whole file there and closes it.
+    On a clean exit the file is checked (``check(temp)``, optional), fsync'ed and renamed onto
+    ``final``. Any error removes it and raises :class:`WriteError` (an :class:`ElmoFastError` raised by
+    the body, and KeyboardInterrupt/SystemExit, pass through unchanged, after the cleanup).
+    ``sync=False``: see :func:`commit`."""
+    final = os.path.abspath(os.fspath(final))
+    temp = temp_path(final)
     try:
-        yield
+        with _unraisable_errors() as late:
+            yield temp
+            if late:
+                raise late[0]
+        if not os.path.exists(temp):
+            raise FileNotFoundError(errno.ENOENT, "the writer created no file", temp)
+        if check is not None:
+            check(temp)
+        commit(temp, final, sync)
     except BaseException as e:
-        with contextlib.suppress(Exception):
-            close_quietly()
         raised = _failed(final, temp, e)
         if raised is e:
             raise
         raise raised from e
 
 
-class PendingFile:
-    """A new file under a temporary name beside ``final``, for a writer that keeps it open across many
-    calls (a corpus's output, written batch after batch): the steps of :func:`durable_open` spread
-    over the writer's life. It ends with one of:
+@contextlib.contextmanager
+def durable_open(final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                 newline: str | None = None, sync: bool = True) -> Iterator[IO]:
+    """A new file object ("w" text or "wb" bytes) under a temporary name, flushed, fsync'ed, closed
+    and renamed onto ``final`` when the block ends cleanly (:func:`durable_path`)."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"durable_open writes new files: mode 'w' or 'wb', not {mode!r}")
+    binary = mode == "wb"
+    with durable_path(final, sync=sync) as temp:
+        f = _open(temp, "xb" if binary else "x", encoding=None if binary else encoding,
+                  newline=None if binary else newline)
+        try:
+            yield f
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        finally:
+            f.close()  # a close that fails raises here: the write is then an error, not an output
 
-    * :meth:`commit`: the file is closed (every error checked), fsync'ed and renamed onto ``final``,
-      the folder fsync'ed; a failure removes it and raises :class:`WriteError`;
-    * :meth:`discard`: the file is closed, errors ignored, and removed (after a failure elsewhere, or
-      for a scratch file that only served its writer, ``tag`` telling it apart).
 
-    The temporary name is chosen when the object is made, before the file exists, so that a discard
-    removes it whatever moment an interruption came at. ``sync=False``: see :func:`commit`.
+class GuardedFile(io.RawIOBase):
+    """The file beneath an HDF5 file being written, which HDF5 reaches through h5py's file-object
+    driver: HDF5 never sees an I/O error.
+
+    HDF5 does not recover from a failed write: the file's objects then fail to close ("Exception
+    ignored ... Can't decrement id ref count"), and the library's state is left unsafe, so that the
+    next file the process writes can crash it (seen with HDF5 1.14 and 2.0). So the first OSError
+    of a write, truncate or read is recorded here instead (:attr:`error`) and the call reports
+    success; later writes go to memory, where reads find them, so HDF5's view of its file stays
+    consistent while the writer stops at its next :meth:`check` and the file is thrown away.
+    Writes and reads use ``pwrite``/``pread`` at a position kept here.
     """
 
-    def __init__(self, final: str | os.PathLike, tag: str | None = None, sync: bool = True) -> None:
-        self.final = os.path.abspath(os.fspath(final))
-        self.temp = temp_path(self.final, tag)
-        self.sync = sync
-        self.file: Any = None
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._pos = 0
+        self._end = 0  # the file's logical size, as HDF5 has made it
+        #: the first OSError of a write, read or truncate, if any
+        self.error: OSError | None = None
+        self._memory: list[tuple[int, bytes]] = []  # (offset, bytes) written after the error
 
-    def open(self, mode: str = "w", encoding: str | None = "utf-8", newline: str | None = None) -> IO:
-        """Create the temporary file ("w" text, "wb" bytes) and return it, open (also :attr:`file`)."""
-        if mode not in ("w", "wb"):
-            raise ValueError(f"a pending file is new: mode 'w' or 'wb', not {mode!r}")
-        binary = mode == "wb"
-        with _removed_on_error(self.final, self.temp):
-            self.file = _open(self.temp, "xb" if binary else "x", encoding=None if binary else encoding,
-                              newline=None if binary else newline)
-        return self.file
+    def readable(self) -> bool:
+        return True
 
-    def _close(self) -> None:
-        """Close the file, raising what the close reports (a flush that fails on a full disk)."""
-        if self.file is not None and not self.file.closed:
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._end}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        n = len(view)
+        if self.error is None:
             try:
-                self.file.flush()
-                if self.sync:
-                    os.fsync(self.file.fileno())
-            finally:
-                self.file.close()
+                done = 0
+                while done < n:
+                    done += os.pwrite(self._fd, view[done:], self._pos + done)
+            except OSError as e:
+                self.error = e
+        if self.error is not None:
+            self._memory.append((self._pos, bytes(view)))
+        self._pos += n
+        self._end = max(self._end, self._pos)
+        return n
 
-    def _close_quietly(self) -> None:
-        if self.file is not None:
-            self.file.close()
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), max(0, self._end - self._pos))
+        got = 0
+        if n:
+            try:
+                got = os.preadv(self._fd, [view[:n]], self._pos)
+            except OSError as e:
+                self.error = self.error or e
+            view[got:n] = bytes(n - got)  # a hole or a short file reads as zeros, as on disk
+        for offset, data in self._memory:  # what went to memory overrides the file, in order
+            lo, hi = max(offset, self._pos), min(offset + len(data), self._pos + n)
+            if lo < hi:
+                view[lo - self._pos:hi - self._pos] = data[lo - offset:hi - offset]
+        self._pos += n
+        return n
 
-    def commit(self) -> None:
-        """Close, fsync and rename the file onto its final name (:class:`WriteError` on failure, the
-        temporary file then removed)."""
-        with _removed_on_error(self.final, self.temp, self._close_quietly):
-            with _unraisable_errors() as late:
-                self._close()
-            if late:
-                raise late[0]
-            if not os.path.exists(self.temp):
-                raise FileNotFoundError(errno.ENOENT, "the writer created no file", self.temp)
-            commit(self.temp, self.final, self.sync)
+    def truncate(self, size: int | None = None) -> int:
+        size = self._pos if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as e:
+                self.error = e
+        self._end = size
+        return size
 
-    def discard(self) -> None:
-        """Close the file quietly and remove it; the final name keeps what it had."""
-        with contextlib.suppress(Exception):
-            self._close_quietly()
-        remove_quietly(self.temp)
+    def flush(self) -> None:
+        pass
 
-    @contextlib.contextmanager
-    def committed(self) -> Iterator[None]:
-        """Commit after the block; discard on an error in it (raised as :func:`_failed` says)."""
-        with _removed_on_error(self.final, self.temp, self._close_quietly):
-            with _unraisable_errors() as late:
-                yield
-            if late:
-                raise late[0]
-        self.commit()
+    def check(self, path: str | os.PathLike) -> None:
+        """Raise :class:`WriteError` for ``path`` if a write failed."""
+        if self.error is not None:
+            raise WriteError(path, self.error)
 
 
-class PendingHdf5(PendingFile):
-    """A :class:`PendingFile` holding a new ``h5py.File``, closed with every error checked (the ones
-    h5py reports only when a file is closed, or when the garbage collector frees a dataset)."""
+class Hdf5Writer:
+    """A new HDF5 file written durably, open for as long as its writer needs: ``file`` is the
+    ``h5py.File`` (under a temporary name beside ``final``); :meth:`check` raises as soon as a write
+    has failed (call it between batches: a full disk stops the work at once); :meth:`finish` closes
+    every object, checks, fsyncs, closes and renames onto ``final``; :meth:`abort` throws it away.
+    Either leaves nothing behind but a whole file under ``final`` or nothing at all."""
 
-    def open(self, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Create the temporary HDF5 file (``kwargs`` go to ``h5py.File``) and return it, open."""
+    def __init__(self, final: str | os.PathLike, **h5py_kwargs: Any) -> None:
         import h5py
 
-        with _removed_on_error(self.final, self.temp):
-            self.file = h5py.File(self.temp, "x", **kwargs)
-        return self.file
+        self.final = os.path.abspath(os.fspath(final))
+        self.temp = temp_path(self.final)
+        self._fd: int | None = None
+        self.file = None
+        try:
+            self._fd = os.open(self.temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+            self._guard = GuardedFile(self._fd)
+            self.file = h5py.File(self._guard, "w", **h5py_kwargs)
+            self.check()
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, OSError):
+                raise WriteError(self.final, e) from e
+            raise
 
-    def _close(self) -> None:
-        if self.file is not None and self.file.id.valid:
+    @property
+    def failed(self) -> bool:
+        return self._guard.error is not None
+
+    def check(self) -> None:
+        self._guard.check(self.final)
+
+    def finish(self) -> None:
+        try:
             close_hdf5(self.file)
+            self.check()
+            os.fsync(self._fd)  # on the descriptor that wrote: a new one may not see a writeback error
+            fd, self._fd = self._fd, None
+            os.close(fd)
+            commit(self.temp, self.final)
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, (OSError, RuntimeError)):
+                raise WriteError(self.final, e) from e
+            raise
 
-    def _close_quietly(self) -> None:
-        if self.file is not None and self.file.id.valid:
-            self.file.close()
+    def abort(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(Exception):
+                if self.file.id.valid:
+                    self.file.close()
+            self.file = None
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        remove_quietly(self.temp)
+
+
+class FileWriter:
+    """A new text ("w") or binary ("wb") file written durably, open for as long as its writer needs:
+    :class:`Hdf5Writer`'s twin for plain files. ``file`` is the file object (under a temporary name
+    beside ``final``); :meth:`finish` flushes, fsyncs, closes and renames it onto ``final``;
+    :meth:`abort` throws it away. ``tag`` tells apart several temporary files of one final name, such
+    as a scratch file that only serves the writer of ``final`` and is aborted once used: a killed
+    run's is swept like any temporary file."""
+
+    def __init__(self, final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                 newline: str | None = None, tag: str | None = None) -> None:
+        if mode not in ("w", "wb"):
+            raise ValueError(f"a FileWriter writes a new file: mode 'w' or 'wb', not {mode!r}")
+        self.final = os.path.abspath(os.fspath(final))
+        self.temp = temp_path(self.final, tag)
+        self.file: IO | None = None
+        binary = mode == "wb"
+        try:
+            self.file = _open(self.temp, "xb" if binary else "x", encoding=None if binary else encoding,
+                              newline=None if binary else newline)
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, OSError):
+                raise WriteError(self.final, e) from e
+            raise
+
+    def finish(self) -> None:
+        try:
+            f, self.file = self.file, None
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            finally:
+                f.close()  # a close that fails raises here: the write is then an error, not an output
+            commit(self.temp, self.final)
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, OSError):
+                raise WriteError(self.final, e) from e
+            raise
+
+    def abort(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(Exception):
+                self.file.close()
+            self.file = None
+        remove_quietly(self.temp)
+
+
+@contextlib.contextmanager
+def durable_hdf5(final: str | os.PathLike, **h5py_kwargs: Any) -> Iterator[Any]:
+    """A new ``h5py.File`` under a temporary name (:class:`Hdf5Writer`); on a clean exit every object
+    in it is closed, the write checked, the file fsync'ed and renamed onto ``final``."""
+    writer = Hdf5Writer(final, **h5py_kwargs)
+    try:
+        yield writer.file
+    except BaseException:
+        writer.abort()
+        raise
+    writer.finish()
 
 
 def close_hdf5(f: Any) -> None:
-    """Flush and close an open ``h5py.File`` so that a failing write is an exception here, never an
+    """Flush and close an open ``h5py.File`` so that an error is an exception here, never an
     "Exception ignored" from the garbage collector later."""
     import gc
 
@@ -420,42 +571,6 @@ def close_hdf5(f: Any) -> None:
         gc.collect()  # datasets or groups still referenced elsewhere are freed now, not at exit
     if late:
         raise late[0]
-
-
-@contextlib.contextmanager
-def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | None = None,
-                 sync: bool = True) -> Iterator[str]:
-    """Yield a temporary path beside ``final``; the body writes a whole file there and closes it.
-    On a clean exit the file is checked (``check(temp)``, optional), fsync'ed and renamed onto
-    ``final``. Any error removes it and raises :class:`WriteError` (an :class:`ElmoFastError` raised by
-    the body, and KeyboardInterrupt/SystemExit, pass through unchanged, after the cleanup).
-    ``sync=False``: see :func:`commit`."""
-    pending = PendingFile(final, sync=sync)
-    with pending.committed():
-        yield pending.temp
-        if check is not None and os.path.exists(pending.temp):
-            check(pending.temp)
-
-
-@contextlib.contextmanager
-def durable_open(final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
-                 newline: str | None = None, sync: bool = True) -> Iterator[IO]:
-    """A new file object ("w" text or "wb" bytes) under a temporary name, flushed, fsync'ed, closed
-    and renamed onto ``final`` when the block ends cleanly (a :class:`PendingFile`)."""
-    pending = PendingFile(final, sync=sync)
-    f = pending.open(mode, encoding, newline)
-    with pending.committed():
-        yield f
-
-
-@contextlib.contextmanager
-def durable_hdf5(final: str | os.PathLike, **kwargs: Any) -> Iterator[Any]:
-    """A new ``h5py.File`` under a temporary name; on a clean exit every object in it is closed and
-    the file flushed and closed with errors checked, then fsync'ed and renamed onto ``final``."""
-    pending = PendingHdf5(final)
-    f = pending.open(**kwargs)
-    with pending.committed():
-        yield f
 
 
 def write_bytes(final: str | os.PathLike, data: bytes) -> None:
@@ -533,7 +648,7 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 __all__ = [
     "WriteError", "TEMP_SUFFIX", "temp_path", "parse_temp_name", "TempFile", "temp_files", "sweep_temp_files",
-    "check_writable", "durable_path", "durable_open", "durable_hdf5", "PendingFile", "PendingHdf5", "close_hdf5",
-    "commit", "move", "fsync_path", "fsync_dir", "write_bytes", "write_text", "write_json", "save_torch",
-    "append_line", "remove_quietly", "describe_os_error", "process_alive", "host_tag",
+    "check_writable", "durable_path", "durable_open", "durable_hdf5", "Hdf5Writer", "GuardedFile", "FileWriter",
+    "close_hdf5", "commit", "move", "fsync_path", "fsync_dir", "write_bytes", "write_text", "write_json",
+    "save_torch", "append_line", "remove_quietly", "describe_os_error", "process_alive", "host_tag",
 ]

@@ -161,51 +161,41 @@ def test_write_error_pickles_with_its_fields():
     assert str(back) == str(e) and back.path == "/x/out.hdf5" and back.errno == errno.EIO
 
 
-# --- a file written across many calls: PendingFile / PendingHdf5 -----------------------------------------
-
-def test_a_pending_hdf5_file_is_whole_under_its_final_name_only_after_commit(tmp_path):
-    target = tmp_path / "out.hdf5"
-    target.write_bytes(b"old")
-    pending = durable.PendingHdf5(target)
-    assert not os.path.exists(pending.temp)  # named before it exists: a discard knows what to remove
-    f = pending.open()
-    for i in range(3):  # batch after batch
-        f.create_dataset(str(i), data=np.full((2, i + 1), i, dtype=np.float32))
-        assert target.read_bytes() == b"old" and _leftovers(tmp_path) == [os.path.basename(pending.temp)]
-    pending.commit()
-    with h5py.File(target, "r") as f:
-        assert sorted(f) == ["0", "1", "2"] and f["2"][...].tolist() == [[2.0] * 3] * 2
-    assert _leftovers(tmp_path) == []
-
+# --- a text file written across many calls, scratch files, two-phase writes ----------------------------
 
 @pytest.mark.parametrize("where", ["fsync", "replace"])
-def test_a_pending_file_that_cannot_be_committed_is_a_write_error_and_leaves_the_old_file(tmp_path, monkeypatch,
-                                                                                          where):
+def test_a_file_writer_that_cannot_finish_is_a_write_error_and_leaves_the_old_file(tmp_path, monkeypatch, where):
     target = tmp_path / "out.txt"
     target.write_text("old")
-    pending = durable.PendingFile(target)
-    pending.open().write("new")
+    writer = durable.FileWriter(target)
+    for i in range(3):  # written across many calls
+        writer.file.write(f"line {i}\n")
+    assert target.read_text() == "old" and _leftovers(tmp_path) == [os.path.basename(writer.temp)]
     monkeypatch.setattr(os, where, lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")))
     with pytest.raises(WriteError, match=rf"^cannot write {target}: Input/output error \(EIO\)$"):
-        pending.commit()
+        writer.finish()
     monkeypatch.undo()
     assert target.read_text() == "old" and _leftovers(tmp_path) == []
+    writer = durable.FileWriter(target)
+    writer.file.write("new\n")
+    writer.finish()
+    assert target.read_text() == "new\n" and _leftovers(tmp_path) == []
 
 
-def test_discard_removes_a_pending_file_and_a_tag_names_a_scratch_file(tmp_path):
+def test_a_tag_names_a_scratch_file_that_abort_removes(tmp_path):
     target = tmp_path / "out.hdf5"
     target.write_bytes(b"old")
-    scratch = durable.PendingFile(target, tag="sentences")
+    scratch = durable.FileWriter(target, tag="sentences")
     assert scratch.temp.endswith(".sentences" + durable.TEMP_SUFFIX)
     assert durable.parse_temp_name(os.path.basename(scratch.temp)) == ("out.hdf5", durable.host_tag(), os.getpid())
-    scratch.open().write("a line\n")
-    output = durable.PendingHdf5(target)
-    output.open().create_dataset("x", data=np.zeros(3))
+    scratch.file.write("a line\n")
+    output = durable.Hdf5Writer(target)
+    output.file.create_dataset("x", data=np.zeros(3))
     assert [t.final_name for t in durable.temp_files(tmp_path)] == ["out.hdf5", "out.hdf5"]
     assert {t.owner() for t in durable.temp_files(tmp_path, "out.hdf5")} == {"running"}  # this process's
-    for pending in (scratch, output):
-        pending.discard()
-        pending.discard()  # twice (an abort after a failed commit): nothing left to do
+    for writer in (scratch, output):
+        writer.abort()
+        writer.abort()  # twice (an abort after a failed finish): nothing left to do
     assert target.read_bytes() == b"old" and _leftovers(tmp_path) == []
     with pytest.raises(ValueError, match="tag"):
         durable.temp_path(target, tag="Not-Letters")
@@ -253,3 +243,96 @@ def test_sweep_and_temp_files_know_tagged_names(tmp_path):
     open(theirs, "w").close()
     assert [(t.final_name, t.pid, t.owner()) for t in durable.temp_files(tmp_path)] == [("out.hdf5", int(dead), "gone")]
     assert durable.sweep_temp_files(tmp_path, "out.hdf5") == [theirs]
+
+
+# ---- every failure point, injected below Python (tests/faults/fault_shim.c) -------------------
+
+_EVERY_POINT = r'''
+import json
+import numpy as np
+import torch
+import h5py
+from elmo_fast import durable
+
+folder = sys.argv[1]
+EXPECTED_JSON = {"a": list(range(2000))}
+
+
+def write_all():
+    with durable.durable_hdf5(os.path.join(folder, "w.hdf5")) as f:
+        for i in range(4):
+            f.create_dataset(f"d{i}", data=np.full((60, 40), i, np.float32))
+        f.attrs["n"] = 4
+    durable.write_json(os.path.join(folder, "m.json"), EXPECTED_JSON)
+    durable.save_torch({"t": torch.arange(20000)}, os.path.join(folder, "c.pt"))
+
+
+def whole(name):
+    path = os.path.join(folder, name)
+    if name == "w.hdf5":
+        with h5py.File(path, "r") as f:
+            return f.attrs["n"] == 4 and all((f[f"d{i}"][...] == i).all() and f[f"d{i}"].shape == (60, 40) for i in range(4))
+    if name == "m.json":
+        return json.load(open(path)) == EXPECTED_JSON
+    if name == "c.pt":
+        return torch.equal(torch.load(path)["t"], torch.arange(20000))
+    return False
+
+
+def clean():
+    for n in os.listdir(folder):
+        os.unlink(os.path.join(folder, n))
+
+
+Shim.arm(folder, 0, 0)
+write_all()
+total = Shim.count()
+Shim.disarm()
+bad = []
+tried = 0
+for err, sticky in ((errno.ENOSPC, True), (errno.EIO, False)):  # a full disk stays full; EIO once
+        for nth in range(1, total + 1):
+            clean()
+            Shim.arm(folder, nth, err, sticky)
+            try:
+                write_all()
+                outcome = None
+            except durable.WriteError as e:
+                outcome = str(e)
+            fired = Shim.fired()
+            Shim.disarm()
+            tried += 1
+            names = sorted(os.listdir(folder))
+            case = (errno.errorcode[err], sticky, nth)
+            if not fired:
+                bad.append((case, "the fault never fired"))
+            if outcome is None:
+                bad.append((case, "no error although a write failed"))
+            elif "\n" in outcome or errno.errorcode[err] not in outcome or folder not in outcome:
+                bad.append((case, "message: " + outcome))
+            for name in names:
+                if name.endswith(durable.TEMP_SUFFIX):
+                    bad.append((case, "temporary file left: " + name))
+                elif not whole(name):
+                    bad.append((case, "not whole under its final name: " + name))
+clean()
+write_all()  # the process still writes HDF5 files after every kind of failure
+assert all(whole(n) for n in ("w.hdf5", "m.json", "c.pt"))
+print(json.dumps({"total": total, "tried": tried, "bad": bad}))
+'''
+
+
+def test_every_injected_failure_point_gives_an_error_and_no_partial_file(tmp_path):
+    """Each write/fsync/ftruncate/close of an HDF5 file, a JSON file and a torch checkpoint fails in
+    turn (ENOSPC for the rest of the run, as a full disk; EIO once): every one is a one-line
+    WriteError naming the file and the errno; a file under its final name is always whole; no
+    temporary file stays; no crash, and the process still writes HDF5 afterwards."""
+    from fault_injection import CHILD_PRELUDE, run_python
+
+    run = run_python(CHILD_PRELUDE + _EVERY_POINT, str(tmp_path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["total"] >= 20, report  # the shim saw the writes (HDF5's pwrite included)
+    assert report["tried"] == 2 * report["total"]
+    assert report["bad"] == [], report["bad"][:10]
+    assert "Exception ignored" not in run.stderr, run.stderr[-3000:]

@@ -4,11 +4,12 @@ Both writers share one interface (:class:`Writer`), and write every file through
 :mod:`elmo_fast.durable`, so a file under its final name is whole:
 
 * :class:`PlainWriter` (default): the output, open under a temporary name beside it from the first
-  batch to the last, committed (closed checked, fsync'ed, renamed) by ``finish``; a failure, Ctrl-C
+  batch to the last (a :class:`~elmo_fast.durable.Hdf5Writer`), made final (closed checked, fsync'ed,
+  renamed) by ``finish``; a failure, Ctrl-C
   or (through the CLI's handlers) SIGTERM or SIGHUP discards it, and a ``kill -9``'s leftovers are
   swept by the next run (:mod:`.leftovers`).
 * :class:`ShardWriter` (``resume=True``, and every rank of a group): one shard per window in the work
-  directory (:mod:`.work_area`), committed as the window is recorded, so that completed windows
+  directory (:mod:`.work_area`), made final as the window is recorded, so that completed windows
   survive any kill; ``finish`` assembles the output from the shards.
 """
 from __future__ import annotations
@@ -57,37 +58,39 @@ class PlainWriter:
     that memory does not grow with the corpus."""
 
     def __init__(self, output: str, keep_sentences: bool) -> None:
-        # named before they exist: whatever moment this is interrupted at, abort() knows what to remove
-        self.output = durable.PendingHdf5(output)
-        self.sentences = durable.PendingFile(output, tag="sentences") if keep_sentences else None
+        self.path = output
+        self.keep_sentences = keep_sentences
+        self.output: durable.Hdf5Writer | None = None
+        self.sentences: durable.FileWriter | None = None  # a scratch file, never finished
 
     def open(self) -> list[dict]:
-        self.output.open()
-        if self.sentences is not None:
-            self.sentences.open()
+        self.output = durable.Hdf5Writer(self.path)
+        if self.keep_sentences:
+            self.sentences = durable.FileWriter(self.path, tag="sentences")
         return []
 
     def write(self, window: Window, line: Line, vectors: np.ndarray) -> None:
         write_float32(self.output.file, window.key(line), vectors)
+        self.output.check()  # a full disk stops the run at once, not at its end
 
     def record(self, window: Window, states) -> None:
         if self.sentences is not None:
-            for line in window.lines:
-                self.sentences.file.write(json.dumps([line.text, window.key(line)]) + "\n")
+            self.sentences.file.write("".join(json.dumps([line.text, window.key(line)]) + "\n"
+                                              for line in window.lines))
 
     def finish(self, total: int) -> None:
         if self.sentences is not None:
             self.sentences.file.close()
             with open(self.sentences.temp, encoding="utf-8") as f:
                 write_sentence_map(self.output.file, (tuple(json.loads(row)) for row in f))
-        self.output.commit()  # from here the output is complete: abort() removes only the scratch file
+        self.output.finish()  # from here the output is complete: abort() removes only the scratch file
         if self.sentences is not None:
-            self.sentences.discard()
+            self.sentences.abort()
 
     def abort(self) -> None:
-        for pending in (self.sentences, self.output):
-            if pending is not None:
-                pending.discard()
+        for writer in (self.sentences, self.output):
+            if writer is not None:
+                writer.abort()
 
 
 class ShardWriter:
@@ -109,7 +112,7 @@ class ShardWriter:
         self.done: list[dict] = []  # the complete shards found at the start, by start
         self.written = 0  # shards this process completed
         self.opened = False
-        self.shard: durable.PendingHdf5 | None = None  # the window being written
+        self.shard: durable.Hdf5Writer | None = None  # the window being written
 
     @property
     def complete(self) -> bool:
@@ -127,13 +130,14 @@ class ShardWriter:
 
     def _shard_of(self, window: Window):
         if self.shard is None:
-            self.shard = durable.PendingHdf5(os.path.join(self.work, shard_name(window.start)))
-            self.shard.open().create_group("v")
+            self.shard = durable.Hdf5Writer(os.path.join(self.work, shard_name(window.start)))
+            self.shard.file.create_group("v")
         return self.shard.file
 
     def write(self, window: Window, line: Line, vectors: np.ndarray) -> None:
         # by position in the window: keys (sentences with sentence keys) can be any text
         write_float32(self._shard_of(window)["v"], str(window.position(line)), vectors)
+        self.shard.check()  # a full disk stops the run at once, not at the window's end
 
     def record(self, window: Window, states) -> None:
         import h5py
@@ -148,7 +152,7 @@ class ShardWriter:
         f.attrs.update({"start": window.start, "n": len(lines), "tokens": sum(len(line.tokens) for line in lines),
                         "digest": lines_digest(lines), "first_line": lines[0].index, "last_line": lines[-1].index})
         shard, self.shard = self.shard, None
-        shard.commit()  # its presence now says: these sentences are done
+        shard.finish()  # its presence now says: these sentences are done
         self.written += 1
 
     def finish(self, total: int) -> None:
@@ -169,7 +173,7 @@ class ShardWriter:
     def abort(self) -> None:
         # complete shards stay for --resume; only the window in progress is lost
         if self.shard is not None:
-            self.shard.discard()
+            self.shard.abort()
             self.shard = None
         nothing_done = self.opened and not self.complete and not self.done and not self.written
         if self.role == "solo" and nothing_done and os.path.isdir(self.work):
