@@ -9,6 +9,7 @@ The package, by room:
 * :mod:`elmo_fast.compat`      allennlp's ``Elmo``, TF-Hub's signatures, ELMoForManyLangs' ``Embedder``
 * :mod:`elmo_fast.manylangs`   ``from elmo_fast.manylangs import Embedder``: ELMoForManyLangs' API and models
 * :mod:`elmo_fast.pretrained`  models by name
+* :mod:`elmo_fast.convert`     TensorFlow checkpoints (bilm-tf runs, TF-Hub modules) into model directories
 * :mod:`elmo_fast.cli`         the ``elmo-fast`` command
 """
 from . import pretrained
