@@ -331,7 +331,7 @@ def run_cli(*args, env=None):
                           env=env, timeout=600)
 
 
-def test_cli_converts_and_finetune_continues_the_run(tmp_path):
+def test_cli_converts_and_finetune_continues_the_run(tmp_path, capsys):
     out = tmp_path / "model"
     r = run_cli("convert", RUN, out, "--vocab", VOCAB, "--proj-clip", "2.5")
     assert r.returncode == 0, r.stderr
@@ -343,13 +343,16 @@ def test_cli_converts_and_finetune_continues_the_run(tmp_path):
                 "--batch-size", 4, "--negative-samples", 4, "--quiet")
     assert r.returncode == 0, r.stderr
     assert "no softmax.hdf5" not in r.stderr  # it continued with the run's own softmax
-    r = run_cli("perplexity", text, "--model-dir", out, "--json")
-    assert r.returncode == 0 and np.isfinite(json.loads(r.stdout)["mean"]), r.stderr
-    # refusals: one line, exit 2
-    r = run_cli("convert", RUN, out)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "pass --overwrite to replace it" in r.stderr
-    r = run_cli("convert", tmp_path / "nothing", tmp_path / "o2")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing: not found" in r.stderr
+    # refusals: one line, exit 2 (in-process: the same main() as the command)
+    from elmo_fast.cli import main
+
+    for args, message in (([RUN, out], "weights.hdf5 already exists; pass --overwrite to replace it"),
+                          ([tmp_path / "nothing", tmp_path / "o2"], "nothing: not found"),
+                          ([RUN, tmp_path / "o3", "--step", "9"], "--step 9: ")):
+        assert main(["convert", *map(str, args)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("elmo-fast: error: ") and message in err, err
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
 
 def test_no_tensorflow_or_protobuf_is_imported(tmp_path):
