@@ -118,6 +118,15 @@ def test_table_written_here_reads_back_and_a_real_index_reads_whole():
     assert float(bundle.read("global_step")) == 3.0  # bilm-tf's float32 global step, after 3 steps
 
 
+def test_every_weight_dtype_reads_as_tensorflow_wrote_it(expected):
+    bundle = TensorBundle(FIX / "dtypes" / "ckpt")
+    for name in ("f16", "f64", "bf16", "i64", "i32", "scalar"):
+        got, want = bundle.read(name), expected[f"dtypes/{name}"]
+        assert got.shape == want.shape and np.array_equal(got, want), name
+    assert bundle.read("f16").dtype == np.float16 and bundle.read("bf16").dtype == np.float32  # bfloat16 widened
+    assert bundle.read("i64")[2] == 2 ** 40
+
+
 def test_checkpoint_state_file():
     latest, listed = read_checkpoint_state(RUN / "checkpoint")
     assert latest.endswith("/model.ckpt-3") and [p[-12:] for p in listed] == ["model.ckpt-2", "model.ckpt-3"]
