@@ -319,6 +319,9 @@ def test_existing_outputs_need_overwrite_and_a_failed_write_leaves_nothing(tmp_p
         convert(RUN, out, step=2)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     convert(RUN, out, step=2, overwrite=True)
+    convert(RUN, out, vocab=VOCAB, overwrite=True)
+    convert(HUB, out, overwrite=True)  # another model over it: the run's softmax and vocabulary go
+    assert sorted(os.listdir(out)) == ["hub_scalar_mix.json", "options.json", "weights.hdf5"]
     # a write that fails half-way (disk full at the vocabulary) takes back what this run wrote
     import elmo_fast.convert.converter as converter
 
@@ -330,6 +333,9 @@ def test_existing_outputs_need_overwrite_and_a_failed_write_leaves_nothing(tmp_p
     with pytest.raises(WriteError, match="vocab.txt: No space left on device"):
         convert(RUN, fresh, vocab=VOCAB)
     assert not fresh.exists()
+    with pytest.raises(WriteError):  # over an earlier model: none is left half-replaced
+        convert(RUN, out, vocab=VOCAB, overwrite=True)
+    assert os.listdir(out) == []
     assert set(OUTPUT_FILES) >= {"weights.hdf5", "softmax.hdf5", "vocab.txt", "options.json"}
 
 

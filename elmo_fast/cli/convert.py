@@ -45,4 +45,4 @@ def add_parser(sub) -> None:
                                                    "softmax (default: a vocab.txt in SRC)")
     p.add_argument("--overwrite", action="store_true", help="replace the files of an earlier conversion in OUT_DIR")
     p.set_defaults(func=_run, flags=param_flags(p),
-                   outcome=lambda args: f"nothing was left in {args.out_dir}")
+                   outcome=lambda args: f"{args.out_dir} holds no half-converted model")

@@ -3,8 +3,9 @@
 Read, then check, then write: every tensor is read (block checksums of the index, CRC-32C of each
 tensor), mapped and checked against the architecture before anything is written, so a bad source
 leaves OUT_DIR as it was (not even created). Then each file goes through :mod:`elmo_fast.durable`
-(a temporary name beside it, renamed when whole); should a write fail, the files this run put in
-OUT_DIR are removed again.
+(a temporary name beside it, renamed when whole); should a write fail or the run be interrupted,
+the files this run put in OUT_DIR are removed again, and with them those of an earlier conversion
+that ``overwrite`` was replacing: no directory is left holding half of one model and half of another.
 
 OUT_DIR receives what ``elmo-fast embed``, allennlp and bilm-tf read, and what ``elmo-fast
 finetune`` continues from:
@@ -102,7 +103,6 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, *, step: int | N
     # everything is read and checked: now, and only now, OUT_DIR
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    existed = {name for name in OUTPUT_FILES if os.path.lexists(out_dir / name)}
     try:
         with durable_hdf5(out_dir / "weights.hdf5") as h5:
             for name, value in converted.datasets.items():
@@ -125,10 +125,14 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, *, step: int | N
             conversion.written.append("hub_scalar_mix.json")
         write_json(out_dir / "options.json", _options_content(converted, source), indent=2)
         conversion.written.append("options.json")
-    except BaseException:
-        for name in conversion.written:  # a half-converted directory is worse than none
-            if name not in existed:
+        for name in OUTPUT_FILES:  # an earlier conversion's softmax or vocabulary is not this model's
+            if name not in conversion.written:
                 (out_dir / name).unlink(missing_ok=True)
+    except BaseException:
+        # a half-converted directory is worse than none: once one file is replaced, the earlier
+        # model's others go with the new ones (before that, an earlier model stays whole)
+        for name in OUTPUT_FILES if conversion.written else ():
+            (out_dir / name).unlink(missing_ok=True)
         if created:
             try:
                 out_dir.rmdir()

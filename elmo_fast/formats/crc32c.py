@@ -5,7 +5,7 @@ can be 1.6 GB, too much for a byte-by-byte Python loop. A CRC is linear over GF(
 buffers are cut into K lanes whose registers advance together, one 4-byte word per numpy step
 (two lookups in 16-bit tables), and the lanes' registers are then joined pairwise by the matrix
 that advances a register over a lane's length of zero bytes (zlib's ``crc32_combine``); short
-buffers take the plain table loop. Tens of MB/s on one core.
+buffers take the plain table loop. About 150 MB/s on one core of a Zen 5 VM (a 205 MB tensor).
 
 :func:`crc32c` is the standard CRC-32C (``crc32c(b"123456789") == 0xE3069283``) and extends a
 running value as TensorFlow's ``crc32c::Extend`` does; :func:`masked` is TensorFlow's and LevelDB's
