@@ -160,7 +160,7 @@ def test_bilm_tf_run_converts_to_dump_weights_datasets_softmax_and_vocab(expecte
     text = "\n".join(lines)
     assert "step 3 (the latest); also here: step 2" in text
     assert f"cell_clip 3.0: {RUN / 'options.json'}" in text and "proj_clip 3.0" in text
-    assert "global_step, train_perplexity and 31 Adagrad accumulators" in text
+    assert "(training and run-time state): global_step, train_perplexity and 31 Adagrad accumulators" in text
 
 
 def test_step_picks_an_earlier_checkpoint(expected, tmp_path):

@@ -168,6 +168,8 @@ def describe(conversion: Conversion, out_dir: Path, log: Callable[[str], None]) 
             f"vocab.txt) to continue training with `elmo-fast finetune`")
     if c.ignored:
         slots = sum(n.endswith("/Adagrad") for n in c.ignored)
-        rest = [n for n in c.ignored if not n.endswith("/Adagrad")]
-        log(f"  left out (training state): {', '.join(rest)}{f' and {slots} Adagrad accumulators' if slots else ''}")
+        states = sum("bilm/Variable" in n for n in c.ignored)
+        parts = [n for n in c.ignored if not n.endswith("/Adagrad") and "bilm/Variable" not in n]
+        parts += [f"{slots} Adagrad accumulators"] * bool(slots) + [f"{states} saved LSTM states (bilm/Variable*)"] * bool(states)
+        log(f"  left out (training and run-time state): {', '.join(parts[:-1])}{' and ' if len(parts) > 1 else ''}{parts[-1]}")
     log(f"wrote {', '.join(str(out_dir / n) for n in conversion.written)}")
