@@ -386,3 +386,20 @@ print(sorted(m for m in sys.modules if m.split('.')[0] in ("tensorflow", "google
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
 
+
+
+def test_the_converter_needs_only_files_and_formats():
+    """elmo_fast/convert reads and writes files: it imports the formats, errors and durable rooms and
+    itself, never the model, the kernels or the CLI (so it stays a file-to-file job)."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "elmo_fast" / "convert"
+    allowed = ("elmo_fast.formats", "elmo_fast.errors", "elmo_fast.durable", "elmo_fast.convert")
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = "elmo_fast.convert" if node.level == 1 else "elmo_fast." + (node.module or "")
+                assert target.startswith(allowed), f"{path.name} imports {target}"
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(n.startswith("elmo_fast") and not n.startswith(allowed) for n in names), path.name
