@@ -120,7 +120,7 @@ ALLOWED = {
     # the one write path: every room writes through it, it knows none of them
     "elmo_fast.durable": {"elmo_fast.errors"},
     "elmo_fast.bilm.char_ids": set(),
-    "elmo_fast.bilm.manylangs_ids": set(),
+    "elmo_fast.bilm.word_char_ids": set(),
     # the oracle: plain PyTorch, never the fast path
     "elmo_fast.bilm.reference": {"elmo_fast.bilm.char_ids"},
     # the ops know nothing of files, models or the CLI: the extension (and what it was built

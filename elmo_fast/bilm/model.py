@@ -16,11 +16,11 @@ from torch import Tensor, nn
 
 from ..errors import ElmoFastError
 from ..formats.bilm_tf import ElmoOptions, ElmoWeights, LstmWeights, load_model_files
-from ..formats.manylangs import ManyLangsConfig, ManyLangsWeights
+from ..formats.manylangs_dir import ManyLangsConfig, ManyLangsWeights
 from ..formats.model_dir import load_model_dir
 from . import ops, reference
 from .char_ids import AllenNlpCharIds
-from .manylangs_ids import ManyLangsIds
+from .word_char_ids import ManyLangsIds
 from .stages import (BiLstmEncoder, CharCNN, CharTokenEmbedder, Highway, LstmLayer, Stage, WordCharTokenEmbedder,
                      _linear)
 
@@ -243,8 +243,8 @@ class ElmoBiLm(nn.Module):
 
     The model: ``options_file`` and ``weight_file`` (bilm-tf's files), or a model directory, as
     ``model_dir=`` or the first argument alone: bilm-tf's (options.json + weights.hdf5) or an
-    ELMoForManyLangs one (:mod:`~elmo_fast.formats.manylangs`). An ELMoForManyLangs model has its
-    own front end (:attr:`front_end`, :class:`~elmo_fast.bilm.manylangs_ids.ManyLangsIds`): its
+    ELMoForManyLangs one (:mod:`~elmo_fast.formats.manylangs_dir`). An ELMoForManyLangs model has its
+    own front end (:attr:`front_end`, :class:`~elmo_fast.bilm.word_char_ids.ManyLangsIds`): its
     token rows are ``[word id] + [char ids]`` of its own dictionaries, made by
     :meth:`batch_to_ids`, its sentence boundaries ``<bos>`` / ``<eos>``, and its token embedder a
     :class:`~elmo_fast.bilm.stages.WordCharTokenEmbedder`; everything else is the same.
@@ -378,7 +378,7 @@ class ElmoBiLm(nn.Module):
     @classmethod
     def from_weights(cls, weights: ElmoWeights | ManyLangsWeights, **kwargs) -> "ElmoBiLm":
         """A biLM holding these tensors (as :func:`~elmo_fast.formats.bilm_tf.load_model_files` or
-        :func:`~elmo_fast.formats.manylangs.load_manylangs` return them) as its parameters; keyword
+        :func:`~elmo_fast.formats.manylangs_dir.load_manylangs` return them) as its parameters; keyword
         arguments as the constructor's."""
         return cls(None, weights, **kwargs)
 
@@ -460,7 +460,7 @@ class ElmoBiLm(nn.Module):
         os.makedirs(directory, exist_ok=True)
         weights = self.weights()
         if isinstance(weights, ManyLangsWeights):
-            from ..formats.manylangs import CONFIG_FILE, ENCODER_PKL, save_manylangs
+            from ..formats.manylangs_dir import CONFIG_FILE, ENCODER_PKL, save_manylangs
 
             saved = save_manylangs(directory, weights)
             return os.path.join(saved, CONFIG_FILE), os.path.join(saved, ENCODER_PKL)

@@ -180,7 +180,7 @@ class WordCharTokenEmbedder(Stage):
     its char CNN + highway vector, concatenated, then projected.
 
     forward(ids [N, W]) -> [N, P], a row being ``[word id] + [char ids]``
-    (:class:`~elmo_fast.bilm.manylangs_ids.ManyLangsIds`; each part present when the model has
+    (:class:`~elmo_fast.bilm.word_char_ids.ManyLangsIds`; each part present when the model has
     it). ``word_embedding`` [Vw, Dw] or None; ``char_cnn`` and ``highways`` None for a model
     without characters. The highways follow allennlp's convention as they are stored (no sign to
     flip); the projection reads ``[word embedding ; highway output]``.
