@@ -8,7 +8,7 @@ import sys
 import time
 
 from ..errors import InputError
-from .common import param_flags
+from .common import add_precision_flag, param_flags
 
 #: the trainer's parameter names -> this parser's dests, so that errors raised by the library name flags
 _API_NAMES = {"init_model_dir": "model_dir"}
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace, finetune: bool) -> int:
         init_model_dir=os.path.abspath(args.model_dir) if finetune else None, softmax_warmup_steps=warmup,
         keep_best=finetune and bool(args.heldout), eval_every=args.eval_every,
         eval_max_sentences=args.eval_max_sentences, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        device=str(device), backend=args.backend, dtype=args.dtype, progress=not args.quiet)
+        device=str(device), backend=args.backend, precision=args.precision, progress=not args.quiet)
     trainer = Trainer(config)
     if finetune and warmup and trainer.rank == 0:
         print(f"elmo-fast: {args.model_dir} has no softmax.hdf5: a new softmax starts from bilm-tf's initialisation "
@@ -177,7 +177,7 @@ def _common_training_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (under torchrun: cuda uses cuda:LOCAL_RANK)")
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
                    help="fast (fused ops with backward passes) or reference (plain PyTorch autograd)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast the matmuls")
+    add_precision_flag(p, training=True, deprecated_aliases=("--dtype",))
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..durable import durable_hdf5, durable_open
 from .bilm_tf import FILE_CHAR_ROWS, ElmoOptions, LstmWeights, expected_datasets
-from .manylangs import ManyLangsConfig, ManyLangsWeights, save_manylangs
+from .manylangs_dir import ManyLangsConfig, ManyLangsWeights, save_manylangs
 
 _FULL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
