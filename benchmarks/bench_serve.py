@@ -1,0 +1,345 @@
+#!/usr/bin/env python
+"""`elmo-fast serve` under concurrent single-sentence clients, against offline ElmoEmbedder, in one run.
+
+    python benchmarks/bench_serve.py                         # original (random, fp32) + the bundled model
+    python benchmarks/bench_serve.py --models original --clients 1,32 --seconds 20
+    python benchmarks/bench_serve.py --quick                 # smoke run on a tiny model, well under a minute
+
+For each model, all in one run and on the same sentences (``corpus.make_sentences``: realistic
+lengths, mean ~25 tokens):
+
+* offline: ``ElmoEmbedder.embed_batch`` in a fresh process, consecutive batches of 64 (the target's
+  base) and of 1 (what one client's server time is compared with); tokens/s over the time spent in
+  ``embed_batch``, after a warm-up;
+* the server (``elmo-fast serve``, fp32, its defaults) driven by C concurrent clients (a separate
+  process, asyncio, one keep-alive connection per client), each sending one sentence per request
+  (``POST /embed``, ``"output": "mean"`` by default) and waiting for the answer before sending the
+  next: tokens/s over the measured window, p50/p99 latency as the clients see it, and the mean
+  batch size (from the server's /metrics over the same window);
+* the same server with batching off (``--max-batch-size 1``);
+* the answer's encoding: ``"output": "all"`` as JSON and as ``.npy`` (``Accept: application/x-npy``)
+  at 1 and 32 clients (``--encoding-clients``), the clients decoding every answer.
+
+Clients and server share the machine's cores, as they would on a one-box deployment; the clients'
+own CPU time (parsing answers) is reported. Targets (issue 26, ``original`` fp32 on CPU): 32 clients
+>= 70% of offline batch-64 tokens/s; 1 client: the server adds <= 10% to the time of offline batch 1.
+Nothing here asserts a speed.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:  # corpus.py and bench_cpu.py sit beside this file
+    sys.path.insert(0, str(HERE))
+
+from corpus import make_sentences  # noqa: E402
+
+DEFAULT_CACHE_DIR = Path("/tmp/elmo_fast_bench")
+
+
+# ---------------------------------------------------------------------------------------------
+# offline ElmoEmbedder, in a fresh process
+
+
+def _offline_worker(model: dict, sentences: list, batch: int, seconds: float, queue) -> None:
+    from elmo_fast import ElmoEmbedder
+
+    e = ElmoEmbedder(**model)
+    warm = make_sentences(64, seed=12345)  # not in the measured corpus
+    e.embed_batch(warm[:batch])
+    e.embed_batch(warm[:batch])
+    tokens, spent, latencies = 0, 0.0, []
+    for i in range(0, len(sentences), batch):
+        chunk = sentences[i:i + batch]
+        start = time.perf_counter()
+        e.embed_batch(chunk)
+        took = time.perf_counter() - start
+        spent += took
+        latencies.append(took)
+        tokens += sum(map(len, chunk))
+        if spent >= seconds:
+            break
+    queue.put({"tokens_per_s": tokens / spent, "sentences": i + len(chunk), "p50_ms": 1e3 * np.median(latencies),
+               "p99_ms": 1e3 * np.percentile(latencies, 99)})
+
+
+def offline(model: dict, sentences: list, batch: int, seconds: float) -> dict:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_offline_worker, args=(model, sentences, batch, seconds, queue))
+    p.start()
+    result = queue.get()
+    p.join()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# the server
+
+
+def model_flags(model: dict) -> list[str]:
+    if "model_dir" in model:
+        return ["--model-dir", str(model["model_dir"])]
+    return ["--options", str(model["options_file"]), "--weights", str(model["weight_file"])]
+
+
+class Server:
+    """`elmo-fast serve` in a subprocess on a free port, until stop()."""
+
+    def __init__(self, model: dict, extra: list[str], timeout: float = 600) -> None:
+        cmd = [sys.executable, "-m", "elmo_fast", "serve", *model_flags(model), "--port", "0", *extra]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError(f"the server stopped: {''.join(self.lines)}")
+            self.lines.append(line)
+            m = re.search(r"ready on http://([\d.]+):(\d+)", line)
+            if m:
+                self.host, self.port = m.group(1), int(m.group(2))
+                return
+        raise RuntimeError("the server did not become ready in time")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.proc.stderr.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the clients (run with --drive, in their own process)
+
+
+async def _request(reader, writer, method: str, path: str, body: bytes = b"", headers: str = "") -> tuple[int, dict, bytes]:
+    writer.write(f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode()
+                 + body)
+    status = int((await reader.readline()).split()[1])
+    head = {}
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        k, _, v = line.decode("latin-1").partition(":")
+        head[k.strip().lower()] = v.strip()
+    return status, head, await reader.readexactly(int(head.get("content-length", 0)))
+
+
+def _batch_stats(metrics: str) -> tuple[float, float]:
+    s = re.search(r"^elmo_fast_batch_size_sum (\S+)$", metrics, re.M)
+    c = re.search(r"^elmo_fast_batch_size_count (\S+)$", metrics, re.M)
+    return float(s.group(1)), float(c.group(1))
+
+
+async def _drive(host: str, port: int, sentences: list, clients: int, warmup: float, seconds: float, output: str,
+                 npy: bool) -> dict:
+    import orjson
+
+    accept = "Accept: application/x-npy\r\n" if npy else ""
+    t_start = time.perf_counter() + warmup
+    t_end = t_start + seconds
+    done: list[tuple[float, int]] = []  # (latency, tokens) of the requests completed within the window
+    errors = []
+
+    async def metrics() -> str:
+        r, w = await asyncio.open_connection(host, port)
+        _, _, body = await _request(r, w, "GET", "/metrics")
+        w.close()
+        return body.decode()
+
+    async def client(i: int) -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        k = (i * 7919) % len(sentences)
+        try:
+            while time.perf_counter() < t_end:
+                s = sentences[k]
+                k = (k + 1) % len(sentences)
+                body = orjson.dumps({"sentences": [s], "output": output})
+                t0 = time.perf_counter()
+                status, head, answer = await _request(reader, writer, "POST", "/embed", body, accept)
+                t1 = time.perf_counter()
+                if status != 200:
+                    errors.append(status)
+                    continue
+                if npy:
+                    np.load(__import__("io").BytesIO(answer))
+                else:
+                    orjson.loads(answer)
+                if t_start <= t1 <= t_end:
+                    done.append((t1 - t0, len(s)))
+        finally:
+            writer.close()  # an unfinished request is dropped by the server (the client is gone)
+
+    async def window() -> tuple[str, str]:
+        await asyncio.sleep(max(0.0, t_start - time.perf_counter()))
+        before = await metrics()
+        await asyncio.sleep(max(0.0, t_end - time.perf_counter()))
+        return before, await metrics()
+
+    cpu0 = time.process_time()
+    tasks = [asyncio.ensure_future(client(i)) for i in range(clients)]
+    before, after = await window()
+    # the clients finish their requests in flight (or are cut off after a grace period)
+    await asyncio.wait(tasks, timeout=5)
+    for t in tasks:
+        t.cancel()
+    cpu = time.process_time() - cpu0
+    s0, c0 = _batch_stats(before)
+    s1, c1 = _batch_stats(after)
+    lat = np.array([d[0] for d in done]) if done else np.array([np.nan])
+    return {"tokens_per_s": sum(d[1] for d in done) / seconds, "requests": len(done),
+            "p50_ms": 1e3 * float(np.median(lat)), "p99_ms": 1e3 * float(np.percentile(lat, 99)),
+            "mean_batch": (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan"), "errors": len(errors),
+            "client_cpu_s": cpu}
+
+
+def drive(server: Server, corpus: Path, clients: int, warmup: float, seconds: float, output: str = "mean",
+          npy: bool = False) -> dict:
+    """Run the clients in a separate process and return their measurements."""
+    cmd = [sys.executable, __file__, "--drive", f"{server.host}:{server.port}", "--corpus", str(corpus),
+           "--clients", str(clients), "--warmup", str(warmup), "--seconds", str(seconds), "--output", output]
+    if npy:
+        cmd.append("--npy")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=warmup + seconds + 600)
+    if r.returncode != 0:
+        raise RuntimeError(f"the clients failed: {r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+
+
+def _fmt(x: float, digits: int = 0) -> str:
+    if x != x:  # nan
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> list[str]:
+    print(f"bench_serve: {name}: offline batch 64 and 1", file=sys.stderr)
+    off64 = offline(model, sentences, 64, args.offline_seconds)
+    off1 = offline(model, sentences, 1, args.offline_seconds)
+    rows = [f"| offline ElmoEmbedder | batch 64 | - | {_fmt(off64['tokens_per_s'])} | - | - | - | 64 | "
+            f"{100:.0f}% | - |",
+            f"| offline ElmoEmbedder | batch 1 | - | {_fmt(off1['tokens_per_s'])} | - | {_fmt(off1['p50_ms'], 1)} | "
+            f"{_fmt(off1['p99_ms'], 1)} | 1 | {100 * off1['tokens_per_s'] / off64['tokens_per_s']:.0f}% | - |"]
+    configs = [("server, batching", [f"--max-wait-ms={args.max_wait_ms}"], args.clients, "mean", False),
+               ("server, batching off", ["--max-batch-size", "1"], args.off_clients, "mean", False)]
+    if args.encoding_clients:
+        configs += [("server, output all, JSON", [f"--max-wait-ms={args.max_wait_ms}"], args.encoding_clients,
+                     "all", False),
+                    ("server, output all, .npy", [f"--max-wait-ms={args.max_wait_ms}"], args.encoding_clients,
+                     "all", True)]
+    for label, extra, client_counts, output, npy in configs:
+        if not client_counts:
+            continue
+        print(f"bench_serve: {name}: {label}", file=sys.stderr)
+        server = Server(model, extra)
+        try:
+            for c in client_counts:
+                r = drive(server, corpus, c, args.warmup, args.seconds, output, npy)
+                vs1 = ""
+                if c == 1:
+                    vs1 = f"{100 * (off1['tokens_per_s'] / r['tokens_per_s'] - 1):+.1f}%"
+                rows.append(f"| {label} | {c} clients | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
+                            f"{_fmt(r['client_cpu_s'], 1)} s | {_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | "
+                            f"{_fmt(r['mean_batch'], 1)} | {100 * r['tokens_per_s'] / off64['tokens_per_s']:.0f}% | "
+                            f"{vs1 or '-'} |" + (f" ({r['errors']} errors)" if r["errors"] else ""))
+                print(rows[-1], file=sys.stderr)
+        finally:
+            server.stop()
+    return rows
+
+
+def machine_line() -> str:
+    from bench_cpu import machine_info
+
+    import torch
+
+    m = machine_info(torch.get_num_threads())
+    load = os.getloadavg()
+    return (f"- {m['cpu_model']} ({m['logical_cpus']} logical CPUs), torch {m['torch']} ({m['torch_threads']} "
+            f"threads), Python {m['python']}; {m['date']}; load average before the run {load[0]:.1f}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="original,default",
+                   help="comma-separated: random presets (tiny, small, medium, original) and/or 'default' (bundled)")
+    p.add_argument("--clients", default="1,8,32,128", help="concurrent clients, batching on")
+    p.add_argument("--off-clients", default="1,8,32,128", help="concurrent clients, batching off ('' skips)")
+    p.add_argument("--encoding-clients", default="1,32", help="clients for the output-all JSON/.npy rows ('' skips)")
+    p.add_argument("--sentences", type=int, default=4000, help="corpus size")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured window per row")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each window")
+    p.add_argument("--offline-seconds", type=float, default=20.0, help="time budget of each offline row")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where random models are written once")
+    p.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few seconds")
+    # the clients' process
+    p.add_argument("--drive", metavar="HOST:PORT", help=argparse.SUPPRESS)
+    p.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--output", default="mean", help=argparse.SUPPRESS)
+    p.add_argument("--npy", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.drive:
+        host, port = args.drive.rsplit(":", 1)
+        sentences = json.loads(args.corpus.read_text())
+        r = asyncio.run(_drive(host, int(port), sentences, int(args.clients), args.warmup, args.seconds,
+                               args.output, args.npy))
+        print(json.dumps(r))
+        return 0
+    if args.quick:
+        args.models, args.clients, args.off_clients, args.encoding_clients = "tiny", "1,4", "2", "2"
+        args.sentences, args.seconds, args.warmup, args.offline_seconds = 200, 1.0, 0.5, 1.0
+
+    def counts(text: str) -> list[int]:
+        return [int(c) for c in text.split(",") if c.strip()]
+
+    args.clients, args.off_clients, args.encoding_clients = (counts(args.clients), counts(args.off_clients),
+                                                             counts(args.encoding_clients))
+    from bench_cpu import ensure_model
+
+    sentences = make_sentences(args.sentences, seed=0)
+    args.cache_dir.mkdir(parents=True, exist_ok=True)
+    corpus = args.cache_dir / f"serve_corpus_{args.sentences}.json"
+    corpus.write_text(json.dumps(sentences))
+    print(machine_line())
+    print(f"- corpus: {len(sentences)} sentences, {sum(map(len, sentences)):,} tokens (corpus.make_sentences, "
+          f"mean {np.mean([len(s) for s in sentences]):.1f} tokens); {args.seconds:g} s measured per row after "
+          f"{args.warmup:g} s of warm-up; server flags: defaults, --max-wait-ms {args.max_wait_ms:g}; fp32")
+    for name in args.models.split(","):
+        if name == "default":
+            from elmo_fast.pretrained.bundled import bundled_model
+
+            model = {"model_dir": str(bundled_model().directory)}
+        else:
+            options, weights = ensure_model(name, args.cache_dir)
+            model = {"options_file": options, "weight_file": weights}
+        rows = bench_model(name, model, sentences, corpus, args)
+        print(f"\n**{name}** (fp32)\n")
+        print("| what | load | requests | tokens/s | clients' CPU | p50 ms | p99 ms | mean batch | "
+              "vs offline batch 64 | time added vs offline batch 1 |")
+        print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+        print("\n".join(rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
