@@ -33,6 +33,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -78,6 +79,7 @@ def _offline_worker(model: dict, sentences: list, batch: int, seconds: float, qu
 
 
 def offline(model: dict, sentences: list, batch: int, seconds: float) -> dict:
+    """(spawn: the child reads OMP_NUM_THREADS as set by --threads when it imports torch)"""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     p = ctx.Process(target=_offline_worker, args=(model, sentences, batch, seconds, queue))
@@ -100,9 +102,9 @@ def model_flags(model: dict) -> list[str]:
 class Server:
     """`elmo-fast serve` in a subprocess on a free port, until stop()."""
 
-    def __init__(self, model: dict, extra: list[str], timeout: float = 600) -> None:
+    def __init__(self, model: dict, extra: list[str], env: dict | None = None, timeout: float = 600) -> None:
         cmd = [sys.executable, "-m", "elmo_fast", "serve", *model_flags(model), "--port", "0", *extra]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
         self.lines = []
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -239,28 +241,25 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
             f"{100:.0f}% | - |",
             f"| offline ElmoEmbedder | batch 1 | - | {_fmt(off1['tokens_per_s'])} | - | {_fmt(off1['p50_ms'], 1)} | "
             f"{_fmt(off1['p99_ms'], 1)} | 1 | {100 * off1['tokens_per_s'] / off64['tokens_per_s']:.0f}% | - |"]
-    configs = [("server, batching", [f"--max-wait-ms={args.max_wait_ms}"], args.clients, "mean", False),
-               ("server, batching off", ["--max-batch-size", "1"], args.off_clients, "mean", False)]
-    if args.encoding_clients:
-        configs += [("server, output all, JSON", [f"--max-wait-ms={args.max_wait_ms}"], args.encoding_clients,
-                     "all", False),
-                    ("server, output all, .npy", [f"--max-wait-ms={args.max_wait_ms}"], args.encoding_clients,
-                     "all", True)]
-    for label, extra, client_counts, output, npy in configs:
-        if not client_counts:
+    # (label, server flags, [(clients, output, npy)]): one server per label
+    on = [(c, "mean", False) for c in args.clients]
+    on += [(c, "all", npy) for npy in (False, True) for c in args.encoding_clients]
+    configs = [("batching", [f"--max-wait-ms={args.max_wait_ms}"], on),
+               ("batching off", ["--max-batch-size", "1"], [(c, "mean", False) for c in args.off_clients])]
+    for label, extra, runs in configs:
+        if not runs:
             continue
-        print(f"bench_serve: {name}: {label}", file=sys.stderr)
-        server = Server(model, extra)
+        print(f"bench_serve: {name}: server, {label}", file=sys.stderr)
+        server = Server(model, extra, env=args.env)
         try:
-            for c in client_counts:
+            for c, output, npy in runs:
                 r = drive(server, corpus, c, args.warmup, args.seconds, output, npy)
-                vs1 = ""
-                if c == 1:
-                    vs1 = f"{100 * (off1['tokens_per_s'] / r['tokens_per_s'] - 1):+.1f}%"
-                rows.append(f"| {label} | {c} clients | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
-                            f"{_fmt(r['client_cpu_s'], 1)} s | {_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | "
+                what = f"server, {label}" + ("" if output == "mean" else f", output {output} as {'.npy' if npy else 'JSON'}")
+                vs1 = f"{100 * (off1['tokens_per_s'] / r['tokens_per_s'] - 1):+.1f}%" if c == 1 and output == "mean" else "-"
+                rows.append(f"| {what} | {c} clients | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
+                            f"{_fmt(r['client_cpu_s'], 2)} s | {_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | "
                             f"{_fmt(r['mean_batch'], 1)} | {100 * r['tokens_per_s'] / off64['tokens_per_s']:.0f}% | "
-                            f"{vs1 or '-'} |" + (f" ({r['errors']} errors)" if r["errors"] else ""))
+                            f"{vs1} |" + (f" ({r['errors']} errors)" if r["errors"] else ""))
                 print(rows[-1], file=sys.stderr)
         finally:
             server.stop()
@@ -290,6 +289,8 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each window")
     p.add_argument("--offline-seconds", type=float, default=20.0, help="time budget of each offline row")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
+    p.add_argument("--threads", type=int, help="torch threads of the server and the offline runs (OMP_NUM_THREADS; "
+                                               "default: torch's)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where random models are written once")
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few seconds")
     # the clients' process
@@ -306,7 +307,7 @@ def main() -> int:
         print(json.dumps(r))
         return 0
     if args.quick:
-        args.models, args.clients, args.off_clients, args.encoding_clients = "tiny", "1,4", "2", "2"
+        args.models, args.clients, args.off_clients, args.encoding_clients = "tiny", "1,4", "2", "1"
         args.sentences, args.seconds, args.warmup, args.offline_seconds = 200, 1.0, 0.5, 1.0
 
     def counts(text: str) -> list[int]:
@@ -314,6 +315,10 @@ def main() -> int:
 
     args.clients, args.off_clients, args.encoding_clients = (counts(args.clients), counts(args.off_clients),
                                                              counts(args.encoding_clients))
+    args.env = None
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
+        args.env = dict(os.environ)
     from bench_cpu import ensure_model
 
     sentences = make_sentences(args.sentences, seed=0)
@@ -321,6 +326,7 @@ def main() -> int:
     corpus = args.cache_dir / f"serve_corpus_{args.sentences}.json"
     corpus.write_text(json.dumps(sentences))
     print(machine_line())
+    print(f"- command: `python {' '.join(map(shlex.quote, sys.argv))}`")
     print(f"- corpus: {len(sentences)} sentences, {sum(map(len, sentences)):,} tokens (corpus.make_sentences, "
           f"mean {np.mean([len(s) for s in sentences]):.1f} tokens); {args.seconds:g} s measured per row after "
           f"{args.warmup:g} s of warm-up; server flags: defaults, --max-wait-ms {args.max_wait_ms:g}; fp32")

@@ -37,3 +37,10 @@ def test_bench_train():
 def test_bench_train_ops():
     out = _run("bench_train_ops.py", "--preset", "tiny", "--batch", "4", "--repeats", "1", "--ref-repeats", "1")
     assert "whole biLM" in out and "train/infer" in out
+
+
+def test_bench_serve():
+    out = _run("bench_serve.py", "--quick")
+    assert "| offline ElmoEmbedder | batch 64 |" in out and "| server, batching | 4 clients |" in out
+    assert "| server, batching off | 2 clients |" in out and "output all as .npy | 1 clients |" in out
+    assert "errors)" not in out

@@ -252,6 +252,42 @@ def test_concurrent_clients_get_their_own_vectors(server, embedder):
 
 
 # ---------------------------------------------------------------------------------------------
+# the README's examples, against this server
+
+
+def _readme_serving_section() -> str:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Serving over HTTP")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_readme_python_example_runs(server):
+    blocks = re.findall(r"^```py\n(.*?)^```$", _readme_serving_section(), re.M | re.S)
+    assert blocks
+    for code in blocks:
+        namespace: dict = {}
+        exec(code.replace("http://127.0.0.1:8080", f"http://{server.host}:{server.port}"), namespace)  # noqa: S102
+        assert [v.shape for v in namespace["vectors"]] == [(7, 32), (3, 32)]
+        assert namespace["layers"].shape == (3, 3, 32)
+
+
+def test_the_readme_curl_example_works(server):
+    import shlex
+
+    lines = [line for line in _readme_serving_section().splitlines() if line.startswith("curl ")]
+    assert lines
+    for line in lines:
+        args = shlex.split(line)
+        url = next(a for a in args if a.startswith("http://"))
+        body = args[args.index("-d") + 1].encode()
+        path = "/" + url.split("/", 3)[3]
+        status, _, answer = server.post(path, body)  # curl -d posts the data as it is
+        assert status == 200 and json.loads(answer)["dim"] == 32
+
+
+# ---------------------------------------------------------------------------------------------
 # bad input: 4xx, one line of JSON naming the problem; the server goes on
 
 
