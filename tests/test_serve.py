@@ -560,6 +560,24 @@ def test_health_is_503_until_the_model_is_warm(tiny_dir, embedder):
     assert not thread.is_alive()
 
 
+def test_a_second_signal_stops_at_once(tiny_dir):
+    """A client stalled halfway through its request holds the graceful stop; a second SIGTERM ends it."""
+    s = ServerProcess(tiny_dir)
+    stalled = socket.create_connection((s.host, s.port))
+    try:
+        stalled.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"sentences\"")
+        time.sleep(0.5)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(2)
+        assert s.proc.poll() is None, "the graceful stop did not wait for the request in progress"
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        stalled.close()
+        s.stop()
+    s.wait_for("requests in progress were dropped", 10)
+
+
 # ---------------------------------------------------------------------------------------------
 # the command's own refusals
 

@@ -89,9 +89,12 @@ def run(args: argparse.Namespace) -> int:
 
     limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens,
                     max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
-    stopped_by = run_server(load, name, lambda embedder: embedder.output_dim, limits, args.max_request_tokens,
-                            args.host, args.port, log_level=args.log_level)
-    why = f"stopped by {stopped_by}" if stopped_by else "stopped"
+    signum, forced = run_server(load, name, lambda embedder: embedder.output_dim, limits, args.max_request_tokens,
+                                args.host, args.port, log_level=args.log_level)
+    why = f"stopped by {signum.name}" if signum else "stopped"
+    if forced:  # a second signal: what was still in progress was dropped
+        print(f"elmo-fast serve: {why} (a second signal): requests in progress were dropped", file=sys.stderr)
+        return 128 + signum
     print(f"elmo-fast serve: {why}; every request received was answered", file=sys.stderr)
     return 0
 
@@ -103,8 +106,8 @@ def add_parser(sub) -> None:
                        description="Serve a biLM over HTTP: POST /embed (tokens or raw text; all layers, their "
                                    "average, the top layer or a mean vector), POST /v1/embeddings (OpenAI's "
                                    "embeddings API), GET /health, GET /metrics (Prometheus). Concurrent requests' "
-                                   "sentences are merged into batches. SIGTERM or Ctrl-C: stop accepting, answer "
-                                   "what was received, exit 0.")
+                                   "sentences are merged into batches. SIGTERM, SIGINT (Ctrl-C) or SIGHUP: stop "
+                                   "accepting, answer what was received, exit 0; a second one: stop at once.")
     p.add_argument("--options", "--options-file", help="options.json of the model")
     p.add_argument("--weights", "--weight-file", help="weights.hdf5 of the model, bilm-tf layout")
     p.add_argument("--model-dir", metavar="DIR",

@@ -44,9 +44,11 @@ def listen(host: str, port: int) -> socket.socket:
 
 class _Server(uvicorn.Server):
     """uvicorn's server, whose signal handlers stop it gracefully and are not raised again after
-    (uvicorn re-raises them for the previous handlers, which would make a clean stop exit 143)."""
+    (uvicorn re-raises them for the previous handlers, which would make a clean stop exit 143). A
+    second signal stops it at once, dropping what is still in progress (a client stalled halfway
+    through sending its request would otherwise hold the graceful stop for ever)."""
 
-    stopped_by: str | None = None
+    stopped_by: signal.Signals | None = None
 
     def capture_signals(self):  # noqa: D102  (a context manager, as in uvicorn)
         import contextlib
@@ -69,10 +71,9 @@ class _Server(uvicorn.Server):
         return captured()
 
     def _stop_signal(self, signum: int, frame) -> None:
-        if self.stopped_by is None:
-            self.stopped_by = signal.Signals(signum).name
-        if self.should_exit and signum == signal.SIGINT:
-            self.force_exit = True  # a second Ctrl-C: stop without waiting (uvicorn's convention)
+        if self.should_exit and self.stopped_by is not None:
+            self.force_exit = True
+        self.stopped_by = signal.Signals(signum)
         self.should_exit = True
 
 
@@ -116,16 +117,16 @@ class EmbeddingServer:
                       f"{lim.max_batch_size} sentences / {lim.max_batch_tokens} padded tokens, wait "
                       f"{lim.max_wait_ms:g} ms")
 
-    def run(self) -> str | None:
-        """Serve until stopped; the name of the signal that stopped it, if one did. Raises the
-        model's error if it failed to load."""
+    def run(self) -> tuple[signal.Signals | None, bool]:
+        """Serve until stopped: the signal that stopped it (None: :meth:`stop`), and whether a second
+        signal cut the graceful stop short. Raises the model's error if it failed to load."""
         try:
             self.server.run(sockets=[self.sock])
         finally:
             self.sock.close()
         if self.batcher.error is not None:
             raise self.batcher.error
-        return self.server.stopped_by
+        return self.server.stopped_by, self.server.force_exit
 
     def stop(self) -> None:
         """Stop as a signal would (from any thread): stop accepting, answer what was received."""
@@ -134,9 +135,10 @@ class EmbeddingServer:
 
 def run_server(load: Callable[[], object], name: str, dim_of: Callable[[object], int], limits: Limits,
                max_request_tokens: int, host: str, port: int, log_level: str = "warning",
-               announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> str | None:
+               announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+               ) -> tuple[signal.Signals | None, bool]:
     """Listen on host:port (before the model loads: a port in use fails at once), serve until a stop
-    signal, and return its name (see :class:`EmbeddingServer`)."""
+    signal (see :class:`EmbeddingServer.run`)."""
     sock = listen(host, port)
     server = EmbeddingServer(sock, load, name, dim_of, limits, max_request_tokens, log_level)
     server.announce = announce
