@@ -266,6 +266,39 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
     return rows
 
 
+def encoding_costs(layers: int, tokens: int, dim: int, repeats: int = 20) -> list[str]:
+    """Median ms to encode (server) and decode (client) one sentence's ``"all"`` answer, [layers,
+    tokens, dim] float32, as JSON (json on tolist(), as a plain app would; orjson, as the server
+    does) and as .npy; and the answer's size."""
+    import io
+    import json as std_json
+
+    import orjson
+
+    from elmo_fast.serve import responses
+
+    a = np.random.default_rng(0).standard_normal((layers, tokens, dim)).astype(np.float32)
+    ways = {
+        "json (tolist)": (lambda: std_json.dumps({"embeddings": [a.tolist()]}).encode(), std_json.loads),
+        "orjson (the server)": (lambda: responses.embed_json([a], "m", dim), orjson.loads),
+        ".npy (the server)": (lambda: responses.embed_npy([a], "all")[0], lambda b: np.load(io.BytesIO(b))),
+    }
+    rows = []
+    for name, (encode, decode) in ways.items():
+        body = encode()
+        times = {"encode": [], "decode": []}
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            body = encode()
+            t1 = time.perf_counter()
+            decode(body)
+            times["encode"].append(t1 - t0)
+            times["decode"].append(time.perf_counter() - t1)
+        rows.append(f"| {name} | {len(body) / 1e6:.2f} MB | {1e3 * np.median(times['encode']):.2f} | "
+                    f"{1e3 * np.median(times['decode']):.2f} |")
+    return rows
+
+
 def machine_line() -> str:
     from bench_cpu import machine_info
 
@@ -330,6 +363,10 @@ def main() -> int:
     print(f"- corpus: {len(sentences)} sentences, {sum(map(len, sentences)):,} tokens (corpus.make_sentences, "
           f"mean {np.mean([len(s) for s in sentences]):.1f} tokens); {args.seconds:g} s measured per row after "
           f"{args.warmup:g} s of warm-up; server flags: defaults, --max-wait-ms {args.max_wait_ms:g}; fp32")
+    enc_tokens = int(round(np.mean([len(s) for s in sentences])))
+    print(f"\nOne sentence's `\"output\": \"all\"` answer, [3, {enc_tokens}, 1024] float32 (`original`), median of 20:\n")
+    print("| encoding | size | encode ms (server) | decode ms (client) |\n|---|--:|--:|--:|")
+    print("\n".join(encoding_costs(3, enc_tokens, 1024)), flush=True)
     for name in args.models.split(","):
         if name == "default":
             from elmo_fast.pretrained.bundled import bundled_model

@@ -736,3 +736,32 @@ def test_a_failing_sentence_fails_only_its_request():
             await asyncio.to_thread(batcher.stop)
 
     asyncio.run(main())
+
+
+def test_a_free_model_waits_for_the_clients_of_its_last_batch():
+    """Five clients answered together come back a little apart: one batch of five, not 2 + 3."""
+    import asyncio
+
+    async def body(batcher, fake):
+        await asyncio.gather(*(j.future for j in [batcher.submit([["w"] * 3], "mean") for _ in range(5)]))
+        fake.sizes.clear()
+        early = [batcher.submit([["w"] * 3], "mean") for _ in range(2)]
+        await asyncio.sleep(0.2)
+        late = [batcher.submit([["w"] * 3], "mean") for _ in range(3)]
+        await asyncio.gather(*(j.future for j in early + late))
+        return fake.sizes
+
+    assert _run_batcher(body, Limits(max_wait_ms=5000)) == [5]
+
+
+def test_a_lone_client_never_waits():
+    import asyncio
+
+    async def body(batcher, fake):
+        for _ in range(3):
+            start = time.perf_counter()
+            await batcher.submit([["alone"]], "mean").future
+            assert time.perf_counter() - start < 2.5  # far below the 5 s it could wait for company
+        return fake.sizes
+
+    assert _run_batcher(body, Limits(max_wait_ms=5000)) == [1, 1, 1]

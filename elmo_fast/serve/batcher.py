@@ -302,11 +302,12 @@ class Batcher:
         if seconds > 0:
             rate = tokens / seconds
             self._tokens_per_s = rate if self._tokens_per_s == 0 else 0.8 * self._tokens_per_s + 0.2 * rate
-        self._call_on_loop(self._deliver, results)
         with self._cond:
             self._free_since = time.perf_counter()
-            # those that came while the model was busy are company too (see _take)
+            # those that came while the model was busy are company too (see _take); counted before
+            # the answers go out, since this batch's clients may be back at once after them
             self._expected = max(self._expected, len(batch) + len(self._pending))
+        self._call_on_loop(self._deliver, results)
 
     def _embed(self, batch: list[_Item]) -> list[tuple[_Item, Any]]:
         """Vectors for a batch; a batch that fails is halved until the failure is one sentence's,
