@@ -118,6 +118,20 @@ class Server:
                 return
         raise RuntimeError("the server did not become ready in time")
 
+    def wait_idle(self, timeout: float = 900) -> None:
+        """Until nothing waits and no batch runs (the previous row's clients hung up; a batch they
+        started still runs to its end, and must not count in the next row)."""
+        import urllib.request
+
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with urllib.request.urlopen(f"http://{self.host}:{self.port}/metrics") as r:
+                text = r.read().decode()
+            if re.search(r"^elmo_fast_queue_depth 0$", text, re.M) and re.search(r"^elmo_fast_model_busy 0$", text, re.M):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("the server did not become idle")
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -253,6 +267,7 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
         server = Server(model, extra, env=args.env)
         try:
             for c, output, npy in runs:
+                server.wait_idle()
                 r = drive(server, corpus, c, args.warmup, args.seconds, output, npy)
                 what = f"server, {label}" + ("" if output == "mean" else f", output {output} as {'.npy' if npy else 'JSON'}")
                 vs1 = f"{100 * (off1['tokens_per_s'] / r['tokens_per_s'] - 1):+.1f}%" if c == 1 and output == "mean" else "-"
@@ -332,6 +347,7 @@ def main() -> int:
     p.add_argument("--output", default="mean", help=argparse.SUPPRESS)
     p.add_argument("--npy", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # servers stop in finally blocks
     if args.drive:
         host, port = args.drive.rsplit(":", 1)
         sentences = json.loads(args.corpus.read_text())

@@ -143,7 +143,7 @@ def test_health_and_metrics(server):
     text = body.decode()
     assert status == 200 and head["content-type"].startswith("text/plain")
     for name in ("requests_total", "errors_total", "batch_size_bucket", "batch_padded_tokens_bucket",
-                 "request_latency_seconds", "queue_depth", "ready 1"):
+                 "request_latency_seconds", "queue_depth", "ready 1", "model_busy 0"):
         assert f"elmo_fast_{name}" in text, name
 
 

@@ -134,6 +134,7 @@ class Batcher:
         self.ready = threading.Event()
         self.error: BaseException | None = None
         self.embedder: Any = None
+        self.busy = False  # the model thread is running a batch
         self._load = load
         self._cond = threading.Condition()
         self._pending: list[_Item] = []
@@ -181,14 +182,18 @@ class Batcher:
     def cancel(self, job: Job) -> None:
         """The client is gone: its sentences leave the queue (those in a running batch finish, and
         their vectors are dropped), and its future fails with ``ConnectionAbortedError``."""
+        self._withdraw(job)
+        if not job.future.done():
+            job.future.set_exception(ConnectionAbortedError("the client disconnected"))
+
+    def _withdraw(self, job: Job) -> None:
+        """Take a job's waiting sentences out of the queue."""
         with self._cond:
             job.cancelled = True
             if job.undispatched:
                 self._pending = [it for it in self._pending if it.job is not job]
                 job.undispatched = 0
                 self._queued_requests -= 1
-        if not job.future.done():
-            job.future.set_exception(ConnectionAbortedError("the client disconnected"))
 
     def queue_depth(self) -> int:
         """Requests with sentences still waiting for a batch."""
@@ -217,7 +222,8 @@ class Batcher:
             job = item.job
             if job.future.done():  # cancelled, or failed by an earlier sentence
                 continue
-            if isinstance(result, BaseException):
+            if isinstance(result, BaseException):  # the request fails: its other sentences need not run
+                self._withdraw(job)
                 job.future.set_exception(result)
                 continue
             job.results[item.index] = result
@@ -295,7 +301,11 @@ class Batcher:
 
     def _run_batch(self, batch: list[_Item]) -> None:
         start = time.perf_counter()
-        results = self._embed(batch)
+        self.busy = True
+        try:
+            results = self._embed(batch)
+        finally:
+            self.busy = False
         seconds = time.perf_counter() - start
         tokens = sum(it.length for it in batch)
         self.metrics.batch(len(batch), tokens, len(batch) * max(it.length for it in batch), seconds)

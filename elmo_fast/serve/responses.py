@@ -2,9 +2,10 @@
 ``tolist()``), ``.npy`` for clients that ask for it, and the one-line JSON errors.
 
 Why ``.npy``: with ``"output": "all"`` a 25-token sentence of the ``original`` model is 76,800
-floats. As JSON that is 0.8 MB and ~5 ms to encode with orjson (~140 ms with ``json``), and more
-to parse on the client, against ~10-20 ms of model time per sentence in a batch; as ``.npy`` it is
-0.3 MB, written in microseconds (BENCHMARKS.md has the measurement).
+floats. As JSON that is 0.8 MB and ~5 ms to encode with orjson (~140 ms with ``json`` on
+``tolist()``), and as much again to parse on the client, against ~20 ms of model time per sentence
+at batch 64 (fp32, 2 cores); as ``.npy`` it is 0.3 MB, written and read in microseconds
+(BENCHMARKS.md, "Serving"). The per-sentence ``"mean"`` vector costs ~0.06 ms as JSON.
 """
 from __future__ import annotations
 

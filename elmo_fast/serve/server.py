@@ -101,6 +101,7 @@ class EmbeddingServer:
             "queue_depth": ("Requests waiting for a batch.", batcher.queue_depth),
             "queued_sentences": ("Sentences waiting for a batch.", batcher.queued_sentences),
             "ready": ("1 once the model is loaded and warm.", lambda: float(batcher.ready.is_set())),
+            "model_busy": ("1 while the model thread runs a batch.", lambda: float(batcher.busy)),
         })
         app = create_app(batcher, self.metrics, info, max_request_tokens, self._failed, self._ready)
         config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on",
