@@ -14,8 +14,9 @@ lengths, mean ~25 tokens):
 * the server (``elmo-fast serve``, fp32, its defaults) driven by C concurrent clients (a separate
   process, asyncio, one keep-alive connection per client), each sending one sentence per request
   (``POST /embed``, ``"output": "mean"`` by default) and waiting for the answer before sending the
-  next: tokens/s over the measured window, p50/p99 latency as the clients see it, and the mean
-  batch size (from the server's /metrics over the same window);
+  next: tokens/s over the measured window, p50/p99 latency as the clients see it, the mean batch
+  size and the share of the window the model spent in batches ("model busy"; both from the
+  server's /metrics over the same window);
 * the same server with batching off (``--max-batch-size 1``);
 * the answer's encoding: ``"output": "all"`` as JSON and as ``.npy`` (``Accept: application/x-npy``)
   at 1 and 32 clients (``--encoding-clients``), the clients decoding every answer.
@@ -156,10 +157,12 @@ async def _request(reader, writer, method: str, path: str, body: bytes = b"", he
     return status, head, await reader.readexactly(int(head.get("content-length", 0)))
 
 
-def _batch_stats(metrics: str) -> tuple[float, float]:
-    s = re.search(r"^elmo_fast_batch_size_sum (\S+)$", metrics, re.M)
-    c = re.search(r"^elmo_fast_batch_size_count (\S+)$", metrics, re.M)
-    return float(s.group(1)), float(c.group(1))
+def _batch_stats(metrics: str) -> tuple[float, float, float]:
+    """Sentences and batches so far, and the model's seconds spent in batches."""
+    def value(name: str) -> float:
+        return float(re.search(rf"^elmo_fast_{name} (\S+)$", metrics, re.M).group(1))
+
+    return value("batch_size_sum"), value("batch_size_count"), value("batch_seconds_sum")
 
 
 async def _drive(host: str, port: int, sentences: list, clients: int, warmup: float, seconds: float, output: str,
@@ -215,12 +218,13 @@ async def _drive(host: str, port: int, sentences: list, clients: int, warmup: fl
     for t in tasks:
         t.cancel()
     cpu = time.process_time() - cpu0
-    s0, c0 = _batch_stats(before)
-    s1, c1 = _batch_stats(after)
+    s0, c0, b0 = _batch_stats(before)
+    s1, c1, b1 = _batch_stats(after)
     lat = np.array([d[0] for d in done]) if done else np.array([np.nan])
     return {"tokens_per_s": sum(d[1] for d in done) / seconds, "requests": len(done),
             "p50_ms": 1e3 * float(np.median(lat)), "p99_ms": 1e3 * float(np.percentile(lat, 99)),
-            "mean_batch": (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan"), "errors": len(errors),
+            "mean_batch": (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan"), "model_busy": (b1 - b0) / seconds,
+            "errors": len(errors),
             "client_cpu_s": cpu}
 
 
@@ -251,10 +255,10 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
     print(f"bench_serve: {name}: offline batch 64 and 1", file=sys.stderr)
     off64 = offline(model, sentences, 64, args.offline_seconds)
     off1 = offline(model, sentences, 1, args.offline_seconds)
-    rows = [f"| offline ElmoEmbedder | batch 64 | - | {_fmt(off64['tokens_per_s'])} | - | - | - | 64 | "
+    rows = [f"| offline ElmoEmbedder | batch 64 | - | {_fmt(off64['tokens_per_s'])} | - | - | - | 64 | - | "
             f"{100:.0f}% | - |",
             f"| offline ElmoEmbedder | batch 1 | - | {_fmt(off1['tokens_per_s'])} | - | {_fmt(off1['p50_ms'], 1)} | "
-            f"{_fmt(off1['p99_ms'], 1)} | 1 | {100 * off1['tokens_per_s'] / off64['tokens_per_s']:.0f}% | - |"]
+            f"{_fmt(off1['p99_ms'], 1)} | 1 | - | {100 * off1['tokens_per_s'] / off64['tokens_per_s']:.0f}% | - |"]
     # (label, server flags, [(clients, output, npy)]): one server per label
     on = [(c, "mean", False) for c in args.clients]
     on += [(c, "all", npy) for npy in (False, True) for c in args.encoding_clients]
@@ -273,7 +277,8 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
                 vs1 = f"{100 * (off1['tokens_per_s'] / r['tokens_per_s'] - 1):+.1f}%" if c == 1 and output == "mean" else "-"
                 rows.append(f"| {what} | {c} clients | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
                             f"{_fmt(r['client_cpu_s'], 2)} s | {_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | "
-                            f"{_fmt(r['mean_batch'], 1)} | {100 * r['tokens_per_s'] / off64['tokens_per_s']:.0f}% | "
+                            f"{_fmt(r['mean_batch'], 1)} | {100 * r['model_busy']:.0f}% | "
+                            f"{100 * r['tokens_per_s'] / off64['tokens_per_s']:.0f}% | "
                             f"{vs1} |" + (f" ({r['errors']} errors)" if r["errors"] else ""))
                 print(rows[-1], file=sys.stderr)
         finally:
@@ -393,9 +398,9 @@ def main() -> int:
             model = {"options_file": options, "weight_file": weights}
         rows = bench_model(name, model, sentences, corpus, args)
         print(f"\n**{name}** (fp32)\n")
-        print("| what | load | requests | tokens/s | clients' CPU | p50 ms | p99 ms | mean batch | "
+        print("| what | load | requests | tokens/s | clients' CPU | p50 ms | p99 ms | mean batch | model busy | "
               "vs offline batch 64 | time added vs offline batch 1 |")
-        print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+        print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         print("\n".join(rows), flush=True)
     return 0
 

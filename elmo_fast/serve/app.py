@@ -90,6 +90,7 @@ class Service:
         try:
             response = await handle()
             kind = None
+            self.batcher.answered()
         except RequestError as e:
             response = self.error_response(e)
             kind = e.kind

@@ -7,11 +7,12 @@ the model thread takes a batch whenever it is free, embeds it, and hands the vec
 loop in one ``call_soon_threadsafe`` per batch.
 
 When the thread is free and fewer sentences wait than the clients it knows of (those of the batch
-it just finished plus those still waiting), it waits up to ``max_wait_ms`` for them: closed-loop
-clients answered together come back together, and waiting a few milliseconds for them keeps one
-batch of 32 from splitting into batches of 25 and 7 that then stay out of step (each small batch
-costs almost as much as a full one while memory bandwidth bounds it). A lone client is never made
-to wait: its previous batch held one sentence, and one is there.
+it just finished plus those that came meanwhile), it waits for them, up to ``max_wait_ms`` after
+the later of its being free and the last answer going out: clients answered together come back
+together, and waiting a few milliseconds for them keeps one batch of 32 from splitting into
+batches of 25 and 7 that then stay out of step (a small batch costs almost as much as a full one
+while memory bandwidth bounds it). A lone client is never made to wait: its previous batch held
+one sentence, and one is there.
 
 A batch is chosen around the oldest waiting sentence (so none waits for ever), adding the waiting
 sentences nearest to it in length while the batch holds at most ``max_batch_size`` sentences and
@@ -141,6 +142,7 @@ class Batcher:
         self._queued_requests = 0
         self._expected = 1  # clients that are likely to send again soon (see the module docstring)
         self._free_since = 0.0
+        self._last_answer = 0.0
         self._stopping = False
         self._tokens_per_s = 0.0  # recent rate, for Retry-After
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -194,6 +196,11 @@ class Batcher:
                 self._pending = [it for it in self._pending if it.job is not job]
                 job.undispatched = 0
                 self._queued_requests -= 1
+
+    def answered(self) -> None:
+        """A request's answer is ready to go out (called on the event loop, once it is encoded)."""
+        with self._cond:
+            self._last_answer = time.perf_counter()
 
     def queue_depth(self) -> int:
         """Requests with sentences still waiting for a batch."""
@@ -279,8 +286,10 @@ class Batcher:
                 if self._stopping or self._enough():
                     break
                 # the oldest sentence waits for company at most max_wait beyond the time the model
-                # was free to take it
-                wait = max(self._pending[0].arrival, self._free_since) + max_wait - time.perf_counter()
+                # was free to take it, or the last answer went out (the clients answered last come
+                # back after their answers, which take a while to encode when they are large)
+                since = max(self._pending[0].arrival, self._free_since, self._last_answer)
+                wait = since + max_wait - time.perf_counter()
                 if wait <= 0:
                     break
                 self._cond.wait(wait)
