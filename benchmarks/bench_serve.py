@@ -8,9 +8,6 @@
 For each model, all in one run and on the same sentences (``corpus.make_sentences``: realistic
 lengths, mean ~25 tokens):
 
-* offline: ``ElmoEmbedder.embed_batch`` in a fresh process, consecutive batches of 64 (the target's
-  base) and of 1 (what one client's server time is compared with); tokens/s over the time spent in
-  ``embed_batch``, after a warm-up;
 * the server (``elmo-fast serve``, fp32, its defaults) driven by C concurrent clients (a separate
   process, asyncio, one keep-alive connection per client), each sending one sentence per request
   (``POST /embed``, ``"output": "mean"`` by default) and waiting for the answer before sending the
@@ -19,7 +16,12 @@ lengths, mean ~25 tokens):
   server's /metrics over the same window);
 * the same server with batching off (``--max-batch-size 1``);
 * the answer's encoding: ``"output": "all"`` as JSON and as ``.npy`` (``Accept: application/x-npy``)
-  at 1 and 32 clients (``--encoding-clients``), the clients decoding every answer.
+  at 1 and 32 clients (``--encoding-clients``), the clients decoding every answer;
+* offline ``ElmoEmbedder.embed_batch`` in a process of its own (model loaded, idle while the server
+  is measured), consecutive batches of 64 (the base of the many-client rows) or of 1 (the base of
+  the 1-client rows), tokens/s over the time spent in ``embed_batch``, measured for
+  ``--offline-seconds`` just before and just after each server row, with the server idle: the
+  ratio uses their mean, so that a machine whose load drifts over minutes moves both sides alike.
 
 Clients and server share the machine's cores, as they would on a one-box deployment; the clients'
 own CPU time (parsing answers) is reported. Targets (issue 26, ``original`` fp32 on CPU): 32 clients
@@ -57,37 +59,50 @@ DEFAULT_CACHE_DIR = Path("/tmp/elmo_fast_bench")
 # offline ElmoEmbedder, in a fresh process
 
 
-def _offline_worker(model: dict, sentences: list, batch: int, seconds: float, queue) -> None:
+def _offline_process(model: dict, sentences: list, conn) -> None:
+    """The offline side: one ElmoEmbedder, measuring ``embed_batch`` whenever asked."""
     from elmo_fast import ElmoEmbedder
 
     e = ElmoEmbedder(**model)
     warm = make_sentences(64, seed=12345)  # not in the measured corpus
-    e.embed_batch(warm[:batch])
-    e.embed_batch(warm[:batch])
-    tokens, spent, latencies = 0, 0.0, []
-    for i in range(0, len(sentences), batch):
-        chunk = sentences[i:i + batch]
-        start = time.perf_counter()
-        e.embed_batch(chunk)
-        took = time.perf_counter() - start
-        spent += took
-        latencies.append(took)
-        tokens += sum(map(len, chunk))
-        if spent >= seconds:
-            break
-    queue.put({"tokens_per_s": tokens / spent, "sentences": i + len(chunk), "p50_ms": 1e3 * np.median(latencies),
-               "p99_ms": 1e3 * np.percentile(latencies, 99)})
+    for batch in (64, 1, 64):
+        e.embed_batch(warm[:batch])
+    conn.send("ready")
+    at = 0
+    while (ask := conn.recv()) is not None:
+        batch, seconds = ask
+        tokens, spent = 0, 0.0
+        while spent < seconds:
+            chunk = [sentences[(at + k) % len(sentences)] for k in range(batch)]
+            at = (at + batch) % len(sentences)
+            start = time.perf_counter()
+            e.embed_batch(chunk)
+            spent += time.perf_counter() - start
+            tokens += sum(map(len, chunk))
+        conn.send(tokens / spent)
 
 
-def offline(model: dict, sentences: list, batch: int, seconds: float) -> dict:
-    """(spawn: the child reads OMP_NUM_THREADS as set by --threads when it imports torch)"""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    p = ctx.Process(target=_offline_worker, args=(model, sentences, batch, seconds, queue))
-    p.start()
-    result = queue.get()
-    p.join()
-    return result
+class Offline:
+    """ElmoEmbedder in a process of its own (spawned: its torch reads OMP_NUM_THREADS as --threads set
+    it), idle but for the measurements asked of it: each server row is compared with offline rates
+    measured just before and just after it, so that a load that changes over minutes on a shared
+    machine moves both sides of the ratio alike."""
+
+    def __init__(self, model: dict, sentences: list) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_offline_process, args=(model, sentences, child), daemon=True)
+        self.proc.start()
+        assert self.conn.recv() == "ready"
+
+    def rate(self, batch: int, seconds: float) -> float:
+        """tokens/s of embed_batch over consecutive batches of ``batch`` sentences (the time in it only)."""
+        self.conn.send((batch, seconds))
+        return self.conn.recv()
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.proc.join()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,37 +267,45 @@ def _fmt(x: float, digits: int = 0) -> str:
 
 
 def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> list[str]:
-    print(f"bench_serve: {name}: offline batch 64 and 1", file=sys.stderr)
-    off64 = offline(model, sentences, 64, args.offline_seconds)
-    off1 = offline(model, sentences, 1, args.offline_seconds)
-    rows = [f"| offline ElmoEmbedder | batch 64 | - | {_fmt(off64['tokens_per_s'])} | - | - | - | 64 | - | "
-            f"{100:.0f}% | - |",
-            f"| offline ElmoEmbedder | batch 1 | - | {_fmt(off1['tokens_per_s'])} | - | {_fmt(off1['p50_ms'], 1)} | "
-            f"{_fmt(off1['p99_ms'], 1)} | 1 | - | {100 * off1['tokens_per_s'] / off64['tokens_per_s']:.0f}% | - |"]
+    print(f"bench_serve: {name}: loading", file=sys.stderr)
+    offline = Offline(model, sentences)
+    rows = []
     # (label, server flags, [(clients, output, npy)]): one server per label
     on = [(c, "mean", False) for c in args.clients]
     on += [(c, "all", npy) for npy in (False, True) for c in args.encoding_clients]
     configs = [("batching", [f"--max-wait-ms={args.max_wait_ms}"], on),
                ("batching off", ["--max-batch-size", "1"], [(c, "mean", False) for c in args.off_clients])]
-    for label, extra, runs in configs:
-        if not runs:
-            continue
-        print(f"bench_serve: {name}: server, {label}", file=sys.stderr)
-        server = Server(model, extra, env=args.env)
-        try:
-            for c, output, npy in runs:
-                server.wait_idle()
-                r = drive(server, corpus, c, args.warmup, args.seconds, output, npy)
-                what = f"server, {label}" + ("" if output == "mean" else f", output {output} as {'.npy' if npy else 'JSON'}")
-                vs1 = f"{100 * (off1['tokens_per_s'] / r['tokens_per_s'] - 1):+.1f}%" if c == 1 and output == "mean" else "-"
-                rows.append(f"| {what} | {c} clients | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
-                            f"{_fmt(r['client_cpu_s'], 2)} s | {_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | "
-                            f"{_fmt(r['mean_batch'], 1)} | {100 * r['model_busy']:.0f}% | "
-                            f"{100 * r['tokens_per_s'] / off64['tokens_per_s']:.0f}% | "
-                            f"{vs1} |" + (f" ({r['errors']} errors)" if r["errors"] else ""))
-                print(rows[-1], file=sys.stderr)
-        finally:
-            server.stop()
+    try:
+        for label, extra, runs in configs:
+            if not runs:
+                continue
+            print(f"bench_serve: {name}: server, {label}", file=sys.stderr)
+            server = Server(model, extra, env=args.env)
+            try:
+                for c, output, npy in runs:
+                    server.wait_idle()
+                    compare = 1 if c == 1 and output == "mean" else 64
+                    before = offline.rate(compare, args.offline_seconds)
+                    r = drive(server, corpus, c, args.warmup, args.seconds, output, npy)
+                    server.wait_idle()
+                    after = offline.rate(compare, args.offline_seconds)
+                    base = (before + after) / 2
+                    if compare == 1:  # the time a token takes, server over offline, minus 1
+                        vs = f"{100 * (base / r['tokens_per_s'] - 1):+.1f}% time"
+                    else:
+                        vs = f"{100 * r['tokens_per_s'] / base:.0f}%"
+                    what = f"server, {label}" + ("" if output == "mean" else
+                                                 f", output {output} as {'.npy' if npy else 'JSON'}")
+                    rows.append(f"| {what} | {c} | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
+                                f"batch {compare}: {_fmt(before)} / {_fmt(after)} | {vs} | "
+                                f"{_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | {_fmt(r['mean_batch'], 1)} | "
+                                f"{100 * r['model_busy']:.0f}% | {_fmt(r['client_cpu_s'], 2)} s |"
+                                + (f" ({r['errors']} errors)" if r["errors"] else ""))
+                    print(rows[-1], file=sys.stderr)
+            finally:
+                server.stop()
+    finally:
+        offline.close()
     return rows
 
 
@@ -340,7 +363,8 @@ def main() -> int:
     p.add_argument("--sentences", type=int, default=4000, help="corpus size")
     p.add_argument("--seconds", type=float, default=20.0, help="measured window per row")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each window")
-    p.add_argument("--offline-seconds", type=float, default=20.0, help="time budget of each offline row")
+    p.add_argument("--offline-seconds", type=float, default=10.0,
+                   help="seconds of offline embedding measured before and after each server row")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
     p.add_argument("--threads", type=int, help="torch threads of the server and the offline runs (OMP_NUM_THREADS; "
                                                "default: torch's)")
@@ -362,7 +386,8 @@ def main() -> int:
         return 0
     if args.quick:
         args.models, args.clients, args.off_clients, args.encoding_clients = "tiny", "1,4", "2", "1"
-        args.sentences, args.seconds, args.warmup, args.offline_seconds = 200, 1.0, 0.5, 1.0
+        args.threads = args.threads or 1
+        args.sentences, args.seconds, args.warmup, args.offline_seconds = 200, 1.0, 0.5, 0.3
 
     def counts(text: str) -> list[int]:
         return [int(c) for c in text.split(",") if c.strip()]
@@ -398,9 +423,9 @@ def main() -> int:
             model = {"options_file": options, "weight_file": weights}
         rows = bench_model(name, model, sentences, corpus, args)
         print(f"\n**{name}** (fp32)\n")
-        print("| what | load | requests | tokens/s | clients' CPU | p50 ms | p99 ms | mean batch | model busy | "
-              "vs offline batch 64 | time added vs offline batch 1 |")
-        print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+        print("| what | clients | requests | tokens/s | offline tokens/s just before / after | server vs offline | "
+              "p50 ms | p99 ms | mean batch | model busy | clients' CPU |")
+        print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         print("\n".join(rows), flush=True)
     return 0
 

@@ -34,7 +34,8 @@ START_TIMEOUT = 240  # a loaded 2-core CI machine takes seconds to import torch
 
 class ServerProcess:
     def __init__(self, model_dir, *flags) -> None:
-        cmd = [sys.executable, "-m", "elmo_fast", "serve", "--model-dir", str(model_dir), "--port", "0", *map(str, flags)]
+        cmd = [sys.executable, "-m", "elmo_fast", "serve", "--model-dir", str(model_dir), "--port", "0",
+               *map(str, flags)]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._new = queue.Queue()
@@ -307,7 +308,8 @@ BAD = [
     (b'{"texts": ["a"], "sentences": [["a"]]}', 400, "invalid_request", "not both"),
     (b'{"sentence": [["a"]]}', 400, "invalid_request", "unknown field 'sentence'"),
     (b'{"sentences": [["a"]], "output": "avg"}', 400, "invalid_request", "'output' must be one of"),
-    (json.dumps({"sentences": [["w"] * 301]}).encode(), 413, "too_large", "301 tokens, over this server's limit of 300"),
+    (json.dumps({"sentences": [["w"] * 301]}).encode(), 413, "too_large",
+     "301 tokens, over this server's limit of 300"),
     (json.dumps({"texts": ["w " * 200, "w " * 101]}).encode(), 413, "too_large", "--max-request-tokens"),
     (b'{"sentences": [["' + b"x" * 200_000 + b'"]]}', 413, "too_large", "request body is over"),
 ]
@@ -755,7 +757,6 @@ def test_a_free_model_waits_for_the_clients_of_its_last_batch():
 
 
 def test_a_lone_client_never_waits():
-    import asyncio
 
     async def body(batcher, fake):
         for _ in range(3):

@@ -8,7 +8,9 @@
 Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
 model or the flags (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags); 1 the
 environment (disk full, permissions); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM,
-129 SIGHUP), which unwinds through the same cleanup as Ctrl-C.
+129 SIGHUP), which unwinds through the same cleanup as Ctrl-C. ``serve`` is the exception: a stop
+signal is how a server is meant to end, so it answers what it received and exits 0 (a second
+signal stops it at once: 128 + N).
 """
 from __future__ import annotations
 

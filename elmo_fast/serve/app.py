@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -137,7 +138,7 @@ class Service:
     async def health(self, request: Request) -> Response:
         if self.batcher.ready.is_set():
             body = {"status": "ok", "model": self.info.name, "dim": self.info.dim}
-            return Response(responses.orjson.dumps(body), media_type=JSON)
+            return Response(orjson.dumps(body), media_type=JSON)
         return self.error_response(RequestError(503, "not_ready", "the model is still loading", retry_after=1))
 
     async def metrics_text(self, request: Request) -> Response:
