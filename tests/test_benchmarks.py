@@ -41,6 +41,7 @@ def test_bench_train_ops():
 
 def test_bench_serve():
     out = _run("bench_serve.py", "--quick")
-    assert "| offline ElmoEmbedder | batch 64 |" in out and "| server, batching | 4 clients |" in out
-    assert "| server, batching off | 2 clients |" in out and "output all as .npy | 1 clients |" in out
-    assert "errors)" not in out
+    assert "| server, batching | 1 | " in out and "| batch 1: " in out and "% time |" in out
+    assert "| server, batching | 4 | " in out and "| batch 64: " in out
+    assert "| server, batching off | 2 | " in out and "output all as .npy | 1 | " in out
+    assert "| orjson (the server) |" in out and "errors)" not in out
