@@ -3,6 +3,7 @@
 * :mod:`~elmo_fast.cli.embed`   ``embed``
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
+* :mod:`~elmo_fast.cli.convert` ``convert``
 * :mod:`~elmo_fast.cli.serve`   ``serve`` (the ``[serve]`` extra)
 
 Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
@@ -24,13 +25,14 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import embed, models, serve, train
+    from . import convert, embed, models, serve, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
     sub = parser.add_subparsers(dest="command", required=True)
     embed.add_parser(sub)
     train.add_parsers(sub)
     models.add_parsers(sub)
+    convert.add_parser(sub)
     serve.add_parser(sub)
     return parser
 

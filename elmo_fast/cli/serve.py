@@ -10,10 +10,8 @@ import os
 import sys
 
 from ..errors import ElmoFastError
-from .common import param_flags
+from .common import add_precision_flag, param_flags
 
-#: --precision -> the dtype of the fast path's GEMMs (ElmoEmbedder's dtype)
-PRECISIONS = ("fp32", "bf16")
 _NEEDS = ("starlette", "uvicorn", "orjson")
 
 
@@ -51,12 +49,6 @@ def model_source(args: argparse.Namespace) -> tuple[dict, str]:
     return dict(model_dir=str(bundled_model().directory)), NAME
 
 
-def precision_dtype(precision: str):
-    import torch
-
-    return {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
-
-
 def _check_limits(args: argparse.Namespace) -> None:
     for flag in ("max_batch_size", "max_batch_tokens", "max_queue", "max_request_tokens"):
         if getattr(args, flag) < 1:
@@ -80,12 +72,14 @@ def run(args: argparse.Namespace) -> int:
     from ..devices import resolve_device
     from ..embedding.embedder import ElmoEmbedder
 
+    from ..bilm.precision import resolve_precision
+
     device = resolve_device(args.device)
-    dtype = precision_dtype(args.precision)
+    resolve_precision(args.precision).check_device(device)  # before listening or loading
     model, name = model_source(args)
 
     def load():
-        return ElmoEmbedder(**model, device=device, backend=args.backend, dtype=dtype)
+        return ElmoEmbedder(**model, device=device, backend=args.backend, precision=args.precision)
 
     limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens,
                     max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
@@ -118,8 +112,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
                    help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)")
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="fp32 (default), or bf16: the fast path's GEMMs in bfloat16 with fp32 accumulation")
+    add_precision_flag(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0: all)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any free port, printed)")
     p.add_argument("--max-batch-size", type=int, default=64, metavar="N",
