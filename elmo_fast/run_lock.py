@@ -14,6 +14,12 @@ every run that opens it (a renamed-into-place file would give two runs two diffe
 
 ``flock`` is per open file description, so one process opening the same lock twice also sees it
 taken: a run cannot be nested inside another run on the same target, in one process or two.
+
+A lock beside an output (``remove=True``) is removed when its run ends, so that it does not stay
+beside every output as litter. That is safe because whoever takes the lock checks, once it holds
+it, that the name still leads to the inode it locked: a run that opened the file just before the
+holder removed it finds the name gone (or a new file under it) and tries again. A killed run's
+file stays, and never blocks: the next run takes it and removes it in turn.
 """
 from __future__ import annotations
 
@@ -47,13 +53,15 @@ class RunLock:
     """``with RunLock(path, what):`` holds an exclusive lock on ``path`` for the block.
 
     ``what`` names the target in the message (``"output /data/x.hdf5"``). The lock file's folder
-    must exist. Raises :class:`RunLocked` at once if another run holds it (no waiting: a second
+    must exist. ``remove``: remove the lock file when the lock is released (see the module's
+    docstring); without it the file stays for the next run. Raises :class:`RunLocked` at once if another run holds it (no waiting: a second
     run that waited would redo or undo the first one's work when it got its turn).
     """
 
-    def __init__(self, path: str | os.PathLike, what: str):
+    def __init__(self, path: str | os.PathLike, what: str, *, remove: bool = False):
         self.path = Path(path)
         self.what = what
+        self.remove = remove
         self._fd: int | None = None
 
     @property
@@ -63,6 +71,25 @@ class RunLock:
     def acquire(self) -> "RunLock":
         if self._fd is not None:
             raise RuntimeError(f"{self.path}: this RunLock is already held")
+        while True:
+            fd = self._lock_once()
+            if fd is not None:
+                break
+        self._fd = fd
+        return self
+
+    def _same_file(self, fd: int) -> bool:
+        """Whether the lock's name still leads to the file locked through ``fd`` (a holder that
+        removes its lock file may have removed it between our open and our flock)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def _lock_once(self) -> int | None:
+        """The locked descriptor; None: the file was replaced meanwhile, try again."""
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
@@ -80,6 +107,9 @@ class RunLock:
         except OSError as e:  # a filesystem without flock (some network mounts): say so, do not guess
             os.close(fd)
             raise RunLocked(f"{self.what}: cannot lock {self.path}: {e.strerror or e}") from None
+        if not self._same_file(fd):
+            os.close(fd)
+            return None
         # Who holds it, for the next run's message only: a torn or failed write here costs nothing
         # but the wording of that message, so it is neither checked nor synced.
         record = json.dumps({"pid": os.getpid(), "host": _host(), "since": time.time()}).encode()
@@ -88,12 +118,16 @@ class RunLock:
             os.pwrite(fd, record, 0)
         except OSError:
             pass
-        self._fd = fd
-        return self
+        return fd
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
+            if self.remove:  # while still held: whoever opened it meanwhile sees the name gone and retries
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass  # a lock file that stays costs nothing but its name
             os.close(fd)  # closing the only descriptor drops the flock
 
     def __enter__(self) -> "RunLock":

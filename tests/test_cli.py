@@ -338,7 +338,8 @@ def test_a_terminated_resume_run_leaves_a_work_area_that_resume_completes(tmp_pa
     assert code == 143, err
     assert err.strip().splitlines()[-1] == (f"elmo-fast: terminated by SIGTERM; completed windows are kept in {work}: "
                                             f"run the same command (with --resume) to continue")
-    assert sorted(p.name for p in work.iterdir()) == ["manifest.json", "shard-000000.h5", "shard-000016.h5"]
+    assert sorted(p.name for p in work.iterdir()) == ["manifest.json", "shard-000000.h5", "shard-000000.h5.done",
+                                                      "shard-000016.h5", "shard-000016.h5.done"]
     assert not out.exists()
     r = run_cli("embed", "-", out, *common, "--resume", stdin="\n".join(lines) + "\n")
     assert r.returncode == 0, r.stderr
@@ -363,7 +364,7 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, ran
     stale = []
 
     def writing():
-        stale[:] = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".o.h5."))
+        stale[:] = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".elmo-tmp"))
         return len(stale) == 2  # the HDF5 file and the sentence list
 
     code, _ = _signal_mid_run(tmp_path, args, _sentences(40, 3), signal.SIGKILL, writing)
@@ -371,7 +372,8 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, ran
     host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64]
     for name in stale:
         assert re.fullmatch(rf"\.o\.h5\.{re.escape(host)}-[0-9]+\.[0-9a-f]{{8}}(\.sentences)?\.elmo-tmp", name), name
-    assert sorted(p.name for p in tmp_path.iterdir()) == stale
+    # and the run's lock file, which never blocks the next run (the kernel dropped the lock with the process)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(stale + [".o.h5.elmo-lock"])
     r = run_cli("embed", "-", out, *args[1:], stdin="one line\n")
     assert r.returncode == 0, r.stderr
     for name in stale:

@@ -329,7 +329,7 @@ def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeyp
     work = tmp_path / "o.h5.partial"
     with monkeypatch.context() as m:
         if point == "3rd shard rename":
-            _kill_at(m, os, "replace", 4)  # the manifest's, shard 0's, shard 1's, then shard 2's
+            _kill_at(m, os, "replace", 6)  # the manifest's, shard 0's and its record's, shard 1's and its record's, shard 2's
         elif point == "after complete, before rename":
             _no_cleanup(m)
             real_write = durable.write_json

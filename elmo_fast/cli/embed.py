@@ -77,9 +77,24 @@ def _join_group(args: argparse.Namespace, device: str | int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
+
     from ..distributed import launched
-    from ..embedding.work_area import check_output
+    from ..embedding.output_lock import hold_output
+    from ..embedding.work_area import check_output_path
+
+    # the cheap refusals come before loading (or downloading) a model
+    check_output_path(args.output)  # the folder, the name's length: before the lock file is made beside it
+    with contextlib.ExitStack() as held:
+        if not launched():  # one run per output, from now (a group's rank 0 takes it as the group starts)
+            held.enter_context(hold_output(args.output))
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..distributed import launched
     from ..embedding.embedder import ElmoEmbedder
+    from ..embedding.work_area import check_output
 
     args.output_before = _output_stamp(args.output)
     if args.model_dir:
@@ -109,7 +124,6 @@ def run(args: argparse.Namespace) -> int:
     group = launched()
     if group:
         device = _join_group(args, device)
-    # the cheap refusals come before loading (or downloading) a model
     if args.input != "-" and not os.path.exists(args.input):
         raise InputError(f"{args.input}: input file not found")
     check_output(args.output, args.overwrite, args.resume)
@@ -146,11 +160,12 @@ def run(args: argparse.Namespace) -> int:
                         bucketing=not args.no_bucketing and not args.stateful, window=args.window,
                         resume=args.resume, overwrite=args.overwrite, skip_empty=args.skip_empty,
                         encoding_errors=args.encoding_errors, started=args.started, distributed=group,
-                        tokenize=args.tokenize)
+                        tokenize=args.tokenize, max_line_length=args.max_line_length)
     return 0
 
 
 def add_parser(sub) -> None:
+    from ..embedding.input_guard import DEFAULT_MAX_LINE_LENGTH
     from ..embedding.options import DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
     from ..pretrained import model_names
 
@@ -202,7 +217,9 @@ def add_parser(sub) -> None:
                    help="carry LSTM states from batch to batch, as allennlp and bilm-tf do (default: stateless)")
     p.add_argument("--resume", action="store_true",
                    help="work in OUTPUT.partial/, which survives crashes and kills; rerun with --resume to continue "
-                        "(implied under torchrun, where every rank embeds its share of the windows there)")
+                        "(implied under torchrun, where every rank embeds its share of the windows there); saved "
+                        "windows are checked against their completion records, and redone when they do not match. "
+                        "stdin or a pipe is read once, its lines checked against the saved windows as they pass")
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists (default: refuse)")
     p.add_argument("--tokenize", action="store_true",
                    help="the input is raw text, one sentence per line: split off punctuation and clitics as the "
@@ -210,6 +227,9 @@ def add_parser(sub) -> None:
                         "whitespace. Keys and sentence_to_index keep the lines as written")
     p.add_argument("--skip-empty", action="store_true",
                    help="skip empty and all-whitespace lines (default: an error); the other lines keep their numbers")
+    p.add_argument("--max-line-length", type=int, default=DEFAULT_MAX_LINE_LENGTH, metavar="N",
+                   help=f"a line longer than N characters is an error naming it, found before the line is read "
+                        f"whole (default {DEFAULT_MAX_LINE_LENGTH:,})")
     p.add_argument("--encoding-errors", choices=["strict", "replace"], default="strict",
                    help="a line that is not UTF-8: an error naming it (strict, default) or read with U+FFFD (replace)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")

@@ -32,5 +32,5 @@ def assemble(work: str, manifest: dict, total: int, patience: float, path: str) 
                         pairs.append((text, key))
         if keep:
             write_sentence_map(fout, pairs)
-        record = {k: v for k, v in manifest.items() if k != "complete"}
+        record = {k: v for k, v in manifest.items() if k not in ("complete", "assembled")}
         fout.attrs[RUN_RECORD] = json.dumps({**record, "shards": [[s["n"], s["digest"]] for s in shards]})

@@ -14,6 +14,7 @@ from ..devices import resolve_device
 from ..errors import ElmoFastError, InputError, Param
 from ..model_source import resolve_model
 from .lines import read_sentences  # noqa: F401  (public here too)
+from .input_guard import DEFAULT_MAX_LINE_LENGTH
 from .options import DEFAULT_WINDOW, OUTPUT_FORMATS, EmbedOptions  # noqa: F401  (public here too)
 from .pipeline import embed_corpus
 
@@ -143,7 +144,8 @@ class ElmoEmbedder:
                    max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
                    resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
                    encoding_errors: str = "strict", started: float | None = None,
-                   distributed: bool = False, tokenize: bool = False) -> dict[str, Any]:
+                   distributed: bool = False, tokenize: bool = False,
+                   max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
         ``tokenize=True`` reads raw text instead (still one sentence per line): each line goes
@@ -169,7 +171,11 @@ class ElmoEmbedder:
         The output is written under a temporary name and renamed when complete, so a failed or
         interrupted run leaves none. ``resume=True`` works in ``OUTPUT.partial/`` instead, which
         keeps completed windows across crashes and kills: a later ``resume=True`` run continues
-        where it stopped and gives the same file as an uninterrupted run.
+        where it stopped and gives the same file as an uninterrupted run. Each saved window carries
+        a completion record (its size and SHA-256, written after it is on disk); a resumed run
+        redoes, with a note on stderr, any window whose file does not match it, and starts over
+        when the manifest is damaged. An input that cannot be read twice (stdin, a pipe, a FIFO)
+        is read once: the saved windows are checked against its lines as they pass.
 
         Temporary files of killed plain runs beside the output (``.OUTPUT.HOST-PID.*.elmo-tmp``) are
         removed when their process is gone, and named otherwise (on stderr, with ``progress``).
@@ -177,9 +183,15 @@ class ElmoEmbedder:
         The input may be gzip, bzip2 or xz compressed (recognised by its content, not its name);
         a byte-order mark at its start is dropped. Bad lines are errors naming them: not UTF-8
         (``encoding_errors="replace"`` goes on with U+FFFD), empty or all-whitespace
-        (``skip_empty=True`` skips them, keeping the others' line numbers as keys). An existing
+        (``skip_empty=True`` skips them, keeping the others' line numbers as keys), longer than
+        ``max_line_length`` characters (default 1,000,000; None: no bound), which is found before
+        the line is held whole (``/dev/zero`` is an error, not a MemoryError). An existing
         output is replaced only with ``overwrite`` (True by default here, as before; the CLI
-        defaults to refusing).
+        defaults to refusing). The output's folder, name and length are checked before any work.
+
+        One run per output: the run holds a lock beside it (``.OUTPUT.elmo-lock``) from its first
+        check to its end, so a second run on the same output, in this process or another, fails
+        at once with an error naming the holder's PID; a killed run's lock never blocks.
 
         progress: a bar of tokens on stderr (its total known once a background pass over a file
         input has counted them) and two closing lines; ``"log"`` prints the bar on a line of its
@@ -202,5 +214,5 @@ class ElmoEmbedder:
                                max_tokens_per_batch=max_tokens_per_batch, bucketing=bucketing, window=window,
                                resume=resume, overwrite=overwrite, skip_empty=skip_empty,
                                encoding_errors=encoding_errors, started=started, distributed=distributed,
-                               tokenize=tokenize)
+                               tokenize=tokenize, max_line_length=max_line_length)
         return embed_corpus(self, input_file, output_file_path, options)

@@ -13,6 +13,7 @@ from typing import IO, Callable, Iterable, Iterator
 
 from ..errors import ElmoFastError, InputError, Param
 from ..textio import BOM, DECOMPRESSION_ERRORS, TextInput
+from .input_guard import DEFAULT_MAX_LINE_LENGTH, bounded_lines, check_max_line_length
 from .options import ENCODING_ERRORS
 
 # lone surrogates: what surrogateescape makes of bytes that are not UTF-8
@@ -50,7 +51,8 @@ def _decode_line(raw: str, name: str, number: int, encoding_errors: str, compres
 
 
 def read_sentences(input_file: str | os.PathLike | IO, encoding_errors: str = "strict",
-                   skip_empty: bool = False, tokenize: bool = False) -> Iterator[Line]:
+                   skip_empty: bool = False, tokenize: bool = False,
+                   max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> Iterator[Line]:
     """Lazily the input's sentences, one per line, stripped, checked as they are read.
 
     input_file: a path, a binary stream (decoded as UTF-8 line by line) or a text stream; a path is
@@ -63,14 +65,18 @@ def read_sentences(input_file: str | os.PathLike | IO, encoding_errors: str = "s
     others (their keys). An input with no sentence is an error. Tokens are the line split at
     whitespace, or with ``tokenize`` the tokens of :func:`elmo_fast.tokenizer.tokenize_line` (raw
     text, tokenized as the bundled model's training corpus was); the line's text stays its key.
+    A line longer than ``max_line_length`` characters is an error naming it, raised before the
+    line is held whole (None: no bound; :mod:`.input_guard`).
     """
     if encoding_errors not in ENCODING_ERRORS:
         raise ElmoFastError(Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, "
                             f"got {encoding_errors!r}")
-    return _iter_lines(TextInput(input_file), encoding_errors, skip_empty, tokenize)
+    check_max_line_length(max_line_length)
+    return _iter_lines(TextInput(input_file), encoding_errors, skip_empty, tokenize, max_line_length)
 
 
-def _iter_lines(source: TextInput, encoding_errors: str, skip_empty: bool, tokenize: bool = False) -> Iterator[Line]:
+def _iter_lines(source: TextInput, encoding_errors: str, skip_empty: bool, tokenize: bool = False,
+                max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> Iterator[Line]:
     name, kind = source.name, source.compression
     split: Callable[[str], list[str]] = str.split
     if tokenize:
@@ -78,7 +84,7 @@ def _iter_lines(source: TextInput, encoding_errors: str, skip_empty: bool, token
     count = 0
     index = -1
     try:
-        lines = iter(source.stream)
+        lines = bounded_lines(source.stream, name, max_line_length)
         while True:
             try:
                 raw = next(lines)

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import ElmoFastError, Param
+from .input_guard import DEFAULT_MAX_LINE_LENGTH, check_max_line_length
 
 OUTPUT_FORMATS = ("all", "top", "average")
 ENCODING_ERRORS = ("strict", "replace")
@@ -39,6 +40,7 @@ class EmbedOptions:
     started: float | None = None  # a time.perf_counter() reading the closing wall time counts from
     distributed: bool = False
     tokenize: bool = False
+    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH  # characters; None: no bound
 
     def __post_init__(self) -> None:
         if self.output_format not in OUTPUT_FORMATS:
@@ -51,6 +53,7 @@ class EmbedOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ElmoFastError(Param(name), f" must be >= 1, got {value}")
+        check_max_line_length(self.max_line_length)
 
     def for_model(self, batch_size: int, stateful: bool) -> "EmbedOptions":
         """These options with nothing left to the embedder: ``batch_size`` set, ``bucketing`` a bool,

@@ -19,6 +19,7 @@ string in allennlp's layout, is built whole at the end). Every file is written t
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -29,20 +30,31 @@ from ..errors import ElmoFastError, Param
 from . import ranks as group
 from .batch_runner import BatchRunner, Embedder
 from .batching import Window, batches, windows
+from .input_guard import rereadable
 from .leftovers import stale_temp_files
 from .lines import Line, read_sentences, refuse_duplicates
 from .options import EmbedOptions
+from .output_lock import hold_output
 from .progress import Progress, TokenCount, summary_lines
-from .work_area import check_output, finished_already, new_manifest, work_dir_of
+from .work_area import check_output, check_output_path, finished_already, new_manifest, work_dir_of
 from .writers import PlainWriter, ShardWriter, Writer
 
 
 def embed_corpus(embedder: Embedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
                  options: EmbedOptions) -> dict[str, Any]:
     """The body of :meth:`ElmoEmbedder.embed_file` (see there); returns the run's counts and timings."""
+    with contextlib.ExitStack() as held:
+        check_output_path(os.fspath(output_file_path))  # what the lock file needs: its folder, a name that fits
+        if not options.distributed:  # (a group's rank 0 takes it as it starts the group: group.start_group)
+            held.enter_context(hold_output(output_file_path))
+        return _embed_corpus(embedder, input_file, output_file_path, options, held)
+
+
+def _embed_corpus(embedder: Embedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
+                  options: EmbedOptions, held: contextlib.ExitStack) -> dict[str, Any]:
     run = CorpusRun(embedder, input_file, output_file_path, options)  # every check, before any work
     try:
-        if not run.begin():  # a resumed run that had finished: nothing to do
+        if not run.begin(held):  # a resumed run that had finished: nothing to do
             return run.nothing()
         writer, runner, progress = run.writer, run.runner, run.progress
         for window in run.windows():  # read
@@ -83,7 +95,7 @@ class CorpusRun:
         self.output = output = os.fspath(output_file_path)
         self.name = (os.fspath(input_file) if isinstance(input_file, (str, os.PathLike))
                      else str(getattr(input_file, "name", "<input>")))
-        self.rereadable = isinstance(input_file, (str, os.PathLike))
+        self.rereadable = rereadable(input_file)  # else opened once, read once (input_guard)
         self.ranks: group.Ranks | None = None
         if options.distributed:
             if bilm.stateful:
@@ -123,12 +135,13 @@ class CorpusRun:
     def sentences(self) -> Iterator[Line]:
         """The input's sentences, from its start (a path is opened again)."""
         o = self.options
-        lines = read_sentences(self.input_file, o.encoding_errors, o.skip_empty, o.tokenize)
+        lines = read_sentences(self.input_file, o.encoding_errors, o.skip_empty, o.tokenize, o.max_line_length)
         return refuse_duplicates(lines, self.output) if o.use_sentence_keys else lines
 
-    def begin(self) -> bool:
+    def begin(self, held: contextlib.ExitStack) -> bool:
         """Open the writer (a plain output, or the work directory of a resumable run or a group) and
-        what follows its work; False: this resumed run had finished already, nothing is left to do."""
+        what follows its work; False: this resumed run had finished already, nothing is left to do.
+        ``held``: where a group's rank 0 puts the output's lock, for the run."""
         o, output = self.options, self.output
         if not o.resume:
             self.writer = PlainWriter(output, o.keeps_sentences)  # named first: abort() knows what to remove
@@ -137,7 +150,7 @@ class CorpusRun:
             manifest = new_manifest(self.embedder, self.name, o)
             if self.ranks is not None:
                 self.writer = group.start_group(self.ranks, output, manifest, self.lines, self.name, o.overwrite,
-                                                o.progress)
+                                                o.progress, held)
             elif finished_already(output, manifest, self.lines, self.name, o.overwrite, self.rereadable):
                 if o.progress:
                     print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
@@ -155,8 +168,8 @@ class CorpusRun:
             if self.bilm.stateful:
                 self._restore_states(self.writer)
         self.runner = BatchRunner(self.embedder, o.output_format, o.max_tokens_per_batch)
-        counter = (TokenCount(self.name, o.tokenize) if self.rereadable and o.progress and os.path.isfile(self.name)
-                   else None)
+        counter = (TokenCount(self.name, o.tokenize, o.max_line_length)
+                   if self.rereadable and o.progress and os.path.isfile(self.name) else None)
         self.progress = Progress(o.progress, sum(s["tokens"] for s in self.done), counter, self.ranks,
                                  lambda: self.runner.oom_splits)
         return True

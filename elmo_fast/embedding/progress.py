@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import ElmoFastError
 from ..textio import BOM, TextInput
+from .input_guard import DEFAULT_MAX_LINE_LENGTH, bounded_lines
 from .lines import Line
 from .ranks import PROGRESS_EVERY
 
@@ -37,13 +38,19 @@ def _tokens_in(block: bytes) -> int:
 class TokenCount:
     """Counts an input file's tokens in a background thread, for the progress bar's total: the run
     starts at once, and the bar learns its total when the count is done (a plain file reads at
-    200 MB/s or more, so well before the end). Only regular files: a pipe cannot be read twice."""
+    200 MB/s or more, so well before the end). Only regular files: a pipe cannot be read twice.
+    A line over ``max_line_length`` characters ends the count without a total (the reader reports
+    it), before it is held whole."""
 
-    def __init__(self, path: str, tokenize: bool = False) -> None:
+    def __init__(self, path: str, tokenize: bool = False,
+                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> None:
         import threading
 
         self.path = path
         self.tokenize = tokenize
+        # UTF-8 takes at most 4 bytes a character
+        self._max_rest = None if max_line_length is None else 4 * (max_line_length + 2)
+        self._max_line_length = max_line_length
         self.total: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="elmo-fast token count", daemon=True)
@@ -74,6 +81,8 @@ class TokenCount:
                     rest = chunk[cut:]
                 else:
                     rest += chunk
+                if self._max_rest is not None and len(rest) > self._max_rest:
+                    return  # a line too long: the reader says so; the bar goes without a total
         except Exception:  # noqa: BLE001  (an unreadable input is the reader's to report, not the bar's)
             return
         finally:
@@ -86,7 +95,7 @@ class TokenCount:
 
         try:
             total, first = 0, True
-            for raw in source.stream:
+            for raw in bounded_lines(source.stream, self.path, self._max_line_length):
                 if self._stop.is_set():
                     return
                 total += len(tokenize_line(raw[1:] if first and raw.startswith(BOM) else raw))

@@ -20,6 +20,7 @@ Only small control messages go through torch.distributed (gloo, even when the ra
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -32,6 +33,7 @@ from .. import durable
 from ..distributed import world
 from ..errors import ElmoFastError
 from .lines import Line
+from .output_lock import hold_output
 from .work_area import finished_already
 from .writers import ShardWriter
 
@@ -155,15 +157,17 @@ class Ranks:
 # --- the start -------------------------------------------------------------------------------------------
 
 def start_group(ranks: Ranks, output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
-                progress: bool | str) -> ShardWriter | None:
-    """The start of a group's run: rank 0 checks the output, prepares the work directory and sends
-    the others what is done already; every other rank checks that it sees that directory and the
-    same input. Returns this rank's writer, opened (its ``done``: the complete shards, the same on
-    every rank), or None when the output is complete already."""
+                progress: bool | str, held: contextlib.ExitStack) -> ShardWriter | None:
+    """The start of a group's run: rank 0 takes the output's lock (into ``held``, for the run),
+    checks the output, prepares the work directory and sends the others what is done already; every
+    other rank checks that it sees that directory and the same input. Returns this rank's writer,
+    opened (its ``done``: the complete shards, the same on every rank), or None when the output is
+    complete already."""
     patience = 60.0 if ranks.world > 1 else 0.0  # for shards renamed on other machines to show (NFS)
     if ranks.rank == 0:
         writer = None
         try:
+            held.enter_context(hold_output(output))  # one group per output; its failure is told to the others
             if finished_already(output, manifest, lines, name, overwrite, True):
                 if progress:
                     print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)

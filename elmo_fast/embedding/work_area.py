@@ -2,15 +2,19 @@
 
 It holds ``manifest.json`` (the run's settings, model digests included, written first) and one
 shard file per window, ``shard-START.h5``, named after the position of its first sentence in the
-input, so that any number of processes can write them. Every file in it is written through
-:mod:`elmo_fast.durable` (a temporary name, fsync, rename), so a shard that exists is complete
-whatever moment a process was killed at. At the end ``assembling.h5`` is written whole, the manifest
-marked complete, and the file renamed onto the output: a run killed between the two is finished by
-the next ``resume=True`` run. The assembled output keeps the run's record (:data:`RUN_RECORD`), so a
-run killed after its work directory was removed is recognised as done.
+input, so that any number of processes can write them, each with its completion record
+``shard-START.h5.done`` (:mod:`.shard_records`: written after the shard is whole on disk, with its
+size and SHA-256). Every file in it is written through :mod:`elmo_fast.durable` (a temporary name,
+fsync, rename). A resumed run trusts only what it verifies: a shard that does not match its record
+is embedded again, a damaged manifest means starting over (each with a note on stderr). At the end
+``assembling.h5`` is written whole, the manifest marked complete with the assembled file's size and
+checksum, and the file renamed onto the output: a run killed between the two is finished by the
+next ``resume=True`` run, which checks the assembled file first. The assembled output keeps the
+run's record (:data:`RUN_RECORD`), so a run killed after its work directory was removed is
+recognised as done.
 
 Temporary names of elmo-fast 0.1 (``shard-START.h5.tmp``, ``manifest.json.tmp``) are still known:
-such a work area resumes.
+such a work area resumes (its shards, which have no completion records, are embedded again).
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ from ..errors import ElmoFastError, Param
 from .batch_runner import Embedder
 from .lines import Line, lines_digest
 from .options import EmbedOptions
+from .shard_records import (RECORD_SUFFIX, file_checksum, note, read_sealed, recorded_shards, seal,
+                            verified_shards)
 
 MANIFEST = "manifest.json"
 ASSEMBLING = "assembling.h5"
@@ -74,19 +80,22 @@ def _model_identity(embedder: Embedder) -> dict:
             "backend": bilm.backend, "dtype": str(bilm.compute_dtype), "device": embedder.device.type}
 
 
+#: what :func:`read_manifest` returns for a manifest that is unreadable or does not match its check
+DAMAGED: dict = {"damaged": True}
+
+
 def read_manifest(work: str) -> dict | None:
-    path = os.path.join(work, MANIFEST)
+    """The work directory's manifest; None when there is none; :data:`DAMAGED` when it cannot be
+    trusted (written atomically, so only a bad disk or a hand edit gets there)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        manifest = read_sealed(os.path.join(work, MANIFEST))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:  # written atomically, so only a hand edit or a bad disk gets here
-        raise ElmoFastError(f"{path} is unreadable ({e}); remove {work} to start over") from None
+    return DAMAGED if manifest is None else manifest
 
 
 def write_manifest(work: str, manifest: dict) -> None:
-    durable.write_json(os.path.join(work, MANIFEST), manifest, indent=1, sort_keys=True)
+    durable.write_json(os.path.join(work, MANIFEST), seal(manifest), indent=1, sort_keys=True)
 
 
 def differences(then: dict, now: dict) -> list[str]:
@@ -99,7 +108,7 @@ def differences(then: dict, now: dict) -> list[str]:
         return record.get(k, False) if k == "tokenize" else record.get(k)
 
     return [f"{k}: {get(then, k)!r} then, {get(now, k)!r} now" for k in keys
-            if k not in ("input", "complete") and get(then, k) != get(now, k)]
+            if k not in ("input", "complete", "assembled") and get(then, k) != get(now, k)]
 
 
 # --- the files in the directory --------------------------------------------------------------------
@@ -110,8 +119,8 @@ def _is_ours(name: str) -> bool:
         name = parsed[0]
     elif name.endswith(".tmp"):  # elmo-fast 0.1's temporary names
         name = name[: -len(".tmp")]
-    return (name.startswith("shard-") and name.endswith(".h5") or name.startswith("progress-") and name.endswith(".json")
-            or name in (MANIFEST, ASSEMBLING))
+    return (name.startswith("shard-") and name.endswith((".h5", ".h5" + RECORD_SUFFIX))
+            or name.startswith("progress-") and name.endswith(".json") or name in (MANIFEST, ASSEMBLING))
 
 
 def _is_cut_short(name: str) -> bool:
@@ -136,22 +145,13 @@ def shard_names(work: str) -> list[str]:
     return sorted(n for n in os.listdir(work) if n.startswith("shard-") and n.endswith(".h5"))
 
 
-def _shard_attrs(path: str) -> dict:
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as f:
-            return {"name": os.path.basename(path), "start": int(f.attrs["start"]), "n": int(f.attrs["n"]),
-                    "tokens": int(f.attrs["tokens"]), "digest": str(f.attrs["digest"]),
-                    "first_line": int(f.attrs["first_line"]), "last_line": int(f.attrs["last_line"])}
-    except (OSError, KeyError) as e:  # renamed only once complete and fsync'ed: a damaged disk
-        raise ElmoFastError(f"{path} is unreadable ({e}); remove its directory to start over") from None
-
-
-def list_shards(work: str) -> list[dict]:
-    """The complete shards of a work directory, by start, each named after its start and none
-    overlapping the next (the windows of any number of ranks, or of runs with other windows)."""
-    shards = sorted((_shard_attrs(os.path.join(work, n)) for n in shard_names(work)), key=lambda s: s["start"])
+def list_shards(work: str, shards: list[dict] | None = None) -> list[dict]:
+    """The complete shards of a work directory (those with a completion record; or ``shards``),
+    by start, each named after its start and none overlapping the next (the windows of any number
+    of ranks, or of runs with other windows)."""
+    if shards is None:
+        shards = recorded_shards(work, shard_names(work))
+    shards = sorted(shards, key=lambda s: s["start"])
     for i, s in enumerate(shards):
         if s["name"] != shard_name(s["start"]):
             raise ElmoFastError(f"{work}: shard {s['name']} holds the sentences from {s['start']} on (expected the "
@@ -167,12 +167,15 @@ def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict
     must agree with this run's) and its complete shards, what a killed run was writing removed.
     role "member" (a rank other than 0) finds the directory that rank 0 prepared, and changes nothing."""
     existing = read_manifest(work) if os.path.isdir(work) else None
-    if existing is None:
+    if existing is DAMAGED and role != "member":
+        note(f"{os.path.join(work, MANIFEST)} is damaged, so nothing in {work} can be trusted: starting over")
+        existing = None
+    if existing is None or existing is DAMAGED:
         if role == "member":
-            raise ElmoFastError(f"{work}: no manifest, though rank 0 wrote one: the output's directory must "
-                                f"be on a filesystem that every rank shares")
+            raise ElmoFastError(f"{work}: no {'readable ' if existing is DAMAGED else ''}manifest, though rank 0 "
+                                f"wrote one: the output's directory must be on a filesystem that every rank shares")
         if os.path.isdir(work):
-            remove_work_dir(work)  # a void leftover (killed while created or torn down)
+            remove_work_dir(work)  # a void leftover (killed while created or torn down), or untrusted
         os.mkdir(work)
         try:
             write_manifest(work, manifest)
@@ -184,12 +187,48 @@ def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict
     if differs:
         raise ElmoFastError(f"cannot resume {work}: the interrupted run differs ({'; '.join(differs)}); rerun "
                             f"with its settings, or remove {work} to start over")
-    if existing.get("complete") or role == "member":  # complete: the assembled file is final; shards may be gone
+    if role == "member":
         return existing, []
+    if existing.get("complete"):  # the assembled file is final (shards may be gone), if it is whole
+        if _assembled_whole(work, output_of(work), existing):
+            return existing, []
+        existing = {k: v for k, v in existing.items() if k not in ("complete", "assembled")}
+        write_manifest(work, existing)
     for n in os.listdir(work):
         if _is_cut_short(n):
             os.unlink(os.path.join(work, n))  # cut short by the kill: redone
-    return existing, list_shards(work)
+    return existing, list_shards(work, verified_shards(work, shard_names(work), bool(existing.get("stateful"))))
+
+
+def output_of(work: str) -> str:
+    return work[: -len(".partial")]
+
+
+def assembled_record(path: str) -> dict:
+    """What the manifest records of the assembled output, to check it before it is renamed."""
+    size, sha = file_checksum(path)
+    return {"bytes": size, "sha256": sha}
+
+
+def _assembled_whole(work: str, output: str, manifest: dict) -> bool:
+    """Whether the assembled output of a run marked complete (still ``assembling.h5``, or renamed onto
+    the output already) matches the manifest's record of it; if not, a note says it is assembled again."""
+    record = manifest.get("assembled")
+    path = os.path.join(work, ASSEMBLING)
+    if not os.path.exists(path):
+        path = output
+    if record is None:  # marked complete by an earlier build, which recorded no checksum
+        return True
+    try:
+        whole = os.path.exists(path) and assembled_record(path) == record
+    except OSError:
+        whole = False
+    if not whole:
+        note(f"{path} does not match the record of the assembled output in {os.path.join(work, MANIFEST)}: "
+             f"assembling it again from the saved windows")
+        if path != output:
+            durable.remove_quietly(path)
+    return whole
 
 
 def covering_shards(work: str, total: int, patience: float) -> list[dict]:
@@ -231,19 +270,30 @@ def saved_states(work: str, done: list[dict]) -> tuple[torch.Tensor, torch.Tenso
 
 # --- before a run: the output and the finished run it may hold ------------------------------------
 
-def check_output(output: str, overwrite: bool, resume: bool) -> None:
-    """Refuse, before any work, an output that cannot or should not be written."""
+def check_output_path(output: str) -> None:
+    """Refuse, before any work (and before the output's lock is taken), an output that cannot be
+    written: its folder missing or not writable, the output a folder, its name too long for the
+    filesystem (with the temporary names beside it: :func:`elmo_fast.durable.check_writable`)."""
     out_dir = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(out_dir):
         raise ElmoFastError(f"{output}: the output's directory {out_dir} does not exist")
     if os.path.isdir(output):
         raise ElmoFastError(f"{output} is a directory; give the path of the HDF5 file to write")
+    durable.check_writable(output, "output")
+
+
+def check_output(output: str, overwrite: bool, resume: bool) -> None:
+    """Refuse, before any work, an output that cannot or should not be written (with its lock
+    held: what its work area holds is another run's only while that run is alive)."""
+    check_output_path(output)
     work = work_dir_of(output)
     if os.path.isdir(work):
-        if read_manifest(work) is not None:
+        manifest = read_manifest(work)
+        if manifest is not None:
             if not resume:
                 n = len(shard_names(work))
-                raise ElmoFastError(f"{work} holds an interrupted run ({n} window(s) done); pass ",
+                damaged = ", its manifest damaged" if manifest is DAMAGED else ""
+                raise ElmoFastError(f"{work} holds an interrupted run ({n} window(s) done{damaged}); pass ",
                                     Param("resume", True), " to continue it, or remove that directory to start over")
             return  # the run that made it passed the checks below; it may replace the output
     if os.path.exists(output) and not overwrite:

@@ -9,8 +9,9 @@ Both writers share one interface (:class:`Writer`), and write every file through
   or (through the CLI's handlers) SIGTERM or SIGHUP discards it, and a ``kill -9``'s leftovers are
   swept by the next run (:mod:`.leftovers`).
 * :class:`ShardWriter` (``resume=True``, and every rank of a group): one shard per window in the work
-  directory (:mod:`.work_area`), made final as the window is recorded, so that completed windows
-  survive any kill; ``finish`` assembles the output from the shards.
+  directory (:mod:`.work_area`), made final as the window is recorded, then its completion record
+  (:mod:`.shard_records`), so that completed windows survive any kill and a resumed run can check
+  them; ``finish`` assembles the output from the shards.
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ from .assembly import assemble
 from .batching import Window
 from .layout import write_float32, write_sentence_map
 from .lines import Line, lines_digest
-from .work_area import (ASSEMBLING, open_work_dir, remove_work_dir, saved_states, shard_name, work_dir_of,
-                        write_manifest)
+from .shard_records import write_record
+from .work_area import (ASSEMBLING, assembled_record, open_work_dir, remove_work_dir, saved_states, shard_name,
+                        work_dir_of, write_manifest)
 
 
 class Writer(Protocol):
@@ -149,10 +151,12 @@ class ShardWriter:
         if states is not None:
             f.create_dataset("state_h", data=states[0].float().cpu().numpy())
             f.create_dataset("state_c", data=states[1].float().cpu().numpy())
-        f.attrs.update({"start": window.start, "n": len(lines), "tokens": sum(len(line.tokens) for line in lines),
-                        "digest": lines_digest(lines), "first_line": lines[0].index, "last_line": lines[-1].index})
+        facts = {"start": window.start, "n": len(lines), "tokens": sum(len(line.tokens) for line in lines),
+                 "digest": lines_digest(lines), "first_line": lines[0].index, "last_line": lines[-1].index}
+        f.attrs.update(facts)
         shard, self.shard = self.shard, None
-        shard.finish()  # its presence now says: these sentences are done
+        shard.finish()  # whole on disk; only its record, written next, says: these sentences are done
+        write_record(self.work, {"name": os.path.basename(shard.final), **facts})
         self.written += 1
 
     def finish(self, total: int) -> None:
@@ -163,8 +167,9 @@ class ShardWriter:
         assembled = os.path.join(self.work, ASSEMBLING)
         if not self.complete:
             assemble(self.work, self.manifest, total, self.patience, assembled)
-            # from here the assembled file is final: a kill before the rename is finished by --resume
-            self.manifest = {**self.manifest, "complete": True}
+            # from here the assembled file is final: a kill before the rename is finished by --resume,
+            # which checks it against this record first
+            self.manifest = {**self.manifest, "complete": True, "assembled": assembled_record(assembled)}
             write_manifest(self.work, self.manifest)
         if os.path.exists(assembled):
             durable.move(assembled, self.output)
