@@ -128,7 +128,10 @@ class RunLock:
                     os.unlink(self.path)
                 except OSError:
                     pass  # a lock file that stays costs nothing but its name
-            os.close(fd)  # closing the only descriptor drops the flock
+            try:
+                os.close(fd)  # closing the only descriptor drops the flock
+            except OSError:
+                pass  # (and Linux frees it even when close reports an error: the lock file held no data)
 
     def __enter__(self) -> "RunLock":
         return self.acquire()

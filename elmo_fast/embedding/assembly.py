@@ -16,13 +16,14 @@ def assemble(work: str, manifest: dict, total: int, patience: float, path: str) 
     the input's ``total`` sentences (waiting up to ``patience`` seconds for shards to show)."""
     import h5py
 
-    shards = covering_shards(work, total, patience)
+    with durable.reading_back(path):
+        shards = covering_shards(work, total, patience)
     use_keys = manifest["use_sentence_keys"]
     keep = not use_keys and not manifest["forget_sentences"]
     pairs: list[tuple[str, str]] = []
     with durable.durable_hdf5(path) as fout:
         for shard in shards:
-            with h5py.File(os.path.join(work, shard["name"]), "r") as f:
+            with durable.reading_back(path), h5py.File(os.path.join(work, shard["name"]), "r") as f:
                 texts = f["text"].asstr()[...]
                 vectors = f["v"]
                 for j, (index, text) in enumerate(zip(f["lines"][...], texts)):
@@ -33,4 +34,6 @@ def assemble(work: str, manifest: dict, total: int, patience: float, path: str) 
         if keep:
             write_sentence_map(fout, pairs)
         record = {k: v for k, v in manifest.items() if k not in ("complete", "assembled")}
-        fout.attrs[RUN_RECORD] = json.dumps({**record, "shards": [[s["n"], s["digest"]] for s in shards]})
+        # keys sorted: a resumed run (its manifest read back) and an uninterrupted one record the same text
+        fout.attrs[RUN_RECORD] = json.dumps({**record, "shards": [[s["n"], s["digest"]] for s in shards]},
+                                            sort_keys=True)

@@ -65,14 +65,14 @@ def unseal(content: Any) -> dict | None:
 
 
 def read_sealed(path: str) -> dict | None:
-    """A sealed JSON file's content; None when it is unreadable, not JSON, or damaged. Raises
-    FileNotFoundError when it is missing."""
+    """A sealed JSON file's content; None when it is not JSON (or not UTF-8), or damaged. Raises
+    OSError when it cannot be read (FileNotFoundError when it is missing): the caller decides
+    whether an I/O error means "redo" or "stop"."""
+    with open(path, "rb") as f:
+        data = f.read()
     try:
-        with open(path, encoding="utf-8") as f:
-            return unseal(json.load(f))
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError):
+        return unseal(json.loads(data.decode("utf-8")))
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
 
 
@@ -82,7 +82,9 @@ def record_name(shard: str) -> str:
 
 def write_record(work: str, shard: dict) -> None:
     """Record ``shard`` (its ``name`` and :data:`SHARD_FIELDS`) as complete; its file is whole on disk."""
-    size, sha = file_checksum(os.path.join(work, shard["name"]))
+    path = os.path.join(work, shard["name"])
+    with durable.reading_back(path):
+        size, sha = file_checksum(path)
     record = {"shard": shard["name"], **{k: shard[k] for k in SHARD_FIELDS}, "bytes": size, "sha256": sha}
     durable.write_json(os.path.join(work, record_name(shard["name"])), seal(record), indent=None)
 
@@ -96,7 +98,8 @@ def _as_shard(record: dict | None, name: str) -> dict | None:
 
 def recorded_shards(work: str, shard_names: list[str]) -> list[dict]:
     """The shards among ``shard_names`` that have a sound record, as their records say, unchecked
-    (what a run that wrote them, or checked them at its start, knows to be whole)."""
+    (what a run that wrote them, or checked them at its start, knows to be whole). A record that
+    cannot be read raises the OSError."""
     out = []
     for name in shard_names:
         try:
@@ -114,6 +117,8 @@ def _why_untrusted(work: str, name: str) -> str | None:
         shard = _as_shard(read_sealed(os.path.join(work, record_name(name))), name)
     except FileNotFoundError:
         return "it has no completion record (the run stopped before writing it)"
+    except OSError as e:
+        return f"its completion record cannot be read ({durable.describe_os_error(e)})"
     if shard is None:
         return f"its completion record {record_name(name)} is damaged"
     try:

@@ -87,10 +87,13 @@ DAMAGED: dict = {"damaged": True}
 def read_manifest(work: str) -> dict | None:
     """The work directory's manifest; None when there is none; :data:`DAMAGED` when it cannot be
     trusted (written atomically, so only a bad disk or a hand edit gets there)."""
+    path = os.path.join(work, MANIFEST)
     try:
-        manifest = read_sealed(os.path.join(work, MANIFEST))
+        manifest = read_sealed(path)
     except FileNotFoundError:
         return None
+    except OSError as e:  # not "damaged": a passing I/O error must not throw the saved work away
+        raise ElmoFastError(f"{path}: cannot read it ({durable.describe_os_error(e)})") from None
     return DAMAGED if manifest is None else manifest
 
 

@@ -77,13 +77,11 @@ class PlainWriter:
 
     def record(self, window: Window, states) -> None:
         if self.sentences is not None:
-            self.sentences.file.write("".join(json.dumps([line.text, window.key(line)]) + "\n"
-                                              for line in window.lines))
+            self.sentences.write("".join(json.dumps([line.text, window.key(line)]) + "\n" for line in window.lines))
 
     def finish(self, total: int) -> None:
         if self.sentences is not None:
-            self.sentences.file.close()
-            with open(self.sentences.temp, encoding="utf-8") as f:
+            with durable.reading_back(self.path), open(self.sentences.close(), encoding="utf-8") as f:
                 write_sentence_map(self.output.file, (tuple(json.loads(row)) for row in f))
         self.output.finish()  # from here the output is complete: abort() removes only the scratch file
         if self.sentences is not None:
@@ -169,7 +167,9 @@ class ShardWriter:
             assemble(self.work, self.manifest, total, self.patience, assembled)
             # from here the assembled file is final: a kill before the rename is finished by --resume,
             # which checks it against this record first
-            self.manifest = {**self.manifest, "complete": True, "assembled": assembled_record(assembled)}
+            with durable.reading_back(assembled):
+                record = assembled_record(assembled)
+            self.manifest = {**self.manifest, "complete": True, "assembled": record}
             write_manifest(self.work, self.manifest)
         if os.path.exists(assembled):
             durable.move(assembled, self.output)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..durable import durable_hdf5, durable_open
+from ..durable import together
 from .bilm_tf import FILE_CHAR_ROWS, ElmoOptions, LstmWeights, expected_datasets
 from .manylangs_dir import ManyLangsConfig, ManyLangsWeights, save_manylangs
 
@@ -82,17 +82,18 @@ def write_model(directory: str | os.PathLike, options: ElmoOptions, datasets: di
                 options_name: str = "options.json", weights_name: str = "weights.hdf5") -> tuple[Path, Path]:
     """Write ``options.json`` and a bilm-tf-layout ``weights.hdf5``; returns their paths.
 
-    Each file is written durably (:mod:`elmo_fast.durable`): under a temporary name, renamed into
-    place once complete, so that an interrupted write leaves the directory as it was (both renames
-    come last, one after the other).
+    Both files are written together (:func:`elmo_fast.durable.together`): each under a temporary
+    name, and renamed into place only when both are whole on disk, so that a failed or interrupted
+    write leaves the directory as it was, never new weights beside old options.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     options_path, weights_path = directory / options_name, directory / weights_name
-    with durable_open(options_path) as options_file, durable_hdf5(weights_path) as weights_file:
-        json.dump(options.to_dict(), options_file, indent=2)
+    with together() as files:
+        weights_file = files.hdf5(weights_path)
         for name, value in datasets.items():
             weights_file.create_dataset(name, data=value)
+        json.dump(options.to_dict(), files.open(options_path), indent=2)
     return options_path, weights_path
 
 
