@@ -3,7 +3,8 @@ entry point (``ElmoBiLm``, ``ElmoEmbedder``, ``Elmo``, ``HubElmo``, ELMoForManyL
 
 * ``options_file`` + ``weight_file``: bilm-tf's files;
 * a model directory, as ``model_dir=`` or the first argument alone: bilm-tf's (options.json +
-  weights.hdf5) or ELMoForManyLangs' (:mod:`~elmo_fast.formats.model_dir` tells which);
+  weights.hdf5) or ELMoForManyLangs' (:mod:`~elmo_fast.formats.model_dir` tells which; a directory
+  holding both needs ``model_format``, "bilm-tf" or "elmoformanylangs");
 * weights already loaded (``weight_file`` an :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` or
   :class:`~elmo_fast.formats.manylangs_dir.ManyLangsWeights`);
 * nothing: the English model bundled in the package (one line on the ``elmo_fast`` logger says so).
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from .errors import ElmoFastError, Param
 from .formats.bilm_tf import ElmoWeights, load_model_files
 from .formats.manylangs_dir import ManyLangsWeights
-from .formats.model_dir import inspect_model_dir, load_model
+from .formats.model_dir import BILM_TF, check_model_format, inspect_model_dir, load_model
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,12 @@ class ModelSource:
 
 def resolve_model(options_file: str | os.PathLike | None = None,
                   weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
-                  model_dir: str | os.PathLike | None = None) -> ModelSource:
+                  model_dir: str | os.PathLike | None = None, model_format: str | None = None) -> ModelSource:
     """The model named by a constructor's ``options_file``, ``weight_file`` and ``model_dir``, loaded
-    and checked (see the module docstring for the forms); a one-line error for any other mix."""
+    and checked (see the module docstring for the forms); a one-line error for any other mix.
+    model_format: which model of a directory to load ("bilm-tf" or "elmoformanylangs"; files given
+    one by one are bilm-tf's)."""
+    kind = check_model_format(model_format)
     if isinstance(weight_file, (ElmoWeights, ManyLangsWeights)):
         return ModelSource(weight_file)
     if model_dir is None and weight_file is None and options_file is not None and os.path.isdir(options_file):
@@ -46,8 +50,12 @@ def resolve_model(options_file: str | os.PathLike | None = None,
         if options_file is not None or weight_file is not None:
             raise ElmoFastError("give either ", Param("model_dir"), " or ", Param("options_file"), " and ",
                                 Param("weight_file"), ", not both")
-        model = inspect_model_dir(model_dir)
+        model = inspect_model_dir(model_dir, model_format)
         return ModelSource(load_model(model), dict(model.files))
+    if kind not in (None, BILM_TF):
+        raise ElmoFastError(Param("options_file"), " and ", Param("weight_file"), " are a bilm-tf model, but ",
+                            Param("model_format"), f" is {model_format!r}: give the ELMoForManyLangs model's "
+                            "directory as ", Param("model_dir"))
     if options_file is None or weight_file is None:
         raise ElmoFastError("give ", Param("options_file"), " and ", Param("weight_file"), " (bilm-tf), or a "
                             "model directory (", Param("model_dir"), ", bilm-tf or ELMoForManyLangs)")

@@ -75,7 +75,8 @@ class ElmoBiLm(nn.Module):
 
     The model: ``options_file`` and ``weight_file`` (bilm-tf's files), or a model directory, as
     ``model_dir=`` or the first argument alone: bilm-tf's (options.json + weights.hdf5) or an
-    ELMoForManyLangs one (:mod:`~elmo_fast.formats.manylangs_dir`); nothing: the bundled model
+    ELMoForManyLangs one (:mod:`~elmo_fast.formats.manylangs_dir`; a directory holding both needs
+    ``model_format``, "bilm-tf" or "elmoformanylangs"); nothing: the bundled model
     (:mod:`~elmo_fast.model_source`). An ELMoForManyLangs model has its own front end
     (:attr:`front_end`, :class:`~elmo_fast.bilm.word_char_ids.ManyLangsIds`): its token rows are
     ``[word id] + [char ids]`` of its own dictionaries, made by :meth:`batch_to_ids`, its sentence
@@ -131,7 +132,8 @@ class ElmoBiLm(nn.Module):
                  requires_grad: bool = False, stateful: bool = False, backend: str = "auto",
                  token_cache_size: int = 0, dtype: torch.dtype | None = None,
                  vocab_to_cache: Sequence[str] | None = None, *, model_dir: str | os.PathLike | None = None,
-                 cuda_graphs: int = 0, precision: str | Precision | None = None) -> None:
+                 cuda_graphs: int = 0, precision: str | Precision | None = None,
+                 model_format: str | None = None) -> None:
         super().__init__()
         self.backend = resolve_backend(backend)
         #: the fast path's arithmetic (see the class docstring)
@@ -152,7 +154,7 @@ class ElmoBiLm(nn.Module):
         #: when True, forward() adds the seconds spent per stage to stage_times
         self.profile = False
         self.stage_times: dict[str, float] = {}
-        w = resolve_model(options_file, weight_file, model_dir).weights
+        w = resolve_model(options_file, weight_file, model_dir, model_format).weights
         self.options: ElmoOptions | ManyLangsConfig = w.options
         self.front_end: AllenNlpCharIds | ManyLangsIds
         self.token_embedder: CharTokenEmbedder | WordCharTokenEmbedder

@@ -127,8 +127,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.input != "-" and not os.path.exists(args.input):
         raise InputError(f"{args.input}: input file not found")
     check_output(args.output, args.overwrite, args.resume)
+    if args.model_format and not args.model_dir:
+        raise ElmoFastError("--model-format picks the model of a --model-dir DIR that holds both kinds; give it "
+                            "with --model-dir")
     if args.model_dir:
-        model = dict(model_dir=args.model_dir)
+        model = dict(model_dir=args.model_dir, model_format=args.model_format)
     elif args.model:
         from ..pretrained import fetch_model
 
@@ -190,6 +193,9 @@ def add_parser(sub) -> None:
     p.add_argument("--model-dir", metavar="DIR",
                    help="a model directory: bilm-tf's (options.json + weights.hdf5) or ELMoForManyLangs' (config.json, "
                         "char.dic, word.dic, token_embedder.pkl, encoder.pkl)")
+    p.add_argument("--model-format", choices=["bilm-tf", "elmoformanylangs"],
+                   help="which model to load from a --model-dir that holds both kinds (default: the one it holds; "
+                        "both is an error asking for this flag)")
     p.add_argument("--model", metavar="NAME",
                    help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
                         f"official one, downloaded once into the cache: {', '.join(model_names())}")

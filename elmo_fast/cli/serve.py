@@ -24,7 +24,11 @@ def model_source(args: argparse.Namespace) -> tuple[dict, str]:
             raise ElmoFastError("give one of --model-dir DIR, --model NAME or --options F --weights F")
         if not os.path.isdir(args.model_dir):
             raise ElmoFastError(f"--model-dir {args.model_dir}: not a directory")
-        return dict(model_dir=args.model_dir), os.path.basename(os.path.normpath(args.model_dir))
+        return (dict(model_dir=args.model_dir, model_format=args.model_format),
+                os.path.basename(os.path.normpath(args.model_dir)))
+    if args.model_format:
+        raise ElmoFastError("--model-format picks the model of a --model-dir DIR that holds both kinds; give it "
+                            "with --model-dir")
     if args.model:
         from ..pretrained import fetch_model, model_names
 
@@ -106,6 +110,8 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", "--weight-file", help="weights.hdf5 of the model, bilm-tf layout")
     p.add_argument("--model-dir", metavar="DIR",
                    help="a model directory: bilm-tf's (options.json + weights.hdf5) or ELMoForManyLangs'")
+    p.add_argument("--model-format", choices=["bilm-tf", "elmoformanylangs"],
+                   help="which model to load from a --model-dir that holds both kinds")
     p.add_argument("--model", metavar="NAME",
                    help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
                         f"official one, downloaded once into the cache: {', '.join(model_names())}")

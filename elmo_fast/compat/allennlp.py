@@ -56,7 +56,8 @@ class Elmo(nn.Module):
 
     The biLM may also be a model directory, ``model_dir=`` or the first argument alone, of
     bilm-tf or ELMoForManyLangs (e.g. ``Elmo("./hun", num_output_representations=1)``): an
-    ELMoForManyLangs model takes its own ids, from :meth:`batch_to_ids`, [..., T, token_width].
+    ELMoForManyLangs model takes its own ids, from :meth:`batch_to_ids`, [..., T, token_width]. A
+    directory holding both kinds needs ``model_format`` ("bilm-tf" or "elmoformanylangs").
 
     An empty batch (no sentences) gives empty outputs; allennlp raises on it.
     Submodules carry allennlp's names along the whole path (``_elmo_lstm``, the biLM, whose
@@ -71,7 +72,8 @@ class Elmo(nn.Module):
                  keep_sentence_boundaries: bool = False, scalar_mix_parameters: Sequence[float] | None = None,
                  module: nn.Module | None = None, stateful: bool = False, backend: str = "auto",
                  device: str | torch.device | None = None, dtype: torch.dtype | None = None, *,
-                 model_dir: str | os.PathLike | None = None, precision: str | Precision | None = None) -> None:
+                 model_dir: str | os.PathLike | None = None, precision: str | Precision | None = None,
+                 model_format: str | None = None) -> None:
         super().__init__()
         if isinstance(weight_file, int) and not isinstance(weight_file, bool):
             raise ElmoFastError("with a model directory, pass num_output_representations by keyword: "
@@ -82,7 +84,7 @@ class Elmo(nn.Module):
         if not 0.0 <= dropout <= 1.0:
             raise ElmoFastError(f"dropout must be in [0, 1], got {dropout!r}")
         if module is not None:
-            if options_file is not None or weight_file is not None or model_dir is not None:
+            if options_file is not None or weight_file is not None or model_dir is not None or model_format:
                 raise ConfigurationError("give options_file and weight_file (or model_dir), or module, not both "
                                          "(allennlp: \"Don't provide options_file or weight_file with module\")")
             _check_bilm_module(module)
@@ -96,7 +98,7 @@ class Elmo(nn.Module):
         else:
             self._elmo_lstm = ElmoBiLm(options_file, weight_file, requires_grad=requires_grad, stateful=stateful,
                                        backend=backend, dtype=dtype, precision=precision,
-                                       vocab_to_cache=vocab_to_cache, model_dir=model_dir)
+                                       vocab_to_cache=vocab_to_cache, model_dir=model_dir, model_format=model_format)
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
         num_layers = self._elmo_lstm.num_layers

@@ -34,7 +34,8 @@ from ..errors import ElmoFastError, InputError
 class Embedder:
     """``elmoformanylangs.Embedder(model_dir, batch_size=64)``, stateless and on the fast path.
 
-    model_dir: an ELMoForManyLangs model directory (a bilm-tf one works too, with the same API).
+    model_dir: an ELMoForManyLangs model directory (a bilm-tf one works too, with the same API;
+    model_format, "elmoformanylangs" or "bilm-tf", picks one in a directory that holds both).
     batch_size: sentences per batch (sorted by length first, so batches carry little padding).
     device, backend, precision (or dtype, its older name), token_cache_mb: as
     :class:`~elmo_fast.ElmoEmbedder`'s (precision "fp32", "tf32", "bf16" or "fp16", each with its
@@ -43,11 +44,12 @@ class Embedder:
 
     def __init__(self, model_dir: str | os.PathLike, batch_size: int = 64, device: str | torch.device = "cpu",
                  backend: str = "auto", dtype: torch.dtype | None = None, token_cache_mb: float = 256.0, *,
-                 precision: str | Precision | None = None) -> None:
+                 precision: str | Precision | None = None, model_format: str | None = None) -> None:
         self.model_dir = model_dir
         self.batch_size = batch_size
         self.embedder = ElmoEmbedder(model_dir=model_dir, device=device, batch_size=batch_size, backend=backend,
-                                     dtype=dtype, precision=precision, token_cache_mb=token_cache_mb)
+                                     dtype=dtype, precision=precision, token_cache_mb=token_cache_mb,
+                                     model_format=model_format)
         #: the biLM (an :class:`~elmo_fast.ElmoBiLm`)
         self.model = self.embedder.elmo_bilm
 

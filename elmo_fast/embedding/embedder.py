@@ -40,7 +40,8 @@ class ElmoEmbedder:
     """Embed tokenized sentences with a biLM given by its ``options.json`` and ``weights.hdf5``, or
     by a model directory (``model_dir=``, or the first argument alone) of bilm-tf (options.json +
     weights.hdf5) or ELMoForManyLangs (its config, dictionaries and state dicts; the model's own
-    front end then turns tokens into ids, see :class:`~elmo_fast.bilm.model.ElmoBiLm`). With no
+    front end then turns tokens into ids, see :class:`~elmo_fast.bilm.model.ElmoBiLm`); a directory
+    holding both kinds needs ``model_format`` ("bilm-tf" or "elmoformanylangs"). With no
     model at all (``ElmoEmbedder()``), the English model bundled in the package (``default``; one
     line on the ``elmo_fast`` logger says so), as allennlp 0.9's ``ElmoEmbedder()`` used its default.
 
@@ -70,7 +71,7 @@ class ElmoEmbedder:
                  device: str | int | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
                  backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype | None = None, *,
                  cuda_device: int | None = None, model_dir: str | os.PathLike | None = None,
-                 precision: str | Precision | None = None) -> None:
+                 precision: str | Precision | None = None, model_format: str | None = None) -> None:
         if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
             if device != "cpu" and _device_name(device) != _device_name(cuda_device):
                 raise ElmoFastError("give ", Param("device"), " or ", Param("cuda_device"), f", not both "
@@ -84,7 +85,7 @@ class ElmoEmbedder:
         precision = resolve_precision(precision, dtype)
         precision.check_device(self.device)  # before loading the model
         self.batch_size = batch_size
-        source = resolve_model(options_file, weight_file, model_dir)
+        source = resolve_model(options_file, weight_file, model_dir, model_format)
         weights = source.weights
         #: the files that define the model, by role: embed_file(resume=True) records their digests,
         #: to refuse resuming with other ones

@@ -5,7 +5,9 @@
 * ELMoForManyLangs: ``config.json`` (+ the config it names), ``char.dic``, ``word.dic``,
   ``token_embedder.pkl``, ``encoder.pkl`` (:mod:`~elmo_fast.formats.manylangs_dir`).
 
-A directory that is neither gives one line naming what is missing.
+A directory that is neither gives one line naming what is missing. A directory that holds both is
+an error asking which to load (``model_format``, the CLI's ``--model-format``): a silent guess could
+embed with the other model.
 """
 from __future__ import annotations
 
@@ -13,12 +15,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelFileError
+from ..errors import ModelFileError, Param
 from . import manylangs_dir
 from .bilm_tf import ElmoWeights, load_model_files
 
 BILM_TF = "bilm-tf"
 MANYLANGS = "ELMoForManyLangs"
+
+#: what ``model_format`` takes (lower case; any case is accepted), and the kind each one loads
+MODEL_FORMATS = {"bilm-tf": BILM_TF, "elmoformanylangs": MANYLANGS}
 
 _BILM_TF_FILES = "options.json and weights.hdf5"
 _MANYLANGS_FILES = "config.json, char.dic, word.dic, token_embedder.pkl and encoder.pkl"
@@ -42,9 +47,21 @@ def _bilm_tf_weights(d: Path) -> Path | None:
     return candidates[0] if len(candidates) == 1 else None
 
 
-def inspect_model_dir(path: str | os.PathLike) -> ModelDir:
+def check_model_format(model_format: str | None) -> str | None:
+    """The kind (:data:`BILM_TF` or :data:`MANYLANGS`) a ``model_format`` names; None for None."""
+    if model_format is None:
+        return None
+    kind = MODEL_FORMATS.get(model_format.lower()) if isinstance(model_format, str) else None
+    if kind is None:
+        raise ModelFileError(Param("model_format"), f" must be one of {', '.join(MODEL_FORMATS)}, got {model_format!r}")
+    return kind
+
+
+def inspect_model_dir(path: str | os.PathLike, model_format: str | None = None) -> ModelDir:
     """Which kind of model ``path`` holds, and its files; a :class:`ModelFileError` naming the
-    missing file when it is neither kind."""
+    missing file when it is neither kind, or asking for ``model_format`` when it holds both.
+    model_format: "bilm-tf" or "elmoformanylangs", to load that one (its files must be there)."""
+    kind = check_model_format(model_format)
     d = Path(path)
     if not d.exists():
         raise ModelFileError(f"{d}: model directory not found")
@@ -55,18 +72,32 @@ def inspect_model_dir(path: str | os.PathLike) -> ModelDir:
                                                    manylangs_dir.TOKEN_EMBEDDER_PKL, manylangs_dir.ENCODER_PKL)}
     pickles = has[manylangs_dir.TOKEN_EMBEDDER_PKL] or has[manylangs_dir.ENCODER_PKL]
     weights = _bilm_tf_weights(d)
+    if kind == MANYLANGS:
+        if not has[manylangs_dir.CONFIG_FILE]:
+            _raise_missing(d, manylangs_dir.CONFIG_FILE, MANYLANGS)
+        return _manylangs_model_dir(d)
+    if kind == BILM_TF:
+        return _bilm_tf_model_dir(d, has["options.json"], weights)
+    if has[manylangs_dir.CONFIG_FILE] and pickles and has["options.json"] and weights is not None:
+        raise ModelFileError(f"{d} holds both a bilm-tf model ({_BILM_TF_FILES}) and an ELMoForManyLangs model "
+                             f"(config.json, token_embedder.pkl, encoder.pkl): say which to load with ",
+                             Param("model_format", "bilm-tf"), " or ", Param("model_format", "elmoformanylangs"))
     if has[manylangs_dir.CONFIG_FILE] and (pickles or not has["options.json"]):
         return _manylangs_model_dir(d)
     if has["options.json"] or weights is not None:
-        if not has["options.json"]:
-            _raise_missing(d, "options.json", BILM_TF)
-        if weights is None:
-            _raise_missing(d, "weights.hdf5", BILM_TF)
-        return ModelDir(BILM_TF, d, {"options": d / "options.json", "weights": weights})
+        return _bilm_tf_model_dir(d, has["options.json"], weights)
     if pickles:
         _raise_missing(d, manylangs_dir.CONFIG_FILE, MANYLANGS)
     raise ModelFileError(f"{d}: not a model directory: it holds neither {_BILM_TF_FILES} (bilm-tf, allennlp) nor "
                          f"{_MANYLANGS_FILES} (ELMoForManyLangs)")
+
+
+def _bilm_tf_model_dir(d: Path, has_options: bool, weights: Path | None) -> ModelDir:
+    if not has_options:
+        _raise_missing(d, "options.json", BILM_TF)
+    if weights is None:
+        _raise_missing(d, "weights.hdf5", BILM_TF)
+    return ModelDir(BILM_TF, d, {"options": d / "options.json", "weights": weights})
 
 
 def _raise_missing(d: Path, name: str, kind: str) -> None:
@@ -87,9 +118,10 @@ def _manylangs_model_dir(d: Path) -> ModelDir:
     return ModelDir(MANYLANGS, d, files)
 
 
-def load_model_dir(path: str | os.PathLike) -> ElmoWeights | manylangs_dir.ManyLangsWeights:
+def load_model_dir(path: str | os.PathLike,
+                   model_format: str | None = None) -> ElmoWeights | manylangs_dir.ManyLangsWeights:
     """The weights of a model directory of either kind, checked (see :func:`inspect_model_dir`)."""
-    model = inspect_model_dir(path)
+    model = inspect_model_dir(path, model_format)
     return load_model(model)
 
 
