@@ -121,8 +121,10 @@ ALLOWED = {
     "elmo_fast.durable": {"elmo_fast.errors"},
     # one run per target: a lock any room may take, knowing none of them
     "elmo_fast.run_lock": {"elmo_fast.errors"},
-    "elmo_fast.bilm.char_ids": set(),
-    "elmo_fast.bilm.word_char_ids": set(),
+    # what the API takes as tokenized sentences: one check for every entry point, knowing none of them
+    "elmo_fast.sentences": {"elmo_fast.errors"},
+    "elmo_fast.bilm.char_ids": {"elmo_fast.sentences"},
+    "elmo_fast.bilm.word_char_ids": {"elmo_fast.sentences"},
     # the oracle: plain PyTorch, never the fast path
     "elmo_fast.bilm.reference": {"elmo_fast.bilm.char_ids"},
     # the ops know nothing of files, models or the CLI: the extension (and what it was built

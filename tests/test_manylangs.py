@@ -199,9 +199,9 @@ def test_output_layer_and_input_errors(variant_dirs):
             e.sents2elmo([["a"]], output_layer=bad)
     # -3 is layer 0 from the end, as numpy indexing gives ELMoForManyLangs
     assert np.array_equal(e.sents2elmo([["a", "b"]], output_layer=-3)[0], e.sents2elmo([["a", "b"]], output_layer=0)[0])
-    with pytest.raises(ValueError, match="not a string"):
+    with pytest.raises(ValueError, match="sents: expected a batch of sentences, .* found a str 'a b c'"):
         e.sents2elmo("a b c")
-    with pytest.raises(ValueError, match="sentence 1: expected a list of tokens"):
+    with pytest.raises(ValueError, match=r"sents\[1\]: expected a sentence, a sequence of tokens, found a str 'b c'"):
         e.sents2elmo([["a"], "b c"])
     assert e.sents2elmo([]) == []
     assert e.sents2elmo([[]], output_layer=-1)[0].shape == (0, 32)

@@ -12,6 +12,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..sentences import as_batch
+
 MAX_WORD_LENGTH = 50
 BEGINNING_OF_SENTENCE_CHARACTER = 256  # <begin sentence>
 END_OF_SENTENCE_CHARACTER = 257  # <end sentence>
@@ -54,12 +56,12 @@ def word_to_char_ids(word: str) -> tuple[int, ...]:
 def batch_to_ids(batch: Sequence[Sequence[str]]) -> Tensor:
     """Character ids of a batch of tokenized sentences.
 
-    batch:   B sentences, each a list of tokens (strings).
+    batch:   B sentences, each a sequence of tokens (str): lists, tuples, numpy arrays of str
+             (:mod:`elmo_fast.sentences`; anything else is a one-line error, a TypeError).
     returns  LongTensor [B, T, 50], T the longest sentence's length; token slots past a
              sentence's end are all zeros.
     """
-    if isinstance(batch, str) or any(isinstance(s, str) for s in batch):
-        raise TypeError("batch_to_ids expects a list of token lists, e.g. [['Hello', 'world']], not strings")
+    batch = as_batch(batch, "batch_to_ids")
     longest = max((len(s) for s in batch), default=0)
     out = torch.zeros(len(batch), longest, MAX_WORD_LENGTH, dtype=torch.long)
     for i, sentence in enumerate(batch):

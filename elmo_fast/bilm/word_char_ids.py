@@ -24,6 +24,8 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from ..sentences import as_batch
+
 BOS_TOKEN = "<bos>"
 EOS_TOKEN = "<eos>"
 
@@ -87,8 +89,7 @@ class ManyLangsIds:
 
     def batch_to_ids(self, batch: Sequence[Sequence[str]]) -> Tensor:
         """LongTensor [B, T, width] of a batch of tokenized sentences; rows past a sentence's end are zeros."""
-        if isinstance(batch, str) or any(isinstance(s, str) for s in batch):
-            raise TypeError("batch_to_ids expects a list of token lists, e.g. [['Hello', 'world']], not strings")
+        batch = as_batch(batch, "batch_to_ids")
         longest = max((len(s) for s in batch), default=0)
         out = torch.zeros(len(batch), longest, self.width, dtype=torch.long)
         for i, sentence in enumerate(batch):

@@ -28,7 +28,8 @@ import torch
 
 from ..bilm.precision import Precision
 from ..embedding.embedder import ElmoEmbedder
-from ..errors import ElmoFastError, InputError
+from ..errors import ElmoFastError
+from ..sentences import as_batch
 
 
 class Embedder:
@@ -73,13 +74,7 @@ class Embedder:
                 or not -layers <= output_layer < layers:
             raise ElmoFastError(f"output_layer must be -1 (the mean of the layers), -2 (all layers) or a layer in "
                                 f"0..{layers - 1} (or -{layers}..-3 from the end), got {output_layer!r}")
-        if isinstance(sents, str):
-            raise InputError("sents2elmo expects a list of sentences, each a list of tokens, not a string")
-        sents = list(sents)
-        for i, s in enumerate(sents):
-            if isinstance(s, str) or not all(isinstance(t, str) for t in s):
-                raise InputError(f"sentence {i}: expected a list of tokens (str), got {type(s).__name__}"
-                                 + (f"; split it first, e.g. {s.split()[:3]!r}" if isinstance(s, str) else ""))
+        sents = as_batch(sents, "sents")
         # Longest first, in batches: vectors do not depend on batching, so sorting only saves padding.
         order = sorted(range(len(sents)), key=lambda i: -len(sents[i]))
         out: list[np.ndarray | None] = [None] * len(sents)

@@ -11,19 +11,13 @@ import torch
 from ..bilm.model import ElmoBiLm
 from ..bilm.precision import Precision, resolve_precision
 from ..devices import resolve_device
-from ..errors import ElmoFastError, InputError, Param
+from ..errors import ElmoFastError, Param
 from ..model_source import resolve_model
+from ..sentences import as_batch, as_sentence
 from .lines import read_sentences  # noqa: F401  (public here too)
 from .input_guard import DEFAULT_MAX_LINE_LENGTH
 from .options import DEFAULT_WINDOW, OUTPUT_FORMATS, EmbedOptions  # noqa: F401  (public here too)
 from .pipeline import embed_corpus
-
-
-def _check_sentence(sentence: object, where: str) -> None:
-    if isinstance(sentence, str):
-        raise InputError(f"{where}: expected a list of tokens, got a string; split it first, e.g. {sentence.split()[:3]!r}")
-    if not all(isinstance(t, str) for t in sentence):  # type: ignore[union-attr]
-        raise InputError(f"{where}: every token must be a str")
 
 
 def _device_name(device: object) -> str:
@@ -115,13 +109,14 @@ class ElmoEmbedder:
         return self.elmo_bilm.embed(self.elmo_bilm.batch_to_ids(batch))
 
     def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
-        """One tokenized sentence -> float32 array (L + 1, T, 2P)."""
-        return self.embed_batch([sentence])[0]
+        """One tokenized sentence (a list, a tuple or a 1-D numpy array of str) -> float32 array
+        (L + 1, T, 2P)."""
+        return self.embed_batch([as_sentence(sentence, "sentence")])[0]
 
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """A list of tokenized sentences -> a list of arrays (L + 1, T_i, 2P), in order."""
-        for i, s in enumerate(batch):
-            _check_sentence(s, f"sentence {i} of the batch")
+        """A batch of tokenized sentences (:mod:`elmo_fast.sentences`: lists, tuples, numpy arrays of
+        str) -> a list of arrays (L + 1, T_i, 2P), in order."""
+        batch = as_batch(batch, "batch")
         if len(batch) == 0:
             return []
         # allennlp skips the model for [[]] (states untouched); stateless, any all-empty batch is zeros
@@ -133,11 +128,16 @@ class ElmoEmbedder:
         return [activations[i, :, :n] if n else self._empty() for i, n in enumerate(lengths)]
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int | None = None) -> Iterator[np.ndarray]:
-        """Lazily embed an iterable of tokenized sentences, in batches, yielding in input order."""
+        """Lazily embed an iterable of tokenized sentences (each as :meth:`embed_sentence` takes it),
+        in batches, yielding in input order."""
         batch_size = batch_size or self.batch_size
+        if isinstance(sentences, (str, bytes)):
+            as_batch(sentences, "sentences")  # the error: a string, not sentences
         it = iter(sentences)
-        while batch := list(islice(it, batch_size)):
-            yield from self.embed_batch(batch)
+        start = 0
+        while chunk := list(islice(it, batch_size)):
+            yield from self.embed_batch([as_sentence(s, f"sentences[{start + i}]") for i, s in enumerate(chunk)])
+            start += len(chunk)
 
     def embed_file(self, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
                    output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
