@@ -336,3 +336,48 @@ def test_every_injected_failure_point_gives_an_error_and_no_partial_file(tmp_pat
     assert report["tried"] == 2 * report["total"]
     assert report["bad"] == [], report["bad"][:10]
     assert "Exception ignored" not in run.stderr, run.stderr[-3000:]
+
+
+# --- several files that make one whole; reading back what was written ------------------------------
+
+@pytest.mark.parametrize("where", ["body", "second file's fsync"])
+def test_files_written_together_change_no_final_name_on_failure(tmp_path, monkeypatch, where):
+    (tmp_path / "options.json").write_text("old options")
+    (tmp_path / "weights.hdf5").write_bytes(b"old weights")
+    real_fsync = os.fsync
+    fsyncs = []
+
+    def second_fails(fd):
+        fsyncs.append(fd)
+        if len(fsyncs) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(fd)
+
+    with pytest.raises(WriteError if where != "body" else KeyError) as info:
+        with durable.together() as files:
+            files.hdf5(tmp_path / "weights.hdf5").create_dataset("w", data=np.ones(3))
+            files.open(tmp_path / "options.json").write("new options")
+            if where == "body":
+                raise KeyError("boom")
+            monkeypatch.setattr(os, "fsync", second_fails)
+    monkeypatch.undo()
+    if where != "body":
+        assert str(info.value) == f"cannot write {tmp_path / 'options.json'}: No space left on device (ENOSPC)"
+    assert (tmp_path / "options.json").read_text() == "old options"
+    assert (tmp_path / "weights.hdf5").read_bytes() == b"old weights"
+    assert _leftovers(tmp_path) == []
+    with durable.together() as files:
+        files.hdf5(tmp_path / "weights.hdf5").create_dataset("w", data=np.ones(3))
+        files.open(tmp_path / "options.json").write("new options")
+    assert (tmp_path / "options.json").read_text() == "new options" and _leftovers(tmp_path) == []
+    with h5py.File(tmp_path / "weights.hdf5", "r") as f:
+        assert f["w"][...].tolist() == [1, 1, 1]
+
+
+def test_reading_back_fails_the_file_being_made(tmp_path):
+    with pytest.raises(WriteError, match=rf"^cannot write {tmp_path / 'out.h5'}: Input/output error \(EIO\)$"):
+        with durable.reading_back(tmp_path / "out.h5"):
+            raise OSError(errno.EIO, "Input/output error")
+    with pytest.raises(durable.ElmoFastError, match="not an I/O error"):  # the package's own errors pass through
+        with durable.reading_back(tmp_path / "out.h5"):
+            raise durable.ElmoFastError("not an I/O error")

@@ -2,6 +2,7 @@
 never blocks."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -66,3 +67,32 @@ def test_released_lock_is_free_and_same_process_cannot_nest(tmp_path):
 def test_unopenable_lock_file_is_a_one_line_error(tmp_path):
     with pytest.raises(RunLocked, match=r"^target: cannot open the lock file .*missing/l: No such file"):
         RunLock(tmp_path / "missing" / "l", "target").acquire()
+
+
+def test_remove_on_release_leaves_no_file_and_a_run_that_opened_the_old_one_retries(tmp_path):
+    """A lock beside an output is removed when its run ends; a run that opened the file just before
+    that must not lock a file no longer under the name (two runs would then hold "the" lock)."""
+    lock = tmp_path / ".out.lock"
+    first = RunLock(lock, "output o", remove=True).acquire()
+    late = RunLock(lock, "output o", remove=True)
+    stale_fd = os.open(lock, os.O_RDWR)  # opened while the first run held it
+    first.release()
+    assert not lock.exists()
+    assert not late._same_file(stale_fd)  # what acquire checks once it holds the flock
+    os.close(stale_fd)
+    with late:
+        assert lock.exists() and json.loads(lock.read_text())["pid"] == os.getpid()
+        with pytest.raises(RunLocked, match=rf"output o is in use by another elmo-fast run \(PID {os.getpid()} "):
+            RunLock(lock, "output o", remove=True).acquire()
+    assert not lock.exists()
+
+
+def test_a_killed_holders_file_is_taken_and_removed_by_the_next_run(tmp_path):
+    lock = tmp_path / ".out.lock"
+    proc = _holder(lock)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert lock.exists()
+    with RunLock(lock, "output o", remove=True):
+        pass
+    assert not lock.exists()
