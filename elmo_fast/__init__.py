@@ -17,6 +17,8 @@ The package, by room:
 * :mod:`elmo_fast.convert`       TensorFlow checkpoints (bilm-tf runs, TF-Hub modules) into model directories
 * :mod:`elmo_fast.cli`           the ``elmo-fast`` command
 * :mod:`elmo_fast.durable`       the one write path: every file the package writes is whole under its final name
+* :mod:`elmo_fast.run_lock`      one run per target: a lock held for a whole run (a killed holder never blocks)
+* :mod:`elmo_fast.sentences`     what the Python API takes as tokenized sentences, checked in one place
 """
 from . import pretrained
 from .bilm import ElmoBiLm, ScalarMix, batch_to_ids
