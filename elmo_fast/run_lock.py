@@ -23,13 +23,17 @@ file stays, and never blocks: the next run takes it and removes it in turn.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
 from pathlib import Path
 
 from .errors import ElmoFastError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): no flock, so no lock (every command runs as before)
+    fcntl = None  # type: ignore[assignment]
 
 
 class RunLocked(ElmoFastError):
@@ -71,6 +75,8 @@ class RunLock:
     def acquire(self) -> "RunLock":
         if self._fd is not None:
             raise RuntimeError(f"{self.path}: this RunLock is already held")
+        if fcntl is None:
+            return self
         while True:
             fd = self._lock_once()
             if fd is not None:

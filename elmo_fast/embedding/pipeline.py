@@ -7,7 +7,8 @@ Lines are read lazily and checked as they arrive. A bounded window of sentences 
 sorted by length and cut into batches under a token budget; every result goes to disk as soon as
 its batch is done, so memory does not grow with the corpus (only ``sentence_to_index``, one JSON
 string in allennlp's layout, is built whole at the end). Every file is written through
-:mod:`elmo_fast.durable`. Three ways to write:
+:mod:`elmo_fast.durable`, and a run holds its output's lock from its first check to its end
+(:mod:`.output_lock`: one run per output). Three ways to write:
 
 * plain (default): one HDF5 file under a temporary name beside the output, renamed into place
   when complete (:class:`~.writers.PlainWriter`);
@@ -30,7 +31,7 @@ from ..errors import ElmoFastError, Param
 from . import ranks as group
 from .batch_runner import BatchRunner, Embedder
 from .batching import Window, batches, windows
-from .input_guard import rereadable
+from .input_guard import kind_of, rereadable
 from .leftovers import stale_temp_files
 from .lines import Line, read_sentences, refuse_duplicates
 from .options import EmbedOptions
@@ -104,7 +105,7 @@ class CorpusRun:
                                           Param("stateful", True), ")")
             if not self.rereadable:
                 raise _refusal_in_a_group("every rank reads the input itself; give a file on a filesystem that every "
-                                          "rank shares", f"input from a stream ({self.name})")
+                                          "rank shares", f"input from {kind_of(input_file)} ({self.name})")
             self.ranks = group.Ranks.join(work_dir_of(output))
             # the work directory is how ranks write, and how a restarted group continues
             options = dataclasses.replace(options, resume=True,
