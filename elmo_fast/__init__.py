@@ -4,10 +4,13 @@ The package, by room:
 
 * :mod:`elmo_fast.bilm`        the biLM core: stages (char CNN, highway, projection, biLSTM), their
                                reference twins, the compiled ops, ``ElmoBiLm``, ``ScalarMix``
-* :mod:`elmo_fast.formats`     model files (bilm-tf's options.json + weights.hdf5, ELMoForManyLangs' directories)
+* :mod:`elmo_fast.formats`     model files (bilm-tf's options.json + weights.hdf5, ELMoForManyLangs' directories,
+                               the NLPL repository's archives)
 * :mod:`elmo_fast.embedding`   ``ElmoEmbedder`` and corpus-scale ``embed_file``
-* :mod:`elmo_fast.compat`      allennlp's ``Elmo``, TF-Hub's signatures, ELMoForManyLangs' ``Embedder``
+* :mod:`elmo_fast.compat`      allennlp's ``Elmo``, TF-Hub's signatures, ELMoForManyLangs' ``Embedder``,
+                               simple_elmo's ``ElmoModel``
 * :mod:`elmo_fast.manylangs`   ``from elmo_fast.manylangs import Embedder``: ELMoForManyLangs' API and models
+* :mod:`elmo_fast.simple_elmo` ``from elmo_fast.simple_elmo import ElmoModel``: simple_elmo's API, NLPL archives
 * :mod:`elmo_fast.pretrained`  models by name
 * :mod:`elmo_fast.cli`         the ``elmo-fast`` command
 """

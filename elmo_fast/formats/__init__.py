@@ -3,6 +3,7 @@
 * :mod:`~elmo_fast.formats.bilm_tf`    bilm-tf's ``options.json`` + ``weights.hdf5`` (allennlp's and TF-Hub's models)
 * :mod:`~elmo_fast.formats.manylangs`  ELMoForManyLangs' model directories (config, dictionaries, state dicts)
 * :mod:`~elmo_fast.formats.model_dir`  which kind of model a directory holds, and its weights
+* :mod:`~elmo_fast.formats.nlpl`       the NLPL repository's archives (a folder or a .zip; vocab.txt(.gz), meta.json)
 
 Formats know nothing of modules: they turn files into :class:`ElmoOptions` and
 :class:`ElmoWeights` (or :class:`ManyLangsConfig` and :class:`ManyLangsWeights`), tensors in
