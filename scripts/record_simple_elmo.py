@@ -41,9 +41,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results, archives = run_peer(sorted(CASES), tmp, args.peer_python)
         digests = {f"digest/{kind}": np.array(weights_digest(path)) for kind, path in archives.items()}
-    versions = subprocess.run([args.peer_python, "-c", "import importlib.metadata as m; print(m.version('simple_elmo'), "
-                               "m.version('tensorflow-cpu'), m.version('numpy'))"],
-                              capture_output=True, text=True, check=True).stdout.split()
+    script = "import importlib.metadata as m; print(*(m.version(d) for d in ('simple_elmo', 'tensorflow-cpu', 'numpy')))"
+    versions = subprocess.run([args.peer_python, "-c", script], capture_output=True, text=True, check=True).stdout.split()
     packed = {}
     for key, value in results.items():
         if value.dtype == np.float64 and np.array_equal(value.astype(np.float32).astype(np.float64), value,

@@ -103,6 +103,17 @@ def record(plan_path: str, out_path: str) -> None:
     np.savez_compressed(out_path, **results)
 
 
+def _peak_rss_mb() -> float | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def bench(plan_path: str, out_path: str) -> None:
     """Load the model, embed the texts ``repeats`` times; the times of each."""
     started = time.perf_counter()
@@ -124,7 +135,7 @@ def bench(plan_path: str, out_path: str) -> None:
         vectors = model.get_elmo_vectors(plan["texts"], warmup=plan["warmup"], layers=plan["layers"])
         times.append(time.perf_counter() - t0)
     out = {"import_s": imported - started, "load_s": loaded - imported, "call_s": times,
-           "shape": list(vectors.shape), "tensorflow": tf.__version__}
+           "shape": list(vectors.shape), "tensorflow": tf.__version__, "peak_rss_mb": _peak_rss_mb()}
     if plan.get("save_vectors"):
         np.save(plan["save_vectors"], vectors.astype(np.float32))
     with open(out_path, "w") as f:

@@ -69,8 +69,9 @@ def write_archive(kind: str, directory: str | os.PathLike, seed: int | None = No
         V = LM_OPTIONS["n_tokens_vocab"]
         import torch
 
-        write_softmax(d / "softmax.hdf5", torch.from_numpy((rng.standard_normal((V, P)) * 2 / np.sqrt(P)).astype(np.float32)),
-                      torch.from_numpy((rng.standard_normal(V) * 0.5).astype(np.float32)))
+        weight = (rng.standard_normal((V, P)) * 2 / np.sqrt(P)).astype(np.float32)
+        bias = (rng.standard_normal(V) * 0.5).astype(np.float32)
+        write_softmax(d / "softmax.hdf5", torch.from_numpy(weight), torch.from_numpy(bias))
     if spec.get("vocab", True):
         text = "\n".join(vocab_tokens(kind)) + "\n"
         if spec.get("vocab_gz"):

@@ -37,3 +37,9 @@ def test_bench_train():
 def test_bench_train_ops():
     out = _run("bench_train_ops.py", "--preset", "tiny", "--batch", "4", "--repeats", "1", "--ref-repeats", "1")
     assert "whole biLM" in out and "train/infer" in out
+
+
+def test_bench_simple_elmo(tmp_path):
+    # elmo-fast's row only: simple_elmo's needs TensorFlow in a side environment, which CI does not have
+    out = _run("bench_simple_elmo.py", "--quick", "--systems", "elmo-fast", "--cache-dir", tmp_path)
+    assert "| elmo-fast (fast) |" in out and "vectors not compared" in out

@@ -40,7 +40,7 @@ from ..bilm.model import ElmoBiLm
 from ..errors import InputError
 from .simple_elmo_vocab import BOS, EOS, UnicodeCharsVocabulary
 
-_ROWS_PER_PASS = 256  # rows of scores [rows, V] in memory at once
+_SCORES_PER_PASS = 1 << 24  # scores [rows, V] in memory at once (64 MB of float32)
 
 
 class SimpleElmoBatchError(InputError, SystemError):
@@ -71,7 +71,8 @@ class LanguageModelHead:
         return torch.addmm(self.bias, h, self.weight.t())
 
 
-def _stream(sentences: list[str], vocab: UnicodeCharsVocabulary, reverse: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _stream(sentences: list[str], vocab: UnicodeCharsVocabulary,
+            reverse: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """bilm-tf's ``lm_encode``: (word ids, character rows) of each sentence, the boundaries included."""
     for sentence in sentences:
         words = sentence.split()
@@ -116,8 +117,9 @@ class _TopByRow:
 
     def add(self, rows: Sequence[np.ndarray]) -> None:
         new = list({r.tobytes(): r for r in rows if r.tobytes() not in self.known}.items())
-        for start in range(0, len(new), _ROWS_PER_PASS):
-            part = new[start:start + _ROWS_PER_PASS]
+        step = max(1, _SCORES_PER_PASS // self.lm.weight.shape[0])
+        for start in range(0, len(new), step):
+            part = new[start:start + step]
             forward, backward = self.lm.one_token_scores(np.stack([r for _, r in part]).astype(np.int64) + 1)
             picked = [self._top(s.cpu().numpy()) for s in (forward, backward)]
             for j, (key, _) in enumerate(part):
