@@ -97,7 +97,7 @@ def weights_digest(path: str | os.PathLike) -> str:
     HDF5's byte layout."""
     import h5py
 
-    from elmo_fast.formats.nlpl import open_nlpl
+    from elmo_fast.formats.nlpl_archive import open_nlpl
 
     archive = open_nlpl(path)
     h = hashlib.sha256()

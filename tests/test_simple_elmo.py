@@ -423,3 +423,18 @@ def test_zip_weights_are_read_without_leaving_files(archives):
     model = _load(archives("zip"), {})
     assert model.archive.is_zip and model.archive.vocab == "vocab.txt"
     assert not {n for n in set(os.listdir(tmp)) - before if n.startswith("elmo_fast_nlpl_")}
+
+
+def test_precision_as_every_entry_point_takes_it(archives):
+    from elmo_fast.bilm.ops import HAS_EXTENSION
+    from elmo_fast.bilm.precision import BF16, FP32
+
+    assert _load(archives("folder"), {}).elmo_bilm.precision is FP32
+    if HAS_EXTENSION:
+        model = _load(archives("folder"), dict(precision="bf16"))
+        assert model.elmo_bilm.precision is BF16
+        texts = _fresh_texts(3, np.random.default_rng(7))
+        fp32 = _load(archives("folder"), {}).get_elmo_vectors(texts)
+        assert np.abs(model.get_elmo_vectors(texts) - fp32).max() < 0.05 * np.abs(fp32).max()
+    with pytest.raises(ElmoFastError, match="precision"):
+        ElmoModel().load(archives("folder"), precision="fp16")  # CUDA only: refused before reading the model

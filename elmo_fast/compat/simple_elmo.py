@@ -75,9 +75,10 @@ import numpy as np
 import torch
 
 from ..bilm.model import ElmoBiLm
+from ..bilm.precision import Precision, resolve_precision
 from ..devices import resolve_device
 from ..errors import ElmoFastError, InputError, ModelFileError, Param
-from ..formats.nlpl import NlplArchive, is_nlpl_zip, open_nlpl
+from ..formats.nlpl_archive import NlplArchive, is_nlpl_zip, open_nlpl
 from . import simple_elmo_lm
 from .simple_elmo_vocab import Batcher, UnicodeCharsVocabulary
 
@@ -125,7 +126,7 @@ class ElmoModel:
         self.logger = logging.getLogger(__name__)
         #: the biLM (an :class:`~elmo_fast.ElmoBiLm`), once loaded
         self.elmo_bilm: ElmoBiLm | None = None
-        #: the archive's files and its meta.json (:class:`~elmo_fast.formats.nlpl.NlplArchive`)
+        #: the archive's files and its meta.json (:class:`~elmo_fast.formats.nlpl_archive.NlplArchive`)
         self.archive: NlplArchive | None = None
         #: ``softmax/W`` [V, P] and ``softmax/b`` [V] (``full=True``)
         self.softmax: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -136,8 +137,8 @@ class ElmoModel:
 
     def load(self, directory: str | os.PathLike, max_batch_size: int = 32, limit: int = 100, full: bool = False, *,
              stateful: bool = True, device: str | torch.device = "cpu", backend: str = "auto",
-             dtype: torch.dtype = torch.float32) -> str:
-        """Load an NLPL archive (a folder or a ``.zip``; see :mod:`~elmo_fast.formats.nlpl`).
+             precision: str | Precision | None = None, dtype: torch.dtype | None = None) -> str:
+        """Load an NLPL archive (a folder or a ``.zip``; see :mod:`~elmo_fast.formats.nlpl_archive`).
 
         max_batch_size: texts per batch. limit: the vocabulary's first words whose character ids are
         cached (see the module docstring for when that matters). full: also load the language
@@ -145,7 +146,7 @@ class ElmoModel:
         ``"The model is now loaded."``, as simple_elmo does.
 
         elmo-fast's (keyword-only): stateful=False starts every text from zero LSTM states;
-        device, backend, dtype as :class:`~elmo_fast.ElmoEmbedder`'s.
+        device, backend, precision (``dtype`` its alias) as :class:`~elmo_fast.ElmoEmbedder`'s.
         """
         path = os.fspath(directory)
         if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, (int, np.integer)) or max_batch_size < 1:
@@ -157,6 +158,9 @@ class ElmoModel:
         if not (os.path.isdir(path) or is_nlpl_zip(path)):
             raise SimpleElmoExit(f"{path}: either provide a path to a directory with the model or to the model in "
                                  f"a ZIP archive")
+        device = resolve_device(device)
+        precision = resolve_precision(precision, dtype)
+        precision.check_device(device)  # before reading the model
         try:
             archive = open_nlpl(path)
         except ModelFileError as e:
@@ -183,9 +187,8 @@ class ElmoModel:
             softmax = archive.load_softmax(vocab.size)
         weights = archive.load_weights()
         entry_bytes = 4 * (options.projection_dim + 8 * options.cell_dim)
-        bilm = ElmoBiLm.from_weights(weights, stateful=stateful, backend=backend, dtype=dtype,
+        bilm = ElmoBiLm.from_weights(weights, stateful=stateful, backend=backend, precision=precision,
                                      token_cache_size=_TOKEN_CACHE_MB * 2**20 // entry_bytes)
-        device = resolve_device(device)
         self.elmo_bilm = bilm.to(device).eval()
         self.softmax = None if softmax is None else (softmax[0].to(device), softmax[1].to(device))
         self.archive, self.batcher, self.vocab = archive, batcher, vocab
