@@ -16,6 +16,7 @@ The package, by room:
 * :mod:`elmo_fast.manylangs`     ``from elmo_fast.manylangs import Embedder``: ELMoForManyLangs' API and models
 * :mod:`elmo_fast.simple_elmo`   ``from elmo_fast.simple_elmo import ElmoModel``: simple_elmo's API, NLPL archives
 * :mod:`elmo_fast.pretrained`    models by name
+* :mod:`elmo_fast.convert`       TensorFlow checkpoints (bilm-tf runs, TF-Hub modules) into model directories
 * :mod:`elmo_fast.cli`           the ``elmo-fast`` command
 """
 from . import pretrained

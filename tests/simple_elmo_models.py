@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmo_fast.durable import durable_open, durable_path, write_json, write_text
+from elmo_fast.durable import durable_open, durable_path, write_bytes, write_json, write_text
 from elmo_fast.formats.bilm_tf import write_softmax
 from elmo_fast.testing import random_model, random_words
 
@@ -44,7 +44,11 @@ KINDS = {
     "late_specials": dict(seed=14, specials_last=True),
     # a full model: softmax.hdf5 and the training options simple_elmo's language model reads
     "full": dict(seed=15, softmax=True),
+    # a bilm-tf training folder (TensorFlow checkpoints, no HDF5): tests/fixtures/tf_checkpoints' run, its
+    # checkpoint file naming the checkpoints by their base names (simple_elmo finds no other)
+    "tf_run": dict(seed=0, tf_run=True),
 }
+TF_RUN = Path(__file__).resolve().parent / "fixtures" / "tf_checkpoints"
 
 
 def vocab_tokens(kind: str) -> list[str]:
@@ -59,6 +63,14 @@ def write_archive(kind: str, directory: str | os.PathLike, seed: int | None = No
     seed = spec["seed"] if seed is None else seed
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
+    if spec.get("tf_run"):  # its weights are the fixture's, whatever the seed
+        for src in sorted((TF_RUN / "bilm_tf_run").iterdir()):
+            if src.name != "checkpoint":
+                write_bytes(d / src.name, src.read_bytes())
+        write_text(d / "checkpoint", 'model_checkpoint_path: "model.ckpt-3"\nall_model_checkpoint_paths: '
+                                     '"model.ckpt-2"\nall_model_checkpoint_paths: "model.ckpt-3"\n')
+        write_bytes(d / "vocab.txt", (TF_RUN / "vocab.txt").read_bytes())
+        return d
     options_path, weights_path = random_model("tiny", d, seed=seed, exercise_clips=spec.get("exercise_clips", False))
     os.replace(weights_path, d / spec.get("weights_name", "model.hdf5"))
     if spec.get("softmax"):
@@ -101,6 +113,11 @@ def weights_digest(path: str | os.PathLike) -> str:
 
     archive = open_nlpl(path)
     h = hashlib.sha256()
+    if archive.weights is None:  # a TensorFlow training folder: its checkpoints' bytes
+        for p in sorted(Path(path).glob("model.ckpt-*")):
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+        return h.hexdigest()
     names = [archive.weights] + ([archive.softmax] if archive.softmax else [])
     for name in names:
         if archive.is_zip:
@@ -133,6 +150,9 @@ def _texts() -> dict[str, list]:
         "empty_batch": [[], [], words(3), words(1), []],
         "strings": ["a quick test", "xyz", "Zürich ok"],      # strings: simple_elmo takes their characters as tokens
         "raw": [" ".join(words(n)) for n in (5, 2, 8, 1, 4, 6, 3, 7, 2, 5)] + ["<UNK> " + " ".join(words(2)), ""],
+        # over the tf_run vocabulary (</S> <S> <UNK> the , . of and to a in ELMo), and a word outside it
+        "tf_raw": ["the ELMo of a", "to and", "ELMo", "in the , of the .", "a", "of and ELMo to in", "unknown the",
+                   "ELMo , ELMo"],
     }
 
 
@@ -186,6 +206,10 @@ CASES: dict[str, dict] = {
     ]),
     "substitutes_b13": dict(kind="full", load=dict(max_batch_size=13, full=True), calls=[
         ("get_elmo_substitutes", dict(data="raw")),  # fewer sentences than rows: simple_elmo's SystemError
+    ]),
+    "checkpoint_b2": dict(kind="tf_run", load=dict(max_batch_size=2, full=True), calls=[
+        ("get_elmo_substitutes", dict(data="tf_raw")),
+        ("get_elmo_substitutes", dict(data="tf_raw", topn=4, nodelimiters=False)),
     ]),
 }
 

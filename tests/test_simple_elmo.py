@@ -342,6 +342,45 @@ def test_substitutes_need_a_full_model_and_enough_sentences(folder_model, archiv
         full.get_elmo_substitutes(["a b", ["a", "b"]], quirks=False)
 
 
+def test_full_reads_a_bilm_tf_training_folder_as_simple_elmo_does(tmp_path, archives):
+    """simple_elmo's full=True reads the latest TensorFlow checkpoint of a bilm-tf save folder (here
+    without TensorFlow), even beside an HDF5 file; without full=True the folder needs the HDF5 file."""
+    import shutil
+
+    from simple_elmo_models import TF_RUN
+
+    run = archives("tf_run")
+    data = TEXTS["tf_raw"]
+    expected = _load(run, dict(max_batch_size=2, full=True)).get_elmo_substitutes(data)
+    # the checkpoint file of a real run names the checkpoints by the training machine's paths
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    shutil.copy(TF_RUN / "bilm_tf_run" / "checkpoint", moved / "checkpoint")
+    assert "/tmp/bilm_tf_training_machine" in (moved / "checkpoint").read_text()
+    assert _load(moved, dict(max_batch_size=2, full=True)).get_elmo_substitutes(data) == expected
+    with pytest.raises(SimpleElmoExit, match="no HDF5 model files"):
+        ElmoModel().load(moved)
+    # an HDF5 file beside the checkpoint (the run's weights, altered): full=True still reads the
+    # checkpoint, full=False the HDF5 file
+    import h5py
+
+    from elmo_fast.convert import convert
+    from elmo_fast.durable import durable_hdf5
+
+    convert(run, tmp_path / "converted")
+    with h5py.File(tmp_path / "converted" / "weights.hdf5", "r") as src, durable_hdf5(moved / "model.hdf5") as dst:
+        names: list[str] = []
+        src.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        for name in names:
+            dst.create_dataset(name, data=src[name][...] * 0.5)
+    full = _load(moved, dict(max_batch_size=2, full=True))
+    assert full.get_elmo_substitutes(data) == expected
+    texts = [t.split() for t in data]
+    from_hdf5 = _load(moved, dict(max_batch_size=2)).get_elmo_vectors(texts)
+    assert np.abs(from_hdf5 - full.get_elmo_vectors(texts)).max() > 1e-2
+    assert not list(Path(tempfile.gettempdir()).glob("elmo_fast_checkpoint_*"))
+
+
 # ---------------------------------------------------------------------------------------------
 # the NLPL layout and errors
 
@@ -397,7 +436,7 @@ def test_load_errors_exit_as_simple_elmo_but_can_be_caught(tmp_path):
     with pytest.raises(SimpleElmoExit, match="not a readable zip"):
         ElmoModel().load(tmp_path / "bad.zip")
     d = write_archive("folder", tmp_path / "nosoftmax")
-    with pytest.raises(SimpleElmoExit, match="needs softmax.hdf5"):
+    with pytest.raises(SimpleElmoExit, match="needs the language model's softmax: a bilm-tf training checkpoint"):
         ElmoModel().load(d, full=True)
     (d / "vocab.txt").unlink()
     with pytest.raises(SimpleElmoExit, match="needs the language model's vocabulary"):

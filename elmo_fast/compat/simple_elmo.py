@@ -51,10 +51,12 @@ Differences, on purpose:
   session's graph, its earlier ``layers`` choice and its LSTM states; here each call starts afresh
   and ``layers`` is honoured), and the TF attributes (``session``, ``sentence_character_ids``,
   ``elmo_sentence_input``, ``sentence_embeddings_op``, ``init_state_*``) stay None.
-* ``full=True`` reads the softmax from ``softmax.hdf5`` (``softmax/W`` [V, P], ``softmax/b`` [V],
-  elmo-fast's layout) beside ``model.hdf5``, and needs ``vocab.txt`` (or ``.gz``) of V lines;
-  simple_elmo read both from a TensorFlow training checkpoint instead. A folder or a zip works,
-  and ``get_elmo_vectors`` works on a full model too.
+* ``full=True`` on a bilm-tf training folder (TensorFlow's ``checkpoint`` file, ``model.ckpt-N.*``,
+  ``options.json``, ``vocab.txt``) reads the latest checkpoint, as simple_elmo does, but without
+  TensorFlow (:mod:`elmo_fast.convert`, through a temporary folder); elsewhere (a zip too) it reads
+  the softmax from ``softmax.hdf5`` (``softmax/W`` [V, P], ``softmax/b`` [V], as ``elmo-fast
+  train`` and ``elmo-fast convert`` write it) beside ``model.hdf5``. The vocabulary (``vocab.txt``
+  or ``.gz``) must have V lines. ``get_elmo_vectors`` works on a full model too.
 * ``n_characters: 261`` in ``options.json`` (a training-time value) loads; simple_elmo refused it
   without ``full=True``.
 * Errors: a missing or unreadable archive raises :class:`SimpleElmoExit`, an
@@ -69,15 +71,18 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from ..bilm.model import ElmoBiLm
+from ..convert import convert
 from ..bilm.precision import Precision, resolve_precision
 from ..devices import resolve_device
 from ..errors import ElmoFastError, InputError, ModelFileError, Param
+from ..formats.bilm_tf import ElmoWeights, load_model_files, load_softmax
 from ..formats.nlpl_archive import NlplArchive, is_nlpl_zip, open_nlpl
 from . import simple_elmo_lm
 from .simple_elmo_vocab import Batcher, UnicodeCharsVocabulary
@@ -94,6 +99,20 @@ class SimpleElmoExit(ModelFileError, SystemExit):
     def __init__(self, *parts: Any) -> None:
         super().__init__(*parts)
         self.code = str(self)  # SystemExit's status: the message, printed, exit status 1
+
+
+def _from_checkpoint(folder: str, vocab_size: int) -> tuple[ElmoWeights, tuple[torch.Tensor, torch.Tensor]]:
+    """The weights and the softmax of a bilm-tf training folder's latest checkpoint, read without
+    TensorFlow (:func:`elmo_fast.convert.convert`, into a temporary folder removed at once)."""
+    with tempfile.TemporaryDirectory(prefix="elmo_fast_checkpoint_") as tmp:
+        convert(folder, tmp)
+        weights = load_model_files(os.path.join(tmp, "options.json"), os.path.join(tmp, "weights.hdf5"))
+        softmax_path = os.path.join(tmp, "softmax.hdf5")
+        if not os.path.isfile(softmax_path):
+            raise SimpleElmoExit(f"{folder}: full=True needs the language model's softmax, and the checkpoint holds "
+                                 f"none (lm/softmax/W)")
+        softmax = load_softmax(softmax_path, vocab_size, weights.options.projection_dim)
+    return weights, softmax
 
 
 def _chunks(items: list, n: int) -> Iterator[list]:
@@ -177,15 +196,20 @@ class ElmoModel:
                                      f"vocab.txt.gz), and the archive has none")
             vocab = UnicodeCharsVocabulary(archive.vocab_lines(), options.max_characters_per_token, validate=True,
                                            source=vocab_name)
-            if archive.softmax is None:
-                checkpoint = not archive.is_zip and os.path.isfile(os.path.join(path, "checkpoint"))
-                hint = (" This folder holds a TensorFlow checkpoint, which simple_elmo read; convert it with "
-                        "`elmo-fast convert` (it writes softmax.hdf5 and vocab.txt)" if checkpoint else "")
-                raise SimpleElmoExit(f"{path}: full=True needs softmax.hdf5 (the language model's softmax/W "
-                                     f"[{vocab.size}, {options.projection_dim}] and softmax/b) beside the "
-                                     f"weights.{hint}")
-            softmax = archive.load_softmax(vocab.size)
-        weights = archive.load_weights()
+            if archive.checkpoint is not None:  # what simple_elmo's full=True reads: the run's latest checkpoint
+                weights, softmax = _from_checkpoint(path, vocab.size)
+            elif archive.softmax is None:
+                raise SimpleElmoExit(f"{path}: full=True needs the language model's softmax: a bilm-tf training "
+                                     f"checkpoint (TensorFlow's checkpoint file and model.ckpt-N.*), or softmax.hdf5 "
+                                     f"(softmax/W [{vocab.size}, {options.projection_dim}] and softmax/b) beside the "
+                                     f"weights")
+            else:
+                softmax = archive.load_softmax(vocab.size)
+        if not full or archive.checkpoint is None:
+            if archive.weights is None:
+                raise SimpleElmoExit(f"Error: no HDF5 model files found in the {path} directory! (model.hdf5 or "
+                                     f"another *.hdf5)")
+            weights = archive.load_weights()
         entry_bytes = 4 * (options.projection_dim + 8 * options.cell_dim)
         bilm = ElmoBiLm.from_weights(weights, stateful=stateful, backend=backend, precision=precision,
                                      token_cache_size=_TOKEN_CACHE_MB * 2**20 // entry_bytes)

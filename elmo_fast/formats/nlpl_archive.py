@@ -11,7 +11,10 @@ An archive is a folder, or a ``.zip`` holding the same files at its top level:
 * ``meta.json`` (optional): the repository's description of the model (corpus, algorithm, ...);
   read when present and parseable, never required (simple_elmo ignores it);
 * ``softmax.hdf5`` (optional, elmo-fast's layout: ``softmax/W`` [V, P], ``softmax/b`` [V]): the
-  language model's softmax over the vocabulary, which ``get_elmo_substitutes`` needs.
+  language model's softmax over the vocabulary, which ``get_elmo_substitutes`` needs;
+* ``checkpoint`` (optional, a folder only): TensorFlow's list of a bilm-tf training run's
+  checkpoints (``model.ckpt-N.*`` beside it), which simple_elmo's ``full=True`` reads instead of
+  the HDF5 files. Noted here, read by :mod:`elmo_fast.convert`.
 
 The vocabulary's lines are given as simple_elmo reads them (:meth:`NlplArchive.vocab_lines`): a
 folder's file line by line (universal newlines), a zip's ``vocab.txt`` split on ``"\\n"``, so a
@@ -39,6 +42,7 @@ WEIGHTS_FILE = "model.hdf5"
 VOCAB_FILE, VOCAB_GZ_FILE = "vocab.txt", "vocab.txt.gz"
 META_FILE = "meta.json"
 SOFTMAX_FILE = "softmax.hdf5"
+CHECKPOINT_FILE = "checkpoint"
 
 
 @dataclass
@@ -46,16 +50,18 @@ class NlplArchive:
     """An NLPL archive's files, found and checked; the weights are read by :meth:`load_weights`.
 
     path: the folder or the zip. weights, vocab, softmax: a path in a folder, a member name in a
-    zip (None: absent). meta: meta.json's content (None: absent or unreadable, with a warning).
+    zip (None: absent). checkpoint: the path of TensorFlow's ``checkpoint`` file in a folder (None:
+    absent). meta: meta.json's content (None: absent or unreadable, with a warning).
     """
 
     path: str
     is_zip: bool
     options: ElmoOptions
     raw_options: dict[str, Any]
-    weights: str
+    weights: str | None
     vocab: str | None
     softmax: str | None
+    checkpoint: str | None = None
     meta: dict[str, Any] | None = field(default=None)
 
     def describe(self, name: str | None) -> str:
@@ -84,6 +90,8 @@ class NlplArchive:
     def load_weights(self) -> ElmoWeights:
         """The weights, checked against the options (a zip's member is read through a temporary
         copy, removed at once: HDF5 reads files, not zip members)."""
+        if self.weights is None:
+            raise ModelFileError(f"{self.path}: no HDF5 model file ({WEIGHTS_FILE} or another *.hdf5) in the folder")
         if not self.is_zip:
             return load_weights(self.weights, self.options)
         with _extracted(self.path, self.weights) as path:
@@ -177,13 +185,12 @@ def _open_folder(path: str) -> NlplArchive:
                              f"{WEIGHTS_FILE})") from None
     except OSError as e:
         raise ModelFileError(f"{options_path}: cannot read the options file: {e}") from None
-    weights = os.path.join(path, WEIGHTS_FILE)
+    weights: str | None = os.path.join(path, WEIGHTS_FILE)
     if not os.path.exists(weights):
         # simple_elmo takes the first *.hdf5 in os.listdir's order
         found = [name for name in os.listdir(path) if name.endswith(".hdf5") and name != SOFTMAX_FILE]
-        if not found:
-            raise ModelFileError(f"{path}: no HDF5 model file ({WEIGHTS_FILE} or another *.hdf5) in the folder")
-        weights = os.path.join(path, found[0])
+        weights = os.path.join(path, found[0]) if found else None
+    checkpoint = os.path.join(path, CHECKPOINT_FILE)
     vocab = None
     for name in (VOCAB_GZ_FILE, VOCAB_FILE):
         if os.path.isfile(os.path.join(path, name)):
@@ -199,7 +206,8 @@ def _open_folder(path: str) -> NlplArchive:
         except OSError as e:
             warnings.warn(f"{meta_path}: not read ({e}); the model loads without it", RuntimeWarning, stacklevel=3)
     return NlplArchive(path=path, is_zip=False, options=options, raw_options=raw, weights=weights, vocab=vocab,
-                       softmax=softmax if os.path.isfile(softmax) else None, meta=meta)
+                       softmax=softmax if os.path.isfile(softmax) else None,
+                       checkpoint=checkpoint if os.path.isfile(checkpoint) else None, meta=meta)
 
 
 def _open_zip(path: str) -> NlplArchive:
