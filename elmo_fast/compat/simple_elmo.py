@@ -78,8 +78,8 @@ import numpy as np
 import torch
 
 from ..bilm.model import ElmoBiLm
-from ..convert import convert
 from ..bilm.precision import Precision, resolve_precision
+from ..convert import convert
 from ..devices import resolve_device
 from ..errors import ElmoFastError, InputError, ModelFileError, Param
 from ..formats.bilm_tf import ElmoWeights, load_model_files, load_softmax
