@@ -43,3 +43,11 @@ def test_bench_simple_elmo(tmp_path):
     # elmo-fast's row only: simple_elmo's needs TensorFlow in a side environment, which CI does not have
     out = _run("bench_simple_elmo.py", "--quick", "--systems", "elmo-fast", "--cache-dir", tmp_path)
     assert "| elmo-fast (fast) |" in out and "vectors not compared" in out
+
+
+def test_bench_serve():
+    out = _run("bench_serve.py", "--quick")
+    assert "| server, batching | 1 | " in out and "| batch 1: " in out and "% time |" in out
+    assert "| server, batching | 4 | " in out and "| batch 64: " in out
+    assert "| server, batching off | 2 | " in out and "output all as .npy | 1 | " in out
+    assert "| orjson (the server) |" in out and "errors)" not in out

@@ -4,11 +4,14 @@
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
 * :mod:`~elmo_fast.cli.convert` ``convert``
+* :mod:`~elmo_fast.cli.serve`   ``serve`` (the ``[serve]`` extra)
 
 Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
 model or the flags (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags); 1 the
 environment (disk full, permissions); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM,
-129 SIGHUP), which unwinds through the same cleanup as Ctrl-C.
+129 SIGHUP), which unwinds through the same cleanup as Ctrl-C. ``serve`` is the exception: a stop
+signal is how a server is meant to end, so it answers what it received and exits 0 (a second
+signal stops it at once: 128 + N).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import convert, embed, models, train
+    from . import convert, embed, models, serve, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -30,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_parsers(sub)
     models.add_parsers(sub)
     convert.add_parser(sub)
+    serve.add_parser(sub)
     return parser
 
 
