@@ -3,6 +3,7 @@
 * :mod:`~elmo_fast.cli.embed`   ``embed``
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
+* :mod:`~elmo_fast.cli.doctor`  ``doctor`` (and ``--version``'s line)
 
 Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
 model or the flags (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags); 1 the
@@ -21,13 +22,16 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import embed, models, train
+    from . import doctor, embed, models, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
+    parser.add_argument("--version", action=doctor.VersionAction,
+                        help="print elmo-fast's version, torch's and the extension's backends, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     embed.add_parser(sub)
     train.add_parsers(sub)
     models.add_parsers(sub)
+    doctor.add_parsers(sub)
     return parser
 
 
