@@ -3,6 +3,7 @@
 A broken op is simulated below the typed wrappers of elmo_fast.bilm.ops, where a miscompiled or
 misbehaving kernel would be: ``torch.ops.elmo_fast.<op>`` is replaced by one whose results are off.
 """
+import inspect
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from elmo_fast import __version__
-from elmo_fast.bilm import ops, selfcheck
+from elmo_fast.bilm import ops, reference, selfcheck
 from elmo_fast.bilm.build_report import BuildReport, arch_mismatch, build_report
 from elmo_fast.bilm.selfcheck_cases import OPS
 from elmo_fast.cli import main
@@ -37,6 +38,15 @@ def rows(stdout):
     table = [re.split(r"\s{2,}", line.strip()) for line in lines[start + 1:]
              if line.strip() and not line.startswith(("OK:", "FAIL:", "("))]
     return [r[:8] + [r[8].split()[0]] for r in table]
+
+
+def test_every_op_with_a_twin_is_checked():
+    """A new op of elmo_fast.bilm.ops with a reference twin is in the doctor's table, or this fails."""
+    public = {name for name, f in vars(ops).items()
+              if inspect.isfunction(f) and f.__module__ == ops.__name__ and not name.startswith("_")}
+    with_twin = {name for name in public if hasattr(reference, f"{name}_ref") or hasattr(reference, f"{name}_pair_ref")}
+    assert with_twin == set(OPS)
+    assert all(callable(getattr(reference, spec.twin)) for spec in OPS.values())
 
 
 @needs_extension
@@ -244,3 +254,48 @@ def test_variable_read_at_import():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[('highway_gate', 'cpu')]"
+
+
+# --- the doctor's CUDA rows, before any GPU: on the CPU emulator of the CUDA kernels ---------------
+
+#: the CUDA kernels' ops the emulator provides, as torch.ops.elmo_fast_emu.<op> on CPU tensors
+EMULATED_FORWARD = ("char_cnn", "highway_gate", "highway", "bilstm", "lstm_layer_forward")
+EMULATED_BACKWARD = ("char_cnn_backward", "highway_gate_backward")
+
+
+@pytest.fixture
+def emulated_cuda_kernels():
+    if os.environ.get("ELMO_FAST_CUDA_EMULATION") != "1":
+        pytest.skip("CPU emulation of the CUDA kernels is opt-in: ELMO_FAST_CUDA_EMULATION=1")
+    from cuda_emulation.build import load_emulation
+
+    load_emulation()
+    return torch.ops.elmo_fast_emu
+
+
+@needs_extension
+def test_doctor_cuda_rows_hold_on_the_emulated_cuda_kernels(monkeypatch, emulated_cuda_kernels):
+    """The checks a GPU's doctor runs (CUDA's dtypes: the bf16 char CNN, the all-bf16 biLSTM), with the
+    CUDA kernels compiled for the CPU emulator in place of the CPU ones: within the same bounds, so a
+    first GPU run fails only for what differs on the hardware. Forward rows with the emulated forward
+    kernels; gradient rows with the emulated backward kernels behind the CPU forwards' autograd."""
+    from elmo_fast.bilm import selfcheck_cases
+
+    monkeypatch.setattr(selfcheck_cases, "ONE_DTYPE_BILSTM_DEVICES", ("cpu", "cuda"))
+    for spec in OPS.values():
+        monkeypatch.setitem(spec.forward, "cpu", spec.forward["cuda"])
+    real = {name: getattr(torch.ops.elmo_fast, name) for name in EMULATED_FORWARD}
+    for name in EMULATED_FORWARD:
+        monkeypatch.setattr(torch.ops.elmo_fast, name, getattr(emulated_cuda_kernels, name))
+    results = [r for name in OPS for r in selfcheck.check_op(name, "cpu", seed=5, checks=("forward",))]
+    for name in EMULATED_FORWARD:
+        monkeypatch.setattr(torch.ops.elmo_fast, name, real[name])
+    for name in EMULATED_BACKWARD:
+        monkeypatch.setattr(torch.ops.elmo_fast, name, getattr(emulated_cuda_kernels, name))
+    for name in ("char_cnn", "highway_gate", "highway"):
+        results += selfcheck.check_op(name, "cpu", seed=6, checks=("grad", "gradcheck"))
+    failed = [r.one_line() for r in results if r.status != "ok"]
+    assert not failed, "\n".join(failed)
+    ran = {(r.op, r.dtype, r.check) for r in results}
+    assert {("char_cnn", "bfloat16", "forward"), ("bilstm", "bfloat16", "forward"),
+            ("char_cnn", "float32", "grad"), ("highway_gate", "float64", "gradcheck")} <= ran

@@ -192,7 +192,7 @@ def _skip_reason(spec: OpSpec, device: torch.device, check: str) -> str | None:
     if not ops.HAS_EXTENSION:
         return f"the extension is not loaded ({ops.EXTENSION_IMPORT_ERROR})"
     if device.type == "cuda":
-        if not ops.HAS_CUDA_KERNELS and spec.name != "linear":  # linear on CUDA is ATen's
+        if not ops.HAS_CUDA_KERNELS and spec.name not in ("linear", "layer0_gates"):  # ATen's GEMMs on CUDA
             return "no CUDA kernels in this build"
         if check in spec.cuda_training and not ops.HAS_CUDA_BACKWARD:
             return "no CUDA training ops in this build"
