@@ -51,7 +51,9 @@ def test_every_op_with_a_twin_is_checked():
 
 @needs_extension
 def test_doctor_on_a_healthy_install(capsys):
+    rng = torch.get_rng_state()
     assert main(["doctor", "--device", "cpu"]) == 0
+    assert torch.equal(torch.get_rng_state(), rng)  # fresh inputs from the OS, torch's RNG untouched
     out = capsys.readouterr().out
     assert out.splitlines()[0] == build_report().one_line()
     table = rows(out)

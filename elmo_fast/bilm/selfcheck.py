@@ -89,7 +89,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _fresh_seed() -> int:
+def fresh_seed() -> int:
+    """A seed from the OS (the caller's torch RNG is neither read nor advanced)."""
     return int.from_bytes(os.urandom(8), "little") >> 1
 
 
@@ -210,7 +211,7 @@ def check_op(name: str, device: torch.device | str = "cpu", seed: int | None = N
     the worst shape reported. Fresh random inputs unless ``seed`` is given."""
     spec = OPS[name]
     device = torch.device(device)
-    gen = torch.Generator().manual_seed(_fresh_seed() if seed is None else seed)
+    gen = torch.Generator().manual_seed(fresh_seed() if seed is None else seed)
     plan: list[tuple[str, torch.dtype]] = []
     if "forward" in checks:
         plan += [("forward", dtype) for dtype in spec.forward.get(device.type, (torch.float32,))]
@@ -274,7 +275,7 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
     from .model import ElmoBiLm
 
     device = torch.device(device)
-    gen = torch.Generator().manual_seed(_fresh_seed() if seed is None else seed)
+    gen = torch.Generator().manual_seed(fresh_seed() if seed is None else seed)
     rows = [Result("ElmoBiLm", "backend=reference", str(device), d, "model", "ok") for d in ("float32", "bfloat16")]
     reason = _skip_reason(OPS["bilstm"], device, "forward")
     if reason is not None:
@@ -284,7 +285,9 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
     sentences = _sentences(gen)
     what = f"'tiny' random model, {len(sentences)} sentences of {sorted(len(s) for s in sentences)} tokens"
     try:
-        with tempfile.TemporaryDirectory(prefix="elmo-fast-selfcheck-") as tmp, _exact_arithmetic(device):
+        # fork_rng: building the modules draws their (then replaced) initial weights from torch's RNG
+        with tempfile.TemporaryDirectory(prefix="elmo-fast-selfcheck-") as tmp, _exact_arithmetic(device), \
+                torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             files = random_model("tiny", tmp, seed=int(torch.randint(0, 2**31, (1,), generator=gen)),
                                  exercise_clips=True)
             ids = batch_to_ids(sentences).to(device)

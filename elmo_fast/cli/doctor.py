@@ -91,7 +91,7 @@ def _doctor(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     devices = selfcheck.available_devices() if not args.device else [_device(d) for d in args.device]
     report = build_report()
-    seed = args.seed if args.seed is not None else selfcheck._fresh_seed()
+    seed = args.seed if args.seed is not None else selfcheck.fresh_seed()
     results = selfcheck.run_all(devices, seed=seed, model=not args.no_model)
     seconds = time.perf_counter() - start
     failed = any(r.failed for r in results)
