@@ -108,7 +108,7 @@ def _doctor(args: argparse.Namespace) -> int:
         print()
         print(verdict)
         if failed:
-            print(f"(fresh random inputs; --seed {seed} draws these again)")
+            print(f"(to draw these inputs again: --seed {seed})")
     return 1 if failed else 0
 
 
