@@ -31,6 +31,8 @@ class VersionAction(argparse.Action):
 
 
 def _build_lines(report, devices) -> list[str]:
+    import torch
+
     from ..bilm.build_report import arch_mismatch
 
     lines = [report.one_line()]
@@ -40,8 +42,6 @@ def _build_lines(report, devices) -> list[str]:
         lines.append(f"  cuda: {report.cuda_missing}")
     for gpu in report.gpus:
         lines.append(f"  {gpu}")
-    import torch
-
     for device in devices:
         if device.type == "cuda" and "cuda" in report.backends:
             why = arch_mismatch(report.cuda_archs, torch.cuda.get_device_capability(device))
@@ -59,9 +59,8 @@ def _table(results) -> list[str]:
     rows = []
     for r in results:
         used = "-" if r.ratio is None else ("inf" if r.ratio == float("inf") else f"{r.ratio:.0%}")
-        status = r.status if r.status in ("ok", "FAIL") else f"{r.status}: {r.detail}"
-        if r.status == "FAIL":
-            status = f"FAIL ({r.detail})"
+        # a failure names its case (shapes), an error or a skip says why
+        status = {"ok": "ok", "FAIL": f"FAIL ({r.detail})"}.get(r.status, f"{r.status}: {r.detail}")
         rows.append((r.op, r.twin, r.device, r.dtype, r.check, _fmt(r.error), r.bound or "-", used, status))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header) - 1)]
     return ["  ".join(str(c).ljust(w) for c, w in zip(row[:-1], widths)) + "  " + str(row[-1])
