@@ -64,7 +64,9 @@ def test_doctor_on_a_healthy_install(capsys):
         assert {(name, str(d).replace("torch.", ""), "forward") for d in spec.forward["cpu"]} <= checks
         if spec.differentiable:
             assert {(name, "float32", "grad"), (name, "float64", "gradcheck")} <= checks
-    assert {("ElmoBiLm", "float32", "model"), ("ElmoBiLm", "bfloat16", "model")} <= checks
+    assert {("ElmoBiLm", "fp32", "model"), ("ElmoBiLm", "bf16", "model")} <= checks
+    bf16 = next(r for r in table if r[:5] == ["ElmoBiLm", "backend=reference", "cpu", "bf16", "model"])
+    assert float(bf16[5]) > 1e-4  # it really ran in bf16
     verdict = out.strip().splitlines()[-1]
     assert verdict.startswith(f"OK: all {len(table)} checks passed on cpu"), verdict
 
@@ -77,7 +79,7 @@ def test_doctor_names_a_broken_forward_and_exits_1(monkeypatch, capsys):
     out = capsys.readouterr().out
     status = {(r[0], r[3], r[4]): r for r in rows(out)}
     assert status["bilstm", "float32", "forward"][8] == "FAIL", out
-    assert status["ElmoBiLm", "float32", "model"][8] == "FAIL", out
+    assert status["ElmoBiLm", "fp32", "model"][8] == "FAIL", out
     assert float(status["bilstm", "float32", "forward"][5]) == pytest.approx(1e-4, rel=0.01)
     assert status["char_cnn", "float32", "forward"][8] == "ok"
     assert status["lstm_layer", "float32", "grad"][8] == "ok"
@@ -162,6 +164,11 @@ def test_version_of_a_cuda_build():
                          cuda_missing=None)
     assert report.one_line() == ("elmo-fast 0.1.0 (torch 2.13.0+cu124; extension: cpu+cuda [built against torch "
                                  "2.13.0+cu124]; cuda: built, CUDA 12.4, sm_80 sm_90 compute_90)")
+
+
+def test_the_model_is_checked_in_each_precision_that_differs_there():
+    assert [p.name for p in selfcheck.model_precisions("cpu")] == ["fp32", "bf16"]  # tf32 is fp32 on a CPU
+    assert [p.name for p in selfcheck.model_precisions("cuda")] == ["fp32", "tf32", "bf16", "fp16"]
 
 
 def test_arch_mismatch():

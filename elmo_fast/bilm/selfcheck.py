@@ -13,7 +13,8 @@ project's bounds (:mod:`elmo_fast.bilm.tolerances`), the twin computing in float
 * ``gradcheck``  float64: the op's backward against central differences of its own forward along
                  random directions (torch.autograd.gradcheck's fast mode and default bounds);
 * ``model``      :class:`~elmo_fast.bilm.model.ElmoBiLm` fast vs reference on a few sentences of a
-                 small random model: float32 within ``TOL[float32]``, bfloat16 within ``MODEL_BF16``.
+                 small random model, in each precision (fp32, bf16; on CUDA also tf32 and fp16)
+                 within its stated bound (:mod:`elmo_fast.bilm.precision`).
 
 ``ELMO_FAST_SELFCHECK=1`` (or ``cuda``): the first call of each op on each CUDA device first runs
 that op's checks on that device, and raises :class:`SelfCheckError`, one line naming the op and its
@@ -35,8 +36,9 @@ import torch
 from torch import Tensor
 
 from . import ops
+from .precision import FP32, PRECISIONS, Precision
 from .selfcheck_cases import OPS, Case, OpSpec
-from .tolerances import GRAD_RTOL, GRADCHECK, MODEL_BF16, TOL, max_abs_error, tolerance_ratio
+from .tolerances import GRAD_RTOL, GRADCHECK, TOL, max_abs_error, tolerance_ratio
 
 ENV_VAR = "ELMO_FAST_SELFCHECK"
 
@@ -100,19 +102,39 @@ def _first_line(exc: BaseException) -> str:
 
 
 @contextmanager
-def _exact_arithmetic(device: torch.device) -> Iterator[None]:
-    """Autograd on (also inside the caller's inference_mode or no_grad), autocast off, TF32 off: the
-    bounds are those of fp32 arithmetic. The caller's settings come back after."""
-    cuda = torch.backends.cuda.matmul
-    saved = (cuda.allow_tf32, torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+def _cudnn_tf32_off(device: torch.device) -> Iterator[None]:
+    """cuDNN's convolutions (the reference char CNN's on CUDA) in exact fp32, whichever of torch's two
+    APIs for the flag the process used (reading the legacy one raises after the newer one was set)."""
+    if device.type != "cuda":
+        yield
+        return
+    cudnn = torch.backends.cudnn
     try:
-        cuda.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
-        with torch.inference_mode(False), torch.enable_grad(), torch.autocast(device.type, enabled=False):
-            yield
+        old: object = cudnn.allow_tf32
+        legacy = True
+    except RuntimeError:
+        old, legacy = cudnn.conv.fp32_precision, False
+    if legacy:
+        cudnn.allow_tf32 = False
+    else:
+        cudnn.conv.fp32_precision = "ieee"
+    try:
+        yield
     finally:
-        cuda.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
-        torch.set_float32_matmul_precision(saved[2])
+        if legacy:
+            cudnn.allow_tf32 = old
+        else:
+            cudnn.conv.fp32_precision = old
+
+
+@contextmanager
+def _exact_arithmetic(device: torch.device) -> Iterator[None]:
+    """Autograd on (also inside the caller's inference_mode or no_grad), autocast off, TF32 off for
+    GEMMs and convolutions: the bounds are those of fp32 arithmetic. The caller's settings come back
+    after (TF32 is a process-wide flag: another thread's GEMMs see the change meanwhile)."""
+    with FP32.gemm_mode(device), _cudnn_tf32_off(device), torch.inference_mode(False), torch.enable_grad(), \
+            torch.autocast(device.type, enabled=False):
+        yield
 
 
 # --- the three checks of an op ---------------------------------------------------------------------
@@ -267,16 +289,47 @@ def _sentences(gen: torch.Generator, n: int = 5) -> list[list[str]]:
     return out
 
 
+def model_precisions(device: torch.device | str) -> list[Precision]:
+    """The precisions whose numbers differ on ``device``: fp32 and bf16 everywhere; on CUDA also tf32
+    (exactly fp32 on a CPU, which has no TF32) and fp16 (CUDA only)."""
+    cuda = torch.device(device).type == "cuda"
+    return [p for p in PRECISIONS.values() if cuda or (p.name != "tf32" and not p.cuda_only)]
+
+
+def _bound_text(p: Precision) -> str:
+    b = p.bound
+    if not b.max_rel:
+        return f"{b.max_abs:.0e}"
+    return f"{100 * b.max_rel:g}% of max|ref|" + ("" if b.rms_rel is None else f", rms {100 * b.rms_rel:g}%")
+
+
+def _layer_ratio(got: Tensor, want: Tensor, mask: Tensor, p: Precision) -> tuple[float, float]:
+    """(max abs error, its ratio to the precision's bound) of one output layer over the unmasked positions:
+    max |error| <= max_abs + max_rel * max |ref|, and RMS(error) <= rms_rel * RMS(ref) where stated."""
+    g, w = got[mask].double().cpu(), want[mask].double().cpu()
+    if w.numel() == 0:
+        return 0.0, 0.0
+    err = (g - w).abs()
+    b = p.bound
+    ratio = err.max().item() / (b.max_abs + b.max_rel * w.abs().max().item())
+    if b.rms_rel is not None:
+        ratio = max(ratio, (err.pow(2).mean().sqrt() / w.pow(2).mean().sqrt()).item() / b.rms_rel)
+    return err.max().item(), (float("inf") if ratio != ratio else ratio)
+
+
 def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> list[Result]:
-    """ElmoBiLm fast vs reference on a few random sentences of a random 'tiny' model (clips exercised):
-    float32 within TOL[float32]; bfloat16 (the fast path's bf16 GEMMs) within MODEL_BF16 per layer."""
+    """ElmoBiLm fast vs reference (fp32) on a few random sentences of a random 'tiny' model (clips
+    exercised), in each of :func:`model_precisions`, per output layer within that precision's stated
+    bound (:mod:`elmo_fast.bilm.precision`; fp32's is the tolerance table's 1e-5)."""
     from ..testing import random_model  # random weights written and read back as a user's model files
     from .char_ids import batch_to_ids
     from .model import ElmoBiLm
 
     device = torch.device(device)
     gen = torch.Generator().manual_seed(fresh_seed() if seed is None else seed)
-    rows = [Result("ElmoBiLm", "backend=reference", str(device), d, "model", "ok") for d in ("float32", "bfloat16")]
+    precisions = model_precisions(device)
+    rows = [Result("ElmoBiLm", "backend=reference", str(device), p.name, "model", "ok", bound=_bound_text(p))
+            for p in precisions]
     reason = _skip_reason(OPS["bilstm"], device, "forward")
     if reason is not None:
         for row in rows:
@@ -293,30 +346,17 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
             ids = batch_to_ids(sentences).to(device)
             with torch.no_grad():
                 want = ElmoBiLm(*files, backend="reference").to(device)(ids)
-                got32 = ElmoBiLm(*files, backend="fast").to(device)(ids)
-                got16 = ElmoBiLm(*files, backend="fast", dtype=torch.bfloat16).to(device)(ids)
+                got = [ElmoBiLm(*files, backend="fast", precision=p).to(device)(ids) for p in precisions]
     except Exception as exc:  # noqa: BLE001
         for row in rows:
             row.status, row.detail = "error", _first_line(exc)
         return rows
-    mask = want["mask"]
-    fp32, bf16 = rows
-    fp32.error = max(max_abs_error(g, w) for g, w in zip(got32["activations"], want["activations"]))
-    fp32.ratio = max(tolerance_ratio(g, w, torch.float32) for g, w in zip(got32["activations"], want["activations"]))
-    fp32.bound, fp32.detail = f"{TOL[torch.float32]['atol']:.0e}", what
-    bf16.error, bf16.ratio = 0.0, 0.0
-    for g, w in zip(got16["activations"], want["activations"]):
-        g, w = g[mask].double().cpu(), w[mask].double().cpu()
-        err = (g - w).abs()
-        ratio = max(err.max().item() / (MODEL_BF16["max_rel"] * w.abs().max().item()),
-                    (err.pow(2).mean().sqrt() / w.pow(2).mean().sqrt()).item() / MODEL_BF16["rms_rel"])
-        if ratio != ratio:
-            ratio = float("inf")
-        if ratio >= bf16.ratio:
-            bf16.error, bf16.ratio = err.max().item(), ratio
-    bf16.bound = f"{MODEL_BF16['max_rel']:.0%} of max|ref|, rms {MODEL_BF16['rms_rel']:.0%}"
-    bf16.detail = what
-    for row in rows:
+    for row, p, out in zip(rows, precisions, got):
+        row.error, row.ratio, row.detail = 0.0, 0.0, what
+        for g, w in zip(out["activations"], want["activations"]):
+            err, ratio = _layer_ratio(g, w, want["mask"], p)
+            if ratio >= row.ratio:
+                row.error, row.ratio = err, ratio
         if not row.ratio <= 1.0:
             row.status = "FAIL"
     return rows

@@ -1,6 +1,7 @@
-"""The one tolerance table of the project: every comparison of a fast op with its reference twin uses
-it (the tests through tests/tolerances.py, ``elmo-fast doctor`` and ``ELMO_FAST_SELFCHECK`` through
-:mod:`elmo_fast.bilm.selfcheck`).
+"""The one tolerance table of the project's ops: every comparison of a fast op with its reference twin
+uses it (the tests through tests/tolerances.py, ``elmo-fast doctor`` and ``ELMO_FAST_SELFCHECK`` through
+:mod:`elmo_fast.bilm.selfcheck`). The whole model's bound in each precision is
+:mod:`elmo_fast.bilm.precision`'s (fp32's is this table's float32 row).
 
 Tolerances are for outputs of magnitude ~1, checked elementwise as |actual - expected| <=
 atol + rtol * |expected|, where ``expected`` is the reference computed in float64 on the same
@@ -25,13 +26,6 @@ TOL: dict[torch.dtype, dict[str, float]] = {
     torch.bfloat16: dict(atol=2e-2, rtol=1e-2),
     torch.float16: dict(atol=2.5e-3, rtol=1.25e-3),
 }
-
-
-#: The whole model in bf16 (ElmoBiLm(dtype=torch.bfloat16): GEMMs in bf16, fp32 accumulation, cell
-#: state and elementwise), against the fp32 reference, per output layer: max abs error <= max_rel of
-#: the layer's max |value|, RMS error <= rms_rel of its RMS (measured: max 0.8% at default scales,
-#: 2.5% with the clips exercised; RMS ~0.2-0.4%). Stated in the README.
-MODEL_BF16 = dict(max_rel=0.05, rms_rel=0.01)
 
 
 #: Gradients of the fast ops' backward passes against the reference twin's autograd, computed in

@@ -4,6 +4,7 @@
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
 * :mod:`~elmo_fast.cli.doctor`  ``doctor`` (and ``--version``'s line)
+* :mod:`~elmo_fast.cli.convert` ``convert``
 
 Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
 model or the flags (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags); 1 the
@@ -22,7 +23,7 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import doctor, embed, models, train
+    from . import convert, doctor, embed, models, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
     parser.add_argument("--version", action=doctor.VersionAction,
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_parser(sub)
     train.add_parsers(sub)
     models.add_parsers(sub)
+    convert.add_parser(sub)
     doctor.add_parsers(sub)
     return parser
 
