@@ -18,8 +18,9 @@ project's bounds (:mod:`elmo_fast.bilm.tolerances`), the twin computing in float
 
 ``ELMO_FAST_SELFCHECK=1`` (or ``cuda``): the first call of each op on each CUDA device first runs
 that op's checks on that device, and raises :class:`SelfCheckError`, one line naming the op and its
-error, when one fails (and at every later call of it on that device); ``all``: on the CPU too. The variable is read when :mod:`elmo_fast.bilm` is
-imported (:func:`enable` sets the mode later); unset, an op call pays one ``is None`` test.
+error, when one fails (and at every later call of it on that device); ``all``: on the CPU too. The
+variable is read when :mod:`elmo_fast.bilm` is imported (:func:`enable` sets the mode later); unset,
+an op call pays one ``is None`` test.
 """
 from __future__ import annotations
 
