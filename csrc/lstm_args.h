@@ -3,8 +3,9 @@
 //   * `bilstm`: each binding checks its own device type and the dtypes it supports (xg0's, and which
 //     dtype the GEMM weights may have), then check_bilstm_args for everything else and
 //     bilstm_host_lengths for the lengths' values;
-//   * `lstm_layer_forward` / `lstm_layer_backward`: check_gate_rows (lengths, token_index and xg's
-//     shape, read on the host), check_lstm_layer_weights, check_lstm_layer_grads, check_saved.
+//   * `lstm_layer_forward` / `lstm_layer_backward`: each binding checks xg's / saved's device type, then
+//     check_lstm_layer_forward_args / check_lstm_layer_backward_args (lengths, token_index and xg's
+//     shape, read on the host; weights, states, gradients), and check_saved once the plan is made.
 // Where lengths and token_index may live is one rule: on the CPU, or on the op's device (a CUDA
 // binding then copies them to the host, a device sync), so a CPU op takes CPU tensors only.
 #pragma once
@@ -287,6 +288,46 @@ inline void check_saved(const char* kOp, const at::Tensor& saved, int64_t N, con
   ELMO_CHECK(saved.size(0) == 2 && saved.size(1) == N && saved.size(2) == 6 * C + P && saved.is_contiguous(),
              "saved must be lstm_layer_forward's contiguous [2, N, 6C + P] = [2, ", N, ", ", 6 * C + P,
              "] (N = sum of lengths), got shape ", saved.sizes());
+}
+
+// A checked lstm_layer_forward / lstm_layer_backward call: what the host reads of its rows, its sizes.
+struct LstmLayerArgs {
+  GateRows rows;
+  LstmLayerDims dims;
+};
+
+// lstm_layer_forward's arguments (see the schema in op_schemas.h), all but xg's device type, which the
+// binding checks first.
+inline LstmLayerArgs check_lstm_layer_forward_args(const at::Tensor& xg, const at::Tensor& lengths,
+                                                   const at::Tensor& w_hh, const at::Tensor& w_proj,
+                                                   std::optional<double> cell_clip, std::optional<double> proj_clip,
+                                                   const std::optional<at::Tensor>& h0,
+                                                   const std::optional<at::Tensor>& c0,
+                                                   const std::optional<at::Tensor>& token_index) {
+  static constexpr char kOp[] = "lstm_layer_forward";
+  check_float_or_double(kOp, "xg", xg.scalar_type());
+  GateRows rows = check_gate_rows(kOp, xg.sizes(), lengths, token_index, lstm_layer_cell(kOp, w_proj), xg.device());
+  const LstmLayerDims dims =
+      check_lstm_layer_weights(kOp, rows, w_hh, w_proj, xg.scalar_type(), xg.device(), cell_clip, proj_clip, h0, c0);
+  return {std::move(rows), dims};
+}
+
+// lstm_layer_backward's arguments, all but saved's device type (the binding's, checked first) and saved's
+// size, which check_saved checks against the plan.
+inline LstmLayerArgs check_lstm_layer_backward_args(
+    const std::optional<at::Tensor>& grad_y, const std::optional<at::Tensor>& grad_h,
+    const std::optional<at::Tensor>& grad_c, const at::Tensor& saved, const at::Tensor& lengths,
+    const std::optional<at::Tensor>& token_index, at::IntArrayRef xg_size, const at::Tensor& w_hh,
+    const at::Tensor& w_proj, std::optional<double> cell_clip, std::optional<double> proj_clip,
+    const std::optional<at::Tensor>& h0, const std::optional<at::Tensor>& c0) {
+  static constexpr char kOp[] = "lstm_layer_backward";
+  ELMO_CHECK_DIM(saved, 3);
+  check_float_or_double(kOp, "saved", saved.scalar_type());
+  GateRows rows = check_gate_rows(kOp, xg_size, lengths, token_index, lstm_layer_cell(kOp, w_proj), saved.device());
+  const LstmLayerDims dims = check_lstm_layer_weights(kOp, rows, w_hh, w_proj, saved.scalar_type(), saved.device(),
+                                                      cell_clip, proj_clip, h0, c0);
+  check_lstm_layer_grads(kOp, dims, grad_y, grad_h, grad_c, saved.scalar_type(), saved.device());
+  return {std::move(rows), dims};
 }
 
 }  // namespace elmo_fast

@@ -1,7 +1,7 @@
 // CPU kernel of the character CNN: for every token (a row of L character ids; ELMo's L is 50) and every
 // convolution k (n_k filters of width w_k over D-dim character embeddings),
 //   out[t, off_k + f] = act(max_p (b_k[f] + sum_{j<w_k} sum_d E[ids[t, p + j], d] W_k[f, d, j])),
-// p over the L - w_k + 1 valid windows. Oracle: elmo_fast.reference.char_cnn_ref.
+// p over the L - w_k + 1 valid windows. Oracle: elmo_fast.bilm.reference.char_cnn_ref.
 //
 // Three exact rewrites make it two orders of magnitude cheaper than the convolution (about
 // 18 MFLOP per token for ELMo's 2048 filters):

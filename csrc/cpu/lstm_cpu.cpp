@@ -1,4 +1,4 @@
-// CPU kernel of ELMo's stacked projected biLSTM (op `bilstm`; oracle: elmo_fast.reference.bilstm_ref).
+// CPU kernel of ELMo's stacked projected biLSTM (op `bilstm`; oracle: elmo_fast.bilm.reference.bilstm_ref).
 //
 // The whole stack runs here, no Python in the time loop (argument checks and the plan: lstm_args.h and
 // lstm_plan.h, shared with the CUDA op):

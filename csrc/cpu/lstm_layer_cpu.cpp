@@ -1,6 +1,6 @@
 // CPU kernels of the trainable projected-LSTM layer, both directions of one layer per call:
 // lstm_layer_forward (the forward, keeping what the backward reads) and lstm_layer_backward
-// (backpropagation through time). Oracle: elmo_fast.reference.lstm_layer_pair_ref under autograd.
+// (backpropagation through time). Oracle: elmo_fast.bilm.reference.lstm_layer_pair_ref under autograd.
 //
 // The machinery is bilstm's: the plan of lstm_plan.h (rows sorted by length so that the rows
 // running at step s are a prefix [0, n_s), stored packed step after step at [off_s, off_s + n_s)),
@@ -124,11 +124,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
     const std::optional<at::Tensor>& c0_opt, const std::optional<at::Tensor>& token_index) {
   static constexpr char kOp[] = "lstm_layer_forward";
   ELMO_CHECK_CPU(xg);
+  const LstmLayerArgs args =
+      check_lstm_layer_forward_args(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0_opt, c0_opt, token_index);
+  const GateRows& gr = args.rows;
+  const LstmLayerDims& dims = args.dims;
   const at::ScalarType dtype = xg.scalar_type();
-  check_float_or_double(kOp, "xg", dtype);
-  const GateRows gr = check_gate_rows(kOp, xg.sizes(), lengths, token_index, lstm_layer_cell(kOp, w_proj), xg.device());
-  const LstmLayerDims dims = check_lstm_layer_weights(kOp, gr, w_hh, w_proj, dtype, xg.device(), cell_clip, proj_clip,
-                                                      h0_opt, c0_opt);
   const int64_t B = dims.B, T = dims.T, P = dims.P, C = dims.C;
 
   const at::Tensor xg_c = unit_last_stride(xg);
@@ -240,15 +240,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
     const at::Tensor& w_proj, std::optional<double> cell_clip, std::optional<double> proj_clip,
     const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
   static constexpr char kOp[] = "lstm_layer_backward";
-  ELMO_CHECK_DIM(saved, 3);
   ELMO_CHECK_CPU(saved);
+  const LstmLayerArgs args = check_lstm_layer_backward_args(grad_y_opt, grad_h_opt, grad_c_opt, saved, lengths,
+                                                            token_index, xg_size, w_hh, w_proj, cell_clip, proj_clip,
+                                                            h0_opt, c0_opt);
+  const GateRows& gr = args.rows;
+  const LstmLayerDims& dims = args.dims;
   const at::ScalarType dtype = saved.scalar_type();
-  check_float_or_double(kOp, "saved", dtype);
-  const GateRows gr = check_gate_rows(kOp, xg_size, lengths, token_index, lstm_layer_cell(kOp, w_proj), saved.device());
-  const LstmLayerDims dims = check_lstm_layer_weights(kOp, gr, w_hh, w_proj, dtype, saved.device(), cell_clip,
-                                                      proj_clip, h0_opt, c0_opt);
   const int64_t B = dims.B, T = dims.T, P = dims.P, C = dims.C;
-  check_lstm_layer_grads(kOp, dims, grad_y_opt, grad_h_opt, grad_c_opt, dtype, saved.device());
 
   const LstmPlan plan = make_lstm_plan(gr.length(), B, T);
   const int64_t N = plan.total();
