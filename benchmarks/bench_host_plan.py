@@ -3,7 +3,7 @@
     python benchmarks/bench_host_plan.py
 
 A biLM on a GPU given its char ids on the CPU finds the distinct tokens on the host
-(elmo_fast.bilm.model.distinct_rows) rather than with torch.unique(dim=0), which on the GPU waits
+(elmo_fast.bilm.distinct_rows.distinct_rows) rather than with torch.unique(dim=0), which on the GPU waits
 for it and on the CPU sorts whole rows. Both on the CPU, one thread, median of 7, over realistic
 sentences (benchmarks/corpus.py) with their boundaries.
 """
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import make_sentences  # noqa: E402
 
 from elmo_fast import batch_to_ids  # noqa: E402
-from elmo_fast.bilm.model import distinct_rows  # noqa: E402
+from elmo_fast.bilm.distinct_rows import distinct_rows  # noqa: E402
 from elmo_fast.bilm.reference import add_sentence_boundaries  # noqa: E402
 
 

@@ -74,7 +74,7 @@ def ensure_model(preset: str, cache_dir: Path, n_words: int, n_chars: int) -> Pa
 
 
 def make_corpus(model_dir: Path, n: int, seed: int, mean_tokens: float = 25.0) -> list[list[str]]:
-    from elmo_fast.formats.manylangs import read_dictionary
+    from elmo_fast.formats.manylangs_dir import read_dictionary
 
     words = [w for w in read_dictionary(model_dir / "word.dic") if not w.startswith("<")]
     rng = np.random.default_rng(seed)
@@ -151,7 +151,7 @@ def _version(dist: str) -> str:
 
 def model_flops(model_dir: Path) -> dict[str, int]:
     """Nominal FLOPs per token (bench_cpu's formula, the projection reading the word embedding too)."""
-    from elmo_fast.formats.manylangs import load_config
+    from elmo_fast.formats.manylangs_dir import load_config
 
     config, _ = load_config(model_dir)
     out = flops_per_token(config)

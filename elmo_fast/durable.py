@@ -15,6 +15,11 @@ A failure at any step removes the temporary file, renames nothing, and raises :c
 one line naming the final file and the OS error. So a file under its final name is whole: readers
 see the old file or the complete new one, whatever moment a run is killed or a disk fills.
 
+HDF5 files are written through :class:`GuardedFile` (h5py's file-object driver): HDF5 itself never
+sees an I/O error, because it does not recover from one (its objects then fail to close, and the
+next file the process writes can crash it); the first error is recorded, the writer stops at its
+next check, and the file is thrown away (:class:`Hdf5Writer`).
+
 The host and process in a temporary name let a later run tell a killed run's leftovers from a live
 run's files (:func:`sweep_temp_files`).
 
@@ -24,6 +29,8 @@ Usage::
         f.write(...)
     with durable_hdf5("out.hdf5") as h5:               # an h5py.File
         h5.create_dataset(...)
+    writer = Hdf5Writer("out.hdf5")                    # open across batches: writer.file, .check(),
+    ...; writer.finish()  (or writer.abort())          # .finish() / .abort()
     with durable_path("model.pt") as tmp:              # any library that writes to a path
         some_library.save(tmp)
     write_json("manifest.json", {...}); save_torch(obj, "ckpt.pt")
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import re
@@ -287,26 +295,171 @@ def durable_open(final: str | os.PathLike, mode: str = "w", encoding: str | None
             f.close()  # a close that fails raises here: the write is then an error, not an output
 
 
-@contextlib.contextmanager
-def durable_hdf5(final: str | os.PathLike, **kwargs: Any) -> Iterator[Any]:
-    """A new ``h5py.File`` under a temporary name; on a clean exit every object in it is closed and
-    the file flushed and closed with errors checked, then fsync'ed and renamed onto ``final``."""
-    import h5py
+class GuardedFile(io.RawIOBase):
+    """The file beneath an HDF5 file being written, which HDF5 reaches through h5py's file-object
+    driver: HDF5 never sees an I/O error.
 
-    with durable_path(final) as temp:
-        f = h5py.File(temp, "x", **kwargs)
+    HDF5 does not recover from a failed write: the file's objects then fail to close ("Exception
+    ignored ... Can't decrement id ref count"), and the library's state is left unsafe, so that the
+    next file the process writes can crash it (seen with HDF5 1.14 and 2.0). So the first OSError
+    of a write, truncate or read is recorded here instead (:attr:`error`) and the call reports
+    success; later writes go to memory, where reads find them, so HDF5's view of its file stays
+    consistent while the writer stops at its next :meth:`check` and the file is thrown away.
+    Writes and reads use ``pwrite``/``pread`` at a position kept here.
+    """
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._pos = 0
+        self._end = 0  # the file's logical size, as HDF5 has made it
+        #: the first OSError of a write, read or truncate, if any
+        self.error: OSError | None = None
+        self._memory: list[tuple[int, bytes]] = []  # (offset, bytes) written after the error
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._end}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        n = len(view)
+        if self.error is None:
+            try:
+                done = 0
+                while done < n:
+                    done += os.pwrite(self._fd, view[done:], self._pos + done)
+            except OSError as e:
+                self.error = e
+        if self.error is not None:
+            self._memory.append((self._pos, bytes(view)))
+        self._pos += n
+        self._end = max(self._end, self._pos)
+        return n
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), max(0, self._end - self._pos))
+        got = 0
+        if n:
+            try:
+                got = os.preadv(self._fd, [view[:n]], self._pos)
+            except OSError as e:
+                self.error = self.error or e
+            view[got:n] = bytes(n - got)  # a hole or a short file reads as zeros, as on disk
+        for offset, data in self._memory:  # what went to memory overrides the file, in order
+            lo, hi = max(offset, self._pos), min(offset + len(data), self._pos + n)
+            if lo < hi:
+                view[lo - self._pos:hi - self._pos] = data[lo - offset:hi - offset]
+        self._pos += n
+        return n
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self._pos if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as e:
+                self.error = e
+        self._end = size
+        return size
+
+    def flush(self) -> None:
+        pass
+
+    def check(self, path: str | os.PathLike) -> None:
+        """Raise :class:`WriteError` for ``path`` if a write failed."""
+        if self.error is not None:
+            raise WriteError(path, self.error)
+
+
+class Hdf5Writer:
+    """A new HDF5 file written durably, open for as long as its writer needs: ``file`` is the
+    ``h5py.File`` (under a temporary name beside ``final``); :meth:`check` raises as soon as a write
+    has failed (call it between batches: a full disk stops the work at once); :meth:`finish` closes
+    every object, checks, fsyncs, closes and renames onto ``final``; :meth:`abort` throws it away.
+    Either leaves nothing behind but a whole file under ``final`` or nothing at all."""
+
+    def __init__(self, final: str | os.PathLike, **h5py_kwargs: Any) -> None:
+        import h5py
+
+        self.final = os.path.abspath(os.fspath(final))
+        self.temp = temp_path(self.final)
+        self._fd: int | None = None
+        self.file = None
         try:
-            yield f
-            close_hdf5(f)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                if f.id.valid:
-                    f.close()
+            self._fd = os.open(self.temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+            self._guard = GuardedFile(self._fd)
+            self.file = h5py.File(self._guard, "w", **h5py_kwargs)
+            self.check()
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, OSError):
+                raise WriteError(self.final, e) from e
             raise
+
+    @property
+    def failed(self) -> bool:
+        return self._guard.error is not None
+
+    def check(self) -> None:
+        self._guard.check(self.final)
+
+    def finish(self) -> None:
+        try:
+            close_hdf5(self.file)
+            self.check()
+            os.fsync(self._fd)  # on the descriptor that wrote: a new one may not see a writeback error
+            fd, self._fd = self._fd, None
+            os.close(fd)
+            commit(self.temp, self.final)
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, (OSError, RuntimeError)):
+                raise WriteError(self.final, e) from e
+            raise
+
+    def abort(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(Exception):
+                if self.file.id.valid:
+                    self.file.close()
+            self.file = None
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        remove_quietly(self.temp)
+
+
+@contextlib.contextmanager
+def durable_hdf5(final: str | os.PathLike, **h5py_kwargs: Any) -> Iterator[Any]:
+    """A new ``h5py.File`` under a temporary name (:class:`Hdf5Writer`); on a clean exit every object
+    in it is closed, the write checked, the file fsync'ed and renamed onto ``final``."""
+    writer = Hdf5Writer(final, **h5py_kwargs)
+    try:
+        yield writer.file
+    except BaseException:
+        writer.abort()
+        raise
+    writer.finish()
 
 
 def close_hdf5(f: Any) -> None:
-    """Flush and close an open ``h5py.File`` so that a failing write is an exception here, never an
+    """Flush and close an open ``h5py.File`` so that an error is an exception here, never an
     "Exception ignored" from the garbage collector later."""
     import gc
 
@@ -392,7 +545,7 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 __all__ = [
     "WriteError", "TEMP_SUFFIX", "temp_path", "parse_temp_name", "sweep_temp_files", "check_writable",
-    "durable_path", "durable_open", "durable_hdf5", "close_hdf5", "commit", "fsync_path", "fsync_dir",
+    "durable_path", "durable_open", "durable_hdf5", "Hdf5Writer", "GuardedFile", "close_hdf5", "commit", "fsync_path", "fsync_dir",
     "write_bytes", "write_text", "write_json", "save_torch", "append_line", "remove_quietly",
     "describe_os_error", "process_alive",
 ]

@@ -66,3 +66,17 @@ class DownloadError(ElmoFastError):
 
 class ExtensionNotBuiltError(ElmoFastError):
     """The compiled extension (or its CUDA part) is not available in this install."""
+
+
+class ConfigurationError(ElmoFastError):
+    """A module configured in a way it cannot run: raised where allennlp raises its own
+    ``ConfigurationError`` (``ScalarMix``'s sizes, ``Elmo``'s ``module=`` beside model files, a model
+    whose options allennlp refuses), so that code migrated from allennlp catches it by importing
+    this class in place of ``allennlp.common.checks.ConfigurationError``
+    (``from elmo_fast.compat import ConfigurationError``). Unlike allennlp's, it is also an
+    :class:`ElmoFastError` (a ``ValueError``)."""
+
+
+class ModelConfigurationError(ModelFileError, ConfigurationError):
+    """Options a model file holds that the biLM cannot run with (allennlp's ``ConfigurationError``
+    for them: a char CNN activation other than relu/tanh, no skip connections)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .formats.bilm_tf import FILE_CHAR_ROWS, ElmoOptions, LstmWeights, expected_datasets
-from .formats.manylangs import ManyLangsConfig, ManyLangsWeights, save_manylangs
+from .formats.manylangs_dir import ManyLangsConfig, ManyLangsWeights, save_manylangs
 
 _FULL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 

@@ -24,7 +24,10 @@ for every string ``t``, no token is empty and no token contains whitespace.
 Speed (one core, pure Python): about 1.3 million tokens/s on running English prose (the King
 James Bible, 4.3 MB, 0.95M tokens, cold cache; 2M tokens/s once the chunk cache is warm), about
 0.45 million tokens/s on markup-heavy text (raw GCIDE dictionary source); ``split_sentences``
-reads about 4.5 MB/s.
+reads about 4.5 MB/s. Time is linear in the input whatever its shape: a 1 MB line without spaces
+(a run of ``+a+a...``, of punctuation, of one-letter words, a URL followed by dots) takes at most
+about 0.4 s of CPU; ``tests/tokenizer_spec.py`` holds the rules as the single plain pattern that
+this module's faster, linear form is tested against.
 
 Rules of :func:`tokenize`, in order of priority at each position:
 
@@ -74,13 +77,15 @@ ABBREVIATIONS = frozenset(
 _SENTENCE_FINAL_ABBREVIATIONS = frozenset("etc Inc Ltd Co Corp Bros esp al".split())
 
 
-def _mark_class() -> str:
-    """A regex character-class body of the combining marks (Mn, Mc, Me) and ZWNJ/ZWJ.
+def _mark_classes() -> tuple[str, str]:
+    """Regex character-class bodies of the combining marks (Mn, Mc, Me) and ZWNJ/ZWJ: those of the
+    Basic Multilingual Plane, and those above it (plane 1 and the variation selectors of plane 14).
 
     ``\\w`` in Python's ``re`` is ``str.isalnum() or '_'``, which leaves out combining marks: the
     vowel signs of Indic scripts, Hebrew points, Latin combining accents. Words in those scripts
-    would fall apart without them. Built once at import (planes 0-1 and the variation selectors
-    of plane 14: a few tens of milliseconds).
+    would fall apart without them. Two classes, because ``re`` tests a class of BMP characters in
+    one table look-up but one holding astral characters range by range (~300 ranges: 0.2 us for
+    every character it rejects). Built once at import (a few tens of milliseconds).
     """
     ranges: list[tuple[int, int]] = []
     for cp in list(range(0x20000)) + list(range(0xE0100, 0xE01F0)):
@@ -89,22 +94,32 @@ def _mark_class() -> str:
                 ranges[-1] = (ranges[-1][0], cp)
             else:
                 ranges.append((cp, cp))
-    return "".join(
-        re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges
-    )
+
+    def body(rs: list[tuple[int, int]]) -> str:
+        return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in rs)
+
+    return body([r for r in ranges if r[1] < 0x10000]), body([r for r in ranges if r[0] >= 0x10000])
 
 
-_W = rf"[\w{_mark_class()}]"  # a word character
+_BMP_MARKS, _ASTRAL_MARKS = _mark_classes()
+# a word character; the astral marks' class is tried only for astral characters (one range test)
+_W = rf"(?:[\w{_BMP_MARKS}]|(?=[\U00010000-\U0010FFFF])[{_ASTRAL_MARKS}])"
 _APOS = "'\u2019"  # ASCII apostrophe and RIGHT SINGLE QUOTATION MARK
 _ABBREV_ALT = "|".join(sorted((re.escape(a) for a in ABBREVIATIONS), key=len, reverse=True))
 _CLOSERS = r"""[.,;:!?)\]}'"\u2019\u201d\u00bb>]"""
 
+# Every rule is linear in the chunk: no match attempt rescans what an attempt at an earlier position
+# scanned (a 1 MB chunk of any shape takes well under a second). E-mail addresses, whose local part
+# would be rescanned from every position of a run such as "+a+a+a...", are found by one pass over
+# the chunk's runs (_email_ends) and taken between this pattern's matches (_tokens_with_emails).
 _TOKEN_RE = re.compile(
     rf"""
-    (?:(?:https?|ftp)://|www\.)\S+?(?={_CLOSERS}*(?:\s|$))      # URL, closing punctuation left
-  | [\w.+-]+@{_W}+(?:[.-]{_W}+)*\.{_W}+                         # e-mail address
+    [!"#$%&()*+,:;<=>?@\[\\\]^{{|}}~]                             # ASCII punctuation no longer token starts with
+  | (?!{_W})[^.\-`/{_APOS}]                                    # any other such character
   | \.{{2,}} | -{{2,}} | `` | ''                                # ellipsis, dash, PTB quotes
-  | (?<!{_W})(?:{_ABBREV_ALT})\.(?!{_W})                        # known abbreviation: Dr.
+  | [.-]                                                        # a lone period or hyphen
+  | (?:(?:https?|ftp)://|www\.)(?:\S*[^\s{_CLOSERS[1:-1]}]|\S)  # URL to the chunk's end, closing punctuation left
+  | (?<!{_W})(?=[A-Za-z]+\.)(?:{_ABBREV_ALT})\.(?!{_W})         # known abbreviation: Dr.
   | (?<!{_W})(?:[^\W\d_]\.){{2,}}(?!{_W})                       # letter-dot run: e.g. U.S.
   | (?<!{_W})[A-Z]\.(?!{_W})                                    # initial: J.
   | [{_APOS}](?:[sSmMdD]|re|RE|ll|LL|ve|VE)(?!{_W})             # split clitic: 's 're 'll
@@ -113,6 +128,11 @@ _TOKEN_RE = re.compile(
     """,
     re.VERBOSE,
 )
+
+# An e-mail address: a local part of [\w.+-] (from any position of such a run), "@", a dotted domain.
+_LOCAL_RUN_RE = re.compile(r"[\w.+-]+")
+_URL_START_RE = re.compile(r"(?:(?:https?|ftp)://|www\.)\S")  # the URL rule matches here
+_DOMAIN_RE = re.compile(rf"{_W}+(?:[.-]{_W}+)*\.{_W}+")
 
 _CLITIC_RE = re.compile(rf"(?i)^(.+?)(n[{_APOS}]t|[{_APOS}](?:s|re|ll|ve|m|d))$")
 
@@ -150,7 +170,7 @@ def tokenize(text: str) -> list[str]:
         toks = cache.get(chunk)
         if toks is None:
             toks = _tokenize_chunk(chunk)
-            if len(cache) < _CHUNK_CACHE_SIZE:
+            if len(cache) < _CHUNK_CACHE_SIZE and len(chunk) <= _CHUNK_CACHE_MAX_LEN:
                 cache[chunk] = toks
         extend(toks)
     return out
@@ -159,6 +179,8 @@ def tokenize(text: str) -> list[str]:
 #: chunk -> its tokens; filled until it holds _CHUNK_CACHE_SIZE chunks, then only read.
 _CHUNK_CACHE: dict[str, tuple[str, ...]] = {}
 _CHUNK_CACHE_SIZE = 1 << 18
+#: longer chunks are not remembered (natural text rarely repeats them; a hostile line would fill memory)
+_CHUNK_CACHE_MAX_LEN = 64
 
 
 def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
@@ -166,12 +188,54 @@ def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
     if chunk.isalpha():  # the common case: one plain word
         return (chunk,)
     out: list[str] = []
-    for tok in _TOKEN_RE.findall(chunk):
+    for tok in _rule_matches(chunk):
         if ("'" in tok or "\u2019" in tok) and len(tok) > 2 and "/" not in tok and "@" not in tok:
             out.extend(_split_clitic(tok))
         else:
             out.append(tok)
     return tuple(out)
+
+
+def _rule_matches(chunk: str) -> list[str]:
+    """The rules' matches in a whitespace-free chunk, in order (clitics not yet split)."""
+    at = chunk.find("@", 1)
+    if at > 0 and chunk.find(".", at) > 0:  # an address needs a local part and a dotted domain
+        return _tokens_with_emails(chunk)
+    return _TOKEN_RE.findall(chunk)
+
+
+def _email_ends(chunk: str) -> list[tuple[int, int, int]]:
+    """``(start, at, end)`` of each run of local-part characters that ends at an "@" followed by a
+    domain: an address starts at any position of ``chunk[start:at]`` and ends at ``end``."""
+    found = []
+    for run in _LOCAL_RUN_RE.finditer(chunk):
+        at = run.end()
+        if at < len(chunk) and chunk[at] == "@":
+            domain = _DOMAIN_RE.match(chunk, at + 1)
+            if domain:
+                found.append((run.start(), at, domain.end()))
+    return found
+
+
+def _tokens_with_emails(chunk: str) -> list[str]:
+    """The tokens of a chunk holding an "@": at each position a URL first, then an e-mail address,
+    then the other rules, as one pattern with the e-mail rule second would give them."""
+    emails = _email_ends(chunk)
+    if not emails:
+        return _TOKEN_RE.findall(chunk)
+    out: list[str] = []
+    pos, k, n = 0, 0, len(chunk)
+    match = _TOKEN_RE.match
+    while pos < n:
+        while k < len(emails) and emails[k][1] <= pos:
+            k += 1
+        if k < len(emails) and emails[k][0] <= pos and not _URL_START_RE.match(chunk, pos):
+            end = emails[k][2]
+        else:
+            end = match(chunk, pos).end()
+        out.append(chunk[pos:end])
+        pos = end
+    return out
 
 
 def tokenize_line(line: str) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from elmo_fast.formats.manylangs import CHAR_DIC, CONFIG_FILE, WORD_DIC, save_manylangs
+from elmo_fast.formats.manylangs_dir import CHAR_DIC, CONFIG_FILE, WORD_DIC, save_manylangs
 from elmo_fast.testing import MANYLANGS_CHARS, MANYLANGS_PRESETS, random_manylangs_weights, random_words
 
 TINY = MANYLANGS_PRESETS["tiny"]

@@ -120,13 +120,27 @@ ALLOWED = {
     # the one write path: every room writes through it, it knows none of them
     "elmo_fast.durable": {"elmo_fast.errors"},
     "elmo_fast.bilm.char_ids": set(),
-    "elmo_fast.bilm.manylangs_ids": set(),
+    "elmo_fast.bilm.word_char_ids": set(),
     # the oracle: plain PyTorch, never the fast path
     "elmo_fast.bilm.reference": {"elmo_fast.bilm.char_ids"},
     # the ops know nothing of files, models or the CLI: the extension (and what it was built
     # against, to explain one that does not load) and the error types only
     "elmo_fast.bilm.ops": {"elmo_fast._C", "elmo_fast._extension_info", "elmo_fast.errors"},
     "elmo_fast._extension_info": set(),
+    # the stages hold weights and run ops or their twins; the model composes them with the parts below
+    "elmo_fast.bilm.stages": {"elmo_fast.bilm.ops", "elmo_fast.bilm.reference", "elmo_fast.errors"},
+    # the parts ElmoBiLm composes, each knowing nothing of the model (nor of each other, the ops aside)
+    "elmo_fast.bilm.precision": {"elmo_fast.errors"},
+    "elmo_fast.bilm.backends": {"elmo_fast.bilm.ops", "elmo_fast.errors"},
+    "elmo_fast.bilm.distinct_rows": set(),
+    "elmo_fast.bilm.token_cache": {"elmo_fast.bilm.ops"},
+    "elmo_fast.bilm.derived_weights": set(),
+    "elmo_fast.bilm.cuda_graphs": set(),
+    "elmo_fast.bilm.legacy_keys": set(),
+    "elmo_fast.bilm.vocab_cache": {"elmo_fast.errors"},
+    # which model a constructor was given: the formats, and the bundled model's directory
+    "elmo_fast.model_source": {"elmo_fast.errors", "elmo_fast.formats.bilm_tf", "elmo_fast.formats.manylangs_dir",
+                               "elmo_fast.formats.model_dir", "elmo_fast.pretrained.bundled"},
 }
 
 

@@ -29,7 +29,7 @@ from elmo_fast.bilm.reference import (add_sentence_boundaries, bilm_ref, bilstm_
                                  highway_gate_ref, highway_ref, layer0_gates_ref)
 from elmo_fast.testing import PRESETS
 from rounding_model import modeled_error
-from tolerances import MODEL_BF16, TOL, assert_close, fp32_model_bound, max_abs_error
+from tolerances import MODEL_BF16, MODEL_BOUNDS, TOL, assert_close, fp32_model_bound, max_abs_error
 
 HAS_GPU = torch.cuda.is_available()
 CUDA_SKIP_REASON = ("no CUDA GPU visible to torch" if not HAS_GPU else
@@ -921,6 +921,36 @@ def test_bf16_fast_model_on_cuda_error_bound(cuda_target, random_models, preset)
         err = (x - r).abs()
         assert err.max() <= MODEL_BF16["max_rel"] * r.abs().max(), f"layer {k}: max err {err.max():.3g}"
         assert err.pow(2).mean().sqrt() <= MODEL_BF16["rms_rel"] * r.pow(2).mean().sqrt(), f"layer {k}: RMS err"
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16", "bf16"])
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_low_precision_on_cuda_within_the_stated_bound(cuda_target, random_models, preset, precision):
+    """Each precision's bound (elmo_fast.bilm.precision, MODEL_BOUNDS) on a GPU, against the fp32
+    CPU reference, per output layer; and fp32 stays within the fp32 bar while the process has TF32
+    on for itself (fp32 turns it off for the forward)."""
+    files = random_models(preset, exercise_clips=True)
+    ids = batch_to_ids(sentences(np.random.default_rng(3), 9))
+    with torch.inference_mode():
+        ref = ElmoBiLm(*files, backend="reference")(ids)
+        low = ElmoBiLm(*files, backend="fast", precision=precision).to("cuda")(ids.cuda())
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            exact = ElmoBiLm(*files, backend="fast").to("cuda")(ids.cuda())
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+    mask = ref["mask"]
+    bound = MODEL_BOUNDS[precision]
+    # fp32 on both sides: the bar for tiny, twice the rounding model's GPU bound beyond (tests/tolerances.py)
+    w64 = load_weights(files[1], load_options(files[0])).to(dtype=torch.float64)
+    fp32_bound = fp32_bilm_bound(cuda_target, preset, ids, w64) * (1 if preset == "tiny" else 2)
+    for k, (r, x, e) in enumerate(zip(ref["activations"], low["activations"], exact["activations"])):
+        assert x.dtype == torch.float32
+        assert max_abs_error(e.cpu(), r) <= fp32_bound, f"fp32 under a process's TF32, layer {k}"
+        r, x = r[mask].double(), x.cpu()[mask].double()
+        err = (x - r).abs()
+        assert err.max() <= bound["max_rel"] * r.abs().max(), f"{precision} layer {k}: max err {err.max():.3g}"
+        assert err.pow(2).mean().sqrt() <= bound["rms_rel"] * r.pow(2).mean().sqrt(), f"{precision} layer {k}: RMS"
 
 
 def expected_top_layers(bilm_tf_tiny):

@@ -159,3 +159,96 @@ def test_write_error_pickles_with_its_fields():
     e = WriteError("/x/out.hdf5", OSError(errno.EIO, "Input/output error"))
     back = pickle.loads(pickle.dumps(e))
     assert str(back) == str(e) and back.path == "/x/out.hdf5" and back.errno == errno.EIO
+
+
+# ---- every failure point, injected below Python (tests/faults/fault_shim.c) -------------------
+
+_EVERY_POINT = r'''
+import json
+import numpy as np
+import torch
+import h5py
+from elmo_fast import durable
+
+folder = sys.argv[1]
+EXPECTED_JSON = {"a": list(range(2000))}
+
+
+def write_all():
+    with durable.durable_hdf5(os.path.join(folder, "w.hdf5")) as f:
+        for i in range(4):
+            f.create_dataset(f"d{i}", data=np.full((60, 40), i, np.float32))
+        f.attrs["n"] = 4
+    durable.write_json(os.path.join(folder, "m.json"), EXPECTED_JSON)
+    durable.save_torch({"t": torch.arange(20000)}, os.path.join(folder, "c.pt"))
+
+
+def whole(name):
+    path = os.path.join(folder, name)
+    if name == "w.hdf5":
+        with h5py.File(path, "r") as f:
+            return f.attrs["n"] == 4 and all((f[f"d{i}"][...] == i).all() and f[f"d{i}"].shape == (60, 40) for i in range(4))
+    if name == "m.json":
+        return json.load(open(path)) == EXPECTED_JSON
+    if name == "c.pt":
+        return torch.equal(torch.load(path)["t"], torch.arange(20000))
+    return False
+
+
+def clean():
+    for n in os.listdir(folder):
+        os.unlink(os.path.join(folder, n))
+
+
+Shim.arm(folder, 0, 0)
+write_all()
+total = Shim.count()
+Shim.disarm()
+bad = []
+tried = 0
+for err, sticky in ((errno.ENOSPC, True), (errno.EIO, False)):  # a full disk stays full; EIO once
+        for nth in range(1, total + 1):
+            clean()
+            Shim.arm(folder, nth, err, sticky)
+            try:
+                write_all()
+                outcome = None
+            except durable.WriteError as e:
+                outcome = str(e)
+            fired = Shim.fired()
+            Shim.disarm()
+            tried += 1
+            names = sorted(os.listdir(folder))
+            case = (errno.errorcode[err], sticky, nth)
+            if not fired:
+                bad.append((case, "the fault never fired"))
+            if outcome is None:
+                bad.append((case, "no error although a write failed"))
+            elif "\n" in outcome or errno.errorcode[err] not in outcome or folder not in outcome:
+                bad.append((case, "message: " + outcome))
+            for name in names:
+                if name.endswith(durable.TEMP_SUFFIX):
+                    bad.append((case, "temporary file left: " + name))
+                elif not whole(name):
+                    bad.append((case, "not whole under its final name: " + name))
+clean()
+write_all()  # the process still writes HDF5 files after every kind of failure
+assert all(whole(n) for n in ("w.hdf5", "m.json", "c.pt"))
+print(json.dumps({"total": total, "tried": tried, "bad": bad}))
+'''
+
+
+def test_every_injected_failure_point_gives_an_error_and_no_partial_file(tmp_path):
+    """Each write/fsync/ftruncate/close of an HDF5 file, a JSON file and a torch checkpoint fails in
+    turn (ENOSPC for the rest of the run, as a full disk; EIO once): every one is a one-line
+    WriteError naming the file and the errno; a file under its final name is always whole; no
+    temporary file stays; no crash, and the process still writes HDF5 afterwards."""
+    from fault_injection import CHILD_PRELUDE, run_python
+
+    run = run_python(CHILD_PRELUDE + _EVERY_POINT, str(tmp_path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["total"] >= 20, report  # the shim saw the writes (HDF5's pwrite included)
+    assert report["tried"] == 2 * report["total"]
+    assert report["bad"] == [], report["bad"][:10]
+    assert "Exception ignored" not in run.stderr, run.stderr[-3000:]

@@ -275,7 +275,7 @@ def test_vocab_cache_equals_char_path(random_models, backend):
             for x, y in zip(out["elmo_representations"], want["elmo_representations"]):
                 assert max_abs_error(x, y) <= FP32, args
     if backend == "fast":
-        assert elmo._elmo_lstm._vocab_table is not None  # the cache was used, not only the char path
+        assert elmo._elmo_lstm._derived.holds("vocab")  # the cache was used, not only the char path
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

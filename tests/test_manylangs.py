@@ -16,9 +16,9 @@ import torch
 
 from elmo_fast import Elmo, ElmoBiLm, ElmoEmbedder
 from elmo_fast.bilm import ops
-from elmo_fast.bilm.manylangs_ids import ManyLangsIds
+from elmo_fast.bilm.word_char_ids import ManyLangsIds
 from elmo_fast.bilm.stages import WordCharTokenEmbedder
-from elmo_fast.formats.manylangs import WORD_SPECIALS, load_manylangs, read_dictionary
+from elmo_fast.formats.manylangs_dir import WORD_SPECIALS, load_manylangs, read_dictionary
 from elmo_fast.manylangs import Embedder
 from manylangs_models import VARIANTS, sentences, write_variant
 from peers import manylangs, manylangs_embedder

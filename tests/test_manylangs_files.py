@@ -17,7 +17,7 @@ import torch
 from elmo_fast import ElmoEmbedder
 from elmo_fast.cli import main
 from elmo_fast.errors import ModelFileError
-from elmo_fast.formats.manylangs import (ManyLangsConfig, find_config, load_manylangs, read_dictionary,
+from elmo_fast.formats.manylangs_dir import (ManyLangsConfig, find_config, load_manylangs, read_dictionary,
                                          shipped_configs_dir)
 from elmo_fast.formats.model_dir import BILM_TF, MANYLANGS, inspect_model_dir, load_model_dir
 from elmo_fast.manylangs import Embedder

@@ -4,16 +4,18 @@ forward never waits for the device), and the stacked LSTM weights the CUDA op ta
 device and dtype and remade whenever the weights change.
 
 On a CPU-only machine both run on the CPU by switching on the device test they hang on
-(``_plans_on_host``, ``_STACKED_LSTM_DEVICES``); tests/test_cuda.py runs them on a GPU for real.
+(``ElmoBiLm._plans_on_host``, ``derived_weights.STACKED_LSTM_DEVICES``); tests/test_cuda.py runs them
+on a GPU for real.
 """
 import numpy as np
 import pytest
 import torch
 
 from elmo_fast import ElmoBiLm, batch_to_ids
+from elmo_fast.bilm import cuda_graphs, derived_weights, ops
+from elmo_fast.bilm import distinct_rows as distinct_rows_module
 from elmo_fast.bilm import model as model_module
-from elmo_fast.bilm import ops
-from elmo_fast.bilm.model import distinct_rows
+from elmo_fast.bilm.distinct_rows import distinct_rows
 from elmo_fast.bilm.reference import add_sentence_boundaries
 from test_reference import _sentences
 from tolerances import TOL, max_abs_error
@@ -47,9 +49,22 @@ def test_distinct_rows_is_a_unique_of_the_masked_rows(seed):
     assert torch.equal(torch.unique(distinct, dim=0), want)
 
 
+@pytest.mark.parametrize("masked", [False, True], ids=["every_position", "masked"])
+def test_distinct_rows_is_torch_unique_row_for_row(masked):
+    """The same rows in the same (lexicographic) order as torch.unique(dim=0), and the same index:
+    every path hands the GEMMs the same rows in the same order (their rounding depends on it)."""
+    ids, mask = add_sentence_boundaries(batch_to_ids(_batch(5, 11)))
+    distinct, index = distinct_rows(ids, mask if masked else None)
+    want, inverse = torch.unique(ids[mask] if masked else ids.reshape(-1, 50), dim=0, return_inverse=True)
+    assert torch.equal(distinct, want)
+    assert torch.equal(index[mask] if masked else index.reshape(-1), inverse)
+    rows, words = distinct_rows(torch.tensor([[[3], [1], [3], [0]]]))  # rows of one id: vocab_to_cache's
+    assert rows.tolist() == [[0], [1], [3]] and words.tolist() == [[2, 1, 2, 0]]
+
+
 def test_distinct_rows_falls_back_on_a_hash_collision(monkeypatch):
     ids, mask = add_sentence_boundaries(batch_to_ids(_batch(1, 5)))
-    monkeypatch.setattr(model_module, "_row_hash_multipliers", lambda width: np.zeros(width, dtype=np.uint64))
+    monkeypatch.setattr(distinct_rows_module, "_row_hash_multipliers", lambda width: np.zeros(width, dtype=np.uint64))
     distinct, index = distinct_rows(ids, mask)  # every hash 0: the check catches it
     assert torch.equal(distinct, torch.unique(ids[mask], dim=0))
     assert torch.equal(distinct[index][mask], ids[mask])
@@ -120,7 +135,7 @@ def test_host_planned_forward_with_vocab_to_cache(random_models, planned_on_host
 
 @pytest.fixture
 def stacked_on_cpu(monkeypatch):
-    monkeypatch.setattr(model_module.ElmoBiLm, "_STACKED_LSTM_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(derived_weights, "STACKED_LSTM_DEVICES", ("cuda", "cpu"))
 
 
 def _embed(bilm, ids):
@@ -152,12 +167,12 @@ def test_stacked_lstm_weights_are_views_made_once(random_models, stacked_on_cpu,
     ids = batch_to_ids(_batch(0, 6))
     got = _embed(bilm, ids)
     stacked_values = [w.clone() for w in first]
-    model_module.ElmoBiLm._STACKED_LSTM_DEVICES = ("cuda",)
+    derived_weights.STACKED_LSTM_DEVICES = ("cuda",)
     try:
         unstacked = plain._flat_lstm()
         want = _embed(plain, ids)
     finally:
-        model_module.ElmoBiLm._STACKED_LSTM_DEVICES = ("cuda", "cpu")
+        derived_weights.STACKED_LSTM_DEVICES = ("cuda", "cpu")
     assert unstacked[1].untyped_storage().data_ptr() != unstacked[5].untyped_storage().data_ptr()
     for k, (s, u) in enumerate(zip(stacked_values, unstacked)):
         assert torch.equal(s, u.to(s.dtype)), k
@@ -218,17 +233,17 @@ def test_stacked_lstm_weights_follow_an_optimizer_step(random_models, stacked_on
 def test_moving_the_model_drops_the_copies(random_models, stacked_on_cpu):
     bilm = ElmoBiLm(*random_models("tiny"), backend="fast", dtype=torch.bfloat16)
     bilm._flat_lstm()
-    bilm._bf16_weights()
-    assert bilm._lstm_op_weights and bilm._lowp is not None
+    bilm._lowp_weights()
+    assert bilm._derived.holds("lstm") and bilm._derived.holds("token_embedder")
     bilm.to(torch.float32)  # any _apply
-    assert not bilm._lstm_op_weights and bilm._lowp is None
+    assert len(bilm._derived) == 0
 
 
 # --- CUDA graphs per bucket: the plumbing, with a CPU stand-in for the capture -------------------------
 
 
 class RerunRunner:
-    """A CPU stand-in for model.CudaGraphRunner: replay() reruns the captured body (which must read
+    """A CPU stand-in for cuda_graphs.CudaGraphRunner: replay() reruns the captured body (which must read
     only the bucket's static inputs, as a graph replays its kernels on them) and writes the results
     into the outputs the capture made, as a graph replay does."""
 
@@ -252,7 +267,7 @@ class RerunRunner:
 
 @pytest.fixture
 def graphs_on_cpu(monkeypatch, planned_on_host):
-    monkeypatch.setattr(model_module.ElmoBiLm, "_graph_runner", RerunRunner)
+    monkeypatch.setattr(cuda_graphs.CudaGraphCache, "runner", RerunRunner)
     monkeypatch.setattr(RerunRunner, "captures", 0)
     monkeypatch.setattr(RerunRunner, "replays", 0)
     return RerunRunner

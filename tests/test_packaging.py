@@ -82,7 +82,7 @@ def test_missing_extension_is_not_a_load_failure(monkeypatch):
 
 
 def test_require_extension_and_auto_backend_say_why_it_does_not_load(monkeypatch):
-    from elmo_fast.bilm import model as model_module
+    from elmo_fast.bilm import backends as backends_module
     from elmo_fast.bilm import ops
     from elmo_fast.errors import ExtensionNotBuiltError
 
@@ -90,8 +90,8 @@ def test_require_extension_and_auto_backend_say_why_it_does_not_load(monkeypatch
     monkeypatch.setattr(ops, "HAS_EXTENSION", False)
     monkeypatch.setattr(ops, "EXTENSION_LOAD_FAILED", True)
     monkeypatch.setattr(ops, "EXTENSION_IMPORT_ERROR", reason)
-    monkeypatch.setattr(model_module, "_warned_fallback", False)
+    monkeypatch.setattr(backends_module, "_warned_fallback", False)
     with pytest.raises(ExtensionNotBuiltError, match="does not load: elmo_fast._C was built against torch 1.0"):
         ops.require_extension()
     with pytest.warns(RuntimeWarning, match="reference path.*does not load.*rebuilt"):
-        assert model_module.resolve_backend("auto") == "reference"
+        assert backends_module.resolve_backend("auto") == "reference"

@@ -103,10 +103,10 @@ def test_stateful_rules_for_growing_and_shrinking_batches(random_models):
         out = bilm(ids)
         for a, b in zip(out["activations"], acts):
             torch.testing.assert_close(a, b, atol=0, rtol=0)
-        torch.testing.assert_close(bilm._states[0], h, atol=0, rtol=0)
-        torch.testing.assert_close(bilm._states[1], c, atol=0, rtol=0)
+        torch.testing.assert_close(bilm.get_states()[0], h, atol=0, rtol=0)
+        torch.testing.assert_close(bilm.get_states()[1], c, atol=0, rtol=0)
     bilm.reset_states()
-    assert bilm._states is None
+    assert bilm.get_states() is None
 
 
 def test_states_can_be_saved_and_restored(random_models):

@@ -192,3 +192,65 @@ def test_property_idempotent_on_token_sequences(words):
     """Tokens joined by spaces tokenize back to themselves."""
     once = tokenize(" ".join(words))
     assert tokenize(" ".join(once)) == once
+
+
+# ---- the rules as one plain pattern (tests/tokenizer_spec.py), and linear time ------------------
+
+_SPEC_PIECES = list("aAbZ1.9,+-@/&:'\u2019`()\".!?h@+.-_$") + [
+    "http://", "www.", "ftp://", "n't", "'s", "Dr", "e.g", "U.S", "Ph.D", "\u00df", "\u00e9", "\u0301",
+    "\U0001D167", "x@y.com", ".)", "..", "--", "``", "''", "\u0915\u093f", "\u2026", "\u201d"]
+
+
+def test_rules_equal_the_one_pattern_specification_on_random_chunks():
+    import random
+
+    from tokenizer_spec import spec_chunk_matches
+
+    rng = random.Random()
+    seed = rng.randrange(2**32)
+    rng.seed(seed)
+    for _ in range(20_000):
+        chunk = "".join(rng.choice(_SPEC_PIECES) for _ in range(rng.randint(1, 24)))
+        assert tokenizer._rule_matches(chunk) == spec_chunk_matches(chunk), (seed, chunk)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_SPEC_PIECES), min_size=1, max_size=24).map("".join))
+def test_property_rules_equal_the_specification(chunk):
+    from tokenizer_spec import spec_chunk_matches
+
+    assert tokenizer._rule_matches(chunk) == spec_chunk_matches(chunk)
+
+
+# Shapes on which a rule used to rescan what it had scanned (quadratic: "+a" * 4,000 took 1.6 s),
+# and shapes of one long token or of a million one-character tokens.
+_HOSTILE = {
+    "plus-letters": "+a", "plus-letters-at-end": None, "url-then-dots": None, "dots-letters": ".a",
+    "addresses": "a@b.", "at-letters": "a@", "plus-at": "+@", "mixed": "a.+b-c@", "closers": ".)",
+    "punctuation": "!?;(", "apostrophes": "'a", "clitics": "a's", "initials": "A.", "abbreviations": "Dr.",
+    "digits-commas": "1,", "slashes": "/a", "urls": "(http://a", "one-word": "a", "marks": "a\u0301",
+    "astral-marks": "\U0001D167a",
+}
+
+
+def _hostile(name: str, n: int) -> str:
+    if name == "plus-letters-at-end":
+        return "+a" * (n // 2) + "@b.c"
+    if name == "url-then-dots":
+        return "http://x" + "." * n
+    unit = _HOSTILE[name]
+    return (unit * (n // len(unit) + 1))[:n]
+
+
+@pytest.mark.parametrize("name", sorted(_HOSTILE))
+def test_a_one_megabyte_line_of_any_shape_takes_well_under_a_second(name):
+    import time
+
+    line = _hostile(name, 1 << 20)
+    tokenizer._CHUNK_CACHE.clear()
+    start = time.process_time()  # CPU time: other processes on the machine do not count
+    tokens = tokenize(line)
+    spent = time.process_time() - start
+    assert "".join(tokens) == line
+    assert spent < 1.0, f"{name}: {spent:.2f} s of CPU for a 1 MB line"
+    assert len(tokenizer._CHUNK_CACHE) <= 1 or all(len(c) <= 64 for c in tokenizer._CHUNK_CACHE)

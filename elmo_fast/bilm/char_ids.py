@@ -72,7 +72,7 @@ class AllenNlpCharIds:
     """The front end of bilm-tf / allennlp models, as the biLM core uses one: a token's row of ids
     (:func:`word_to_char_ids`), the rows of the sentence boundaries the model adds, a batch's ids.
 
-    Another front end (:class:`~elmo_fast.bilm.manylangs_ids.ManyLangsIds`) gives the same four
+    Another front end (:class:`~elmo_fast.bilm.word_char_ids.ManyLangsIds`) gives the same four
     things for its models; rows are +1 shifted so that an all-zero row means "no token".
     """
 

@@ -80,7 +80,7 @@ def word_char_tokens_ref(ids: Tensor, word_embedding: Tensor | None, char_embedd
 def token_vectors_ref(ids: Tensor, weights) -> Tensor:
     """Context-free token vectors [N, P] of rows of ids [N, W], for either kind of weights:
     :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` (char CNN, highways, projection) or
-    :class:`~elmo_fast.formats.manylangs.ManyLangsWeights` (with word embeddings)."""
+    :class:`~elmo_fast.formats.manylangs_dir.ManyLangsWeights` (with word embeddings)."""
     if hasattr(weights, "word_embedding"):
         return word_char_tokens_ref(ids, weights.word_embedding, weights.char_embedding, weights.conv_weights,
                                     weights.conv_biases, weights.options.activation, weights.highway_weights,
@@ -302,7 +302,7 @@ def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None, c0: Tensor | N
     char_ids: [B, T, 50] from :func:`~elmo_fast.batch_to_ids` (or [B, T, W] rows of another front
               end, with its boundary rows ``bos`` and ``eos``).
     weights:  :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` (or
-              :class:`~elmo_fast.formats.manylangs.ManyLangsWeights`: see :func:`token_vectors_ref`).
+              :class:`~elmo_fast.formats.manylangs_dir.ManyLangsWeights`: see :func:`token_vectors_ref`).
     h0, c0:   [L, B, 2P], [L, B, 2C] initial LSTM states, or None for zeros.
     returns   activations: L + 1 tensors [B, T + 2, 2P] (layer 0 is the token vector twice),
               mask [B, T + 2], final h [L, B, 2P], final c [L, B, 2C].

@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..errors import ElmoFastError
+from ..errors import ConfigurationError
 from .reference import scalar_mix_ref
 
 
@@ -18,18 +18,19 @@ class ScalarMix(nn.Module):
     each layer over the unmasked elements of the whole batch first (allennlp's semantics).
 
     Parameters are laid out as allennlp's (``scalar_parameters.{k}`` [1] each, ``gamma`` [1]), so
-    state dicts of models trained with allennlp's ``Elmo`` load as they are.
+    state dicts of models trained with allennlp's ``Elmo`` load as they are. Sizes that do not match
+    raise :class:`~elmo_fast.errors.ConfigurationError`, where allennlp raises its own.
     """
 
     def __init__(self, mixture_size: int, do_layer_norm: bool = False,
                  initial_scalar_parameters: Sequence[float] | None = None, trainable: bool = True) -> None:
         super().__init__()
         if mixture_size < 1:
-            raise ElmoFastError(f"ScalarMix: mixture_size must be >= 1, got {mixture_size}")
+            raise ConfigurationError(f"ScalarMix: mixture_size must be >= 1, got {mixture_size}")
         if initial_scalar_parameters is None:
             initial_scalar_parameters = [0.0] * mixture_size
         elif len(initial_scalar_parameters) != mixture_size:
-            raise ElmoFastError(f"ScalarMix: {len(initial_scalar_parameters)} initial scalar parameters "
+            raise ConfigurationError(f"ScalarMix: {len(initial_scalar_parameters)} initial scalar parameters "
                                 f"{list(initial_scalar_parameters)} for a mixture of {mixture_size} layers")
         self.mixture_size = mixture_size
         self.do_layer_norm = do_layer_norm
@@ -40,8 +41,8 @@ class ScalarMix(nn.Module):
     def forward(self, layers: Sequence[Tensor], mask: Tensor | None = None) -> Tensor:
         """layers: K tensors [..., D]; mask [...] (needed with do_layer_norm) -> [..., D]."""
         if len(layers) != self.mixture_size:
-            raise ElmoFastError(f"ScalarMix: {len(layers)} layers given to a mixture of {self.mixture_size}")
+            raise ConfigurationError(f"ScalarMix: {len(layers)} layers given to a mixture of {self.mixture_size}")
         if self.do_layer_norm and mask is None:
-            raise ElmoFastError("ScalarMix: do_layer_norm=True needs the mask")
+            raise ConfigurationError("ScalarMix: do_layer_norm=True needs the mask")
         return scalar_mix_ref(list(layers), torch.cat(list(self.scalar_parameters)), self.gamma, mask,
                               self.do_layer_norm)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import ElmoFastError
 from . import ops, reference
 
 BACKENDS = ("fast", "reference")
@@ -132,8 +133,9 @@ class CharTokenEmbedder(Stage):
     """A token's context-free vector from its characters: char CNN, highways, projection.
 
     forward(char_ids [N, 50]) -> [N, P]. The fast forward runs the highways and the projection as
-    one op (:func:`~elmo_fast.bilm.ops.highway`); ``lowp`` (bf16 copies of the highway and
-    projection weights, from :class:`~elmo_fast.bilm.model.ElmoBiLm`) runs their GEMMs in bf16.
+    one op (:func:`~elmo_fast.bilm.ops.highway`); ``lowp`` (low-precision copies of the highway and
+    projection weights, :meth:`lowp_weights`, kept by :mod:`~elmo_fast.bilm.derived_weights`) runs
+    their GEMMs in that dtype.
     """
 
     def __init__(self, char_cnn: CharCNN, highways: Highway, projection: nn.Linear) -> None:
@@ -153,13 +155,12 @@ class CharTokenEmbedder(Stage):
         """The char CNN's output [N, F]."""
         return self.char_cnn.forward_fast(char_ids)
 
-    def bf16_weights(self) -> dict:
-        """bf16 copies of the GEMM weights :meth:`project_fast` reads with ``lowp``."""
-        bf = torch.bfloat16
-        return {"highway_weights": [p.detach().to(bf) for p in self.highways.weights()],
-                "highway_biases": [p.detach().to(bf) for p in self.highways.biases()],
-                "proj_weight": self.projection.weight.detach().to(bf),
-                "proj_bias": self.projection.bias.detach().to(bf)}
+    def lowp_weights(self, dtype: torch.dtype) -> dict:
+        """``dtype`` (bf16, fp16) copies of the GEMM weights :meth:`project_fast` reads with ``lowp``."""
+        return {"highway_weights": [p.detach().to(dtype) for p in self.highways.weights()],
+                "highway_biases": [p.detach().to(dtype) for p in self.highways.biases()],
+                "proj_weight": self.projection.weight.detach().to(dtype),
+                "proj_bias": self.projection.bias.detach().to(dtype)}
 
     def project_fast(self, cnn: Tensor, lowp: dict | None = None, ids: Tensor | None = None) -> Tensor:
         """The highways and the projection of char CNN outputs [N, F] -> [N, P], as one op
@@ -180,7 +181,7 @@ class WordCharTokenEmbedder(Stage):
     its char CNN + highway vector, concatenated, then projected.
 
     forward(ids [N, W]) -> [N, P], a row being ``[word id] + [char ids]``
-    (:class:`~elmo_fast.bilm.manylangs_ids.ManyLangsIds`; each part present when the model has
+    (:class:`~elmo_fast.bilm.word_char_ids.ManyLangsIds`; each part present when the model has
     it). ``word_embedding`` [Vw, Dw] or None; ``char_cnn`` and ``highways`` None for a model
     without characters. The highways follow allennlp's convention as they are stored (no sign to
     flip); the projection reads ``[word embedding ; highway output]``.
@@ -213,30 +214,30 @@ class WordCharTokenEmbedder(Stage):
 
     def project_fast(self, cnn: Tensor | None, lowp: dict | None = None, ids: Tensor | None = None) -> Tensor:
         """Highways over the char CNN output, the word embedding of ``ids``, the projection: [N, P].
-        ``lowp`` (bf16 copies from :meth:`bf16_weights`) runs the GEMMs in bf16."""
+        ``lowp`` (low-precision copies from :meth:`lowp_weights`) runs the GEMMs in their dtype."""
         parts = []
         if self.word_embedding is not None:
             parts.append(self.word_embedding[ids[:, 0]])
+        low = None if lowp is None else lowp["proj_weight"].dtype
         if cnn is not None:
             weights = self.highways.weights() if lowp is None else lowp["highway_weights"]
             biases = self.highways.biases() if lowp is None else lowp["highway_biases"]
-            x = cnn if lowp is None else cnn.to(torch.bfloat16)
+            x = cnn if lowp is None else cnn.to(low)
             for w, b in zip(weights, biases):
                 x = ops.highway_gate(F.linear(x, w, b), x)
             parts.append(x)
         if lowp is None:
             return F.linear(torch.cat(parts, dim=-1), self.projection.weight, self.projection.bias)
-        x = torch.cat([p.to(torch.bfloat16) for p in parts], dim=-1)
+        x = torch.cat([p.to(low) for p in parts], dim=-1)
         return F.linear(x, lowp["proj_weight"], lowp["proj_bias"]).float()
 
-    def bf16_weights(self) -> dict:
-        """bf16 copies of the GEMM weights :meth:`project_fast` reads with ``lowp``."""
-        bf = torch.bfloat16
+    def lowp_weights(self, dtype: torch.dtype) -> dict:
+        """``dtype`` (bf16, fp16) copies of the GEMM weights :meth:`project_fast` reads with ``lowp``."""
         hw = self.highways
-        return {"highway_weights": [] if hw is None else [p.detach().to(bf) for p in hw.weights()],
-                "highway_biases": [] if hw is None else [p.detach().to(bf) for p in hw.biases()],
-                "proj_weight": self.projection.weight.detach().to(bf),
-                "proj_bias": self.projection.bias.detach().to(bf)}
+        return {"highway_weights": [] if hw is None else [p.detach().to(dtype) for p in hw.weights()],
+                "highway_biases": [] if hw is None else [p.detach().to(dtype) for p in hw.biases()],
+                "proj_weight": self.projection.weight.detach().to(dtype),
+                "proj_bias": self.projection.bias.detach().to(dtype)}
 
     def forward_fast(self, ids: Tensor, lowp: dict | None = None) -> Tensor:
         return self.project_fast(self.char_features_fast(ids), lowp, ids)
@@ -291,6 +292,10 @@ class BiLstmEncoder(Stage):
     forward(xg0 [U, 2, 4C], token_index [B, T], lengths [B], h0, c0) -> outputs [L, B, T, 2P],
     h [L, B, 2P], c [L, B, 2C]; ``xg0`` holds layer 0's input gates of distinct tokens
     (:meth:`layer0_gates`). See :func:`~elmo_fast.bilm.reference.bilstm_ref`.
+
+    It also holds the states a stateful biLM carries from batch to batch, as allennlp's
+    ``ElmoLstm`` does (``reset_states``, with allennlp's optional mask); ``ElmoBiLm(stateful=True)``
+    reads and updates them.
     """
 
     def __init__(self, forward_layers: Sequence[LstmLayer], backward_layers: Sequence[LstmLayer],
@@ -300,10 +305,67 @@ class BiLstmEncoder(Stage):
         self.proj_clip = proj_clip
         self.forward_layers = nn.ModuleList(forward_layers)
         self.backward_layers = nn.ModuleList(backward_layers)
+        self._states: tuple[Tensor, Tensor] | None = None
 
     @property
     def num_layers(self) -> int:
         return len(self.forward_layers)
+
+    # ---- the states carried across batches (stateful mode) ------------------------------------------
+
+    def reset_states(self, mask: Tensor | None = None) -> None:
+        """Forget the carried states: all of them, or (allennlp's ``reset_states(mask)``) those of
+        the rows where ``mask`` [rows] (bool, one entry per carried row) is True."""
+        if mask is None or self._states is None:
+            self._states = None
+            return
+        rows = self._states[0].shape[1]
+        if mask.dim() != 1 or mask.shape[0] != rows:
+            raise ElmoFastError(f"reset_states: mask must have one entry per carried row, [{rows}], got "
+                             f"{list(mask.shape)}")
+        keep = (~mask.to(device=self._states[0].device, dtype=torch.bool)).view(1, rows, 1)
+        self._states = tuple(s * keep.to(s.dtype) for s in self._states)  # type: ignore[assignment]
+
+    def get_states(self) -> tuple[Tensor, Tensor] | None:
+        """h [L, rows, 2P] and c [L, rows, 2C], rows being the largest batch seen; None before the first."""
+        return self._states
+
+    def set_states(self, states: tuple[Tensor, Tensor] | None) -> None:
+        """Carry these states (as :meth:`get_states` returned them) into the next batch."""
+        if states is None:
+            self._states = None
+            return
+        h, c = states
+        first = self.forward_layers[0].state_projection
+        L, P2, C2 = self.num_layers, 2 * first.out_features, 2 * first.in_features
+        if h.dim() != 3 or c.dim() != 3 or (h.shape[0], h.shape[2]) != (L, P2) or (c.shape[0], c.shape[2]) != (L, C2) \
+                or h.shape[1] != c.shape[1]:
+            raise ElmoFastError(f"states must be h [{L}, rows, {P2}] and c [{L}, rows, {C2}], got h {list(h.shape)} "
+                             f"and c {list(c.shape)}")
+        device = first.weight.device
+        self._states = (h.detach().to(device), c.detach().to(device))
+
+    def initial_states(self, batch_size: int) -> tuple[Tensor | None, Tensor | None]:
+        """The carried states of the first ``batch_size`` rows (None, None before the first batch);
+        rows past the ones carried start from zero, and keep their slot from now on."""
+        if self._states is None:
+            return None, None
+        h, c = self._states
+        if batch_size > h.shape[1]:
+            grow = batch_size - h.shape[1]
+            h = torch.cat([h, h.new_zeros(h.shape[0], grow, h.shape[2])], dim=1)
+            c = torch.cat([c, c.new_zeros(c.shape[0], grow, c.shape[2])], dim=1)
+            self._states = (h, c)
+        return h[:, :batch_size], c[:, :batch_size]
+
+    def update_states(self, h: Tensor, c: Tensor) -> None:
+        """Carry a batch's final states [L, B, ...]; rows past B (a smaller batch) keep theirs."""
+        B = h.shape[1]
+        if self._states is None or self._states[0].shape[1] == B:
+            self._states = (h.detach(), c.detach())
+        else:
+            old_h, old_c = self._states
+            self._states = (torch.cat([h.detach(), old_h[:, B:]], dim=1), torch.cat([c.detach(), old_c[:, B:]], dim=1))
 
     def extra_repr(self) -> str:
         return f"cell_clip={self.cell_clip}, proj_clip={self.proj_clip}, skip connections from layer 1"

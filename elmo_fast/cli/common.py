@@ -1,4 +1,5 @@
-"""What every command shares: termination signals as exceptions, flags for parameter names, timing."""
+"""What every command shares: termination signals as exceptions, flags for parameter names, the
+--precision flag, timing."""
 from __future__ import annotations
 
 import _thread
@@ -107,6 +108,36 @@ def param_flags(parser: argparse.ArgumentParser, aliases: Mapping[str, str] = {}
         if dest in flags:
             flags[api_name] = flags[dest]
     return flags
+
+
+class _DeprecatedAlias(argparse.Action):
+    """A flag kept for old command lines: stores like the flag it aliases, and says so on stderr."""
+
+    def __init__(self, option_strings, dest, instead: str, **kwargs) -> None:
+        self.instead = instead
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"elmo-fast: {option_string} is deprecated: use {self.instead} {values}, which means the same",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_precision_flag(parser: argparse.ArgumentParser, training: bool = False,
+                       deprecated_aliases: tuple[str, ...] = ()) -> None:
+    """``--precision {fp32,tf32,bf16,fp16}`` (dest ``precision``, default fp32), with one meaning in
+    every command (:mod:`elmo_fast.bilm.precision`): embedding, serving and training take it alike.
+    training: the help says what each mode does to a training step (fp16 is refused there).
+    deprecated_aliases: old flags that set the same value (``train --dtype``), each saying so."""
+    from ..bilm.precision import PRECISIONS
+
+    modes = "; ".join(f"{p.name}: {p.training if training else p.summary}" for p in PRECISIONS.values())
+    what = "the training step's arithmetic" if training else "the fast path's arithmetic, each mode's error bounded"
+    parser.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                        help=f"{what} (default fp32). {modes}".replace("%", "%%"))
+    for flag in deprecated_aliases:
+        parser.add_argument(flag, dest="precision", choices=list(PRECISIONS), action=_DeprecatedAlias,
+                            instead="--precision", help="deprecated: the same as --precision")
 
 
 def process_start() -> float:

@@ -12,7 +12,7 @@ import os
 import sys
 
 from ..errors import ElmoFastError, InputError
-from .common import param_flags
+from .common import add_precision_flag, param_flags
 
 # the library's parameter names -> this parser's dests, so that errors raised by the library name flags
 _API_NAMES = {"options_file": "options", "weight_file": "weights", "input_file": "input",
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         model = dict(options_file=args.options, weight_file=args.weights)
     embedder = ElmoEmbedder(**model, device=device, batch_size=args.batch_size, stateful=args.stateful,
-                            backend=args.backend)
+                            backend=args.backend, precision=args.precision)
     # stdin as bytes: lines are decoded one by one, so a line that is not UTF-8 can be named
     source = sys.stdin.buffer if args.input == "-" else args.input
     progress = False if args.quiet else ("log" if args.file_friendly_logging else True)
@@ -192,6 +192,7 @@ def add_parser(sub) -> None:
                    help="allennlp's way to say the device: -1 the CPU, N >= 0 cuda:N")
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
                    help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)")
+    add_precision_flag(p)
     p.add_argument("--use-sentence-keys", action="store_true",
                    help="key datasets by sentence text, not line index (then there is no sentence_to_index, as in "
                         "allennlp)")

@@ -8,6 +8,7 @@ import sys
 import time
 
 from ..errors import InputError
+from .common import add_precision_flag, param_flags
 
 
 def _vocab(args: argparse.Namespace) -> int:
@@ -77,7 +78,7 @@ def _run(args: argparse.Namespace, finetune: bool) -> int:
         init_model_dir=os.path.abspath(args.model_dir) if finetune else None, softmax_warmup_steps=warmup,
         keep_best=finetune and bool(args.heldout), eval_every=args.eval_every,
         eval_max_sentences=args.eval_max_sentences, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        device=str(device), backend=args.backend, dtype=args.dtype, progress=not args.quiet)
+        device=str(device), backend=args.backend, precision=args.precision, progress=not args.quiet)
     trainer = Trainer(config)
     if finetune and warmup and trainer.rank == 0:
         print(f"elmo-fast: {args.model_dir} has no softmax.hdf5: a new softmax starts from bilm-tf's initialisation "
@@ -173,7 +174,7 @@ def _common_training_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (under torchrun: cuda uses cuda:LOCAL_RANK)")
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
                    help="fast (fused ops with backward passes) or reference (plain PyTorch autograd)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast the matmuls")
+    add_precision_flag(p, training=True, deprecated_aliases=("--dtype",))
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -200,7 +201,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--vocab", required=True, help="vocabulary file (elmo-fast vocab)")
     p.add_argument("--preset", choices=list(PRESETS), help="architecture: " + ", ".join(PRESETS))
     p.add_argument("--options", help="architecture from an options.json instead of a preset")
-    p.set_defaults(func=lambda a: _run(a, finetune=False))
+    p.set_defaults(func=lambda a: _run(a, finetune=False), flags=param_flags(p))
 
     p = sub.add_parser("finetune", help="continue training a biLM on new text (bilm-tf's restart.py)",
                        description="Fine-tune the biLM of --model-dir on new text, keeping the model with the best "
@@ -212,7 +213,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--vocab", help="vocabulary (default: the model directory's vocab.txt)")
     p.add_argument("--softmax-warmup", type=int, metavar="N",
                    help="steps training a new softmax alone first (default 200 without softmax.hdf5, else 0)")
-    p.set_defaults(func=lambda a: _run(a, finetune=True))
+    p.set_defaults(func=lambda a: _run(a, finetune=True), flags=param_flags(p))
 
     p = sub.add_parser("perplexity", help="perplexity of a biLM on held-out text",
                        description="Forward, backward and mean perplexity over held-out text, sentence by sentence "

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from ..bilm.char_ids import batch_to_ids
 from ..bilm.model import ElmoBiLm
+from ..bilm.precision import Precision, resolve_precision
 from ..bilm.scalar_mix import ScalarMix
 from ..devices import resolve_device
 from ..errors import ElmoFastError, InputError
@@ -75,8 +76,10 @@ class HubElmo(nn.Module):
     options_file, weight_file: a bilm-tf model (``google/elmo`` is the ``original`` model,
     ``elmo_fast.pretrained.fetch_model("original")``); neither: the bundled ``default`` model. scalar_mix_parameters: the initial ``w`` of the
     ``elmo`` mix, one per layer (default zeros: an even mix), frozen when given (allennlp's
-    meaning), trainable otherwise; ``gamma`` starts at 1. backend, dtype, token_cache_size: as
-    :class:`ElmoBiLm`. device: where the model and the outputs live.
+    meaning), trainable otherwise; ``gamma`` starts at 1. backend, precision (or dtype, its older
+    name), token_cache_size: as :class:`ElmoBiLm` (precision: "fp32", "tf32", "bf16", "fp16", each
+    with its stated bound against fp32, :mod:`~elmo_fast.bilm.precision`). device: where the model
+    and the outputs live.
 
     ``module(strings)`` (or ``module(strings, signature="default", as_dict=True)``) is the
     ``default`` signature, ``module({"tokens": t, "sequence_len": n}, signature="tokens")`` or
@@ -96,12 +99,14 @@ class HubElmo(nn.Module):
 
     def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None, *,
                  scalar_mix_parameters: Sequence[float] | None = None, backend: str = "auto",
-                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 token_cache_size: int = 0) -> None:
+                 device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+                 token_cache_size: int = 0, precision: str | Precision | None = None) -> None:
         super().__init__()
         self.device = resolve_device(device)
+        precision = resolve_precision(precision, dtype)
+        precision.check_device(self.device)
         self.elmo_bilm = ElmoBiLm(options_file, weight_file, requires_grad=False, stateful=False, backend=backend,
-                                  token_cache_size=token_cache_size, dtype=dtype).to(self.device).eval()
+                                  token_cache_size=token_cache_size, precision=precision).to(self.device).eval()
         self.num_layers = self.elmo_bilm.num_layers
         self.projection_dim = self.elmo_bilm.options.projection_dim
         self.output_dim = self.elmo_bilm.get_output_dim()
@@ -226,7 +231,8 @@ _MAX_CACHED = 2
 
 
 def hub_module(options_file: str | os.PathLike, weight_file: str | os.PathLike, *, backend: str = "auto",
-               device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> HubElmo:
+               device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+               precision: str | Precision | None = None) -> HubElmo:
     """A :class:`HubElmo` for these files and settings, loaded once and kept (the last two used).
 
     A file rewritten since it was loaded (new size or mtime) is loaded again.
@@ -239,10 +245,11 @@ def hub_module(options_file: str | os.PathLike, weight_file: str | os.PathLike, 
         except OSError as e:
             raise ElmoFastError(f"cannot read model file {p}: {e.strerror}") from None
         stamps.append((str(p), st.st_size, st.st_mtime_ns))
-    key = (*stamps, backend, str(resolve_device(device)), dtype)
+    precision = resolve_precision(precision, dtype)
+    key = (*stamps, backend, str(resolve_device(device)), precision.name)
     module = _MODULES.get(key)
     if module is None:
-        module = HubElmo(paths[0], paths[1], backend=backend, device=device, dtype=dtype)
+        module = HubElmo(paths[0], paths[1], backend=backend, device=device, precision=precision)
         _MODULES[key] = module
         while len(_MODULES) > _MAX_CACHED:
             _MODULES.popitem(last=False)
@@ -253,8 +260,8 @@ def hub_module(options_file: str | os.PathLike, weight_file: str | os.PathLike, 
 def hub_signature(inputs: Sequence[str] | np.ndarray | Mapping[str, object],
                   options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None, *,
                   signature: str | None = "default", as_dict: bool = True, module: HubElmo | None = None,
-                  backend: str = "auto", device: str | torch.device = "cpu",
-                  dtype: torch.dtype = torch.float32) -> dict[str, Tensor] | Tensor:
+                  backend: str = "auto", device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+                  precision: str | Precision | None = None) -> dict[str, Tensor] | Tensor:
     """TF-Hub's ``elmo(inputs, signature=signature, as_dict=as_dict)``, without gradients.
 
     signature="default": inputs is B strings (a list, or a 1-D numpy array of str or bytes).
@@ -268,6 +275,7 @@ def hub_signature(inputs: Sequence[str] | np.ndarray | Mapping[str, object],
     if module is None:
         if options_file is None or weight_file is None:
             raise ElmoFastError("hub_signature needs options_file and weight_file, or module=HubElmo(...)")
-        module = hub_module(options_file, weight_file, backend=backend, device=device, dtype=dtype)
+        module = hub_module(options_file, weight_file, backend=backend, device=device, dtype=dtype,
+                            precision=precision)
     with torch.no_grad():
         return module(inputs, signature=signature, as_dict=as_dict)

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from ..bilm.model import ElmoBiLm
+from ..bilm.precision import Precision, resolve_precision
 from ..devices import resolve_device
 from ..errors import ElmoFastError, InputError, Param
-from ..formats.bilm_tf import load_model_files
-from ..formats.model_dir import inspect_model_dir, load_model
+from ..model_source import resolve_model
 from .corpus import DEFAULT_WINDOW, OUTPUT_FORMATS, embed_corpus, read_sentences  # noqa: F401  (public here too)
 
 
@@ -45,8 +45,12 @@ class ElmoEmbedder:
     "fast" or "reference". token_cache_mb bounds the cache of distinct tokens' context-free
     results kept across batches by the fast path (0 turns it off). Results do not depend on it, nor
     on batching, beyond fp32 rounding (~1e-6: a GEMM's rounding varies with its number of rows).
-    dtype=torch.bfloat16 runs the fast path's GEMMs in bf16 (fp32 accumulation, fp32 cell states);
-    its error bound against fp32 is stated and tested in tests/test_fast_model.py.
+
+    precision (:mod:`~elmo_fast.bilm.precision`; ``dtype``, its older name, is an alias:
+    torch.bfloat16 is "bf16"): "fp32" (default; max abs error <= 1e-5 against the reference),
+    "tf32" (TF32 GEMMs on CUDA: max error <= 1% of a layer's max |value|, RMS <= 0.25%; exactly
+    fp32 on a CPU), "bf16" (bf16 GEMMs, fp32 accumulation: <= 5% and RMS <= 1%), "fp16" (CUDA
+    only: <= 1% and RMS <= 0.25%); each bound per output layer, against the fp32 reference, tested.
 
     Each sentence gets an array ``(L + 1, T, 2P)``: the context-free token layer (duplicated to 2P,
     as allennlp does) and the L biLSTM layers, without the sentence boundaries.
@@ -61,8 +65,9 @@ class ElmoEmbedder:
 
     def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None,
                  device: str | int | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
-                 backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype = torch.float32, *,
-                 cuda_device: int | None = None, model_dir: str | os.PathLike | None = None) -> None:
+                 backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype | None = None, *,
+                 cuda_device: int | None = None, model_dir: str | os.PathLike | None = None,
+                 precision: str | Precision | None = None) -> None:
         if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
             if device != "cpu" and _device_name(device) != _device_name(cuda_device):
                 raise ElmoFastError("give ", Param("device"), " or ", Param("cuda_device"), f", not both "
@@ -73,35 +78,21 @@ class ElmoEmbedder:
         if token_cache_mb < 0:
             raise ElmoFastError(Param("token_cache_mb"), f" must be >= 0, got {token_cache_mb}")
         self.device = resolve_device(device)
+        precision = resolve_precision(precision, dtype)
+        precision.check_device(self.device)  # before loading the model
         self.batch_size = batch_size
-        if model_dir is None and weight_file is None and options_file is not None and os.path.isdir(options_file):
-            model_dir, options_file = options_file, None
-        if model_dir is None and options_file is None and weight_file is None:  # no model named: the bundled one
-            from ..pretrained.bundled import default_model_dir
-
-            model_dir = default_model_dir()
-        if model_dir is not None:
-            if options_file is not None or weight_file is not None:
-                raise ElmoFastError("give either ", Param("model_dir"), " or ", Param("options_file"), " and ",
-                                    Param("weight_file"), ", not both")
-            model = inspect_model_dir(model_dir)
-            weights = load_model(model)
-            #: the files that define the model, by role: embed_file(resume=True) records their digests,
-            #: to refuse resuming with other ones
-            self.model_files: dict[str, str | os.PathLike] = dict(model.files)
-        elif options_file is None or weight_file is None:
-            raise ElmoFastError("give ", Param("options_file"), " and ", Param("weight_file"), " (bilm-tf), or a "
-                                "model directory (", Param("model_dir"), ", bilm-tf or ELMoForManyLangs)")
-        else:
-            weights = load_model_files(options_file, weight_file)
-            self.model_files = {"options": options_file, "weights": weight_file}
+        source = resolve_model(options_file, weight_file, model_dir)
+        weights = source.weights
+        #: the files that define the model, by role: embed_file(resume=True) records their digests,
+        #: to refuse resuming with other ones
+        self.model_files: dict[str, str | os.PathLike] = source.files
         self.options_file, self.weight_file = self.model_files.get("options"), self.model_files.get("weights")
         o = weights.options
         # a cached token holds its vector [P] and its layer-0 gates [2, 4C], in fp32
         entry_bytes = 4 * (o.projection_dim + 8 * o.cell_dim)
         cache_size = int(token_cache_mb * 2**20 // entry_bytes)
         self.elmo_bilm = ElmoBiLm.from_weights(weights, stateful=stateful, backend=backend,
-                                               token_cache_size=cache_size, dtype=dtype).to(self.device).eval()
+                                               token_cache_size=cache_size, precision=precision).to(self.device).eval()
         self.output_dim = self.elmo_bilm.get_output_dim()
         self.num_layers = self.elmo_bilm.num_layers
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import ModelFileError, Param
+from ..errors import ModelConfigurationError, ModelFileError, Param
 
 #: Rows of ``char_embed`` in a bilm-tf file: 256 bytes + 5 marks; a zero row 0 is added on load.
 FILE_CHAR_ROWS = 261
@@ -108,9 +108,11 @@ class ElmoOptions:
                         for i, (w, n) in enumerate(raw_filters))
         activation = get("char_cnn", "activation", "relu")
         if activation not in ("relu", "tanh"):
-            raise ModelFileError(f"{source}: 'char_cnn.activation' must be 'relu' or 'tanh', got {_short(activation)}")
+            raise ModelConfigurationError(f"{source}: 'char_cnn.activation' must be 'relu' or 'tanh', got "
+                                          f"{_short(activation)}")
         if not get("lstm", "use_skip_connections", False):
-            raise ModelFileError(f"{source}: only biLMs with 'lstm.use_skip_connections': true are supported (as in allennlp)")
+            raise ModelConfigurationError(f"{source}: only biLMs with 'lstm.use_skip_connections': true are supported "
+                                          "(as in allennlp)")
 
         def clip(key: str) -> float | None:
             value = number("lstm", key, float, None)

@@ -3,7 +3,7 @@
 * bilm-tf (allennlp's and TF-Hub's models, and those trained here): ``options.json`` + ``weights.hdf5``
   (or the one ``*.hdf5`` besides ``softmax.hdf5``, as ``elmo-fast train`` leaves it);
 * ELMoForManyLangs: ``config.json`` (+ the config it names), ``char.dic``, ``word.dic``,
-  ``token_embedder.pkl``, ``encoder.pkl`` (:mod:`~elmo_fast.formats.manylangs`).
+  ``token_embedder.pkl``, ``encoder.pkl`` (:mod:`~elmo_fast.formats.manylangs_dir`).
 
 A directory that is neither gives one line naming what is missing.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelFileError
-from . import manylangs
+from . import manylangs_dir
 from .bilm_tf import ElmoWeights, load_model_files
 
 BILM_TF = "bilm-tf"
@@ -51,12 +51,12 @@ def inspect_model_dir(path: str | os.PathLike) -> ModelDir:
     if not d.is_dir():
         raise ModelFileError(f"{d}: not a directory (a model directory holds {_BILM_TF_FILES} for bilm-tf models, "
                              f"or {_MANYLANGS_FILES} for ELMoForManyLangs models)")
-    has = {name: (d / name).is_file() for name in ("options.json", manylangs.CONFIG_FILE,
-                                                   manylangs.TOKEN_EMBEDDER_PKL, manylangs.ENCODER_PKL)}
-    pickles = has[manylangs.TOKEN_EMBEDDER_PKL] or has[manylangs.ENCODER_PKL]
+    has = {name: (d / name).is_file() for name in ("options.json", manylangs_dir.CONFIG_FILE,
+                                                   manylangs_dir.TOKEN_EMBEDDER_PKL, manylangs_dir.ENCODER_PKL)}
+    pickles = has[manylangs_dir.TOKEN_EMBEDDER_PKL] or has[manylangs_dir.ENCODER_PKL]
     weights = _bilm_tf_weights(d)
-    if has[manylangs.CONFIG_FILE] and (pickles or not has["options.json"]):
-        return _manylangs_dir(d)
+    if has[manylangs_dir.CONFIG_FILE] and (pickles or not has["options.json"]):
+        return _manylangs_model_dir(d)
     if has["options.json"] or weights is not None:
         if not has["options.json"]:
             _raise_missing(d, "options.json", BILM_TF)
@@ -64,7 +64,7 @@ def inspect_model_dir(path: str | os.PathLike) -> ModelDir:
             _raise_missing(d, "weights.hdf5", BILM_TF)
         return ModelDir(BILM_TF, d, {"options": d / "options.json", "weights": weights})
     if pickles:
-        _raise_missing(d, manylangs.CONFIG_FILE, MANYLANGS)
+        _raise_missing(d, manylangs_dir.CONFIG_FILE, MANYLANGS)
     raise ModelFileError(f"{d}: not a model directory: it holds neither {_BILM_TF_FILES} (bilm-tf, allennlp) nor "
                          f"{_MANYLANGS_FILES} (ELMoForManyLangs)")
 
@@ -74,26 +74,26 @@ def _raise_missing(d: Path, name: str, kind: str) -> None:
     raise ModelFileError(f"{d}: missing {name} ({article} {kind} model directory holds {holds})")
 
 
-def _manylangs_dir(d: Path) -> ModelDir:
-    config, config_path = manylangs.load_config(d)
-    names = [manylangs.TOKEN_EMBEDDER_PKL, manylangs.ENCODER_PKL]
-    names += [manylangs.CHAR_DIC] if config.char_dim else []
-    names += [manylangs.WORD_DIC] if config.word_dim else []
+def _manylangs_model_dir(d: Path) -> ModelDir:
+    config, config_path = manylangs_dir.load_config(d)
+    names = [manylangs_dir.TOKEN_EMBEDDER_PKL, manylangs_dir.ENCODER_PKL]
+    names += [manylangs_dir.CHAR_DIC] if config.char_dim else []
+    names += [manylangs_dir.WORD_DIC] if config.word_dim else []
     for name in names:
         if not (d / name).is_file():
             _raise_missing(d, name, MANYLANGS)
-    files = {manylangs.CONFIG_FILE: d / manylangs.CONFIG_FILE, "config_path": config_path}
+    files = {manylangs_dir.CONFIG_FILE: d / manylangs_dir.CONFIG_FILE, "config_path": config_path}
     files.update({name: d / name for name in sorted(names)})
     return ModelDir(MANYLANGS, d, files)
 
 
-def load_model_dir(path: str | os.PathLike) -> ElmoWeights | manylangs.ManyLangsWeights:
+def load_model_dir(path: str | os.PathLike) -> ElmoWeights | manylangs_dir.ManyLangsWeights:
     """The weights of a model directory of either kind, checked (see :func:`inspect_model_dir`)."""
     model = inspect_model_dir(path)
     return load_model(model)
 
 
-def load_model(model: ModelDir) -> ElmoWeights | manylangs.ManyLangsWeights:
+def load_model(model: ModelDir) -> ElmoWeights | manylangs_dir.ManyLangsWeights:
     if model.kind == BILM_TF:
         return load_model_files(model.files["options"], model.files["weights"])
-    return manylangs.load_manylangs(model.path)
+    return manylangs_dir.load_manylangs(model.path)

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..bilm.model import ElmoBiLm
+from ..bilm.precision import PRECISIONS
 from ..errors import ElmoFastError, InputError
 from ..formats.bilm_tf import (ElmoOptions, load_model_files, load_softmax, replace_atomically, save_model_files,
                                write_softmax)
@@ -75,12 +76,12 @@ class TrainConfig:
     log_every: int = 50
     device: str = "cpu"
     backend: str = "auto"
-    dtype: str = "fp32"
+    precision: str = "fp32"            # elmo_fast.bilm.precision: fp32, tf32 or bf16 (autocast)
     progress: bool = True
 
     RESULT_KEYS = ("train", "vocab", "options", "heldout", "epochs", "batch_size", "max_tokens_per_batch",
                    "unroll_steps", "seed", "learning_rate", "initial_accumulator", "clip_norm", "dropout",
-                   "negative_samples", "tokenize", "init_model_dir", "softmax_warmup_steps", "dtype")
+                   "negative_samples", "tokenize", "init_model_dir", "softmax_warmup_steps", "precision")
 
     def identity(self, world_size: int) -> dict:
         d = {k: getattr(self, k) for k in self.RESULT_KEYS}
@@ -131,8 +132,10 @@ class Trainer:
             raise InputError(f"--unroll-steps must be >= 1, got {c.unroll_steps}")
         if not 0.0 <= c.dropout < 1.0:
             raise InputError(f"--dropout must be in [0, 1), got {c.dropout}")
-        if c.dtype not in ("fp32", "bf16"):
-            raise InputError(f"--dtype must be fp32 or bf16, got {c.dtype}")
+        if c.precision not in PRECISIONS:
+            raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {c.precision!r}")
+        self.precision = PRECISIONS[c.precision]
+        self.precision.check_training()
         if c.max_tokens_per_batch is not None and c.unroll_steps is not None:
             raise InputError("--max-tokens-per-batch applies to the sentence scheme, not to --unroll-steps "
                              "(whose batches are --batch-size rows of --unroll-steps tokens)")
@@ -191,7 +194,7 @@ class Trainer:
             except Exception:  # a checkpoint torn by something other than us: the one before it
                 self.log(f"elmo-fast: skipping unreadable checkpoint {path}")
                 continue
-            then, now = payload["identity"], self.cfg.identity(self.world_size)
+            then, now = _with_precision(payload["identity"]), self.cfg.identity(self.world_size)
             differ = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
             if differ:
                 raise InputError(f"{self.out}: cannot resume: the run in it used other settings ("
@@ -369,8 +372,7 @@ class Trainer:
         sampler = torch.Generator().manual_seed(_seed_of(c.seed, step, 7))  # negatives: one draw for all ranks
         batch = _to(batch, self.device)
         h0, c0 = (None, None) if h0c0 is None else h0c0
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.dtype == "bf16")
-        with autocast:
+        with self.precision.gemm_mode(self.device), self.precision.autocast(self.device.type):
             fwd_sum, bwd_sum, n_fwd, n_bwd, h, cs = model(batch, h0, c0, sampler, False)
         counts = torch.tensor([float(n_fwd), float(n_bwd)])
         if self.distributed:
@@ -379,7 +381,8 @@ class Trainer:
         # bilm-tf: 0.5 * (mean_fwd + mean_bwd), times its unroll steps; DDP averages over ranks, hence
         # the world size (each rank holds its share of the global sums)
         loss = 0.5 * (fwd_sum / n_fwd_all + bwd_sum / n_bwd_all)
-        (loss * BILM_TF_UNROLL_STEPS * self.world_size).backward()
+        with self.precision.gemm_mode(self.device):
+            (loss * BILM_TF_UNROLL_STEPS * self.world_size).backward()
         for p in frozen:  # a new softmax's warm-up: the biLM keeps its weights (and Adagrad state)
             p.grad = None
         params = [p for p in lm.parameters() if p.grad is not None]
@@ -445,6 +448,14 @@ class Interrupted(ElmoFastError):
     def __init__(self, signum: int, message: str) -> None:
         super().__init__(message)
         self.signum = signum
+
+
+def _with_precision(identity: dict) -> dict:
+    """A checkpoint's run identity with the precision under its current name (runs before
+    ``--precision`` recorded it as ``dtype``, with the same values)."""
+    if "dtype" in identity and "precision" not in identity:
+        identity = {("precision" if k == "dtype" else k): v for k, v in identity.items()}
+    return identity
 
 
 def _has_a_sentence(files: list[str]) -> bool:

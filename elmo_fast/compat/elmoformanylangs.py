@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..bilm.precision import Precision
 from ..embedding.embedder import ElmoEmbedder
 from ..errors import ElmoFastError, InputError
 
@@ -35,15 +36,18 @@ class Embedder:
 
     model_dir: an ELMoForManyLangs model directory (a bilm-tf one works too, with the same API).
     batch_size: sentences per batch (sorted by length first, so batches carry little padding).
-    device, backend, dtype, token_cache_mb: as :class:`~elmo_fast.ElmoEmbedder`'s.
+    device, backend, precision (or dtype, its older name), token_cache_mb: as
+    :class:`~elmo_fast.ElmoEmbedder`'s (precision "fp32", "tf32", "bf16" or "fp16", each with its
+    stated bound against fp32: :mod:`~elmo_fast.bilm.precision`).
     """
 
     def __init__(self, model_dir: str | os.PathLike, batch_size: int = 64, device: str | torch.device = "cpu",
-                 backend: str = "auto", dtype: torch.dtype = torch.float32, token_cache_mb: float = 256.0) -> None:
+                 backend: str = "auto", dtype: torch.dtype | None = None, token_cache_mb: float = 256.0, *,
+                 precision: str | Precision | None = None) -> None:
         self.model_dir = model_dir
         self.batch_size = batch_size
         self.embedder = ElmoEmbedder(model_dir=model_dir, device=device, batch_size=batch_size, backend=backend,
-                                     dtype=dtype, token_cache_mb=token_cache_mb)
+                                     dtype=dtype, precision=precision, token_cache_mb=token_cache_mb)
         #: the biLM (an :class:`~elmo_fast.ElmoBiLm`)
         self.model = self.embedder.elmo_bilm
 

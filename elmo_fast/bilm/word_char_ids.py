@@ -15,7 +15,7 @@ For each sentence its ``read_list`` adds ``<bos>`` and ``<eos>`` and cuts every 
 A row here is ``[word id] + [character ids]`` (each part present when the model has it), every
 id + 1, so that an all-zero row means "no token", which is how the biLM core tells padding from
 tokens; the model's tables carry a zero row 0 to match
-(:func:`~elmo_fast.formats.manylangs.load_manylangs`).
+(:func:`~elmo_fast.formats.manylangs_dir.load_manylangs`).
 """
 from __future__ import annotations
 

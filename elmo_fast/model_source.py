@@ -1,0 +1,54 @@
+"""Which model a constructor was given, in any of the forms the API takes, resolved once for every
+entry point (``ElmoBiLm``, ``ElmoEmbedder``, ``Elmo``, ``HubElmo``, ELMoForManyLangs' ``Embedder``):
+
+* ``options_file`` + ``weight_file``: bilm-tf's files;
+* a model directory, as ``model_dir=`` or the first argument alone: bilm-tf's (options.json +
+  weights.hdf5) or ELMoForManyLangs' (:mod:`~elmo_fast.formats.model_dir` tells which);
+* weights already loaded (``weight_file`` an :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` or
+  :class:`~elmo_fast.formats.manylangs_dir.ManyLangsWeights`);
+* nothing: the English model bundled in the package (one line on the ``elmo_fast`` logger says so).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .errors import ElmoFastError, Param
+from .formats.bilm_tf import ElmoWeights, load_model_files
+from .formats.manylangs_dir import ManyLangsWeights
+from .formats.model_dir import inspect_model_dir, load_model
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A resolved model: its weights, and the files that define it by role (``"options"``,
+    ``"weights"``, or an ELMoForManyLangs directory's files; empty for weights given in memory),
+    which a resumed ``embed_file`` checks have not changed."""
+
+    weights: ElmoWeights | ManyLangsWeights
+    files: dict[str, str | os.PathLike] = field(default_factory=dict)
+
+
+def resolve_model(options_file: str | os.PathLike | None = None,
+                  weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
+                  model_dir: str | os.PathLike | None = None) -> ModelSource:
+    """The model named by a constructor's ``options_file``, ``weight_file`` and ``model_dir``, loaded
+    and checked (see the module docstring for the forms); a one-line error for any other mix."""
+    if isinstance(weight_file, (ElmoWeights, ManyLangsWeights)):
+        return ModelSource(weight_file)
+    if model_dir is None and weight_file is None and options_file is not None and os.path.isdir(options_file):
+        model_dir, options_file = options_file, None
+    if model_dir is None and options_file is None and weight_file is None:  # no model named: the bundled one
+        from .pretrained.bundled import default_model_dir
+
+        model_dir = default_model_dir()
+    if model_dir is not None:
+        if options_file is not None or weight_file is not None:
+            raise ElmoFastError("give either ", Param("model_dir"), " or ", Param("options_file"), " and ",
+                                Param("weight_file"), ", not both")
+        model = inspect_model_dir(model_dir)
+        return ModelSource(load_model(model), dict(model.files))
+    if options_file is None or weight_file is None:
+        raise ElmoFastError("give ", Param("options_file"), " and ", Param("weight_file"), " (bilm-tf), or a "
+                            "model directory (", Param("model_dir"), ", bilm-tf or ELMoForManyLangs)")
+    return ModelSource(load_model_files(options_file, weight_file), {"options": options_file, "weights": weight_file})
