@@ -11,9 +11,9 @@ host compiler, and tests/cuda_emulation/emu_*.cpp: the op library, and the test-
 GPU, nor nvcc. Floating-point contraction is on (-ffp-contract=fast, with FMA instructions on x86
 CPUs that have them), as nvcc's default --fmad=true fuses a*b + c on the GPU.
 
-Cached by torch.utils.cpp_extension between runs (TORCH_EXTENSIONS_DIR, by default
-~/.cache/torch_extensions): the first build takes a minute or two on two cores, a later process
-loads it in a second unless a source or header changed.
+Built in this checkout's build/cuda_emulation/ (ELMO_FAST_EMULATION_BUILD_DIR elsewhere), not in torch's
+shared extension cache, where checkouts of other sources would rebuild it in turn: the first build takes
+a minute or two on two cores, a later process loads it in a second unless a source or header changed.
 
 ELMO_FAST_EMULATION_ASAN=1 builds with AddressSanitizer (run python under
 LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0);
@@ -95,8 +95,11 @@ def load_emulation(verbose: bool = False) -> None:
         if os.path.isfile(path) and path.endswith((".h", ".cuh", ".cpp")):
             digest.update(Path(path).read_bytes())
     flags.append(f"-DELMO_FAST_EMULATION_SOURCES={digest.hexdigest()[:16]}")
+    build_dir = Path(os.environ.get("ELMO_FAST_EMULATION_BUILD_DIR") or ROOT / "build" / "cuda_emulation") / name
+    build_dir.mkdir(parents=True, exist_ok=True)
     cpp_extension.load(name=name, sources=sources, extra_cflags=flags, extra_ldflags=ldflags,
-                       extra_include_paths=[str(CSRC), str(HERE), inc], is_python_module=False, verbose=verbose)
+                       extra_include_paths=[str(CSRC), str(HERE), inc], build_directory=str(build_dir),
+                       is_python_module=False, verbose=verbose)
     assert hasattr(torch.ops.elmo_fast_emu, "bilstm")
     _loaded.append(name)
 
