@@ -27,7 +27,7 @@ from elmo_fast.bilm import model as model_module
 from elmo_fast.errors import ElmoFastError, ExtensionNotBuiltError, InputError
 from elmo_fast.bilm.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
                                  highway_gate_ref, highway_ref, layer0_gates_ref)
-from elmo_fast.testing import PRESETS
+from elmo_fast.formats.random_models import PRESETS
 from rounding_model import modeled_error
 from tolerances import MODEL_BF16, MODEL_BOUNDS, TOL, assert_close, fp32_model_bound, max_abs_error
 

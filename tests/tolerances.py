@@ -56,7 +56,7 @@ TOL: dict[torch.dtype, dict[str, float]] = {
 #     deviation over 2 such samples (the largest of ~10^5 Gaussian-like elements moves by < 20% between
 #     samples).
 #
-# Numbers (random weights of elmo_fast.testing with the clips exercised, outputs up to |6|, the batch of
+# Numbers (random weights of elmo_fast.formats.random_models with the clips exercised, outputs up to |6|, the batch of
 # tests/test_cuda.py::test_ops_bilm_matches_reference; max abs error against the float64 reference):
 #
 #   preset     model, FMA   model, no FMA   bound (1.5x)   emulator (FMA)   CPU fast   fp32 reference
