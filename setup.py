@@ -49,6 +49,7 @@ CSRC = "csrc"
 # BuildExtension defaults to it; -std=c++17 only compiles as a GCC extension, with warnings.
 CXX_STD = "-std=c++20"
 EXT_NAME = "elmo_fast._C"
+SERVE_REQUIRES = ["starlette>=0.40", "uvicorn>=0.30", "httptools>=0.6", "orjson>=3.9"]
 BUILD_INFO = "_build_info.py"
 
 
@@ -164,7 +165,9 @@ setup(
     exclude_package_data={"": ["*.so", "*.pyd", "*.o"]},
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],
-    extras_require={"test": ["pytest", "hypothesis"]},
+    # [serve]: `elmo-fast serve` (Starlette on uvicorn, httptools for uvicorn's fast HTTP parser, orjson for
+    # the vectors); in [test] too, so that CI runs the server's tests
+    extras_require={"serve": SERVE_REQUIRES, "test": ["pytest", "hypothesis", *SERVE_REQUIRES]},
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],
     cmdclass={"build_ext": BuildExt},

@@ -37,3 +37,11 @@ def test_bench_train():
 def test_bench_train_ops():
     out = _run("bench_train_ops.py", "--preset", "tiny", "--batch", "4", "--repeats", "1", "--ref-repeats", "1")
     assert "whole biLM" in out and "train/infer" in out
+
+
+def test_bench_serve():
+    out = _run("bench_serve.py", "--quick")
+    assert "| server, batching | 1 | " in out and "| batch 1: " in out and "% time |" in out
+    assert "| server, batching | 4 | " in out and "| batch 64: " in out
+    assert "| server, batching off | 2 | " in out and "output all as .npy | 1 | " in out
+    assert "| orjson (the server) |" in out and "errors)" not in out

@@ -1,0 +1,132 @@
+"""``elmo-fast serve``: an HTTP embedding server with dynamic batching (:mod:`elmo_fast.serve`).
+
+The model flags are ``embed``'s; the server's own say where it listens and how it batches. Needs
+the ``[serve]`` extra (``pip install "elmo-fast[serve]"``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import ElmoFastError
+from .common import add_precision_flag, param_flags
+
+_NEEDS = ("starlette", "uvicorn", "orjson")
+
+
+def model_source(args: argparse.Namespace) -> tuple[dict, str]:
+    """ElmoEmbedder's model arguments from --model / --model-dir / --options + --weights (none: the
+    bundled model), and the name the answers give the model. Checks what can be checked before
+    loading; fetches a named model into the cache (as ``embed`` does)."""
+    if args.model_dir:
+        if args.model or args.options or args.weights:
+            raise ElmoFastError("give one of --model-dir DIR, --model NAME or --options F --weights F")
+        if not os.path.isdir(args.model_dir):
+            raise ElmoFastError(f"--model-dir {args.model_dir}: not a directory")
+        return dict(model_dir=args.model_dir), os.path.basename(os.path.normpath(args.model_dir))
+    if args.model:
+        from ..pretrained import fetch_model, model_names
+
+        if args.options or args.weights:
+            raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
+        if args.model not in model_names():
+            raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
+        options, weights = fetch_model(args.model, progress=True)
+        return dict(options_file=options, weight_file=weights), args.model
+    if bool(args.options) != bool(args.weights):
+        raise ElmoFastError("give --options F and --weights F together (or --model NAME, or --model-dir DIR, or none "
+                            "of them for the bundled model)")
+    if args.options:
+        for flag, path in (("--options", args.options), ("--weights", args.weights)):
+            if not os.path.isfile(path):
+                raise ElmoFastError(f"{flag} {path}: file not found")
+        name = os.path.basename(os.path.dirname(os.path.abspath(args.options))) or "model"
+        return dict(options_file=args.options, weight_file=args.weights), name
+    from ..pretrained.bundled import NAME, USING_MESSAGE, bundled_model
+
+    print(USING_MESSAGE, file=sys.stderr)
+    return dict(model_dir=str(bundled_model().directory)), NAME
+
+
+def _check_limits(args: argparse.Namespace) -> None:
+    for flag in ("max_batch_size", "max_batch_tokens", "max_queue", "max_request_tokens"):
+        if getattr(args, flag) < 1:
+            raise ElmoFastError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.max_wait_ms < 0:
+        raise ElmoFastError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms:g}")
+    if not 0 <= args.port <= 65535:
+        raise ElmoFastError(f"--port must be between 0 and 65535 (0: any free port), got {args.port}")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_limits(args)
+    try:
+        from ..serve.batcher import Limits
+        from ..serve.server import run_server
+    except ImportError as e:
+        if e.name not in _NEEDS:
+            raise
+        raise ElmoFastError(f"elmo-fast serve needs the [serve] extra (missing: {e.name}): "
+                            f'pip install "elmo-fast[serve]"') from None
+    from ..devices import resolve_device
+    from ..embedding.embedder import ElmoEmbedder
+
+    from ..bilm.precision import resolve_precision
+
+    device = resolve_device(args.device)
+    resolve_precision(args.precision).check_device(device)  # before listening or loading
+    model, name = model_source(args)
+
+    def load():
+        return ElmoEmbedder(**model, device=device, backend=args.backend, precision=args.precision)
+
+    limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens,
+                    max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
+    signum, forced = run_server(load, name, lambda embedder: embedder.output_dim, limits, args.max_request_tokens,
+                                args.host, args.port, log_level=args.log_level)
+    why = f"stopped by {signum.name}" if signum else "stopped"
+    if forced:  # a second signal: what was still in progress was dropped
+        print(f"elmo-fast serve: {why} (a second signal): requests in progress were dropped", file=sys.stderr)
+        return 128 + signum
+    print(f"elmo-fast serve: {why}; every request received was answered", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    from ..pretrained import model_names
+
+    p = sub.add_parser("serve", help="an HTTP embedding server with dynamic batching (the [serve] extra)",
+                       description="Serve a biLM over HTTP: POST /embed (tokens or raw text; all layers, their "
+                                   "average, the top layer or a mean vector), POST /v1/embeddings (OpenAI's "
+                                   "embeddings API), GET /health, GET /metrics (Prometheus). Concurrent requests' "
+                                   "sentences are merged into batches. SIGTERM, SIGINT (Ctrl-C) or SIGHUP: stop "
+                                   "accepting, answer what was received, exit 0; a second one: stop at once.")
+    p.add_argument("--options", "--options-file", help="options.json of the model")
+    p.add_argument("--weights", "--weight-file", help="weights.hdf5 of the model, bilm-tf layout")
+    p.add_argument("--model-dir", metavar="DIR",
+                   help="a model directory: bilm-tf's (options.json + weights.hdf5) or ELMoForManyLangs'")
+    p.add_argument("--model", metavar="NAME",
+                   help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
+                        f"official one, downloaded once into the cache: {', '.join(model_names())}")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
+                   help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)")
+    add_precision_flag(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0: all)")
+    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any free port, printed)")
+    p.add_argument("--max-batch-size", type=int, default=64, metavar="N",
+                   help="at most N sentences per model batch (default 64; 1 turns batching off)")
+    p.add_argument("--max-batch-tokens", type=int, default=4096, metavar="N",
+                   help="at most N padded tokens (sentences x longest) per batch (default 4096); a longer "
+                        "sentence runs alone")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
+                   help="how long a free model waits for the clients it expects before running a smaller batch "
+                        "(default 5; a lone client never waits)")
+    p.add_argument("--max-queue", type=int, default=1024, metavar="N",
+                   help="requests waiting for a batch before new ones get 503 + Retry-After (default 1024)")
+    p.add_argument("--max-request-tokens", type=int, default=8192, metavar="N",
+                   help="tokens one request may hold; more: 413 (default 8192)")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (default warning)")
+    p.set_defaults(func=run, flags=param_flags(p))

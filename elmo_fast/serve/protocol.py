@@ -1,0 +1,188 @@
+"""What a request may say: the bodies of ``POST /embed`` and ``POST /v1/embeddings`` parsed and
+checked before anything is queued, so that a bad request is refused alone (a 4xx naming the
+problem) and never reaches a batch that other requests share.
+
+Every refusal is a :class:`RequestError`: an HTTP status, a kind (the label of the errors metric)
+and a one-line message naming the field, its index and what was found instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from ..tokenizer import tokenize
+
+#: ``"output"`` of /embed -> what each sentence gets: layers x tokens x dim ("all"), tokens x dim
+#: (the mean of the layers, or the top layer), or one vector (the mean over tokens of the layer average)
+OUTPUTS = ("all", "average", "top", "mean")
+DEFAULT_OUTPUT = "all"
+#: ``encoding_format`` of /v1/embeddings: a list of floats, or base64 of the little-endian float32 bytes
+#: (what OpenAI's Python client asks for by default)
+ENCODINGS = ("float", "base64")
+
+_EMBED_FIELDS = ("sentences", "texts", "output")
+
+
+class RequestError(Exception):
+    """A request the server refuses: ``status`` (400, 413, 503...), ``kind`` (e.g. ``"invalid_request"``),
+    a one-line ``message``, and ``retry_after`` seconds for a 503."""
+
+    def __init__(self, status: int, kind: str, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.retry_after = retry_after
+
+
+def invalid(message: str) -> RequestError:
+    return RequestError(400, "invalid_request", message)
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    """A checked request: its sentences (each a non-empty list of token strings), what to return
+    for each, and how many tokens they hold."""
+
+    sentences: list[list[str]]
+    output: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class OpenAIRequest:
+    """A checked ``/v1/embeddings`` request: its inputs tokenized, and how to encode the vectors."""
+
+    sentences: list[list[str]]
+    encoding_format: str
+    tokens: int
+
+
+def body_limit(max_request_tokens: int) -> int:
+    """The largest body a request of ``max_request_tokens`` tokens is let send: room for JSON's
+    quoting and long tokens (a token is cut to 50 characters by the character ids anyway)."""
+    return 65536 + 256 * max_request_tokens
+
+
+def _describe(value: object) -> str:
+    """``a number 5``, ``a string "The cat"``, ``null``: what was found, briefly."""
+    if value is None:
+        return "null"
+    text = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode() if _jsonable(value) else repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{_type_name(value)} {text}"
+
+
+def _jsonable(value: object) -> bool:
+    return isinstance(value, (str, int, float, bool, list, dict)) or value is None
+
+
+def _type_name(value: object) -> str:
+    return {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def parse_json(body: bytes) -> object:
+    """The body as JSON, or a 400 naming where it stops being JSON."""
+    if not body.strip():
+        raise RequestError(400, "malformed_json", "the request body is empty: send a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise RequestError(400, "malformed_json", f"the request body is not valid JSON: {e}") from None
+
+
+def _check_tokens(tokens: int, max_request_tokens: int) -> None:
+    if tokens > max_request_tokens:
+        raise RequestError(413, "too_large", f"the request holds {tokens} tokens, over this server's limit of "
+                                             f"{max_request_tokens} (--max-request-tokens): split it into "
+                                             f"several requests")
+
+
+def _sentences(value: object) -> list[list[str]]:
+    if not isinstance(value, list):
+        raise invalid(f"'sentences' must be a list of sentences (each a list of token strings), got {_describe(value)}")
+    if not value:
+        raise invalid("'sentences' is empty: give at least one sentence")
+    for i, sentence in enumerate(value):
+        if not isinstance(sentence, list):
+            hint = "; for raw text send 'texts' instead" if isinstance(sentence, str) else ""
+            raise invalid(f"sentences[{i}] must be a list of token strings, got {_describe(sentence)}{hint}")
+        if not sentence:
+            raise invalid(f"sentences[{i}] is empty: a sentence needs at least one token")
+        for j, token in enumerate(sentence):
+            if not isinstance(token, str):
+                raise invalid(f"sentences[{i}][{j}] must be a string (a token), got {_describe(token)}")
+    return value
+
+
+def _texts(value: object, field: str, plural: bool = True) -> list[list[str]]:
+    """Raw texts -> their tokens (elmo_fast.tokenizer, as ``embed --tokenize``); none may be empty."""
+    if isinstance(value, str) and not plural:
+        value = [value]
+        name = lambda i: f"'{field}'"  # noqa: E731
+    elif not isinstance(value, list):
+        expected = "a string or a list of strings" if not plural else "a list of strings"
+        raise invalid(f"'{field}' must be {expected}, got {_describe(value)}")
+    else:
+        name = lambda i: f"{field}[{i}]"  # noqa: E731
+    if not value:
+        raise invalid(f"'{field}' is empty: give at least one text")
+    out = []
+    for i, text in enumerate(value):
+        if not isinstance(text, str):
+            ids = " (token ids are not supported: send the text)" if isinstance(text, (int, list)) else ""
+            raise invalid(f"{name(i)} must be a string, got {_describe(text)}{ids}")
+        tokens = tokenize(text)
+        if not tokens:
+            raise invalid(f"{name(i)} has no tokens (it is empty or all whitespace)")
+        out.append(tokens)
+    return out
+
+
+def parse_embed(body: bytes, max_request_tokens: int) -> EmbedRequest:
+    """The body of ``POST /embed``: ``{"sentences": [[token, ...], ...]}`` or ``{"texts": [str, ...]}``,
+    and ``"output"`` (one of OUTPUTS, default DEFAULT_OUTPUT)."""
+    data = parse_json(body)
+    if not isinstance(data, dict):
+        raise invalid(f"the body must be a JSON object with 'sentences' or 'texts', got {_describe(data)}")
+    unknown = [k for k in data if k not in _EMBED_FIELDS]
+    if unknown:
+        raise invalid(f"unknown field {unknown[0]!r}; the fields are {', '.join(map(repr, _EMBED_FIELDS))}")
+    if ("sentences" in data) == ("texts" in data):
+        raise invalid("give either 'sentences' (lists of tokens) or 'texts' (raw strings, tokenized by the server)"
+                      + (", not both" if "sentences" in data else ""))
+    output = data.get("output", DEFAULT_OUTPUT)
+    if output not in OUTPUTS:
+        raise invalid(f"'output' must be one of {', '.join(map(repr, OUTPUTS))}, got {_describe(output)}")
+    sentences = _sentences(data["sentences"]) if "sentences" in data else _texts(data["texts"], "texts")
+    tokens = sum(map(len, sentences))
+    _check_tokens(tokens, max_request_tokens)
+    return EmbedRequest(sentences, output, tokens)
+
+
+def parse_openai(body: bytes, max_request_tokens: int, dim: int) -> OpenAIRequest:
+    """The body of ``POST /v1/embeddings`` (OpenAI's embeddings API): ``input`` a string or a list of
+    strings; ``encoding_format`` "float" (default) or "base64"; ``dimensions``, if given, must be
+    the model's; ``model`` and ``user`` are accepted (one model is served, whatever it is called)."""
+    data = parse_json(body)
+    if not isinstance(data, dict):
+        raise invalid(f"the body must be a JSON object with 'input', got {_describe(data)}")
+    if "input" not in data:
+        raise invalid("missing field 'input': a string or a list of strings")
+    encoding = data.get("encoding_format") or "float"
+    if encoding not in ENCODINGS:
+        raise invalid(f"'encoding_format' must be one of {', '.join(map(repr, ENCODINGS))}, got {_describe(encoding)}")
+    dimensions = data.get("dimensions")
+    if dimensions is not None and dimensions != dim:
+        raise invalid(f"'dimensions' is {_describe(dimensions)}, but this model's vectors have {dim} dimensions "
+                      f"(leave it out)")
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid(f"'model' must be a string, got {_describe(model)}")
+    sentences = _texts(data["input"], "input", plural=False)
+    tokens = sum(map(len, sentences))
+    _check_tokens(tokens, max_request_tokens)
+    return OpenAIRequest(sentences, encoding, tokens)

@@ -1,0 +1,67 @@
+"""Response bodies: JSON (orjson writes float32 arrays directly, ~30x faster than ``json`` on
+``tolist()``), ``.npy`` for clients that ask for it, and the one-line JSON errors.
+
+Why ``.npy``: with ``"output": "all"`` a 25-token sentence of the ``original`` model is 76,800
+floats. As JSON that is 0.8 MB and ~5 ms to encode with orjson (~140 ms with ``json`` on
+``tolist()``), and as much again to parse on the client, against ~20 ms of model time per sentence
+at batch 64 (fp32, 2 cores); as ``.npy`` it is 0.3 MB, written and read in microseconds
+(BENCHMARKS.md, "Serving"). The per-sentence ``"mean"`` vector costs ~0.06 ms as JSON.
+"""
+from __future__ import annotations
+
+import base64
+import io
+from typing import Sequence
+
+import numpy as np
+import orjson
+
+NPY = "application/x-npy"
+_JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def error_body(message: str, kind: str) -> bytes:
+    """OpenAI's error shape, one line: ``{"error": {"message": ..., "type": kind}}``."""
+    return orjson.dumps({"error": {"message": message, "type": kind}})
+
+
+def wants_npy(accept: str | None) -> bool:
+    """Whether an ``Accept`` header asks for ``.npy`` rather than JSON."""
+    return bool(accept) and NPY in accept
+
+
+def embed_json(vectors: Sequence[np.ndarray], model: str, dim: int) -> bytes:
+    """``{"embeddings": [...], "model": model, "dim": dim}``: one nested list per sentence."""
+    return orjson.dumps({"embeddings": list(vectors), "model": model, "dim": dim}, option=_JSON_OPTIONS)
+
+
+def embed_npy(vectors: Sequence[np.ndarray], output: str) -> tuple[bytes, list[int]]:
+    """One ``.npy`` array for the whole request and the sentences' token counts.
+
+    ``"mean"``: [N, D]. Otherwise the sentences one after another along the token axis, unpadded:
+    [L + 1, sum(T_i), D] for ``"all"``, [sum(T_i), D] for ``"average"`` and ``"top"``; the token
+    counts (sent as the ``X-Sentence-Lengths`` header) split it back:
+    ``np.split(a, np.cumsum(lengths)[:-1], axis=-2)``.
+    """
+    if output == "mean":
+        array, lengths = np.stack(vectors), []
+    else:
+        array = np.concatenate(vectors, axis=-2)
+        lengths = [v.shape[-2] for v in vectors]
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array, dtype="<f4"), allow_pickle=False)
+    return buf.getvalue(), lengths
+
+
+def openai_json(vectors: Sequence[np.ndarray], model: str, tokens: int, encoding: str) -> bytes:
+    """OpenAI's embeddings response; ``encoding`` "base64" sends each vector's little-endian float32 bytes."""
+    if encoding == "base64":
+        data = [base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii") for v in vectors]
+    else:
+        data = list(vectors)
+    return orjson.dumps({
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(data)],
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }, option=_JSON_OPTIONS)
