@@ -25,7 +25,6 @@ an op call pays one ``is None`` test.
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 import warnings
@@ -36,6 +35,7 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from ..durable import scratch_dir
 from . import ops
 from .precision import FP32, PRECISIONS, Precision
 from .selfcheck_cases import OPS, Case, OpSpec
@@ -322,7 +322,7 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
     """ElmoBiLm fast vs reference (fp32) on a few random sentences of a random 'tiny' model (clips
     exercised), in each of :func:`model_precisions`, per output layer within that precision's stated
     bound (:mod:`elmo_fast.bilm.precision`; fp32's is the tolerance table's 1e-5)."""
-    from ..testing import random_model  # random weights written and read back as a user's model files
+    from ..formats.random_models import random_model  # random weights written and read back as a user's model files
     from .char_ids import batch_to_ids
     from .model import ElmoBiLm
 
@@ -340,7 +340,7 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
     what = f"'tiny' random model, {len(sentences)} sentences of {sorted(len(s) for s in sentences)} tokens"
     try:
         # fork_rng: building the modules draws their (then replaced) initial weights from torch's RNG
-        with tempfile.TemporaryDirectory(prefix="elmo-fast-selfcheck-") as tmp, _exact_arithmetic(device), \
+        with scratch_dir("elmo-fast-selfcheck-") as tmp, _exact_arithmetic(device), \
                 torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             files = random_model("tiny", tmp, seed=int(torch.randint(0, 2**31, (1,), generator=gen)),
                                  exercise_clips=True)
