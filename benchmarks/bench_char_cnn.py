@@ -34,7 +34,7 @@ from corpus import make_sentences  # noqa: E402
 from elmo_fast import batch_to_ids
 from elmo_fast.bilm import ops  # noqa: E402
 from elmo_fast.bilm.reference import char_cnn_ref  # noqa: E402
-from elmo_fast.testing import PRESETS  # noqa: E402
+from elmo_fast.formats.random_models import PRESETS  # noqa: E402
 
 SENTENCES = ROOT.parent / "shared" / "fixtures" / "bilm_tf_tiny" / "sentences.json"
 

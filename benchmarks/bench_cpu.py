@@ -240,7 +240,7 @@ def bf16_support() -> tuple[bool, str]:
 
 def ensure_model(preset: str, cache_dir: Path) -> tuple[str, str]:
     """options.json / weights.hdf5 of a random model of ``preset`` under cache_dir/preset, written once."""
-    from elmo_fast.testing import PRESETS, random_model
+    from elmo_fast.formats.random_models import PRESETS, random_model
 
     directory = cache_dir / preset
     options_path, weights_path = directory / "options.json", directory / "weights.hdf5"
@@ -653,7 +653,8 @@ def update_benchmarks_md(path: Path, result: dict) -> None:
         "# Benchmarks\n",
         "CPU sections are written by `python benchmarks/bench_cpu.py --update-benchmarks-md`, one per machine:",
         "a new run replaces its own machine's section and keeps the others. Numbers from random weights of",
-        "the official shapes (`elmo_fast.testing.random_model`): speed does not depend on the weights' values.\n",
+        "the official shapes (`elmo_fast.formats.random_models.random_model`): speed does not depend on the",
+        "weights' values.\n",
         *[sections[k] for k in sorted(sections)],
         gpu_text,
     ]) + (old[gpu.end():] if gpu else "")
@@ -724,7 +725,7 @@ def _split(text: str, allowed=None, kind=str) -> list:
 
 def main(argv=None) -> int:
     from elmo_fast.bilm.model import BACKENDS
-    from elmo_fast.testing import PRESETS
+    from elmo_fast.formats.random_models import PRESETS
 
     parser, args = parse_args(argv)
     presets = _split(args.presets, PRESETS)

@@ -121,7 +121,7 @@ def reading_rate(path: Path, copies: int = 20) -> float:
     sys.path.insert(0, str(REPO))
     from itertools import islice
 
-    from elmo_fast.embedding.corpus import read_sentences
+    from elmo_fast.embedding.lines import read_sentences
 
     big = path.with_suffix(".x%d.txt" % copies)
     big.write_text(path.read_text(encoding="utf-8") * copies, encoding="utf-8")

@@ -34,7 +34,7 @@ for p in (REPO, REPO / "benchmarks"):
 from bench_lstm import wait_quiet  # noqa: E402
 from corpus import make_sentences  # noqa: E402
 from elmo_fast import Elmo, batch_to_ids  # noqa: E402
-from elmo_fast.testing import random_model  # noqa: E402
+from elmo_fast.formats.random_models import random_model  # noqa: E402
 
 
 def median_seconds(fn, repeats: int) -> float:

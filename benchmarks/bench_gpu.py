@@ -4,7 +4,7 @@ training step, fast vs reference.
     python benchmarks/bench_gpu.py [--preset original] [--batches 1,16,64,256] [--budget 1.5]
                                    [--train-batches 64]
 
-Runs on a random-weight model of the preset's shapes (elmo_fast.testing) over realistic sentences
+Runs on a random-weight model of the preset's shapes (elmo_fast.formats.random_models) over realistic sentences
 (benchmarks/corpus.py), every batch size with every config, for a time budget each:
   reference     elmo_fast.bilm.reference.bilm_ref on the GPU, fp32, TF32 off
   fast-fp32     the CUDA ops (char_cnn, highway, bilstm; layer-0 gates per distinct token), TF32 off
@@ -52,7 +52,7 @@ from corpus import make_sentences  # noqa: E402
 from elmo_fast import batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import ops  # noqa: E402
 from elmo_fast.bilm.reference import add_sentence_boundaries, bilm_ref, flat_lstm_weights, layer0_gates_ref  # noqa: E402
-from elmo_fast.testing import random_model  # noqa: E402
+from elmo_fast.formats.random_models import random_model  # noqa: E402
 
 
 def fast_bilm(char_ids, w):

@@ -6,7 +6,7 @@
     python benchmarks/bench_lstm.py --modes                # also both thread schedules of the op
     python benchmarks/bench_lstm.py --gemms                # also the op's GEMM shapes standalone
 
-Random weights (the recurrence kept contractive, as elmo_fast.testing does), all rows full length
+Random weights (the recurrence kept contractive, as elmo_fast.formats.random_models does), all rows full length
 unless --ragged. Each timing is the median of --repeats after --warmup calls. FLOPs count only
 the GEMMs (multiply-add = 2): per step, direction and layer 2*n*P*4C (recurrent) + 2*n*C*P
 (projection), plus 2*N*P*4C per direction for the input gates of layers >= 1 (N = sum of lengths).

@@ -49,7 +49,7 @@ DEFAULT_SYSTEMS = "elmoformanylangs,elmo-fast fp32"  # bf16 on request: it needs
 
 def model_chars(n: int) -> str:
     """n characters: the testing alphabet (Latin, Cyrillic, some CJK), then CJK ideographs."""
-    from elmo_fast.testing import MANYLANGS_CHARS
+    from elmo_fast.formats.random_models import MANYLANGS_CHARS
 
     chars = list(dict.fromkeys(MANYLANGS_CHARS))
     code = 0x4E00
@@ -62,7 +62,7 @@ def model_chars(n: int) -> str:
 
 
 def ensure_model(preset: str, cache_dir: Path, n_words: int, n_chars: int) -> Path:
-    from elmo_fast.testing import random_manylangs_model
+    from elmo_fast.formats.random_models import random_manylangs_model
 
     directory = cache_dir / f"manylangs_{preset}_{n_words}w_{n_chars}c"
     if not (directory / "encoder.pkl").is_file():

@@ -97,12 +97,12 @@ def run_embed(corpus: Path, out: Path, options: Path, weights: Path, fmt: str, e
 
 def sentence_map_cost(corpus: Path) -> dict:
     """Memory and time of building sentence_to_index's JSON from the spill, as embed_file does at the end."""
-    from elmo_fast.embedding.corpus import _sentence_map
+    from elmo_fast.embedding.layout import sentence_map
 
     pairs = [(line.strip(), str(i)) for i, line in enumerate(open(corpus, encoding="utf-8"))]
     tracemalloc.start()
     start = time.perf_counter()
-    text = _sentence_map(pairs)
+    text = sentence_map(pairs)
     seconds = time.perf_counter() - start
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

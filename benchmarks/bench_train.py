@@ -36,7 +36,7 @@ for p in (REPO, REPO / "benchmarks"):
 from bench_lstm import timed, wait_quiet  # noqa: E402
 from corpus import make_sentences  # noqa: E402
 from elmo_fast.formats.vocab import Vocabulary  # noqa: E402
-from elmo_fast.testing import PRESETS  # noqa: E402
+from elmo_fast.formats.random_models import PRESETS  # noqa: E402
 from elmo_fast.training.data import sentence_batch  # noqa: E402
 from elmo_fast.training.trainer import TrainConfig, Trainer  # noqa: E402
 

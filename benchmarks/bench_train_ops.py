@@ -5,7 +5,7 @@
     python benchmarks/bench_train_ops.py --preset small --repeats 7 --breakdown
 
 One batch of --batch sentences from benchmarks/corpus.py (log-normal lengths, mean ~25 tokens, plus
-<S> and </S>), a random-weight model of the preset's shapes (elmo_fast.testing), --threads threads.
+<S> and </S>), a random-weight model of the preset's shapes (elmo_fast.formats.random_models), --threads threads.
 Every stage runs on the same N real tokens (padding excluded; no deduplication of repeated tokens,
 which the inference path would otherwise do), three ways:
   infer  the fast inference forward under inference_mode: char_cnn, highway, then layer 0's input
@@ -42,7 +42,7 @@ from elmo_fast import batch_to_ids, load_options, load_weights  # noqa: E402
 from elmo_fast.bilm import ops  # noqa: E402
 from elmo_fast.bilm.reference import (add_sentence_boundaries, bilstm_ref, char_cnn_ref, flat_lstm_weights,  # noqa: E402
                                  highway_ref, layer0_gates_ref)
-from elmo_fast.testing import random_model  # noqa: E402
+from elmo_fast.formats.random_models import random_model  # noqa: E402
 
 
 class Batch:

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from elmo_fast.bilm import ops  # noqa: E402
-from elmo_fast.testing import PRESETS  # noqa: E402
+from elmo_fast.formats.random_models import PRESETS  # noqa: E402
 
 
 def forward_ops(dev, dtype, g) -> None:

@@ -7,9 +7,9 @@ The package, by room:
                                  (backends, precision, distinct rows, token cache, derived weights, CUDA
                                  graphs, legacy state-dict keys), ``ScalarMix``
 * :mod:`elmo_fast.formats`       model files (bilm-tf's options.json + weights.hdf5, ELMoForManyLangs' directories,
-                                 the NLPL repository's archives)
+                                 the NLPL repository's archives), random models of the official shapes
 * :mod:`elmo_fast.model_source`  which model a constructor was given (files, a directory, weights, or the bundled one)
-* :mod:`elmo_fast.embedding`     ``ElmoEmbedder`` and corpus-scale ``embed_file``
+* :mod:`elmo_fast.embedding`     ``ElmoEmbedder`` and corpus-scale ``embed_file`` (a pipeline, one module a stage)
 * :mod:`elmo_fast.compat`        allennlp's ``Elmo`` and ``ConfigurationError``, TF-Hub's signatures,
                                  ELMoForManyLangs' ``Embedder`` (compat/elmoformanylangs.py), simple_elmo's
                                  ``ElmoModel`` (compat/simple_elmo.py)
@@ -18,6 +18,7 @@ The package, by room:
 * :mod:`elmo_fast.pretrained`    models by name
 * :mod:`elmo_fast.convert`       TensorFlow checkpoints (bilm-tf runs, TF-Hub modules) into model directories
 * :mod:`elmo_fast.cli`           the ``elmo-fast`` command
+* :mod:`elmo_fast.durable`       the one write path: every file the package writes is whole under its final name
 """
 from . import pretrained
 from .bilm import ElmoBiLm, ScalarMix, batch_to_ids

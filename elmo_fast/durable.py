@@ -34,6 +34,9 @@ Usage::
     with durable_path("model.pt") as tmp:              # any library that writes to a path
         some_library.save(tmp)
     write_json("manifest.json", {...}); save_torch(obj, "ckpt.pt")
+    writer = FileWriter("list.txt", tag="sentences")   # a text file open across batches, the same way;
+    ...; writer.abort()                                # a scratch file that only serves its writer
+    move("work/assembled.h5", "out.h5")                # the last step of a two-phase write
 """
 from __future__ import annotations
 
@@ -46,14 +49,16 @@ import re
 import secrets
 import socket
 import sys
-from typing import IO, Any, Callable, Iterator
+import tempfile
+from typing import IO, Any, Callable, Iterator, NamedTuple
 
 from .errors import ElmoFastError
 
 #: Suffix of every temporary file this module creates.
 TEMP_SUFFIX = ".elmo-tmp"
-# what a temporary name adds to the final one: "." + "." + host (<= 64) + "-" + pid + "." + 8 + suffix
-_TEMP_OVERHEAD = 2 + 64 + 1 + 10 + 1 + 8 + len(TEMP_SUFFIX)
+# what a temporary name adds to the final one: "." + "." + host (<= 64) + "-" + pid + "." + 8 + a tag
+# (".sentences", the longest the package uses) + suffix
+_TEMP_OVERHEAD = 2 + 64 + 1 + 10 + 1 + 8 + 10 + len(TEMP_SUFFIX)
 
 
 class WriteError(ElmoFastError):
@@ -98,18 +103,26 @@ def describe_os_error(cause: BaseException | str) -> str:
 _open = open
 
 
-def _host_tag() -> str:
+def host_tag() -> str:
+    """This host's name as temporary names hold it (letters, digits, ``_`` and ``-``; at most 64)."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64] or "host"
 
 
-def temp_path(final: str | os.PathLike) -> str:
-    """A fresh temporary name for ``final``, in its folder (nothing is created)."""
+def temp_path(final: str | os.PathLike, tag: str | None = None) -> str:
+    """A fresh temporary name for ``final``, in its folder (nothing is created). ``tag`` (lowercase
+    letters) tells apart several temporary files of one final name, such as a scratch file kept beside
+    the file itself: ``.NAME.HOST-PID.TOKEN.TAG.elmo-tmp``."""
+    if tag is not None and not re.fullmatch(r"[a-z]+", tag):
+        raise ValueError(f"a temporary name's tag is lowercase letters, not {tag!r}")
     final = os.path.abspath(os.fspath(final))
     directory, base = os.path.split(final)
-    return os.path.join(directory, f".{base}.{_host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    middle = f".{tag}" if tag else ""
+    return os.path.join(directory,
+                        f".{base}.{host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{middle}{TEMP_SUFFIX}")
 
 
-_TEMP_RE = re.compile(rf"^\.(?P<base>.+)\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}{re.escape(TEMP_SUFFIX)}$")
+_TEMP_RE = re.compile(rf"^\.(?P<base>.+)\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}"
+                      rf"(?:\.(?P<tag>[a-z]+))?{re.escape(TEMP_SUFFIX)}$")
 
 
 def parse_temp_name(name: str) -> tuple[str, str, int] | None:
@@ -131,27 +144,45 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+class TempFile(NamedTuple):
+    """One of our temporary files found in a folder, and who made it."""
+    path: str
+    final_name: str
+    host: str
+    pid: int
+
+    def owner(self) -> str:
+        """``"gone"`` (made on this host by a process that has ended: a killed run's, safe to remove),
+        ``"running"`` (a live process of this host, maybe this one), or ``"other host"``."""
+        if self.host != host_tag():
+            return "other host"
+        return "running" if self.pid == os.getpid() or process_alive(self.pid) else "gone"
+
+
+def temp_files(directory: str | os.PathLike, final_name: str | None = None) -> list[TempFile]:
+    """Our temporary files in ``directory`` (of ``final_name`` only, when given), by name."""
+    directory = os.fspath(directory)
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        parsed = parse_temp_name(name)
+        if parsed is not None and (final_name is None or parsed[0] == final_name):
+            found.append(TempFile(os.path.join(directory, name), *parsed))
+    return found
+
+
 def sweep_temp_files(directory: str | os.PathLike, final_name: str | None = None) -> list[str]:
     """Remove the temporary files in ``directory`` (of ``final_name`` only, when given) left by dead
     processes of this host; return their paths. A live process's files and other hosts' are kept."""
-    directory = os.fspath(directory)
     removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    host = _host_tag()
-    for name in names:
-        parsed = parse_temp_name(name)
-        if parsed is None or (final_name is not None and parsed[0] != final_name):
-            continue
-        _, their_host, pid = parsed
-        if their_host != host or pid == os.getpid() or process_alive(pid):
-            continue  # another host's, ours (maybe open right now), or a live run's
-        path = os.path.join(directory, name)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-            removed.append(path)
+    for temp in temp_files(directory, final_name):
+        if temp.owner() == "gone":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp.path)
+                removed.append(temp.path)
     return removed
 
 
@@ -237,22 +268,49 @@ def _unraisable_errors() -> Iterator[list[BaseException]]:
         sys.unraisablehook = previous
 
 
-def commit(temp: str | os.PathLike, final: str | os.PathLike) -> None:
+def commit(temp: str | os.PathLike, final: str | os.PathLike, sync: bool = True) -> None:
     """Step 3: fsync ``temp`` (written and closed), give it a normal file's mode, rename it onto
-    ``final``, fsync the folder. For writers that manage their own temporary file; raises OSError."""
+    ``final``, fsync the folder. For writers that manage their own temporary file; raises OSError.
+    ``sync=False`` skips both fsyncs: the rename is still atomic (readers see the old file or the
+    new one), but a power loss may lose it; only for advisory files rewritten every second."""
     temp, final = os.fspath(temp), os.fspath(final)
-    fsync_path(temp)
+    if sync:
+        fsync_path(temp)
     _normal_mode(temp)
     os.replace(temp, final)
-    fsync_dir(os.path.dirname(os.path.abspath(final)))
+    if sync:
+        fsync_dir(os.path.dirname(os.path.abspath(final)))
+
+
+def move(path: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Rename a file that is whole on disk already (written through this module) onto ``final`` and
+    fsync ``final``'s folder: the last step of a two-phase write, such as a resumable run's output,
+    recorded as complete under a name of its own before it takes its final name. Both names must be
+    on one filesystem. Raises :class:`WriteError` naming ``final``; the file stays where it was."""
+    try:
+        os.replace(os.fspath(path), os.fspath(final))
+        fsync_dir(os.path.dirname(os.path.abspath(final)))
+    except OSError as e:
+        raise WriteError(final, e) from e
+
+
+def _failed(final: str, temp: str, error: BaseException) -> BaseException:
+    """Remove ``temp`` after ``error``; what to raise for it: the OS's and the libraries' errors as a
+    :class:`WriteError` naming ``final``, the package's own errors and interruptions as they are."""
+    remove_quietly(temp)
+    if isinstance(error, ElmoFastError) or not isinstance(error, (OSError, RuntimeError, MemoryError)):
+        return error
+    return WriteError(final, error)
 
 
 @contextlib.contextmanager
-def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | None = None) -> Iterator[str]:
+def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | None = None,
+                 sync: bool = True) -> Iterator[str]:
     """Yield a temporary path beside ``final``; the body writes a whole file there and closes it.
     On a clean exit the file is checked (``check(temp)``, optional), fsync'ed and renamed onto
     ``final``. Any error removes it and raises :class:`WriteError` (an :class:`ElmoFastError` raised by
-    the body, and KeyboardInterrupt/SystemExit, pass through unchanged, after the cleanup)."""
+    the body, and KeyboardInterrupt/SystemExit, pass through unchanged, after the cleanup).
+    ``sync=False``: see :func:`commit`."""
     final = os.path.abspath(os.fspath(final))
     temp = temp_path(final)
     try:
@@ -264,33 +322,30 @@ def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | Non
             raise FileNotFoundError(errno.ENOENT, "the writer created no file", temp)
         if check is not None:
             check(temp)
-        commit(temp, final)
-    except ElmoFastError:
-        remove_quietly(temp)
-        raise
-    except (OSError, RuntimeError, MemoryError) as e:
-        remove_quietly(temp)
-        raise WriteError(final, e) from e
-    except BaseException:
-        remove_quietly(temp)
-        raise
+        commit(temp, final, sync)
+    except BaseException as e:
+        raised = _failed(final, temp, e)
+        if raised is e:
+            raise
+        raise raised from e
 
 
 @contextlib.contextmanager
 def durable_open(final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
-                 newline: str | None = None) -> Iterator[IO]:
+                 newline: str | None = None, sync: bool = True) -> Iterator[IO]:
     """A new file object ("w" text or "wb" bytes) under a temporary name, flushed, fsync'ed, closed
     and renamed onto ``final`` when the block ends cleanly (:func:`durable_path`)."""
     if mode not in ("w", "wb"):
         raise ValueError(f"durable_open writes new files: mode 'w' or 'wb', not {mode!r}")
     binary = mode == "wb"
-    with durable_path(final) as temp:
+    with durable_path(final, sync=sync) as temp:
         f = _open(temp, "xb" if binary else "x", encoding=None if binary else encoding,
                   newline=None if binary else newline)
         try:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         finally:
             f.close()  # a close that fails raises here: the write is then an error, not an output
 
@@ -445,6 +500,63 @@ class Hdf5Writer:
         remove_quietly(self.temp)
 
 
+class FileWriter:
+    """A new text ("w") or binary ("wb") file written durably, open for as long as its writer needs:
+    :class:`Hdf5Writer`'s twin for plain files. ``file`` is the file object (under a temporary name
+    beside ``final``); :meth:`finish` flushes, fsyncs, closes and renames it onto ``final``;
+    :meth:`abort` throws it away. ``tag`` tells apart several temporary files of one final name, such
+    as a scratch file that only serves the writer of ``final`` and is aborted once used: a killed
+    run's is swept like any temporary file."""
+
+    def __init__(self, final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                 newline: str | None = None, tag: str | None = None) -> None:
+        if mode not in ("w", "wb"):
+            raise ValueError(f"a FileWriter writes a new file: mode 'w' or 'wb', not {mode!r}")
+        self.final = os.path.abspath(os.fspath(final))
+        self.temp = temp_path(self.final, tag)
+        self.file: IO | None = None
+        binary = mode == "wb"
+        try:
+            self.file = _open(self.temp, "xb" if binary else "x", encoding=None if binary else encoding,
+                              newline=None if binary else newline)
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, OSError):
+                raise WriteError(self.final, e) from e
+            raise
+
+    def finish(self) -> None:
+        try:
+            f, self.file = self.file, None
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            finally:
+                f.close()  # a close that fails raises here: the write is then an error, not an output
+            commit(self.temp, self.final)
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, OSError):
+                raise WriteError(self.final, e) from e
+            raise
+
+    def abort(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(Exception):
+                self.file.close()
+            self.file = None
+        remove_quietly(self.temp)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str = "elmo-fast-") -> Iterator[str]:
+    """A private temporary folder (in the system's temporary area) for files that are never outputs,
+    such as a model written only to be read back: removed with its content on leaving the block,
+    however it is left. Outputs never pass through it: they are written beside their final name."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        yield directory
+
+
 @contextlib.contextmanager
 def durable_hdf5(final: str | os.PathLike, **h5py_kwargs: Any) -> Iterator[Any]:
     """A new ``h5py.File`` under a temporary name (:class:`Hdf5Writer`); on a clean exit every object
@@ -476,27 +588,28 @@ def write_bytes(final: str | os.PathLike, data: bytes) -> None:
         f.write(data)
 
 
-def write_text(final: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
-    with durable_open(final, "w", encoding=encoding) as f:
+def write_text(final: str | os.PathLike, text: str, encoding: str = "utf-8", newline: str | None = None,
+               sync: bool = True) -> None:
+    with durable_open(final, "w", encoding=encoding, newline=newline, sync=sync) as f:
         f.write(text)
 
 
-def write_json(final: str | os.PathLike, obj: Any, **dump_kwargs: Any) -> None:
+def write_json(final: str | os.PathLike, obj: Any, *, sync: bool = True, **dump_kwargs: Any) -> None:
     """``obj`` as JSON (``dump_kwargs`` go to json.dump; default ``indent=2``), with a final newline."""
     dump_kwargs.setdefault("indent", 2)
     text = json.dumps(obj, **dump_kwargs) + "\n"  # encoded before the file exists: a bad object writes nothing
-    write_text(final, text)
+    write_text(final, text, sync=sync)
 
 
-def save_torch(obj: Any, final: str | os.PathLike) -> None:
-    """``torch.save(obj, final)``, durably: torch's late errors (a full disk at the zip's end) are a
-    :class:`WriteError`, never a traceback or a truncated file under ``final``."""
+def save_torch(obj: Any, final: str | os.PathLike, **save_kwargs: Any) -> None:
+    """``torch.save(obj, final, **save_kwargs)``, durably: torch's late errors (a full disk at the
+    zip's end) are a :class:`WriteError`, never a traceback or a truncated file under ``final``."""
     import torch
 
     with durable_open(final, "wb") as f:
         recorder = _RecordingWriter(f)
         try:
-            torch.save(obj, recorder)
+            torch.save(obj, recorder, **save_kwargs)
         except Exception as e:
             # torch's zip writer turns the file's OSError into "unexpected pos ...": name the OS error
             raise (recorder.error or e) from e
@@ -544,8 +657,8 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 
 __all__ = [
-    "WriteError", "TEMP_SUFFIX", "temp_path", "parse_temp_name", "sweep_temp_files", "check_writable",
-    "durable_path", "durable_open", "durable_hdf5", "Hdf5Writer", "GuardedFile", "close_hdf5", "commit", "fsync_path", "fsync_dir",
-    "write_bytes", "write_text", "write_json", "save_torch", "append_line", "remove_quietly",
-    "describe_os_error", "process_alive",
+    "WriteError", "TEMP_SUFFIX", "temp_path", "parse_temp_name", "TempFile", "temp_files", "sweep_temp_files",
+    "check_writable", "durable_path", "durable_open", "durable_hdf5", "Hdf5Writer", "GuardedFile", "FileWriter",
+    "close_hdf5", "commit", "move", "fsync_path", "fsync_dir", "write_bytes", "write_text", "write_json",
+    "save_torch", "append_line", "remove_quietly", "describe_os_error", "process_alive", "host_tag",
 ]

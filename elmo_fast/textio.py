@@ -2,7 +2,7 @@
 bytes, not by their names: a name can lie, and stdin has none), from paths, seekable streams or
 pipes, with a leading UTF-8 byte-order mark dropped. Formats that are not text (zstd, zip, 7z, lz4,
 HDF5) are named instead of being decoded, line by line, into garbage. One reader for the corpus
-embedder (:mod:`elmo_fast.embedding.corpus`) and for training corpora."""
+embedder (:mod:`elmo_fast.embedding.lines`) and for training corpora."""
 from __future__ import annotations
 
 import bz2

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         options, weights = args.options, args.weights
         if options is None:
-            from elmo_fast.testing import random_model
+            from elmo_fast.formats.random_models import random_model
 
             options, weights = random_model("tiny", tmp, seed=args.seed)
         tagger = Tagger(str(options), str(weights), fine_tune=args.fine_tune, backend=args.backend)

@@ -32,7 +32,7 @@ def fixture_sentences(bilm_tf_tiny) -> list[list[str]]:
 @pytest.fixture(scope="session")
 def random_models(tmp_path_factory):
     """Random-weight models by (preset, exercise_clips), written once per session."""
-    from elmo_fast.testing import random_model
+    from elmo_fast.formats.random_models import random_model
 
     cache: dict = {}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from elmo_fast.formats.manylangs_dir import CHAR_DIC, CONFIG_FILE, WORD_DIC, save_manylangs
-from elmo_fast.testing import MANYLANGS_CHARS, MANYLANGS_PRESETS, random_manylangs_weights, random_words
+from elmo_fast.formats.random_models import MANYLANGS_CHARS, MANYLANGS_PRESETS, random_manylangs_weights, random_words
 
 TINY = MANYLANGS_PRESETS["tiny"]
 #: a vocabulary word of 48 characters: a 50-character token cut to 48 finds it

@@ -119,6 +119,8 @@ ALLOWED = {
     "elmo_fast.errors": set(),
     # the one write path: every room writes through it, it knows none of them
     "elmo_fast.durable": {"elmo_fast.errors"},
+    # one run per target: a lock any room may take, knowing none of them
+    "elmo_fast.run_lock": {"elmo_fast.errors"},
     "elmo_fast.bilm.char_ids": set(),
     "elmo_fast.bilm.word_char_ids": set(),
     # the oracle: plain PyTorch, never the fast path
@@ -141,6 +143,10 @@ ALLOWED = {
     # which model a constructor was given: the formats, and the bundled model's directory
     "elmo_fast.model_source": {"elmo_fast.errors", "elmo_fast.formats.bilm_tf", "elmo_fast.formats.manylangs_dir",
                                "elmo_fast.formats.model_dir", "elmo_fast.pretrained.bundled"},
+    # the one table of bounds: plain numbers, used by the tests and the self-check alike
+    "elmo_fast.bilm.tolerances": set(),
+    # the self-check's inputs: the ops and their twins, nothing else (the CLI's doctor drives them)
+    "elmo_fast.bilm.selfcheck_cases": {"elmo_fast.bilm.ops", "elmo_fast.bilm.reference"},
 }
 
 
@@ -173,3 +179,67 @@ def test_kernels_know_nothing_of_python():
         if path.name != "elmo_fast.cpp":
             assert "Python.h" not in text and "pybind11" not in text, f"{path} includes Python"
         assert "hdf5" not in text.lower() and "argparse" not in text, f"{path} knows of files or the CLI"
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return "?"
+
+
+def _writes(call: ast.Call) -> str | None:
+    """What a call writes to disk, in words, or None."""
+    name = _dotted(call.func)
+    last = name.rsplit(".", 1)[-1]
+
+    def mode(index: int) -> str | None:
+        arg = call.args[index] if len(call.args) > index else next(
+            (k.value for k in call.keywords if k.arg == "mode"), None)
+        if arg is None:
+            return "r"
+        return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else "?"
+
+    if name in ("open", "io.open", "builtins.open") or name.endswith("File") and name.split(".")[0] == "h5py":
+        m = mode(1)
+        return None if m in ("r", "rb", "rt") else f"{name}(..., {m!r})"
+    if name == "os.open":
+        flags = {n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", "") for n in ast.walk(call.args[1])}
+        return f"{name} with {sorted(flags & {'O_WRONLY', 'O_RDWR', 'O_CREAT', 'O_APPEND'})}" if flags & {
+            "O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND"} else None
+    if name in ("os.replace", "os.rename", "torch.save", "shutil.move") or name.startswith(("tempfile.", "shutil.copy")):
+        return name
+    if last in ("mkstemp", "NamedTemporaryFile"):
+        return name
+    if last in ("write_text", "write_bytes") and isinstance(call.func, ast.Attribute) and not (
+            _dotted(call.func.value).split(".")[-1] == "durable"):  # Path.write_text, not durable.write_text
+        return name
+    return None
+
+
+def test_every_file_is_written_through_the_durable_module():
+    """A file under its final name is whole: only elmo_fast/durable.py opens files for writing, saves
+    tensors or renames files; every other module writes through it (a file opened there and
+    written elsewhere, as a pending HDF5 output, is fine: durable made it and commits it)."""
+    found = []
+    for name, path in _modules().items():
+        # run_lock creates its lock file in place (a lock must keep its inode; it is not an output)
+        if name in ("elmo_fast.durable", "elmo_fast.run_lock"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and (what := _writes(node)):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {what}")
+    assert not found, "writes outside elmo_fast.durable:\n" + "\n".join(found)
+
+
+def test_the_write_detector_finds_writes():
+    def calls(source: str) -> list[str | None]:
+        return [_writes(n) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)]
+
+    assert calls("open(p, 'w')") == ["open(..., 'w')"] and calls("open(p)") == [None]
+    assert calls("h5py.File(p, 'r')") == [None] and calls("h5py.File(p, mode='a')") == ["h5py.File(..., 'a')"]
+    assert calls("torch.save(x, p)") == ["torch.save"] and calls("Path(p).write_text(t)")[0] == "?.write_text"
+    assert calls("os.open(p, os.O_CREAT | os.O_EXCL)")[0] == "os.open with ['O_CREAT']"
+    assert calls("os.open(p, os.O_RDONLY)")[0] is None and calls("os.replace(a, b)") == ["os.replace"]
+    assert calls("durable.write_text(p, t)") == [None] and calls("write_text(p, t)") == [None]

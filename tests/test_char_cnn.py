@@ -14,7 +14,7 @@ from elmo_fast import batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.char_ids import BOS_TOKEN, EOS_TOKEN
 from elmo_fast.bilm.reference import char_cnn_ref
-from elmo_fast.testing import PRESETS
+from elmo_fast.formats.random_models import PRESETS
 from tolerances import assert_close
 
 needs_extension = pytest.mark.skipif(

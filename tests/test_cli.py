@@ -311,7 +311,7 @@ def test_a_terminated_plain_run_leaves_nothing(tmp_path, random_models, signame)
     args = [out, "--all", "--options", options, "--weights", weights, "--window", "16", "--quiet"]
 
     def writing():  # the temporary files exist: the run is under way
-        return any(p.name.endswith(".partial") for p in tmp_path.iterdir())
+        return any(p.name.endswith(".elmo-tmp") for p in tmp_path.iterdir())
 
     signum = getattr(signal, signame)
     code, err = _signal_mid_run(tmp_path, args, _sentences(40, 1), signum, writing)
@@ -370,7 +370,7 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, ran
     assert code == -signal.SIGKILL
     host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64]
     for name in stale:
-        assert re.fullmatch(rf"\.o\.h5\.{re.escape(host)}-[0-9]+\.[0-9a-f]{{8}}\.(partial|sentences)", name), name
+        assert re.fullmatch(rf"\.o\.h5\.{re.escape(host)}-[0-9]+\.[0-9a-f]{{8}}(\.sentences)?\.elmo-tmp", name), name
     assert sorted(p.name for p in tmp_path.iterdir()) == stale
     r = run_cli("embed", "-", out, *args[1:], stdin="one line\n")
     assert r.returncode == 0, r.stderr
@@ -576,3 +576,27 @@ def test_a_signal_that_lands_in_a_weakref_callback_is_delivered_again():
             ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGTERM))
             del thing
     assert sys.unraisablehook is hook and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_write_that_fails_exits_1_naming_the_file_and_leaves_nothing(tmp_path, random_models, monkeypatch, capsys):
+    """A full disk is the environment's problem, not the input's: exit status 1, as for any OSError, with
+    the one line of elmo_fast.durable's WriteError."""
+    import errno
+
+    from elmo_fast import durable
+    from elmo_fast.cli import main
+
+    options, weights = random_models("tiny")
+    inp = tmp_path / "in.txt"
+    inp.write_text("a b\nc d e\n", encoding="utf-8")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(durable, "commit", full)  # the output's fsync and rename, at the end
+    code = main(["embed", str(inp), str(tmp_path / "o.h5"), "--top", "--options", str(options), "--weights",
+                 str(weights), "--quiet"])
+    assert code == 1
+    assert capsys.readouterr().err.strip() == (f"elmo-fast: error: cannot write {tmp_path / 'o.h5'}: No space left "
+                                               f"on device (ENOSPC)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

@@ -28,7 +28,7 @@ from elmo_fast.formats.bilm_tf import expected_datasets, load_model_files, load_
 from elmo_fast.formats.crc32c import _loop, crc32c, masked, unmasked
 from elmo_fast.formats.sstable import MAGIC, read_table
 from elmo_fast.formats.tf_checkpoint import TensorBundle, read_checkpoint_state
-from elmo_fast.testing import write_model
+from elmo_fast.formats.random_models import write_model
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "tf_checkpoints"
 RUN, HUB, VOCAB = FIX / "bilm_tf_run", FIX / "hub_module", FIX / "vocab.txt"

@@ -17,8 +17,9 @@ import torch
 
 from elmo_fast import ElmoEmbedder, ElmoFastError
 from elmo_fast.cli import main
-from elmo_fast.embedding.corpus import list_shards
-from elmo_fast.embedding.ranks import KILL_HOOK, Ranks
+from elmo_fast.embedding.ranks import Ranks
+from elmo_fast.embedding.work_area import list_shards
+from sigkill_at import HOOK as KILL_HOOK
 from test_embed_file import assert_same_output, random_sentences, write_lines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +27,8 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.e
 for _name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", KILL_HOOK):
     ENV.pop(_name, None)
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+#: `elmo-fast` that SIGKILLs itself at the moment KILL_HOOK names (tests/sigkill_at.py)
+KILLABLE = [str(Path(__file__).with_name("sigkill_at.py"))]
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +51,8 @@ def run(*args, env=ENV, timeout=300):
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def embed_under_torchrun(job, out: Path, *launcher, env=ENV, extra=()):
-    return run(*TORCHRUN, *launcher, "-m", "elmo_fast", "embed", job["flags"][0], out, *job["flags"][1:], *extra,
-               env=env)
+def embed_under_torchrun(job, out: Path, *launcher, env=ENV, extra=(), program=("-m", "elmo_fast")):
+    return run(*TORCHRUN, *launcher, *program, "embed", job["flags"][0], out, *job["flags"][1:], *extra, env=env)
 
 
 def free_port() -> int:
@@ -93,12 +95,13 @@ def test_two_nodes_of_one_rank_through_c10d_rendezvous(job, tmp_path):
 
 @pytest.mark.parametrize("moment", ["1:batch:5", "0:assemble:40"])
 def test_a_rank_killed_is_restarted_by_torchrun_and_the_group_continues(job, tmp_path, moment):
-    """SIGKILL (the test hook: once, at a set moment): rank 1 with a window half-written, or rank 0
+    """SIGKILL (tests/sigkill_at.py: once, at a set moment): rank 1 with a window half-written, or rank 0
     while it assembles the output. torchrun restarts the group, which continues from what is done."""
     out = tmp_path / "killed.h5"
     marker = tmp_path / "killed-once"
     env = {**ENV, KILL_HOOK: f"{moment}:{marker}"}
-    r = embed_under_torchrun(job, out, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", env=env)
+    r = embed_under_torchrun(job, out, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", env=env,
+                             program=KILLABLE)
     assert r.returncode == 0, r.stderr[-3000:]
     assert marker.exists(), "the hook did not kill"
     assert f"(exitcode: -{int(signal.SIGKILL)}) local_rank: {moment[0]}" in r.stderr, r.stderr[-3000:]
@@ -112,7 +115,8 @@ def test_a_failed_group_is_finished_by_a_plain_rerun_with_resume(job, tmp_path, 
     (windows are dealt by position, not by rank: any number of processes can continue a run)."""
     out = tmp_path / "failed.h5"
     env = {**ENV, KILL_HOOK: f"1:window:2:{tmp_path / 'killed-once'}"}
-    r = embed_under_torchrun(job, out, "--standalone", "--nproc-per-node", "2", "--max-restarts", "0", env=env)
+    r = embed_under_torchrun(job, out, "--standalone", "--nproc-per-node", "2", "--max-restarts", "0", env=env,
+                             program=KILLABLE)
     assert r.returncode != 0 and not out.exists()
     work = Path(str(out) + ".partial")
     shards = list_shards(str(work))

@@ -161,6 +161,90 @@ def test_write_error_pickles_with_its_fields():
     assert str(back) == str(e) and back.path == "/x/out.hdf5" and back.errno == errno.EIO
 
 
+# --- a text file written across many calls, scratch files, two-phase writes ----------------------------
+
+@pytest.mark.parametrize("where", ["fsync", "replace"])
+def test_a_file_writer_that_cannot_finish_is_a_write_error_and_leaves_the_old_file(tmp_path, monkeypatch, where):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    writer = durable.FileWriter(target)
+    for i in range(3):  # written across many calls
+        writer.file.write(f"line {i}\n")
+    assert target.read_text() == "old" and _leftovers(tmp_path) == [os.path.basename(writer.temp)]
+    monkeypatch.setattr(os, where, lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")))
+    with pytest.raises(WriteError, match=rf"^cannot write {target}: Input/output error \(EIO\)$"):
+        writer.finish()
+    monkeypatch.undo()
+    assert target.read_text() == "old" and _leftovers(tmp_path) == []
+    writer = durable.FileWriter(target)
+    writer.file.write("new\n")
+    writer.finish()
+    assert target.read_text() == "new\n" and _leftovers(tmp_path) == []
+
+
+def test_a_tag_names_a_scratch_file_that_abort_removes(tmp_path):
+    target = tmp_path / "out.hdf5"
+    target.write_bytes(b"old")
+    scratch = durable.FileWriter(target, tag="sentences")
+    assert scratch.temp.endswith(".sentences" + durable.TEMP_SUFFIX)
+    assert durable.parse_temp_name(os.path.basename(scratch.temp)) == ("out.hdf5", durable.host_tag(), os.getpid())
+    scratch.file.write("a line\n")
+    output = durable.Hdf5Writer(target)
+    output.file.create_dataset("x", data=np.zeros(3))
+    assert [t.final_name for t in durable.temp_files(tmp_path)] == ["out.hdf5", "out.hdf5"]
+    assert {t.owner() for t in durable.temp_files(tmp_path, "out.hdf5")} == {"running"}  # this process's
+    for writer in (scratch, output):
+        writer.abort()
+        writer.abort()  # twice (an abort after a failed finish): nothing left to do
+    assert target.read_bytes() == b"old" and _leftovers(tmp_path) == []
+    with pytest.raises(ValueError, match="tag"):
+        durable.temp_path(target, tag="Not-Letters")
+
+
+def test_move_renames_a_whole_file_or_names_the_target(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    durable.write_text(work / "assembled.txt", "whole\n")
+    durable.move(work / "assembled.txt", tmp_path / "out.txt")
+    assert (tmp_path / "out.txt").read_text() == "whole\n" and not (work / "assembled.txt").exists()
+    durable.write_text(work / "assembled.txt", "again\n")
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError(errno.EXDEV, "cross-device")))
+    with pytest.raises(WriteError, match=rf"cannot write {tmp_path / 'out.txt'}: .*\(EXDEV\)"):
+        durable.move(work / "assembled.txt", tmp_path / "out.txt")
+    assert (work / "assembled.txt").read_text() == "again\n"  # kept, for a later try
+
+
+def test_sync_false_is_atomic_without_fsync(tmp_path, monkeypatch):
+    """Advisory files rewritten every second (a rank's progress) skip the fsyncs, not the rename."""
+    target = tmp_path / "progress.json"
+    target.write_text("old")
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(AssertionError("fsync called")))
+    durable.write_json(target, {"tokens": 5}, indent=None, sync=False)
+    assert target.read_text() == '{"tokens": 5}\n' and _leftovers(tmp_path) == []
+
+
+def test_save_torch_passes_its_options_on(tmp_path):
+    """ELMoForManyLangs' released models use torch's legacy (pre-1.6) format."""
+    state = {"w": torch.randn(7, 3)}
+    durable.save_torch(state, tmp_path / "legacy.pkl", _use_new_zipfile_serialization=False)
+    import zipfile
+
+    assert not zipfile.is_zipfile(tmp_path / "legacy.pkl")
+    assert torch.equal(torch.load(tmp_path / "legacy.pkl")["w"], state["w"])
+
+
+def test_sweep_and_temp_files_know_tagged_names(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    theirs = os.path.join(tmp_path, f".out.hdf5.{durable.host_tag()}-{dead}.0123abcd.sentences{durable.TEMP_SUFFIX}")
+    open(theirs, "w").close()
+    assert [(t.final_name, t.pid, t.owner()) for t in durable.temp_files(tmp_path)] == [("out.hdf5", int(dead), "gone")]
+    assert durable.sweep_temp_files(tmp_path, "out.hdf5") == [theirs]
+
+
 # ---- every failure point, injected below Python (tests/faults/fault_shim.c) -------------------
 
 _EVERY_POINT = r'''

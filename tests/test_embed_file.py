@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from elmo_fast import ElmoEmbedder, ElmoFastError, InputError
-from elmo_fast.embedding import corpus
+from elmo_fast import durable
+from elmo_fast.embedding import leftovers, work_area, writers
+from elmo_fast.embedding import progress as progress_bars
 from elmo_fast.errors import ExtensionNotBuiltError
 from tolerances import assert_close
 
@@ -300,7 +302,7 @@ class Killed(BaseException):
 
 
 def _no_cleanup(monkeypatch):
-    monkeypatch.setattr(corpus._ShardWriter, "abort", lambda self: None)
+    monkeypatch.setattr(writers.ShardWriter, "abort", lambda self: None)
 
 
 def _kill_at(monkeypatch, target, name, when):
@@ -327,24 +329,24 @@ def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeyp
     work = tmp_path / "o.h5.partial"
     with monkeypatch.context() as m:
         if point == "3rd shard rename":
-            _kill_at(m, corpus.os, "replace", 4)  # the manifest's, shard 0's, shard 1's, then shard 2's
+            _kill_at(m, os, "replace", 4)  # the manifest's, shard 0's, shard 1's, then shard 2's
         elif point == "after complete, before rename":
             _no_cleanup(m)
-            real_write = corpus._write_json_atomic
+            real_write = durable.write_json
 
-            def write_then_die(path, obj):
-                real_write(path, obj)
+            def write_then_die(path, obj, **kwargs):
+                real_write(path, obj, **kwargs)
                 if obj.get("complete"):
                     raise Killed
 
-            m.setattr(corpus, "_write_json_atomic", write_then_die)
+            m.setattr(durable, "write_json", write_then_die)
         elif point == "after rename":
-            _kill_at(m, corpus, "remove_work_dir", 1)
+            _kill_at(m, writers, "remove_work_dir", 1)
         else:  # shards 0 and 1 deleted, then killed: the manifest goes last, so it is still there
-            _kill_at(m, corpus.os, "unlink", 3)
+            _kill_at(m, os, "unlink", 3)
         with pytest.raises(Killed):
             embedder.embed_file(inp, out, window=8, progress=False, resume=True, overwrite=False)
-    assert (work / corpus.MANIFEST).exists()
+    assert (work / work_area.MANIFEST).exists()
     assert out.exists() == (point in ("after rename", "tearing down"))
     with pytest.raises(ElmoFastError, match="holds an interrupted run .* pass resume=True") as info:
         embedder.embed_file(inp, out, window=8, progress=False)
@@ -362,7 +364,7 @@ def test_resume_refuses_other_settings_or_input(embedder, tmp_path, monkeypatch)
     inp = write_lines(tmp_path / "in.txt", sentences)
     out = tmp_path / "o.h5"
     with monkeypatch.context() as m:
-        _kill_at(m, corpus._ShardWriter, "window_done", 3)
+        _kill_at(m, writers.ShardWriter, "record", 3)
         with pytest.raises(Killed):
             embedder.embed_file(inp, out, "top", window=7, progress=False, resume=True)
     with pytest.raises(ElmoFastError, match=r"the interrupted run differs \(output_format: 'top' then, 'all' now\)"):
@@ -383,7 +385,7 @@ def test_resume_refuses_other_weights(random_models, tmp_path, monkeypatch):
     b = ElmoEmbedder(*random_models("tiny", seed=2))
     inp = write_lines(tmp_path / "in.txt", random_sentences(random.Random(9), 12))
     with monkeypatch.context() as m:
-        _kill_at(m, corpus._ShardWriter, "window_done", 2)
+        _kill_at(m, writers.ShardWriter, "record", 2)
         with pytest.raises(Killed):
             a.embed_file(inp, tmp_path / "o.h5", window=4, progress=False, resume=True)
     with pytest.raises(ElmoFastError, match=r"the interrupted run differs \(weights: '[0-9a-f]+' then"):
@@ -397,7 +399,7 @@ def test_stateful_resume_restores_the_states(tiny, tmp_path, monkeypatch):
     e.embed_file(inp, tmp_path / "want.h5", window=6, progress=False)
     e.elmo_bilm.reset_states()
     with monkeypatch.context() as m:
-        _kill_at(m, corpus._ShardWriter, "window_done", 3)
+        _kill_at(m, writers.ShardWriter, "record", 3)
         with pytest.raises(Killed):
             e.embed_file(inp, tmp_path / "o.h5", window=6, progress=False, resume=True)
     e = ElmoEmbedder(*tiny, batch_size=3, stateful=True)  # a new process: zero states
@@ -406,6 +408,30 @@ def test_stateful_resume_restores_the_states(tiny, tmp_path, monkeypatch):
     # the same batches from the same states (zero states instead differ by ~1 in the first resumed batch);
     # TOL, not bit for bit: the token cache was cold where the uninterrupted run's was warm
     assert_same_output(tmp_path / "o.h5", tmp_path / "want.h5", "stateful, resumed")
+
+
+def test_a_work_area_left_by_an_earlier_build_resumes(embedder, tmp_path, monkeypatch):
+    """Before durable writes, the work area's temporary files were SHARD.h5.tmp and manifest.json.tmp,
+    its manifest had no final newline, and a killed assembly left assembling.h5 half-written: such a
+    work area is taken up, its leftovers removed, its complete shards kept."""
+    sentences = random_sentences(random.Random(31), 30)
+    inp = write_lines(tmp_path / "in.txt", sentences)
+    embedder.embed_file(inp, tmp_path / "want.h5", window=7, progress=False)
+    out, work = tmp_path / "o.h5", tmp_path / "o.h5.partial"
+    with monkeypatch.context() as m:
+        _kill_at(m, writers.ShardWriter, "record", 3)
+        with pytest.raises(Killed):
+            embedder.embed_file(inp, out, window=7, progress=False, resume=True)
+    for temp in work.glob(".*" + durable.TEMP_SUFFIX):
+        temp.unlink()  # this build's leftover, made an earlier build's below
+    manifest = work / work_area.MANIFEST
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=1, sort_keys=True))
+    for name in ("shard-000014.h5.tmp", "manifest.json.tmp", "assembling.h5"):
+        (work / name).write_bytes(b"half written")
+    stats = embedder.embed_file(inp, out, window=7, progress=False, resume=True)
+    assert stats["resumed_sentences"] == 14
+    assert_same_output(out, tmp_path / "want.h5", "resumed from an earlier build's work area")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5", "want.h5"]
 
 
 def test_work_dir_leftovers(embedder, tmp_path):
@@ -436,7 +462,7 @@ def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
     inp = write_lines(tmp_path / "in.txt", sentences)
     out = tmp_path / "o.h5"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(corpus.__file__)))), os.environ.get("PYTHONPATH")]))}
+        os.path.abspath(writers.__file__)))), os.environ.get("PYTHONPATH")]))}
     common = [sys.executable, "-m", "elmo_fast", "embed", str(inp), "--all", "--options", str(tiny[0]),
               "--weights", str(tiny[1]), "--batch-size", "4", "--window", "16", "--quiet"]
     start = time.perf_counter()
@@ -473,7 +499,7 @@ def test_resume_after_the_run_finished(embedder, tmp_path, monkeypatch):
     inp = write_lines(tmp_path / "in.txt", sentences)
     out = tmp_path / "o.h5"
     embedder.embed_file(inp, out, window=6, progress=False, resume=True, overwrite=False)
-    assert json.loads(h5py.File(out, "r").attrs[corpus.RUN_RECORD])["output_format"] == "all"
+    assert json.loads(h5py.File(out, "r").attrs[work_area.RUN_RECORD])["output_format"] == "all"
     stamp = out.stat().st_mtime_ns
     stats = embedder.embed_file(inp, out, window=9, progress=False, resume=True, overwrite=False)
     assert stats["sentences"] == 0 and out.stat().st_mtime_ns == stamp
@@ -520,7 +546,7 @@ def test_compressed_input_gives_the_plain_files_output(embedder, tmp_path, kind)
         embedder.embed_file(_Trickle(pipe, packed.read_bytes()[3:]), tmp_path / "pipe.h5", "top", window=8,
                             progress=False)
     assert_same_output(tmp_path / "pipe.h5", tmp_path / "want.h5", f"{kind} pipe")
-    assert corpus._TokenCount(str(packed)).wait() == sum(len(s.split()) for s in sentences)
+    assert progress_bars.TokenCount(str(packed)).wait() == sum(len(s.split()) for s in sentences)
 
 
 class _Trickle(io.RawIOBase):
@@ -547,7 +573,7 @@ def test_resume_reads_compressed_input_again(embedder, tmp_path, monkeypatch):
     inp.write_bytes(_compress("gzip", "".join(s + "\n" for s in sentences).encode()))
     embedder.embed_file(inp, tmp_path / "want.h5", window=7, progress=False)
     with monkeypatch.context() as m:
-        _kill_at(m, corpus._ShardWriter, "window_done", 3)
+        _kill_at(m, writers.ShardWriter, "record", 3)
         with pytest.raises(Killed):
             embedder.embed_file(inp, tmp_path / "o.h5", window=7, progress=False, resume=True)
     stats = embedder.embed_file(inp, tmp_path / "o.h5", window=7, progress=False, resume=True)
@@ -610,7 +636,7 @@ def test_a_leading_byte_order_mark_is_no_part_of_the_first_token(embedder, tmp_p
             assert_same_output(tmp_path / "o.h5", tmp_path / "want.h5", f"BOM via {type(source).__name__}")
     data, mapping = contents(tmp_path / "o.h5")
     assert "starts with a mark" in data and "one \ufeff inside" in data  # only the leading one goes
-    assert corpus._TokenCount(str(bom)).wait() == 4 + 3 + 1  # the inner mark is a token: it is no whitespace
+    assert progress_bars.TokenCount(str(bom)).wait() == 4 + 3 + 1  # the inner mark is a token: it is no whitespace
 
 
 # --- the progress bar counts tokens ---------------------------------------------------------------
@@ -620,14 +646,14 @@ def test_the_bar_counts_tokens_and_ends_at_its_total(embedder, tmp_path, monkeyp
     counted in the background; the bar ends where its total says, skipped lines and resumed windows
     included."""
     bars = []
-    real = corpus._progress_bar
+    real = progress_bars.progress_bar
 
     def spy(total, initial, progress):
         bar = real(total, initial, progress)
         bars.append(bar)
         return bar
 
-    monkeypatch.setattr(corpus, "_progress_bar", spy)
+    monkeypatch.setattr(progress_bars, "progress_bar", spy)
     sentences = random_sentences(random.Random(12), 50)
     sentences[7] = "   "
     sentences[20] = "spaces\u3000ideographic and\u00a0no-break\x1fseparator"  # whitespace to str.split
@@ -638,7 +664,7 @@ def test_the_bar_counts_tokens_and_ends_at_its_total(embedder, tmp_path, monkeyp
     assert bars[-1].total == bars[-1].n == tokens
     # resumed: the bar starts at the tokens done before
     with monkeypatch.context() as m:
-        _kill_at(m, corpus._ShardWriter, "window_done", 3)
+        _kill_at(m, writers.ShardWriter, "record", 3)
         with pytest.raises(Killed):
             embedder.embed_file(inp, tmp_path / "r.h5", window=8, skip_empty=True, resume=True, progress=False)
     done = sum(len(s.split()) for s in sentences[:17])  # 2 windows of 8 sentences, the blank line skipped
@@ -647,19 +673,23 @@ def test_the_bar_counts_tokens_and_ends_at_its_total(embedder, tmp_path, monkeyp
 
 
 def test_stale_temporary_files_only_ours_and_only_when_their_process_is_gone(embedder, tmp_path):
-    """Files of our exact pattern for this output, made on this host by a process that is gone, are
-    removed; the others are named (those of live processes, other hosts, elmo-fast 0.1) or ignored."""
+    """Files of our exact patterns for this output (today's durable names, and those of earlier builds),
+    made on this host by a process that is gone, are removed; the others are named (those of live
+    processes, other hosts, elmo-fast 0.1) or ignored."""
 
-    host = corpus._host_tag()
+    host = durable.host_tag()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()  # a process that has exited: its id is free
     names = {
-        "dead": f".o.h5.{host}-{gone}.0123abcd.partial",
-        "dead list": f".o.h5.{host}-{gone}.0123abcd.sentences",
-        "alive": f".o.h5.{host}-{os.getppid()}.89abcdef.partial",
+        "dead": f".o.h5.{host}-{gone}.0123abcd.elmo-tmp",
+        "dead list": f".o.h5.{host}-{gone}.0123abcd.sentences.elmo-tmp",
+        "dead, earlier build": f".o.h5.{host}-{gone}.0123abcd.partial",
+        "dead list, earlier build": f".o.h5.{host}-{gone}.0123abcd.sentences",
+        "alive": f".o.h5.{host}-{os.getppid()}.89abcdef.elmo-tmp",
         "elsewhere": f".o.h5.another-node-{gone}.0123abcd.partial",
         "0.1": ".o.h5.k2j_9x0a.partial",  # mkstemp's, without an owner
-        "other output": f".o.h5.old.{host}-{gone}.0123abcd.partial",
+        "other output": f".o.h5.old.{host}-{gone}.0123abcd.elmo-tmp",
+        "other output, earlier build": f".o.h5.old.{host}-{gone}.0123abcd.partial",
         "not ours": f".o.h5.{host}-{gone}.0123abcd.partial.bak",
     }
     for n in names.values():
@@ -668,14 +698,14 @@ def test_stale_temporary_files_only_ours_and_only_when_their_process_is_gone(emb
     r = subprocess.run([sys.executable, "-c", "import os, sys; os.kill(int(sys.argv[1]), 0)", gone],
                        capture_output=True)
     assert r.returncode != 0, "the exited process's id was taken again: rerun"
-    removed, left = corpus.stale_temp_files(str(tmp_path / "o.h5"), remove=False)
-    assert removed == [] and len(left) == 5
+    removed, left = leftovers.stale_temp_files(str(tmp_path / "o.h5"), remove=False)
+    assert removed == [] and len(left) == 7
     stats = embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
     assert stats["sentences"] == 1
     remaining = {p.name for p in tmp_path.iterdir()}
     assert remaining == {"in.txt", "o.h5"} | {names[k] for k in ("alive", "elsewhere", "0.1", "other output",
-                                                                  "not ours")}
-    _, left = corpus.stale_temp_files(str(tmp_path / "o.h5"))
+                                                                  "other output, earlier build", "not ours")}
+    _, left = leftovers.stale_temp_files(str(tmp_path / "o.h5"))
     assert sorted(w.split(" (", 1)[1] for w in left) == sorted([
         f"left by elmo-fast 0.1, which does not name its process: remove it if no run is writing {tmp_path / 'o.h5'})",
         f"made on host another-node: remove it if no run there is writing {tmp_path / 'o.h5'})",
@@ -700,8 +730,8 @@ def test_tokenize_embeds_raw_text_as_its_tokenized_twin(embedder, tmp_path, monk
     inp = write_lines(tmp_path / "raw.txt", RAW_TEXT)
     twin = write_lines(tmp_path / "tok.txt", [" ".join(t) for t in tokens])
     bars = []
-    real = corpus._progress_bar
-    monkeypatch.setattr(corpus, "_progress_bar", lambda *a: bars.append(real(*a)) or bars[-1])
+    real = progress_bars.progress_bar
+    monkeypatch.setattr(progress_bars, "progress_bar", lambda *a: bars.append(real(*a)) or bars[-1])
     stats = embedder.embed_file(inp, tmp_path / "raw.h5", window=2, tokenize=True)
     assert stats["tokens"] == bars[-1].total == bars[-1].n == sum(map(len, tokens))
     embedder.embed_file(twin, tmp_path / "tok.h5", window=2, progress=False)
@@ -720,7 +750,7 @@ def test_resume_refuses_a_change_of_tokenize(embedder, tmp_path, monkeypatch):
     inp = write_lines(tmp_path / "raw.txt", RAW_TEXT * 3)
     out = tmp_path / "o.h5"
     with monkeypatch.context() as m:
-        _kill_at(m, corpus._ShardWriter, "window_done", 1)
+        _kill_at(m, writers.ShardWriter, "record", 1)
         with pytest.raises(Killed):
             embedder.embed_file(inp, out, window=4, progress=False, resume=True, tokenize=True)
     with pytest.raises(ElmoFastError, match=r"the interrupted run differs \(tokenize: True then, False now\)"):

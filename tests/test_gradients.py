@@ -11,7 +11,7 @@ from elmo_fast import Elmo, ElmoWeights, batch_to_ids, load_options, load_weight
 from elmo_fast.bilm import ops, reference
 from elmo_fast.bilm.reference import (bilm_ref, bilstm_ref, char_cnn_ref, highway_ref, remove_sentence_boundaries,
                                  scalar_mix_ref)
-from elmo_fast.testing import random_weights, write_model
+from elmo_fast.formats.random_models import random_weights, write_model
 from elmo_fast.formats.bilm_tf import ElmoOptions, LstmWeights
 from test_reference import _sentences
 

@@ -234,6 +234,35 @@ def test_http_404_on_weights_keeps_no_partial_weights(serve, remote, cache, monk
     assert _files_under(cache) == [cache / "small" / "options.json"]
 
 
+def test_a_full_disk_is_a_download_error_naming_the_file_not_the_network(serve, remote, cache, monkeypatch):
+    import errno
+
+    from elmo_fast import durable
+
+    _write_model_files(remote, "small")
+    server = serve(remote)
+    monkeypatch.setenv("ELMO_FAST_BASE_URL", server.url)
+    real = durable._open
+
+    class Full:
+        def __init__(self, f):
+            self._f = f
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+    monkeypatch.setattr(durable, "_open", lambda *a, **k: Full(real(*a, **k)))
+    with pytest.raises(DownloadError) as info:
+        hub.fetch_model("small", progress=False, timeout=TIMEOUT)
+    message = str(info.value)
+    assert f"cannot write {cache / 'small' / 'options.json'}: No space left on device (ENOSPC)" in message
+    assert "offline" not in message and "connection lost" not in message
+    assert _files_under(cache) == []
+
+
 def test_truncated_response_raises_and_cleans_up(serve, remote, cache, monkeypatch):
     server = serve(remote, handler=_TruncatingHandler)
     monkeypatch.setenv("ELMO_FAST_BASE_URL", server.url)

@@ -524,7 +524,7 @@ def check_mutation(base: Base, mutation: Mutation, workdir: Path) -> None:
 def _assert_weights_equal(weights, arrays: dict[str, np.ndarray], mutation: Mutation) -> None:
     """The loaded tensors are those of ``arrays`` (fp32 values per dataset), via one conversion path:
     write them as a clean fp32 file and load that."""
-    from elmo_fast.testing import write_model
+    from elmo_fast.formats.random_models import write_model
     from elmo_fast.formats.bilm_tf import load_weights
 
     with tempfile.TemporaryDirectory() as d:
@@ -554,7 +554,7 @@ def run_mutations(base: Base, max_examples: int) -> None:
 
 def child_main(argv: list[str]) -> int:
     """Entry point of the child: ``[FIXTURE_DIR]`` (the real model) or nothing (the tiny preset)."""
-    from elmo_fast.testing import random_model
+    from elmo_fast.formats.random_models import random_model
 
     with tempfile.TemporaryDirectory(prefix="elmo_fast_base_") as d:
         if argv:

@@ -21,7 +21,7 @@ from elmo_fast.formats.manylangs_dir import (ManyLangsConfig, find_config, load_
                                          shipped_configs_dir)
 from elmo_fast.formats.model_dir import BILM_TF, MANYLANGS, inspect_model_dir, load_model_dir
 from elmo_fast.manylangs import Embedder
-from elmo_fast.testing import MANYLANGS_PRESETS, random_manylangs_model, random_model
+from elmo_fast.formats.random_models import MANYLANGS_PRESETS, random_manylangs_model, random_model
 
 TINY = MANYLANGS_PRESETS["tiny"]
 

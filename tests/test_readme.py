@@ -41,7 +41,7 @@ def test_the_readme_has_snippets_to_check():
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     from elmo_fast.pretrained import MODELS
-    from elmo_fast.testing import random_manylangs_model, random_model
+    from elmo_fast.formats.random_models import random_manylangs_model, random_model
 
     root = tmp_path_factory.mktemp("readme")
     options, weights = random_model("small", root / "model", seed=1)

@@ -21,7 +21,7 @@ import pytest
 
 from elmo_fast import ElmoEmbedder
 from elmo_fast.formats.bilm_tf import ElmoOptions
-from elmo_fast.testing import PRESETS, random_weights, write_model
+from elmo_fast.formats.random_models import PRESETS, random_weights, write_model
 
 SEQVEC_OPTIONS = {
     "bidirectional": True,

@@ -23,7 +23,7 @@ from elmo_fast import ElmoBiLm, ElmoFastError, batch_to_ids
 from elmo_fast.errors import InputError, ModelFileError
 from elmo_fast.formats.bilm_tf import load_model_files, load_softmax, save_model_files, to_datasets
 from elmo_fast.formats.vocab import Vocabulary
-from elmo_fast.testing import PRESETS, random_model
+from elmo_fast.formats.random_models import PRESETS, random_model
 from elmo_fast.training.data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
 from elmo_fast.training.model import BidirectionalLM, initial_weights
 from elmo_fast.training.softmax import LogUniformSampler, SoftmaxHead
@@ -407,12 +407,52 @@ def test_training_refuses_bad_settings(corpus, tmp_path):
     assert r.returncode == 2, r.stderr
 
 
+def _train_flags() -> dict[str, str]:
+    """How `elmo-fast train` names the trainer's parameters in its messages."""
+    from elmo_fast.cli import build_parser
+
+    return build_parser().parse_args(["train", "--train", "t.txt", "--vocab", "v.txt", "--out", "o"]).flags
+
+
 def test_resume_refuses_other_settings(corpus, tmp_path):
+    """The Python API names the trainer's parameters, the command line its flags, from one error."""
     Trainer(_config(corpus, tmp_path, max_steps=2, checkpoint_every=1, heldout=[])).run()
-    with pytest.raises(InputError, match="--out .* holds a run already"):
+    with pytest.raises(InputError, match=r"^out .* holds a run already; resume=True continues it, overwrite=True "
+                                         r"starts over$") as info:
         Trainer(_config(corpus, tmp_path, max_steps=4, heldout=[])).run()
-    with pytest.raises(InputError, match=r"cannot resume: .*seed: 3 then, 4 now"):
+    assert info.value.render(_train_flags()) == (f"--out {tmp_path}: holds a run already; --resume continues it, "
+                                                 f"--overwrite starts over")
+    with pytest.raises(InputError, match=r"cannot resume: .*seed: 3 then, 4 now.*use another out,") as info:
         Trainer(_config(corpus, tmp_path, max_steps=4, seed=4, heldout=[])).run(resume=True)
+    assert info.value.render(_train_flags()).endswith("; use another --out, or the same settings")
+
+
+@pytest.mark.parametrize("settings,api,cli", [
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0", "--batch-size must be >= 1, got 0"),
+    ({"max_steps": 0}, "max_steps must be >= 1, got 0", "--max-steps must be >= 1, got 0"),
+    ({"dropout": 1.0}, "dropout must be in [0, 1), got 1.0", "--dropout must be in [0, 1), got 1.0"),
+    ({"unroll_steps": 4, "max_tokens_per_batch": 99},
+     "max_tokens_per_batch applies to the sentence scheme, not to unroll_steps (whose batches are batch_size rows "
+     "of unroll_steps tokens)",
+     "--max-tokens-per-batch applies to the sentence scheme, not to --unroll-steps (whose batches are --batch-size "
+     "rows of --unroll-steps tokens)"),
+    ({"train": ["nothing*.txt"]}, "train nothing*.txt: no file matches", "--train nothing*.txt: no file matches"),
+])
+def test_trainer_errors_name_parameters_or_flags(corpus, tmp_path, settings, api, cli):
+    with pytest.raises(InputError) as info:
+        Trainer(_config(corpus, tmp_path, **settings)).run()
+    assert str(info.value) == api and info.value.render(_train_flags()) == cli
+
+
+def test_resume_after_a_kill_that_tore_the_last_metrics_line(corpus, tmp_path):
+    """metrics.jsonl grows by appends, which a kill -9 can cut in the middle of a line: a resumed run
+    leaves that line out and logs its step again."""
+    Trainer(_config(corpus, tmp_path, max_steps=2, checkpoint_every=2, log_every=1, heldout=[])).run()
+    metrics = tmp_path / "metrics.jsonl"
+    with open(metrics, "a", encoding="utf-8") as f:
+        f.write('{"step": 3, "epoch": 1, "tok')
+    Trainer(_config(corpus, tmp_path, max_steps=3, checkpoint_every=1, log_every=1, heldout=[])).run(resume=True)
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2, 3]
 
 
 def _last_step(out) -> int:

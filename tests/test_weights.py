@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from elmo_fast.errors import ModelFileError
-from elmo_fast.testing import PRESETS, random_model, random_weights, write_model
+from elmo_fast.formats.random_models import PRESETS, random_model, random_weights, write_model
 from elmo_fast.formats.bilm_tf import ElmoOptions, expected_datasets, load_model_files, load_options, load_weights
 
 FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny"
@@ -571,3 +571,14 @@ def test_hdf5_errors_are_one_line(tiny):
     weights_path.write_bytes(data[: len(data) // 3])
     msg = _load_error(options_path, weights_path)
     assert str(weights_path) in msg and "\n" not in msg
+
+
+def test_the_old_name_of_random_models_still_imports_with_a_warning():
+    """elmo_fast.testing (the examples once imported random_model from it) is an alias that warns."""
+    import importlib
+    import sys
+
+    sys.modules.pop("elmo_fast.testing", None)
+    with pytest.warns(DeprecationWarning, match="import elmo_fast.formats.random_models instead"):
+        testing = importlib.import_module("elmo_fast.testing")
+    assert testing.random_model is random_model and testing.PRESETS is PRESETS and testing.write_model is write_model

@@ -3,21 +3,23 @@
 * :mod:`~elmo_fast.cli.embed`   ``embed``
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
+* :mod:`~elmo_fast.cli.doctor`  ``doctor`` (and ``--version``'s line)
 * :mod:`~elmo_fast.cli.convert` ``convert``
 * :mod:`~elmo_fast.cli.serve`   ``serve`` (the ``[serve]`` extra)
 
 Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
 model or the flags (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags); 1 the
-environment (disk full, permissions); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM,
-129 SIGHUP), which unwinds through the same cleanup as Ctrl-C. ``serve`` is the exception: a stop
-signal is how a server is meant to end, so it answers what it received and exits 0 (a second
-signal stops it at once: 128 + N).
+environment (disk full, permissions: an OSError, or :class:`~elmo_fast.durable.WriteError` naming
+the file); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM, 129 SIGHUP), which unwinds
+through the same cleanup as Ctrl-C. ``serve`` is the exception: a stop signal is how a server is
+meant to end, so it answers what it received and exits 0 (a second signal stops it at once: 128 + N).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ..durable import WriteError
 from ..errors import ElmoFastError
 from .common import Terminated, process_start, signals_as_exceptions
 
@@ -25,14 +27,17 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import convert, embed, models, serve, train
+    from . import convert, doctor, embed, models, serve, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
+    parser.add_argument("--version", action=doctor.VersionAction,
+                        help="print elmo-fast's version, torch's and the extension's backends, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     embed.add_parser(sub)
     train.add_parsers(sub)
     models.add_parsers(sub)
     convert.add_parser(sub)
+    doctor.add_parsers(sub)
     serve.add_parser(sub)
     return parser
 
@@ -45,6 +50,9 @@ def _stopped(args: argparse.Namespace, why: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
+    except WriteError as e:  # the environment (a full disk, permissions), said in one line naming the file
+        print(f"elmo-fast: error: {e}", file=sys.stderr)
+        return 1
     except ElmoFastError as e:
         print(f"elmo-fast: error: {e.render(getattr(args, 'flags', None))}", file=sys.stderr)
         return USAGE_ERROR

@@ -29,7 +29,7 @@ def _output_stamp(path: str) -> tuple[int, int] | None:
 
 def outcome(args: argparse.Namespace) -> str:
     """What a run stopped by Ctrl-C or a signal leaves, for its last line."""
-    from ..embedding.corpus import work_dir_of
+    from ..embedding.work_area import work_dir_of
 
     if not hasattr(args, "output_before"):  # stopped before it began
         return "no output was written"
@@ -78,7 +78,7 @@ def _join_group(args: argparse.Namespace, device: str | int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..distributed import launched
-    from ..embedding.corpus import check_output
+    from ..embedding.work_area import check_output
     from ..embedding.embedder import ElmoEmbedder
 
     args.output_before = _output_stamp(args.output)
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    from ..embedding.corpus import DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
+    from ..embedding.options import DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
     from ..pretrained import model_names
 
     p = sub.add_parser("embed", help="embed a file of sentences into HDF5 (allennlp's `allennlp elmo` layout)",

@@ -6,10 +6,12 @@ import argparse
 import os
 import sys
 
+from .common import param_flags
+
 
 def _random_model(args: argparse.Namespace) -> int:
     from ..errors import ElmoFastError
-    from ..testing import random_model
+    from ..formats.random_models import random_model
 
     if os.path.exists(args.directory) and not os.path.isdir(args.directory):
         raise ElmoFastError(f"{args.directory} is a file; give the directory to write options.json and weights.hdf5 in")
@@ -80,7 +82,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub) -> None:
-    from ..testing import PRESETS
+    from ..formats.random_models import PRESETS
 
     p = sub.add_parser("random-model", help="write a model with RANDOM weights (for tests and benchmarks)")
     p.add_argument("preset", choices=list(PRESETS), help="shapes: " + ", ".join(PRESETS))
@@ -96,4 +98,4 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("demo", help="show contextual vectors at work: 'bank' in three sentences, per layer")
     p.add_argument("--model-dir", help="a model directory (default: the bundled model)")
-    p.set_defaults(func=_demo)
+    p.set_defaults(func=_demo, flags=param_flags(p))

@@ -10,12 +10,15 @@ import time
 from ..errors import InputError
 from .common import add_precision_flag, param_flags
 
+#: the trainer's parameter names -> this parser's dests, so that errors raised by the library name flags
+_API_NAMES = {"init_model_dir": "model_dir"}
+
 
 def _vocab(args: argparse.Namespace) -> int:
     from ..training.data import expand_corpus
     from ..training.vocab import build_vocabulary
 
-    files = expand_corpus(args.corpus, "CORPUS")
+    files = expand_corpus(args.corpus, "corpus")
     if os.path.exists(args.out) and not args.overwrite:
         raise InputError(f"--out {args.out}: exists; pass --overwrite to replace it")
     vocab, stats = build_vocabulary(files, args.min_count, args.max_size, _tokenizer(args))
@@ -36,7 +39,7 @@ def _tokenizer(args):
 
 def _options(args: argparse.Namespace):
     from ..formats.bilm_tf import load_options
-    from ..testing import PRESETS
+    from ..formats.random_models import PRESETS
 
     if args.preset and args.options:
         raise InputError("give --preset NAME or --options FILE, not both")
@@ -87,7 +90,7 @@ def _run(args: argparse.Namespace, finetune: bool) -> int:
     try:
         result = trainer.run(resume=args.resume, overwrite=args.overwrite)
     except Interrupted as e:
-        print(f"elmo-fast: {e}", file=sys.stderr)
+        print(f"elmo-fast: {e.render(args.flags)}", file=sys.stderr)
         return 128 + e.signum
     if trainer.rank == 0 and not args.quiet:
         best = f", best held-out perplexity {result['best']:.2f}" if result["best"] is not None else ""
@@ -108,7 +111,7 @@ def _perplexity(args: argparse.Namespace) -> int:
     from ..training.softmax import SoftmaxHead
     from ..training.trainer import evaluate, model_dir_files
 
-    files = expand_corpus(args.input, "INPUT")
+    files = expand_corpus(args.input, "input")
     _default_model_dir(args)
     options_file, weights_file = model_dir_files(args.model_dir)
     vocab = Vocabulary.load(args.vocab or os.path.join(args.model_dir, "vocab.txt"))
@@ -181,7 +184,7 @@ def _common_training_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub) -> None:
-    from ..testing import PRESETS
+    from ..formats.random_models import PRESETS
 
     p = sub.add_parser("vocab", help="build a biLM vocabulary (bilm-tf's vocab.txt) from corpora",
                        description="Count tokens over the corpora and write bilm-tf's vocabulary file: <S>, </S>, "
@@ -192,7 +195,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-size", type=int, help="at most N entries, special tokens included")
     p.add_argument("--tokenize", action="store_true", help="tokenize raw text with elmo-fast's tokenizer")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.set_defaults(func=_vocab)
+    p.set_defaults(func=_vocab, flags=param_flags(p))
 
     p = sub.add_parser("train", help="train a biLM from scratch (bilm-tf's recipe)",
                        description="Train a biLM: char CNN, highway, projection, projected biLSTM, and a softmax shared "
@@ -213,7 +216,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--vocab", help="vocabulary (default: the model directory's vocab.txt)")
     p.add_argument("--softmax-warmup", type=int, metavar="N",
                    help="steps training a new softmax alone first (default 200 without softmax.hdf5, else 0)")
-    p.set_defaults(func=lambda a: _run(a, finetune=True), flags=param_flags(p))
+    p.set_defaults(func=lambda a: _run(a, finetune=True), flags=param_flags(p, _API_NAMES))
 
     p = sub.add_parser("perplexity", help="perplexity of a biLM on held-out text",
                        description="Forward, backward and mean perplexity over held-out text, sentence by sentence "
@@ -229,4 +232,4 @@ def add_parsers(sub) -> None:
     p.add_argument("--tokenize", action="store_true", help="tokenize raw text with elmo-fast's tokenizer")
     p.add_argument("--json", action="store_true", help='one line: {"forward": ..., "backward": ..., "mean": ..., '
                                                        '"targets": N}')
-    p.set_defaults(func=_perplexity)
+    p.set_defaults(func=_perplexity, flags=param_flags(p))

@@ -13,7 +13,9 @@ from ..bilm.precision import Precision, resolve_precision
 from ..devices import resolve_device
 from ..errors import ElmoFastError, InputError, Param
 from ..model_source import resolve_model
-from .corpus import DEFAULT_WINDOW, OUTPUT_FORMATS, embed_corpus, read_sentences  # noqa: F401  (public here too)
+from .lines import read_sentences  # noqa: F401  (public here too)
+from .options import DEFAULT_WINDOW, OUTPUT_FORMATS, EmbedOptions  # noqa: F401  (public here too)
+from .pipeline import embed_corpus
 
 
 def _check_sentence(sentence: object, where: str) -> None:
@@ -169,9 +171,8 @@ class ElmoEmbedder:
         keeps completed windows across crashes and kills: a later ``resume=True`` run continues
         where it stopped and gives the same file as an uninterrupted run.
 
-        Temporary files of killed plain runs beside the output (``.OUTPUT.HOST-PID.*.partial`` and
-        ``.sentences``) are removed when their process is gone, and named otherwise (on stderr,
-        with ``progress``).
+        Temporary files of killed plain runs beside the output (``.OUTPUT.HOST-PID.*.elmo-tmp``) are
+        removed when their process is gone, and named otherwise (on stderr, with ``progress``).
 
         The input may be gzip, bzip2 or xz compressed (recognised by its content, not its name);
         a byte-order mark at its start is dropped. Bad lines are errors naming them: not UTF-8
@@ -197,8 +198,9 @@ class ElmoEmbedder:
         one process). Rank 0 alone shows progress, for the whole group; its returned counts are the
         group's, the other ranks' their own.
         """
-        return embed_corpus(self, input_file, output_file_path, output_format, batch_size, forget_sentences,
-                            use_sentence_keys, progress, max_tokens_per_batch=max_tokens_per_batch,
-                            bucketing=bucketing, window=window, resume=resume, overwrite=overwrite,
-                            skip_empty=skip_empty, encoding_errors=encoding_errors, started=started,
-                            distributed=distributed, tokenize=tokenize)
+        options = EmbedOptions(output_format, batch_size, forget_sentences, use_sentence_keys, progress,
+                               max_tokens_per_batch=max_tokens_per_batch, bucketing=bucketing, window=window,
+                               resume=resume, overwrite=overwrite, skip_empty=skip_empty,
+                               encoding_errors=encoding_errors, started=started, distributed=distributed,
+                               tokenize=tokenize)
+        return embed_corpus(self, input_file, output_file_path, options)

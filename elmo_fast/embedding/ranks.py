@@ -23,40 +23,20 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import socket
+import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
+from .. import durable
 from ..distributed import world
 from ..errors import ElmoFastError
+from .lines import Line
+from .work_area import finished_already
+from .writers import ShardWriter
 
-#: test hook: "RANK:EVENT:N:MARKER" SIGKILLs rank RANK at its N-th EVENT ("batch": a batch embedded,
-#: its window's shard half-written; "window": a shard complete; "assemble": a sentence copied into
-#: the output, rank 0) in this process, once: only while the file MARKER does not exist (it is created
-#: first), so that the restarted or resumed run goes through
-KILL_HOOK = "ELMO_FAST_TEST_SIGKILL"
-KILL_EVENTS = ("batch", "window", "assemble")
 #: seconds between a rank's progress files, and between rank 0's reads of them
 PROGRESS_EVERY = 1.0
-
-
-def kill_point(rank: int, event: str, count: int) -> None:
-    """The test hook (see :data:`KILL_HOOK`): nothing unless the environment asks for this moment."""
-    spec = os.environ.get(KILL_HOOK)
-    if not spec:
-        return
-    parts = spec.split(":", 3)
-    if len(parts) != 4 or not parts[0].isdigit() or parts[1] not in KILL_EVENTS or not parts[2].isdigit():
-        raise ElmoFastError(f"{KILL_HOOK}={spec!r}: expected RANK:EVENT:N:MARKER_FILE with EVENT one of "
-                            f"{', '.join(KILL_EVENTS)}")
-    if int(parts[0]) != rank or parts[1] != event or int(parts[2]) != count:
-        return
-    try:
-        os.close(os.open(parts[3], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return  # killed once already: this is the run that goes through
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Ranks:
@@ -135,10 +115,8 @@ class Ranks:
         if not force and now - self._published < PROGRESS_EVERY:
             return
         self._published = now
-        path = self._progress_path(self.rank)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({**record, "token": self.token, "rank": self.rank, "host": self.host}, f)
-        os.replace(path + ".tmp", path)
+        durable.write_json(self._progress_path(self.rank), {**record, "token": self.token, "rank": self.rank,
+                                                            "host": self.host}, indent=None, sync=False)
 
     def others(self) -> list[dict]:
         """The latest counts of every other rank in this attempt (a rank yet to write any: none)."""
@@ -172,3 +150,50 @@ class Ranks:
         if self._barrier is not None:
             self._barrier.wait()
             self._barrier = None
+
+
+# --- the start -------------------------------------------------------------------------------------------
+
+def start_group(ranks: Ranks, output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
+                progress: bool | str) -> ShardWriter | None:
+    """The start of a group's run: rank 0 checks the output, prepares the work directory and sends
+    the others what is done already; every other rank checks that it sees that directory and the
+    same input. Returns this rank's writer, opened (its ``done``: the complete shards, the same on
+    every rank), or None when the output is complete already."""
+    patience = 60.0 if ranks.world > 1 else 0.0  # for shards renamed on other machines to show (NFS)
+    if ranks.rank == 0:
+        writer = None
+        try:
+            if finished_already(output, manifest, lines, name, overwrite, True):
+                if progress:
+                    print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
+            else:
+                writer = ShardWriter(output, manifest, role="leader", patience=patience)
+                writer.open()
+                if writer.complete:  # killed between assembling the file and renaming it: finish that
+                    writer.finish(0)
+                    writer = None
+            message = {"state": "finished"} if writer is None else {
+                "state": "go", "token": ranks.new_attempt(), "done": writer.done,
+                "input_bytes": os.path.getsize(name)}
+        except Exception as e:  # the others wait for a message: tell them, rather than leave them to a timeout
+            parts = e.parts if isinstance(e, ElmoFastError) else (f"{type(e).__name__}: {e}",)
+            ranks.broadcast({"state": "failed", "parts": parts})
+            raise
+        ranks.broadcast(message)
+        return writer
+    message = ranks.broadcast(None)
+    if message["state"] == "failed":
+        raise ElmoFastError("rank 0 stopped: ", *message["parts"])
+    if message["state"] == "finished":
+        return None
+    ranks.check_shared(message["token"])
+    size = os.path.getsize(name)
+    if size != message["input_bytes"]:
+        raise ElmoFastError(f"rank {ranks.rank} (host {ranks.host}) reads {name} of {size:,} bytes, rank 0 one of "
+                            f"{message['input_bytes']:,} bytes: every rank must read the same input, from a "
+                            f"filesystem that all of them share")
+    writer = ShardWriter(output, manifest, role="member", patience=patience)
+    writer.open()
+    writer.done = message["done"]
+    return writer

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..durable import durable_hdf5, write_json
 from ..errors import ModelConfigurationError, ModelFileError, Param
 
 #: Rows of ``char_embed`` in a bilm-tf file: 256 bytes + 5 marks; a zero row 0 is added on load.
@@ -525,40 +526,11 @@ def to_datasets(weights: ElmoWeights) -> dict[str, np.ndarray]:
     return out
 
 
-def replace_atomically(path: str | os.PathLike, write) -> None:
-    """Call ``write(tmp_path)``, fsync, and rename onto ``path``: readers see the old file or the
-    whole new one, never half of it, whatever moment the process is killed at."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    try:  # the rename itself
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
 def write_datasets(path: str | os.PathLike, datasets: dict[str, np.ndarray]) -> None:
-    """An HDF5 file of these datasets, written atomically."""
-    import h5py
-
-    def write(tmp: str) -> None:
-        with h5py.File(tmp, "w") as f:
-            for name, value in datasets.items():
-                f.create_dataset(name, data=value)
-
-    replace_atomically(path, write)
+    """An HDF5 file of these datasets, written durably (:mod:`elmo_fast.durable`)."""
+    with durable_hdf5(path) as f:
+        for name, value in datasets.items():
+            f.create_dataset(name, data=value)
 
 
 def write_options(path: str | os.PathLike, options: ElmoOptions, extra: dict[str, Any] | None = None) -> None:
@@ -566,18 +538,12 @@ def write_options(path: str | os.PathLike, options: ElmoOptions, extra: dict[str
     content = options.to_dict()
     for key, value in (extra or {}).items():
         content.setdefault(key, value)
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(content, f, indent=2)
-            f.write("\n")
-
-    replace_atomically(path, write)
+    write_json(path, content, indent=2)
 
 
 def save_model_files(options_path: str | os.PathLike, weights_path: str | os.PathLike, weights: ElmoWeights,
                      extra_options: dict[str, Any] | None = None) -> None:
-    """Write ``weights`` as ``options.json`` + ``weights.hdf5`` in the bilm-tf layout (each atomically)."""
+    """Write ``weights`` as ``options.json`` + ``weights.hdf5`` in the bilm-tf layout (each durably)."""
     write_datasets(weights_path, to_datasets(weights))
     write_options(options_path, weights.options, extra_options)
 

@@ -46,6 +46,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from ..durable import save_torch, write_json, write_text
 from ..errors import ModelFileError
 from .bilm_tf import LstmWeights, _short
 
@@ -521,9 +522,7 @@ def state_dicts(weights: ManyLangsWeights) -> tuple[dict[str, Tensor], dict[str,
 
 def write_dictionary(path: str | os.PathLike, vocab: Mapping[str, int]) -> None:
     """``token<TAB>id`` lines, as ELMoForManyLangs' training writes them."""
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for token, index in vocab.items():
-            f.write(f"{token}\t{index}\n")
+    write_text(path, "".join(f"{token}\t{index}\n" for token, index in vocab.items()), newline="\n")
 
 
 def save_manylangs(directory: str | os.PathLike, weights: ManyLangsWeights, legacy_format: bool = False,
@@ -534,14 +533,12 @@ def save_manylangs(directory: str | os.PathLike, weights: ManyLangsWeights, lega
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     emb, enc = state_dicts(weights)
-    with open(d / config_name, "w", encoding="utf-8") as f:
-        json.dump(weights.options.to_dict(), f, indent=1)
-    with open(d / CONFIG_FILE, "w", encoding="utf-8") as f:
-        json.dump({"config_path": config_path or config_name, "model": str(d)}, f)
+    write_json(d / config_name, weights.options.to_dict(), indent=1)
+    write_json(d / CONFIG_FILE, {"config_path": config_path or config_name, "model": str(d)}, indent=None)
     if weights.char_embedding is not None:
         write_dictionary(d / CHAR_DIC, weights.char_vocab)
     if weights.word_embedding is not None:
         write_dictionary(d / WORD_DIC, weights.word_vocab)
     for name, state in ((TOKEN_EMBEDDER_PKL, emb), (ENCODER_PKL, enc)):
-        torch.save(state, d / name, _use_new_zipfile_serialization=not legacy_format)
+        save_torch(state, d / name, _use_new_zipfile_serialization=not legacy_format)
     return d

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
+from ..durable import write_text
 from ..errors import ModelFileError
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
@@ -72,10 +73,5 @@ class Vocabulary:
         return cls(tokens, source=path)
 
     def save(self, path: str | os.PathLike) -> None:
-        from .bilm_tf import replace_atomically
-
-        def write(tmp: str) -> None:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write("\n".join(self.tokens) + "\n")
-
-        replace_atomically(path, write)
+        """One token per line, written durably (:mod:`elmo_fast.durable`)."""
+        write_text(path, "\n".join(self.tokens) + "\n")

@@ -2,8 +2,8 @@
 
 ``fetch_model("small")`` returns ``(options_path, weights_path)`` under
 ``cache_dir()/small/``. Files already in the cache are used as they are, without any request.
-A download goes to a temporary file in the same directory and is moved into place with
-``os.replace`` only once complete, so the final path never holds a partial file.
+A download is written through :mod:`elmo_fast.durable`: to a temporary file in the same directory,
+fsync'ed and renamed only once complete, so the final path never holds a partial file.
 
 Environment:
 
@@ -16,13 +16,13 @@ from __future__ import annotations
 import http.client
 import os
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from tqdm import tqdm
 
+from ..durable import WriteError, durable_open
 from ..errors import DownloadError, ElmoFastError
 
 __all__ = [
@@ -190,17 +190,14 @@ def _download(
     except (OSError, http.client.HTTPException) as exc:  # timeout, reset, bad status line
         raise _network_error(name, url, model_dir, _describe(exc)) from exc
 
-    tmp = None
     try:
-        with response:
+        # through the one durable write path: a temporary name beside the file, renamed once whole
+        with response, durable_open(path, "wb") as out:
             length_header = response.headers.get("Content-Length")
             try:
                 expected = int(length_header) if length_header is not None else None
             except ValueError:
                 expected = None
-            tmp = tempfile.NamedTemporaryFile(
-                dir=model_dir, prefix=f".{path.name}.", suffix=".part", delete=False
-            )
             received = 0
             with tqdm(
                 total=expected,
@@ -212,49 +209,30 @@ def _download(
                 disable=not progress,
                 leave=True,
             ) as bar:
-                try:
-                    while True:
+                while True:
+                    try:
                         chunk = response.read(_CHUNK_SIZE)
-                        if not chunk:
-                            break
-                        tmp.write(chunk)
-                        received += len(chunk)
-                        bar.update(len(chunk))
-                except http.client.IncompleteRead as exc:
-                    received += len(exc.partial)
-                    raise DownloadError(
-                        f"cannot download ELMo model {name!r} from {url}: incomplete "
-                        f"response ({received} of {expected} bytes)"
-                    ) from exc
-                except (OSError, http.client.HTTPException) as exc:
-                    raise _network_error(
-                        name, url, model_dir,
-                        f"connection lost after {received} bytes ({_describe(exc)})",
-                    ) from exc
+                    except http.client.IncompleteRead as exc:
+                        received += len(exc.partial)
+                        raise DownloadError(
+                            f"cannot download ELMo model {name!r} from {url}: incomplete "
+                            f"response ({received} of {expected} bytes)"
+                        ) from exc
+                    except (OSError, http.client.HTTPException) as exc:
+                        raise _network_error(
+                            name, url, model_dir,
+                            f"connection lost after {received} bytes ({_describe(exc)})",
+                        ) from exc
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    received += len(chunk)
+                    bar.update(len(chunk))
             if expected is not None and received != expected:
                 raise DownloadError(
                     f"cannot download ELMo model {name!r} from {url}: incomplete response "
                     f"(received {received} of {expected} bytes announced by Content-Length)"
                 )
-            tmp.flush()
-            os.fsync(tmp.fileno())
-            tmp.close()
-        os.replace(tmp.name, path)
-        tmp = None
-    except BaseException as exc:
-        if tmp is not None:
-            try:
-                tmp.close()
-            except OSError:
-                pass
-            try:
-                os.unlink(tmp.name)
-            except OSError:
-                pass
-        if isinstance(exc, OSError):
-            # Network errors were wrapped above; this is a local problem (disk full,
-            # permissions) while writing the cache.
-            raise DownloadError(
-                f"cannot download ELMo model {name!r} from {url}: cannot write {path}: {exc}"
-            ) from exc
-        raise
+    except WriteError as exc:
+        # a local problem (disk full, permissions) while writing the cache, not the network's
+        raise DownloadError(f"cannot download ELMo model {name!r} from {url}: {exc}") from exc

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..bilm.char_ids import BOS_TOKEN, EOS_TOKEN, MAX_WORD_LENGTH, word_to_char_ids
-from ..errors import InputError
+from ..errors import InputError, Param
 from ..formats.vocab import Vocabulary
 from ..textio import iter_text_lines
 from .model import Batch
@@ -38,9 +38,9 @@ from .model import Batch
 WINDOW_BATCHES = 50
 
 
-def expand_corpus(patterns: str | Sequence[str], flag: str = "--train") -> list[str]:
+def expand_corpus(patterns: str | Sequence[str], param: str = "train") -> list[str]:
     """Files named by paths or glob patterns (sorted within a pattern, in the order given), each
-    existing; a pattern matching nothing is an error naming it."""
+    existing; a pattern matching nothing is an error naming it and ``param``, the parameter that gave it."""
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
     files: list[str] = []
@@ -50,7 +50,7 @@ def expand_corpus(patterns: str | Sequence[str], flag: str = "--train") -> list[
         matched = [m for m in matched if os.path.isfile(m)]
         if not matched:
             what = "no file matches" if glob.has_magic(pattern) else "file not found"
-            raise InputError(f"{flag} {pattern}: {what}")
+            raise InputError(Param(param), f" {pattern}: {what}")
         for m in matched:
             if m not in files:
                 files.append(m)

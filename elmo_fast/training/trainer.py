@@ -3,8 +3,9 @@
 The output directory holds the model in the layout every ELMo tool reads (``options.json`` +
 ``weights.hdf5``, bilm-tf's), the softmax (``softmax.hdf5``), the vocabulary (``vocab.txt``), a
 metrics log (``metrics.jsonl``: one JSON object per line, training and held-out) and
-``checkpoints/`` (model, softmax, optimizer, data position; each written to a temporary name,
-fsync'ed and renamed, the last two kept).
+``checkpoints/`` (model, softmax, optimizer, data position; the last two kept). Every file is written
+through :mod:`elmo_fast.durable` (a temporary name, fsync, rename): whole under its final name
+whatever moment a run is killed at; ``metrics.jsonl`` grows by whole, fsync'ed lines.
 
 Determinism, which is what makes ``--resume`` exact: batches are a function of the seed and the
 epoch (:mod:`elmo_fast.training.data`); every random draw of step ``s`` (dropout masks, sampled
@@ -29,9 +30,9 @@ import torch.distributed as dist
 
 from ..bilm.model import ElmoBiLm
 from ..bilm.precision import PRECISIONS
-from ..errors import ElmoFastError, InputError
-from ..formats.bilm_tf import (ElmoOptions, load_model_files, load_softmax, replace_atomically, save_model_files,
-                               write_softmax)
+from ..durable import append_line, save_torch, write_text
+from ..errors import ElmoFastError, InputError, Param
+from ..formats.bilm_tf import ElmoOptions, load_model_files, load_softmax, save_model_files, write_softmax
 from ..formats.vocab import Vocabulary
 from .data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
 from .model import Batch, BidirectionalLM, initial_weights
@@ -121,31 +122,28 @@ class Trainer:
 
     def _check_config(self) -> None:
         c = self.cfg
-        for name, value, low in (("--batch-size", c.batch_size, 1), ("--epochs", c.epochs, 1),
-                                 ("--negative-samples", c.negative_samples, 1), ("--checkpoint-every", c.checkpoint_every, 1),
-                                 ("--eval-every", c.eval_every, 1), ("--log-every", c.log_every, 1)):
-            if value < low:
-                raise InputError(f"{name} must be >= {low}, got {value}")
-        if c.max_steps is not None and c.max_steps < 1:
-            raise InputError(f"--max-steps must be >= 1, got {c.max_steps}")
-        if c.unroll_steps is not None and c.unroll_steps < 1:
-            raise InputError(f"--unroll-steps must be >= 1, got {c.unroll_steps}")
+        for name in ("batch_size", "epochs", "negative_samples", "checkpoint_every", "eval_every", "log_every",
+                     "max_steps", "unroll_steps"):
+            value = getattr(c, name)
+            if value is not None and value < 1:
+                raise InputError(Param(name), f" must be >= 1, got {value}")
         if not 0.0 <= c.dropout < 1.0:
-            raise InputError(f"--dropout must be in [0, 1), got {c.dropout}")
+            raise InputError(Param("dropout"), f" must be in [0, 1), got {c.dropout}")
         if c.precision not in PRECISIONS:
-            raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {c.precision!r}")
+            raise InputError(Param("precision"), f" must be one of {', '.join(PRECISIONS)}, got {c.precision!r}")
         self.precision = PRECISIONS[c.precision]
         self.precision.check_training()
         if c.max_tokens_per_batch is not None and c.unroll_steps is not None:
-            raise InputError("--max-tokens-per-batch applies to the sentence scheme, not to --unroll-steps "
-                             "(whose batches are --batch-size rows of --unroll-steps tokens)")
+            raise InputError(Param("max_tokens_per_batch"), " applies to the sentence scheme, not to ",
+                             Param("unroll_steps"), " (whose batches are ", Param("batch_size"), " rows of ",
+                             Param("unroll_steps"), " tokens)")
 
     def _build(self) -> BidirectionalLM:
         c = self.cfg
         g = torch.Generator().manual_seed(_seed_of(c.seed, -1))
         softmax = None
         if c.init_model_dir:
-            options_file, weights_file = model_dir_files(c.init_model_dir)
+            options_file, weights_file = model_dir_files(c.init_model_dir, "init_model_dir")
             weights = load_model_files(options_file, weights_file)
             if weights.options.to_dict() != self.options.to_dict():
                 raise InputError(f"{options_file}: the model's options differ from the run's options")
@@ -182,7 +180,7 @@ class Trainer:
             payload = {"model": _unwrap(lm).state_dict(), "optimizer": optimizer.state_dict(), "state": state,
                        "identity": self.cfg.identity(self.world_size), "format": 1}
             path = d / f"step-{state['step']:09d}.pt"
-            replace_atomically(path, lambda tmp: torch.save(payload, tmp))
+            save_torch(payload, path)
             for old in self._checkpoints()[:-2]:
                 old.unlink(missing_ok=True)
         self._barrier()
@@ -197,16 +195,16 @@ class Trainer:
             then, now = _with_precision(payload["identity"]), self.cfg.identity(self.world_size)
             differ = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
             if differ:
-                raise InputError(f"{self.out}: cannot resume: the run in it used other settings ("
-                                 + "; ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in differ[:4])
-                                 + "); use another --out, or the same settings")
+                changes = "; ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in differ[:4])
+                raise InputError(f"{self.out}: cannot resume: the run in it used other settings ({changes}); use "
+                                 f"another ", Param("out"), ", or the same settings")
             _unwrap(lm).load_state_dict(payload["model"])
             optimizer.load_state_dict(payload["optimizer"])
             return payload["state"]
         return None
 
     def _export(self, lm: BidirectionalLM) -> None:
-        """The model files in the output directory (each replaced atomically)."""
+        """The model files in the output directory (each replaced durably)."""
         if self.rank != 0:
             return
         inner = _unwrap(lm)
@@ -227,30 +225,23 @@ class Trainer:
 
     def _log_metrics(self, record: dict) -> None:
         if self.rank == 0:
-            with open(self.out / METRICS, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            append_line(self.out / METRICS, json.dumps(record))
 
     def _trim_metrics(self, step: int) -> None:
         """Lines logged after the checkpoint a resumed run starts from are logged again by it."""
         path = self.out / METRICS
         if self.rank != 0 or not path.exists():
             return
-        keep = [line for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-
-        def write(tmp: str) -> None:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write("".join(line + "\n" for line in keep))
-
-        replace_atomically(path, write)
+        keep = [line for line, record in _metric_lines(path) if record.get("step", 0) <= step]
+        write_text(path, "".join(line + "\n" for line in keep))
 
     def run(self, resume: bool = False, overwrite: bool = False) -> dict:
         c = self.cfg
-        train_files = expand_corpus(c.train, "--train")
-        heldout_files = expand_corpus(c.heldout, "--heldout") if c.heldout else []
-        for flag, files in (("--train", train_files), ("--heldout", heldout_files)):
+        train_files = expand_corpus(c.train, "train")
+        heldout_files = expand_corpus(c.heldout, "heldout") if c.heldout else []
+        for param, files in (("train", train_files), ("heldout", heldout_files)):
             if files and not _has_a_sentence(files):
-                raise InputError(f"{flag} {' '.join(files)}: no sentences (every line is empty)")
+                raise InputError(Param(param), f" {' '.join(files)}: no sentences (every line is empty)")
         if self.rank == 0:
             self._prepare_out_dir(resume, overwrite)
         self._barrier()
@@ -333,7 +324,7 @@ class Trainer:
             self._checkpoint(lm, optimizer, state, h0c0, started)
             name = signal.Signals(stop.signum).name
             raise Interrupted(stop.signum, f"stopped by {name} at step {state['step']}; checkpoint written: run the "
-                                           f"same command with --resume to continue") from None
+                                           f"same command with ", Param("resume", True), " to continue") from None
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -345,12 +336,13 @@ class Trainer:
     def _prepare_out_dir(self, resume: bool, overwrite: bool) -> None:
         out = self.out
         if out.exists() and not out.is_dir():
-            raise InputError(f"--out {out}: exists and is not a directory")
+            raise InputError(Param("out"), f" {out}: exists and is not a directory")
         has_run = (out / CHECKPOINTS).exists() or (out / "weights.hdf5").exists()
         if has_run and not resume and not overwrite:
-            raise InputError(f"--out {out}: holds a run already; --resume continues it, --overwrite starts over")
+            raise InputError(Param("out"), f" {out}: holds a run already; ", Param("resume", True), " continues it, ",
+                             Param("overwrite", True), " starts over")
         if resume and not (out / CHECKPOINTS).exists():
-            self.log(f"elmo-fast: --resume: no checkpoint in {out}, starting from the beginning")
+            self.log(f"elmo-fast: no checkpoint in {out} to resume from, starting from the beginning")
         if overwrite and not resume and (out / CHECKPOINTS).exists():
             for p in (out / CHECKPOINTS).glob("step-*.pt"):
                 p.unlink()
@@ -413,12 +405,7 @@ class Trainer:
         path = self.out / METRICS
         if not path.exists():
             return False
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                if rec.get("step") == step and "heldout" in rec:
-                    return True
-        return False
+        return any(rec.get("step") == step and "heldout" in rec for _, rec in _metric_lines(path))
 
     def _evaluate_and_log(self, lm: BidirectionalLM, files: list[str], state: dict) -> None:
         if self.rank == 0:
@@ -445,9 +432,26 @@ class Trainer:
 class Interrupted(ElmoFastError):
     """A run stopped by a signal after writing a checkpoint."""
 
-    def __init__(self, signum: int, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, signum: int, *parts: str | Param) -> None:
+        super().__init__(*parts)
         self.signum = signum
+
+    def __reduce__(self):
+        return type(self), (self.signum, str(self))
+
+
+def _metric_lines(path: Path) -> list[tuple[str, dict]]:
+    """The lines of a metrics log and their records; a line torn by a kill in the middle of its append
+    (the last one) is left out: the resumed run logs its step again."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append((line, record))
+    return out
 
 
 def _with_precision(identity: dict) -> dict:
@@ -488,11 +492,12 @@ def training_backend(backend: str, device: torch.device | str = "cpu") -> str:
     return resolved
 
 
-def model_dir_files(directory: str | os.PathLike) -> tuple[Path, Path]:
-    """options.json and weights.hdf5 of a model directory (bilm-tf layout)."""
+def model_dir_files(directory: str | os.PathLike, param: str = "model_dir") -> tuple[Path, Path]:
+    """options.json and weights.hdf5 of a model directory (bilm-tf layout); ``param``: the parameter
+    that named it, for errors."""
     d = Path(directory)
     if not d.is_dir():
-        raise InputError(f"--model-dir {d}: not a directory")
+        raise InputError(Param(param), f" {d}: not a directory")
     options = d / "options.json"
     weights = d / "weights.hdf5"
     if not weights.exists():
@@ -501,12 +506,12 @@ def model_dir_files(directory: str | os.PathLike) -> tuple[Path, Path]:
             weights = candidates[0]
     missing = [p.name for p in (options, weights) if not p.exists()]
     if missing and (d / "config.json").is_file() and (d / "encoder.pkl").is_file():
-        raise InputError(f"--model-dir {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
-                         "weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
-                         "with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss")
+        raise InputError(Param(param), f" {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
+                         f"weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
+                         f"with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss")
     if missing:
-        raise InputError(f"--model-dir {d}: missing {' and '.join(missing)} (a model directory holds options.json and "
-                         f"weights.hdf5)")
+        raise InputError(Param(param), f" {d}: missing {' and '.join(missing)} (a model directory holds "
+                         f"options.json and weights.hdf5)")
     return options, weights
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Sequence
 
-from ..errors import InputError
+from ..errors import InputError, Param
 from ..formats.vocab import BOS, EOS, SPECIAL_TOKENS, UNK, Vocabulary
 from ..textio import iter_text_lines
 
@@ -29,10 +29,10 @@ def build_vocabulary(files: Sequence[str], min_count: int = 1, max_size: int | N
     every token seen at least ``min_count`` times, most frequent first (ties in first-seen order),
     cut to ``max_size`` entries in all. Returns it and statistics (sentences, tokens, coverage)."""
     if min_count < 1:
-        raise InputError(f"--min-count must be >= 1, got {min_count}")
+        raise InputError(Param("min_count"), f" must be >= 1, got {min_count}")
     if max_size is not None and max_size < len(SPECIAL_TOKENS) + 1:
-        raise InputError(f"--max-size must be at least {len(SPECIAL_TOKENS) + 1} (the 3 special tokens and one "
-                         f"word), got {max_size}")
+        raise InputError(Param("max_size"), f" must be at least {len(SPECIAL_TOKENS) + 1} (the 3 special tokens and "
+                         f"one word), got {max_size}")
     counts, sentences = count_tokens(files, tokenize)
     if sentences == 0:
         raise InputError(f"{', '.join(files)}: no sentences (every line is empty)")

@@ -1,0 +1,77 @@
+"""How a corpus is embedded: :class:`EmbedOptions`, built from ``ElmoEmbedder.embed_file``'s keyword
+arguments (and so from ``elmo-fast embed``'s flags), checked once, then carried through the pipeline."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import ElmoFastError, Param
+
+OUTPUT_FORMATS = ("all", "top", "average")
+ENCODING_ERRORS = ("strict", "replace")
+#: padded tokens (sentences x longest) per batch when bucketing, unless told otherwise: at the
+#: default batch size of 64 it only binds for sentences over 64 tokens, and bounds the memory of a
+#: batch of long ones (the largest activations on `original`: 4096 x 3 x 1024 x 4 bytes = 50 MB)
+DEFAULT_MAX_TOKENS = 4096
+#: sentences read ahead and sorted together; with resume, also the work saved at once
+DEFAULT_WINDOW = 2048
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    """The settings of one ``embed_file`` run (each documented at :meth:`ElmoEmbedder.embed_file`).
+
+    Made by the caller, they are checked at once (a bad value is an error naming its parameter);
+    :meth:`for_model` then resolves what depends on the embedder (its batch size, stateful or not)."""
+
+    output_format: str = "all"
+    batch_size: int | None = None  # None: the embedder's
+    forget_sentences: bool = False
+    use_sentence_keys: bool = False
+    progress: bool | str = True  # "log": a line at most every 10 s
+    max_tokens_per_batch: int | None = None  # None: DEFAULT_MAX_TOKENS when bucketing, else no bound
+    bucketing: bool | None = None  # None: on, unless stateful
+    window: int = DEFAULT_WINDOW
+    resume: bool = False
+    overwrite: bool = True
+    skip_empty: bool = False
+    encoding_errors: str = "strict"
+    started: float | None = None  # a time.perf_counter() reading the closing wall time counts from
+    distributed: bool = False
+    tokenize: bool = False
+
+    def __post_init__(self) -> None:
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ElmoFastError(Param("output_format"), f" must be one of {', '.join(OUTPUT_FORMATS)}, "
+                                f"got {self.output_format!r}")
+        if self.encoding_errors not in ENCODING_ERRORS:
+            raise ElmoFastError(Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, "
+                                f"got {self.encoding_errors!r}")
+        for name in ("batch_size", "max_tokens_per_batch", "window"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ElmoFastError(Param(name), f" must be >= 1, got {value}")
+
+    def for_model(self, batch_size: int, stateful: bool) -> "EmbedOptions":
+        """These options with nothing left to the embedder: ``batch_size`` set, ``bucketing`` a bool,
+        ``max_tokens_per_batch`` the bound batches are cut under (None: none). Stateful runs keep
+        input order (the LSTM states flow from each batch to the next): bucketing and a token bound
+        are refused, and the window is rounded up to whole batches, so a resumed run cuts the same ones."""
+        batch_size = self.batch_size if self.batch_size is not None else batch_size
+        if stateful:
+            if self.max_tokens_per_batch is not None or self.bucketing:
+                raise ElmoFastError("stateful mode keeps input order (the LSTM states flow from each batch to the "
+                                    "next), so it cannot sort sentences into batches by length: drop ",
+                                    Param("max_tokens_per_batch") if self.max_tokens_per_batch is not None
+                                    else Param("bucketing", True), " and bound batches with ", Param("batch_size"))
+            return dataclasses.replace(self, batch_size=batch_size, bucketing=False, max_tokens_per_batch=None,
+                                       window=-(-self.window // batch_size) * batch_size)
+        bucketing = True if self.bucketing is None else self.bucketing
+        max_tokens = self.max_tokens_per_batch if self.max_tokens_per_batch is not None else (
+            DEFAULT_MAX_TOKENS if bucketing else None)
+        return dataclasses.replace(self, batch_size=batch_size, bucketing=bucketing, max_tokens_per_batch=max_tokens)
+
+    @property
+    def keeps_sentences(self) -> bool:
+        """Whether the output holds ``sentence_to_index`` (allennlp leaves it out in these two cases)."""
+        return not self.forget_sentences and not self.use_sentence_keys

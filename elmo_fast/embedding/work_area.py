@@ -1,0 +1,299 @@
+"""The resume bookkeeping: a resumable run's work directory ``OUTPUT.partial/``.
+
+It holds ``manifest.json`` (the run's settings, model digests included, written first) and one
+shard file per window, ``shard-START.h5``, named after the position of its first sentence in the
+input, so that any number of processes can write them. Every file in it is written through
+:mod:`elmo_fast.durable` (a temporary name, fsync, rename), so a shard that exists is complete
+whatever moment a process was killed at. At the end ``assembling.h5`` is written whole, the manifest
+marked complete, and the file renamed onto the output: a run killed between the two is finished by
+the next ``resume=True`` run. The assembled output keeps the run's record (:data:`RUN_RECORD`), so a
+run killed after its work directory was removed is recognised as done.
+
+Temporary names of elmo-fast 0.1 (``shard-START.h5.tmp``, ``manifest.json.tmp``) are still known:
+such a work area resumes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from itertools import islice
+from typing import Any, Iterator
+
+import torch
+
+from .. import durable
+from ..errors import ElmoFastError, Param
+from .batch_runner import Embedder
+from .lines import Line, lines_digest
+from .options import EmbedOptions
+
+MANIFEST = "manifest.json"
+ASSEMBLING = "assembling.h5"
+#: root attribute of a file assembled by resume=True: its run's manifest and shard digests, so that
+#: resuming a run that was killed after it finished (its work directory gone) is recognised as done
+RUN_RECORD = "elmo_fast_run"
+# 2: shards named and recorded by the position of their first sentence (any number of ranks write them)
+MANIFEST_VERSION = 2
+
+
+def work_dir_of(output: str) -> str:
+    return os.path.abspath(output) + ".partial"
+
+
+def shard_name(start: int) -> str:
+    """The shard holding the window whose first sentence is the input's start-th (0-based, counting
+    the sentences read, so skipped empty lines do not count)."""
+    return f"shard-{start:06d}.h5"
+
+
+# --- the manifest ------------------------------------------------------------------------------------
+
+def new_manifest(embedder: Embedder, name: str, options: EmbedOptions) -> dict:
+    """What a resumed run must share with the run it continues (its input is checked line by line)."""
+    stateful = embedder.elmo_bilm.stateful
+    return {"version": MANIFEST_VERSION, "input": name, "output_format": options.output_format,
+            "use_sentence_keys": options.use_sentence_keys, "forget_sentences": options.forget_sentences,
+            "stateful": stateful, "batch_size": options.batch_size if stateful else None,
+            **({"tokenize": True} if options.tokenize else {}),  # (absent otherwise: older work areas resume)
+            **_model_identity(embedder)}
+
+
+def _file_digest(path: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _model_identity(embedder: Embedder) -> dict:
+    bilm = embedder.elmo_bilm
+    return {**{role: _file_digest(os.fspath(path)) for role, path in embedder.model_files.items()},
+            "backend": bilm.backend, "dtype": str(bilm.compute_dtype), "device": embedder.device.type}
+
+
+def read_manifest(work: str) -> dict | None:
+    path = os.path.join(work, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:  # written atomically, so only a hand edit or a bad disk gets here
+        raise ElmoFastError(f"{path} is unreadable ({e}); remove {work} to start over") from None
+
+
+def write_manifest(work: str, manifest: dict) -> None:
+    durable.write_json(os.path.join(work, MANIFEST), manifest, indent=1, sort_keys=True)
+
+
+def differences(then: dict, now: dict) -> list[str]:
+    """What differs between two runs' manifests, one "key: then, now" each."""
+    # the input's name may change (a moved file, stdin): its lines are checked against digests instead
+    # (a key that only some runs record, as "tokenize", counts from either side)
+    keys = sorted(set(now) | ({"tokenize"} & set(then)))
+
+    def get(record: dict, k: str) -> Any:
+        return record.get(k, False) if k == "tokenize" else record.get(k)
+
+    return [f"{k}: {get(then, k)!r} then, {get(now, k)!r} now" for k in keys
+            if k not in ("input", "complete") and get(then, k) != get(now, k)]
+
+
+# --- the files in the directory --------------------------------------------------------------------
+
+def _is_ours(name: str) -> bool:
+    parsed = durable.parse_temp_name(name)
+    if parsed is not None:  # a temporary file of one of ours
+        name = parsed[0]
+    elif name.endswith(".tmp"):  # elmo-fast 0.1's temporary names
+        name = name[: -len(".tmp")]
+    return (name.startswith("shard-") and name.endswith(".h5") or name.startswith("progress-") and name.endswith(".json")
+            or name in (MANIFEST, ASSEMBLING))
+
+
+def _is_cut_short(name: str) -> bool:
+    """A file a killed run was writing: a temporary one, or an output assembled but not recorded as such."""
+    return durable.parse_temp_name(name) is not None or name.endswith(".tmp") or name == ASSEMBLING
+
+
+def remove_work_dir(work: str) -> None:
+    """Delete a work directory: shards first, the manifest last, so that a directory that still
+    has a manifest always has every shard it had (a kill in the middle leaves a void directory)."""
+    names = os.listdir(work)
+    strangers = [n for n in names if not _is_ours(n)]
+    if strangers:
+        raise ElmoFastError(f"{work} holds files elmo-fast did not write ({', '.join(sorted(strangers)[:3])}); "
+                            f"move them away or pick another output name")
+    for n in sorted(names, key=lambda n: n == MANIFEST):
+        os.unlink(os.path.join(work, n))
+    os.rmdir(work)
+
+
+def shard_names(work: str) -> list[str]:
+    return sorted(n for n in os.listdir(work) if n.startswith("shard-") and n.endswith(".h5"))
+
+
+def _shard_attrs(path: str) -> dict:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return {"name": os.path.basename(path), "start": int(f.attrs["start"]), "n": int(f.attrs["n"]),
+                    "tokens": int(f.attrs["tokens"]), "digest": str(f.attrs["digest"]),
+                    "first_line": int(f.attrs["first_line"]), "last_line": int(f.attrs["last_line"])}
+    except (OSError, KeyError) as e:  # renamed only once complete and fsync'ed: a damaged disk
+        raise ElmoFastError(f"{path} is unreadable ({e}); remove its directory to start over") from None
+
+
+def list_shards(work: str) -> list[dict]:
+    """The complete shards of a work directory, by start, each named after its start and none
+    overlapping the next (the windows of any number of ranks, or of runs with other windows)."""
+    shards = sorted((_shard_attrs(os.path.join(work, n)) for n in shard_names(work)), key=lambda s: s["start"])
+    for i, s in enumerate(shards):
+        if s["name"] != shard_name(s["start"]):
+            raise ElmoFastError(f"{work}: shard {s['name']} holds the sentences from {s['start']} on (expected the "
+                                f"name {shard_name(s['start'])}); remove {work} to start over")
+        if i and shards[i - 1]["start"] + shards[i - 1]["n"] > s["start"]:
+            raise ElmoFastError(f"{work}: shards {shards[i - 1]['name']} and {s['name']} overlap; remove {work} "
+                                f"to start over")
+    return shards
+
+
+def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict]]:
+    """Create ``work`` with ``manifest``, or take up the interrupted run in it: its manifest (which
+    must agree with this run's) and its complete shards, what a killed run was writing removed.
+    role "member" (a rank other than 0) finds the directory that rank 0 prepared, and changes nothing."""
+    existing = read_manifest(work) if os.path.isdir(work) else None
+    if existing is None:
+        if role == "member":
+            raise ElmoFastError(f"{work}: no manifest, though rank 0 wrote one: the output's directory must "
+                                f"be on a filesystem that every rank shares")
+        if os.path.isdir(work):
+            remove_work_dir(work)  # a void leftover (killed while created or torn down)
+        os.mkdir(work)
+        try:
+            write_manifest(work, manifest)
+        except BaseException:  # a signal or a full disk now: nothing is done yet, so nothing stays
+            remove_work_dir(work)
+            raise
+        return manifest, []
+    differs = differences(existing, manifest)
+    if differs:
+        raise ElmoFastError(f"cannot resume {work}: the interrupted run differs ({'; '.join(differs)}); rerun "
+                            f"with its settings, or remove {work} to start over")
+    if existing.get("complete") or role == "member":  # complete: the assembled file is final; shards may be gone
+        return existing, []
+    for n in os.listdir(work):
+        if _is_cut_short(n):
+            os.unlink(os.path.join(work, n))  # cut short by the kill: redone
+    return existing, list_shards(work)
+
+
+def covering_shards(work: str, total: int, patience: float) -> list[dict]:
+    """The shards that hold sentences 0..total-1, in order. A group's shards were written on other
+    machines: on a network filesystem a file renamed there may show here a moment later."""
+    deadline = time.monotonic() + patience
+    while True:
+        shards = list_shards(work)
+        end = 0
+        for s in shards:
+            if s["start"] != end:  # sentences end..start-1 missing
+                break
+            end += s["n"]
+        else:
+            if end == total:
+                return shards
+            if end > total:
+                raise ElmoFastError(f"{work} holds shards of {end} sentences, but the input has {total}; "
+                                    f"remove {work} to start over")
+        if time.monotonic() >= deadline:
+            missing = next((s["start"] for s in shards if s["start"] > end), total)
+            raise ElmoFastError(f"{work} holds no shard for sentences {end + 1}..{missing} of the input "
+                                f"(counted from 1): a rank's work is missing; is the directory on a filesystem "
+                                f"that every rank shares?")
+        time.sleep(0.5)
+
+
+def saved_states(work: str, done: list[dict]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The LSTM states after the last complete shard (stateful runs: their shards are a prefix)."""
+    import h5py
+
+    if not done:
+        return None
+    with h5py.File(os.path.join(work, done[-1]["name"]), "r") as f:
+        if "state_h" not in f:
+            return None
+        return torch.from_numpy(f["state_h"][...]), torch.from_numpy(f["state_c"][...])
+
+
+# --- before a run: the output and the finished run it may hold ------------------------------------
+
+def check_output(output: str, overwrite: bool, resume: bool) -> None:
+    """Refuse, before any work, an output that cannot or should not be written."""
+    out_dir = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(out_dir):
+        raise ElmoFastError(f"{output}: the output's directory {out_dir} does not exist")
+    if os.path.isdir(output):
+        raise ElmoFastError(f"{output} is a directory; give the path of the HDF5 file to write")
+    work = work_dir_of(output)
+    if os.path.isdir(work):
+        if read_manifest(work) is not None:
+            if not resume:
+                n = len(shard_names(work))
+                raise ElmoFastError(f"{work} holds an interrupted run ({n} window(s) done); pass ",
+                                    Param("resume", True), " to continue it, or remove that directory to start over")
+            return  # the run that made it passed the checks below; it may replace the output
+    if os.path.exists(output) and not overwrite:
+        if resume and _run_record(output) is not None:
+            return  # made by a resume run that finished; finished_already checks that it was this one
+        raise ElmoFastError(f"{output} already exists; pass ", Param("overwrite", True), " to replace it")
+
+
+def _run_record(output: str) -> dict | None:
+    import h5py
+
+    try:
+        with h5py.File(output, "r") as f:
+            return json.loads(f.attrs[RUN_RECORD]) if RUN_RECORD in f.attrs else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _finished_run_differs(record: dict, manifest: dict, lines: Iterator[Line], name: str) -> str | None:
+    """Why the finished run recorded in an output is not this one (None: it is, input included)."""
+    differs = differences(record, manifest)
+    if differs:
+        return "; ".join(differs)
+    for n, digest in record["shards"]:
+        got = list(islice(lines, n))
+        if len(got) < n:
+            return f"{name} has fewer lines than the input it was made from"
+        if lines_digest(got) != digest:
+            return f"lines {got[0].index + 1}..{got[-1].index + 1} of {name} are not those it was made from"
+    extra = next(lines, None)
+    return f"{name} has more lines than it was made from (line {extra.index + 1})" if extra else None
+
+
+def finished_already(output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
+                     rereadable: bool) -> bool:
+    """Whether the output is the finished result of this very run (resume=True after the work directory
+    was removed), reading the input to check it; an output of another run is an error unless overwrite."""
+    work = work_dir_of(output)
+    if not os.path.isfile(output) or os.path.isdir(work) and read_manifest(work) is not None:
+        return False
+    record = _run_record(output)
+    if record is None:
+        return False
+    why = _finished_run_differs(record, manifest, lines, name)
+    if why is None:
+        return True
+    if not overwrite:
+        raise ElmoFastError(f"{output} already exists, made by another run ({why}); pass ", Param("overwrite", True),
+                            " to replace it")
+    if not rereadable:
+        raise ElmoFastError(f"{output} was made by another run ({why}), and {name} cannot be read twice; "
+                            f"remove {output} to embed it")
+    return False
