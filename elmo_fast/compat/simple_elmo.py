@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -81,6 +80,7 @@ from ..bilm.model import ElmoBiLm
 from ..bilm.precision import Precision, resolve_precision
 from ..convert import convert
 from ..devices import resolve_device
+from ..durable import scratch_dir
 from ..errors import ElmoFastError, InputError, ModelFileError, Param
 from ..formats.bilm_tf import ElmoWeights, load_model_files, load_softmax
 from ..formats.nlpl_archive import NlplArchive, is_nlpl_zip, open_nlpl
@@ -104,7 +104,7 @@ class SimpleElmoExit(ModelFileError, SystemExit):
 def _from_checkpoint(folder: str, vocab_size: int) -> tuple[ElmoWeights, tuple[torch.Tensor, torch.Tensor]]:
     """The weights and the softmax of a bilm-tf training folder's latest checkpoint, read without
     TensorFlow (:func:`elmo_fast.convert.convert`, into a temporary folder removed at once)."""
-    with tempfile.TemporaryDirectory(prefix="elmo_fast_checkpoint_") as tmp:
+    with scratch_dir("elmo_fast_checkpoint_") as tmp:
         convert(folder, tmp)
         weights = load_model_files(os.path.join(tmp, "options.json"), os.path.join(tmp, "weights.hdf5"))
         softmax_path = os.path.join(tmp, "softmax.hdf5")

@@ -26,14 +26,15 @@ import gzip
 import json
 import os
 import shutil
-import tempfile
 import warnings
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from torch import Tensor
 
+from ..durable import durable_open, scratch_dir
 from ..errors import ModelFileError
 from .bilm_tf import ElmoOptions, ElmoWeights, load_softmax, load_weights
 
@@ -113,27 +114,18 @@ class NlplArchive:
                 raise ModelFileError(str(e).replace(path, self.describe(self.softmax))) from None
 
 
-class _extracted:
-    """A zip member copied to a temporary folder for the length of a ``with`` block."""
-
-    def __init__(self, archive: str, member: str) -> None:
-        self.archive, self.member = archive, member
-        self.tmp: tempfile.TemporaryDirectory | None = None
-
-    def __enter__(self) -> str:
-        self.tmp = tempfile.TemporaryDirectory(prefix="elmo_fast_nlpl_")
-        path = os.path.join(self.tmp.name, os.path.basename(self.member))
+@contextmanager
+def _extracted(archive: str, member: str) -> Iterator[str]:
+    """A zip member copied to a private temporary folder for the length of a ``with`` block."""
+    with scratch_dir("elmo_fast_nlpl_") as tmp:
+        path = os.path.join(tmp, os.path.basename(member))
         try:
-            with zipfile.ZipFile(self.archive) as zf, zf.open(self.member) as src, open(path, "wb") as dst:
+            # a scratch copy read back at once, never an output: no fsync
+            with zipfile.ZipFile(archive) as zf, zf.open(member) as src, durable_open(path, "wb", sync=False) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
         except (OSError, zipfile.BadZipFile, EOFError) as e:
-            self.tmp.cleanup()
-            raise ModelFileError(f"{self.archive}:{self.member}: cannot extract it from the zip: {e}") from None
-        return path
-
-    def __exit__(self, *exc: object) -> None:
-        if self.tmp is not None:
-            self.tmp.cleanup()
+            raise ModelFileError(f"{archive}:{member}: cannot extract it from the zip: {e}") from None
+        yield path
 
 
 def _parse_options(text: bytes | str, where: str) -> tuple[ElmoOptions, dict[str, Any]]:
