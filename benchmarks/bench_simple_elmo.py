@@ -53,7 +53,7 @@ SYSTEMS = ("simple_elmo", "elmo-fast")
 def ensure_model(preset: str, cache_dir: Path) -> Path:
     """An NLPL folder of a random model of ``preset``, written once under cache_dir."""
     from elmo_fast.durable import write_json, write_text
-    from elmo_fast.testing import random_model
+    from elmo_fast.formats.random_models import random_model
 
     directory = cache_dir / f"simple_elmo_{preset}"
     if not (directory / "model.hdf5").is_file():

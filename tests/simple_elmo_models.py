@@ -19,7 +19,7 @@ import numpy as np
 
 from elmo_fast.durable import durable_open, durable_path, write_bytes, write_json, write_text
 from elmo_fast.formats.bilm_tf import write_softmax
-from elmo_fast.testing import random_model, random_words
+from elmo_fast.formats.random_models import random_model, random_words
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "simple_elmo_0.9.2.npz"
 SPECIALS = ["</S>", "<S>", "<UNK>"]  # bilm-tf's vocabulary order: ids 0 and 1 are the sentence ends
