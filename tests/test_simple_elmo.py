@@ -452,6 +452,10 @@ def test_bad_arguments_name_the_problem(folder_model):
         folder_model.get_elmo_vectors([])
     with pytest.raises(InputError, match="text 1: every token must be a str"):
         folder_model.get_elmo_vector_average([["a"], ["b", 3]])
+    # numpy arrays of str, as the other entry points take them (a text that is a string is its
+    # characters, as simple_elmo reads it: recorded against simple_elmo itself)
+    assert np.array_equal(folder_model.get_elmo_vectors([np.array(["a", "b"])]),
+                          folder_model.get_elmo_vectors([["a", "b"]]))
     with pytest.raises(ElmoFastError, match="no model loaded"):
         ElmoModel().get_elmo_vectors([["a"]])
 
