@@ -58,8 +58,9 @@ class RunLock:
 
     ``what`` names the target in the message (``"output /data/x.hdf5"``). The lock file's folder
     must exist. ``remove``: remove the lock file when the lock is released (see the module's
-    docstring); without it the file stays for the next run. Raises :class:`RunLocked` at once if another run holds it (no waiting: a second
-    run that waited would redo or undo the first one's work when it got its turn).
+    docstring); without it the file stays for the next run. Raises :class:`RunLocked` at once if
+    another run holds it (no waiting: a second run that waited would redo or undo the first one's
+    work when it got its turn). Where there is no ``fcntl`` (not POSIX), it holds nothing.
     """
 
     def __init__(self, path: str | os.PathLike, what: str, *, remove: bool = False):
