@@ -600,12 +600,14 @@ def durable_hdf5(final: str | os.PathLike, **h5py_kwargs: Any) -> Iterator[Any]:
 
 
 def _rename_sealed(writer: Hdf5Writer | FileWriter, sync_dir: bool = True) -> None:
-    """Step 3 for a sealed writer's file (whole and fsync'ed): its mode, the rename, the folder's fsync."""
+    """Step 3 for a sealed writer's file (whole and fsync'ed): :func:`commit`; ``sync_dir=False``
+    only gives it its mode and renames it (:func:`together` fsyncs the folders once, after all)."""
     try:
-        _normal_mode(writer.temp)
-        os.replace(writer.temp, writer.final)
         if sync_dir:
-            fsync_dir(os.path.dirname(writer.final))
+            commit(writer.temp, writer.final)
+        else:
+            _normal_mode(writer.temp)
+            os.replace(writer.temp, writer.final)
     except BaseException as e:
         writer.abort()
         if isinstance(e, OSError):
