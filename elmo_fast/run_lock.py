@@ -94,7 +94,10 @@ class RunLock:
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)  # closing the only descriptor drops the flock
+            try:
+                os.close(fd)  # closing the only descriptor drops the flock
+            except OSError:  # Linux frees the descriptor (and the lock) whatever close reports
+                pass
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
