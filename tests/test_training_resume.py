@@ -198,6 +198,7 @@ def test_a_stale_lock_file_is_no_run_and_blocks_nothing(inputs, tmp_path):
     (out / ".elmo-fast.lock").write_text(json.dumps({"pid": _dead_pid(), "host": "x", "since": 0}))
     _train(inputs, out)  # neither "holds a run already" nor "in use"
     assert (out / "weights.hdf5").exists()
+    assert json.loads((out / ".elmo-fast.lock").read_text())["pid"] == os.getpid()  # the same file, never swept
 
 
 def test_a_held_lock_stops_the_run_before_it_touches_anything(inputs, tmp_path):

@@ -54,7 +54,7 @@ def _options(args: argparse.Namespace):
 
 def _run(args: argparse.Namespace, finetune: bool) -> int:
     from ..devices import resolve_device
-    from ..distributed import distributed_setup
+    from ..distributed import distributed_setup, leave_group
     from ..training.trainer import Interrupted, TrainConfig, Trainer, model_dir_files
 
     device = distributed_setup(args.device)
@@ -94,6 +94,7 @@ def _run(args: argparse.Namespace, finetune: bool) -> int:
     except Interrupted as e:
         print(f"elmo-fast: {e.render(args.flags)}", file=sys.stderr)
         return 128 + e.signum
+    leave_group()  # (after a failure the process exits at once and torchrun ends the other ranks)
     if trainer.rank == 0 and not args.quiet:
         best = f", best held-out perplexity {result['best']:.2f}" if result["best"] is not None else ""
         print(f"elmo-fast: trained {result['step']} steps, {result['tokens']:,} tokens in "
