@@ -106,6 +106,13 @@ def write_build_info(directory, decision):
         f.write(f"TORCH_CUDA = {torch.version.cuda!r}\n")
         f.write(f"WITH_CUDA = {decision.with_cuda!r}\n")
         f.write(f"CUDA_DECISION = {decision.reason!r}\n")
+        # what the CUDA kernels were compiled for: sm_XY (SASS, runs on compute capability X.Y and later
+        # minors of X) and compute_XY (PTX, JIT-compiled on X.Y and newer), e.g. ['sm_80', 'sm_90', 'compute_90']
+        archs = None
+        if decision.with_cuda:
+            flags = elmo_fast_cuda.cuda_gencode_flags(elmo_fast_cuda.cuda_archs())
+            archs = [flag.split("code=", 1)[1] for flag in flags if flag.startswith("arch=")]
+        f.write(f"CUDA_ARCHS = {archs!r}\n")
         f.write(f"PYTHON = {'.'.join(map(str, sys.version_info[:2]))!r}\n")
 
 

@@ -11,10 +11,12 @@
 #              setup.py build_ext --inplace), then checks that the CUDA kernels and the CUDA
 #              training ops are in. Left out of GPU_CHECK_PHASES: only that check, on the
 #              extension already built in this tree
-#   tests      pytest: tests/test_cuda.py (forward kernels, the fast model on cuda, the golden
-#              fixture, the CUDA OOM split, embed_file on CUDA vs CPU, CUDA graphs, no host sync),
-#              tests/test_cuda_backward.py (the training ops), tests/test_fast_model.py,
-#              tests/test_model_caches.py
+#   tests      first `elmo-fast doctor` (the build, then every op against its reference twin on
+#              the CPU and the GPU in fp32, bf16 and gradients, and the whole model: a table of
+#              errors against bounds), then pytest: tests/test_cuda.py (forward kernels, the fast
+#              model on cuda, the golden fixture, the CUDA OOM split, embed_file on CUDA vs CPU,
+#              CUDA graphs, no host sync), tests/test_cuda_backward.py (the training ops),
+#              tests/test_fast_model.py, tests/test_model_caches.py
 #   sanitizer  compute-sanitizer memcheck, racecheck and synccheck on benchmarks/sanitizer_case.py
 #   bench      benchmarks/bench_gpu.py (reference vs fast fp32 / tf32 / bf16 ops, the model with and
 #              without CUDA graphs, a training step fast vs reference; original shapes)
@@ -138,11 +140,16 @@ build() {
 # shellcheck disable=SC2329
 tests() {
   local files=(tests/test_cuda.py tests/test_cuda_backward.py)
-  local f
+  local f rc=0
   for f in tests/test_fast_model.py tests/test_model_caches.py; do
     if [ -f "$f" ]; then files+=("$f"); fi
   done
-  "$PY" -m pytest -q -rs --durations=15 -p no:cacheprovider "${files[@]}"
+  # The doctor first: one table of every op on every device, whatever the tests below then say.
+  echo "--- elmo-fast doctor"
+  "$PY" -m elmo_fast doctor || rc=$?
+  echo "--- pytest"
+  "$PY" -m pytest -q -rs --durations=15 -p no:cacheprovider "${files[@]}" || rc=$?
+  return "$rc"
 }
 
 # shellcheck disable=SC2329
@@ -197,6 +204,7 @@ banner "summary"
     printf '  %-10s %-28s %5ss\n' "$name" "${STATUS[$name]}" "${TOOK[$name]}"
   done
   if [ -f "$OUT_DIR/tests.log" ] && wanted tests; then
+    echo "  doctor: $(grep -E '^(OK|FAIL): ' "$OUT_DIR/tests.log" | head -n 1 || true)"
     echo "  tests: $(grep -E '^(FAILED|ERROR)|[0-9]+ (passed|failed)' "$OUT_DIR/tests.log" | tail -n 1 || true)"
   fi
   if [ -f "$OUT_DIR/sanitizer.log" ] && wanted sanitizer; then

@@ -1,5 +1,6 @@
-// Argument checks of the `highway_gate` and `highway` ops and the host loop of `highway`, shared by its CPU and CUDA bindings
-// (each adds its own device-type and dtype checks on x first, and brings its gate kernel).
+// Argument checks of the `highway_gate`, `highway_gate_backward` and `highway` ops and the host loop of
+// `highway`, shared by the CPU and CUDA bindings (each checks x's device type first and the dtypes it
+// supports after, and brings its gate kernel).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -10,8 +11,8 @@
 
 namespace elmo_fast {
 
-// projected: [N, 2H] ([transform | gate]), x: [N, H], of one dtype: the `highway_gate` op's
-// shapes (each binding then checks its own device type and dtypes).
+// projected: [N, 2H] ([transform | gate]), x: [N, H], of one dtype on one device: the `highway_gate`
+// op's arguments.
 inline void check_highway_gate_args(const at::Tensor& projected, const at::Tensor& x) {
   static constexpr char kOp[] = "highway_gate";
   ELMO_CHECK_DIM(projected, 2);
@@ -20,7 +21,24 @@ inline void check_highway_gate_args(const at::Tensor& projected, const at::Tenso
              projected.size(0), " and ", x.size(0));
   ELMO_CHECK(projected.size(1) == 2 * x.size(1), "projected must have 2 * H = ", 2 * x.size(1),
              " columns ([transform | gate]) for x of shape ", x.sizes(), ", got ", projected.size(1));
+  ELMO_CHECK_SAME_DEVICE(projected, x);
   ELMO_CHECK_SAME_DTYPE(projected, x);
+}
+
+// grad: [N, H], projected: [N, 2H], x: [N, H], of one dtype on one device: `highway_gate_backward`'s.
+inline void check_highway_gate_backward_args(const at::Tensor& grad, const at::Tensor& projected,
+                                             const at::Tensor& x) {
+  static constexpr char kOp[] = "highway_gate_backward";
+  ELMO_CHECK_DIM(projected, 2);
+  ELMO_CHECK_DIM(x, 2);
+  const int64_t n = x.size(0);
+  const int64_t h = x.size(1);
+  ELMO_CHECK_SHAPE(projected, n, 2 * h);
+  ELMO_CHECK_SHAPE(grad, n, h);
+  ELMO_CHECK_SAME_DEVICE(projected, x);
+  ELMO_CHECK_SAME_DEVICE(grad, x);
+  ELMO_CHECK_SAME_DTYPE(projected, x);
+  ELMO_CHECK_SAME_DTYPE(grad, x);
 }
 
 // x: [N, F]; highway_weights: L x [2F, F]; highway_biases: L x [2F]; proj_weight: [P, F];

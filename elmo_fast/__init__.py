@@ -6,13 +6,15 @@ The package, by room:
                                  reference twins, the compiled ops, ``ElmoBiLm`` and the parts it composes
                                  (backends, precision, distinct rows, token cache, derived weights, CUDA
                                  graphs, legacy state-dict keys), ``ScalarMix``
-* :mod:`elmo_fast.formats`       model files (bilm-tf's options.json + weights.hdf5, ELMoForManyLangs' directories),
-                                 random models of the official shapes
+* :mod:`elmo_fast.formats`       model files (bilm-tf's options.json + weights.hdf5, ELMoForManyLangs' directories,
+                                 the NLPL repository's archives), random models of the official shapes
 * :mod:`elmo_fast.model_source`  which model a constructor was given (files, a directory, weights, or the bundled one)
 * :mod:`elmo_fast.embedding`     ``ElmoEmbedder`` and corpus-scale ``embed_file`` (a pipeline, one module a stage)
 * :mod:`elmo_fast.compat`        allennlp's ``Elmo`` and ``ConfigurationError``, TF-Hub's signatures,
-                                 ELMoForManyLangs' ``Embedder`` (compat/elmoformanylangs.py)
+                                 ELMoForManyLangs' ``Embedder`` (compat/elmoformanylangs.py), simple_elmo's
+                                 ``ElmoModel`` (compat/simple_elmo.py)
 * :mod:`elmo_fast.manylangs`     ``from elmo_fast.manylangs import Embedder``: ELMoForManyLangs' API and models
+* :mod:`elmo_fast.simple_elmo`   ``from elmo_fast.simple_elmo import ElmoModel``: simple_elmo's API, NLPL archives
 * :mod:`elmo_fast.pretrained`    models by name
 * :mod:`elmo_fast.convert`       TensorFlow checkpoints (bilm-tf runs, TF-Hub modules) into model directories
 * :mod:`elmo_fast.cli`           the ``elmo-fast`` command

@@ -16,7 +16,7 @@ REBUILD_HINT = ("from a source tree, `pip install --no-build-isolation -e .` (or
 
 
 def build_info() -> ModuleType | None:
-    """elmo_fast._build_info (TORCH_VERSION, TORCH_CUDA, WITH_CUDA, CUDA_DECISION, PYTHON), or None
+    """elmo_fast._build_info (TORCH_VERSION, TORCH_CUDA, WITH_CUDA, CUDA_DECISION, CUDA_ARCHS, PYTHON), or None
     when this install has no record (not built, or built before setup.py wrote one)."""
     try:  # generated data, not code: read by name
         return importlib.import_module("elmo_fast._build_info")

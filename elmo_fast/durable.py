@@ -49,6 +49,7 @@ import re
 import secrets
 import socket
 import sys
+import tempfile
 from typing import IO, Any, Callable, Iterator, NamedTuple
 
 from .errors import ElmoFastError
@@ -545,6 +546,15 @@ class FileWriter:
                 self.file.close()
             self.file = None
         remove_quietly(self.temp)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str = "elmo-fast-") -> Iterator[str]:
+    """A private temporary folder (in the system's temporary area) for files that are never outputs,
+    such as a model written only to be read back: removed with its content on leaving the block,
+    however it is left. Outputs never pass through it: they are written beside their final name."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        yield directory
 
 
 @contextlib.contextmanager

@@ -39,6 +39,12 @@ def test_bench_train_ops():
     assert "whole biLM" in out and "train/infer" in out
 
 
+def test_bench_simple_elmo(tmp_path):
+    # elmo-fast's row only: simple_elmo's needs TensorFlow in a side environment, which CI does not have
+    out = _run("bench_simple_elmo.py", "--quick", "--systems", "elmo-fast", "--cache-dir", tmp_path)
+    assert "| elmo-fast (fast) |" in out and "vectors not compared" in out
+
+
 def test_bench_serve():
     out = _run("bench_serve.py", "--quick")
     assert "| server, batching | 1 | " in out and "| batch 1: " in out and "% time |" in out

@@ -5,8 +5,8 @@ lstm_layer_backward); then a whole biLM's gradients through ops.char_cnn, ops.hi
 ops.bilstm_train running these kernels.
 
 Two targets, as in tests/test_cuda.py (whose fixtures these are): "cuda" (a GPU and a CUDA build;
-skips otherwise) and "emulated" (the same kernels and bindings on the CPU emulator,
-ELMO_FAST_CUDA_EMULATION=1). Every tensor the ops allocate starts as NaN (deterministic mode's fill
+skips otherwise) and "emulated" (the same kernels and bindings on the CPU emulator: the cases marked
+@emulated_by_default in every run, all of them with ELMO_FAST_CUDA_EMULATION=1). Every tensor the ops allocate starts as NaN (deterministic mode's fill
 of uninitialized memory, on both targets), so an element a kernel forgets to write fails.
 """
 import contextlib
@@ -20,8 +20,8 @@ from elmo_fast.bilm.reference import char_cnn_ref, highway_gate_ref, lstm_layer_
 from test_backward import (GRADCHECK_CASES, elmo_ids, gate_case, indexed_case, layer_case, near_ties,
                            random_cnn)
 from test_char_cnn import ELMO_FILTERS, TINY_FILTERS
-from test_cuda import (ALL_DTYPES, LOW_PRECISION, cuda_target, emulated_target, exact_fp32, poison,  # noqa: F401
-                       same_layout_on, sentences, target)
+from test_cuda import (ALL_DTYPES, LOW_PRECISION, cuda_target, emulated_by_default, emulated_target,  # noqa: F401
+                       exact_fp32, poison, same_layout_on, sentences, target)
 from test_gradients import bilm_fast_train, rebuild
 from tolerances import GRAD_RTOL, assert_close, assert_grad_close
 
@@ -64,6 +64,8 @@ def assert_low_precision_grad(got, want, dtype, what):
 # --- highway_gate_backward ---------------------------------------------------------------------------
 
 
+@emulated_by_default(lambda n, h, layout, dtype: ((n, h), layout, dtype) in (((129, 257), "sliced", torch.float32),
+                                                                         ((7, 16), "contiguous", torch.bfloat16)))
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "sliced", "transposed"])
 @pytest.mark.parametrize("n,h", [(0, 3), (1, 1), (7, 16), (129, 257), (33, 2048)])
@@ -82,6 +84,7 @@ def test_highway_gate_backward(target, n, h, layout, dtype):
             assert_grad_close(g, w, dtype=dtype, what=f"{what} {name}")
 
 
+@emulated_by_default()
 def test_highway_gate_backward_expanded_gradient(target):
     projected, x = gate_case(9, 5, torch.float32, seed=1)
     grad = torch.ones(1, 1).expand(9, 5)  # out.sum()'s gradient: stride 0 everywhere
@@ -130,6 +133,7 @@ def check_char_cnn_backward(target, ids, emb, ws, bs, activation, what, seed=0, 
     return got_e, got_w, got_b
 
 
+@emulated_by_default(lambda n, activation, dtype: n == 37 and activation == "tanh" and dtype == torch.float32)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 @pytest.mark.parametrize("n", [1, 2, 37])
@@ -147,12 +151,14 @@ def test_char_cnn_backward_elmo_filters(target):
     check_char_cnn_backward(target, elmo_ids(n, seed=5), emb, ws, bs, "relu", f"{target.name} ELMo filters N={n}")
 
 
+@emulated_by_default(lambda dtype: dtype == torch.bfloat16)
 @pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
 def test_char_cnn_backward_low_precision(target, dtype):
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, dtype, seed=11)
     check_char_cnn_backward(target, elmo_ids(21, seed=11), emb, ws, bs, "tanh", f"{target.name} {dtype}", seed=11)
 
 
+@emulated_by_default(lambda chars: chars in (1, 600))
 @pytest.mark.parametrize("chars", [1, 7, 64, 100, 600])
 def test_char_cnn_backward_other_token_lengths(target, chars):
     # Rows of L != 50 ids, filters of every width up to L, 0 filters in one convolution, a vocabulary
@@ -166,6 +172,7 @@ def test_char_cnn_backward_other_token_lengths(target, chars):
     check_char_cnn_backward(target, ids, emb, ws, bs, "relu", f"{target.name} char_cnn_backward L={chars}")
 
 
+@emulated_by_default()
 def test_char_cnn_backward_expanded_gradient_and_no_tokens(target):
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float64, seed=3)
     ids = elmo_ids(30, seed=3)
@@ -188,6 +195,7 @@ def test_char_cnn_backward_unused_rows_get_zero(target):
     assert torch.all(e.cpu()[unused] == 0) and e.cpu()[~unused].abs().sum() > 0
 
 
+@emulated_by_default()
 def test_char_cnn_backward_bad_id_gives_nan(target):
     # The forward gives such a token a NaN row (no device sync to check ids): its gradients say so too.
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=4)
@@ -198,6 +206,21 @@ def test_char_cnn_backward_bad_id_gives_nan(target):
                                              [x.to(target.device) for x in ws], [x.to(target.device) for x in bs],
                                              "tanh")
     assert all(t.isnan().any() for t in b) and e.isnan().any()
+
+
+@emulated_by_default(lambda budget: budget == 10_000)
+@pytest.mark.parametrize("budget", [1, 10_000, 300_000])
+def test_char_cnn_backward_histogram_within_its_budget(target, monkeypatch, budget):
+    """The histogram pass's workspace stays within its budget (256 MB; here 1 byte: one character id per
+    pass; 10 kB: 4 ids per pass; 300 kB: every id, 3 token chunks) by slicing the vocabulary into
+    passes: the gradients are the same. (At 256 MB, ELMo's filters and 10k characters
+    would have needed 0.5 GB in one pass.)"""
+    monkeypatch.setenv("ELMO_FAST_CHAR_CNN_HIST_BYTES", str(budget))
+    emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=12, vocab=40)
+    ids = torch.randint(0, 40, (130, 9), generator=torch.Generator().manual_seed(12))
+    ids[3, 4] = 0  # row 0 of the embedding used too
+    check_char_cnn_backward(target, ids, emb, ws, bs, "relu",
+                            f"{target.name} char_cnn_backward, histogram budget {budget} bytes", seed=12)
 
 
 def test_char_cnn_backward_is_deterministic(target):
@@ -270,6 +293,8 @@ def run_layer(target, case, cell_clip, proj_clip, token_index=None, grads=("y", 
     return got
 
 
+@emulated_by_default(lambda B, T, P, C, lengths, clips, dtype: (B, T, P, C) == (6, 13, 37, 50) and clips == (1.0, 0.7)
+                     and dtype == torch.float32)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("clips", [(1.0, 0.7), (None, None), (3.0, 0.0)], ids=["clips", "no_clips", "cell_clip"])
 @pytest.mark.parametrize("B,T,P,C,lengths", GRADCHECK_CASES + [(9, 19, 16, 64, None), (6, 13, 37, 50, None)])
@@ -286,6 +311,7 @@ def test_lstm_layer_non_contiguous_gates(target, layout, state):
     run_layer(target, case, 1.0, 0.7)
 
 
+@emulated_by_default(lambda grads: grads == ("h", "c"))
 @pytest.mark.parametrize("grads", [("y",), ("h",), ("c",), ("h", "c"), ()], ids=lambda g: "+".join(g) or "none")
 def test_lstm_layer_backward_of_some_outputs(target, grads):
     case = layer_case(5, 7, 4, 6, torch.float64, seed=8, lengths=[7, 2, 0, 5, 1])
@@ -310,6 +336,7 @@ def test_lstm_layer_backward_expanded_output_gradient(target):
         assert_grad_close(g, w, what=f"{target.name} expanded grad_y: {name}")
 
 
+@emulated_by_default(lambda mode, dtype: mode == "repeated" and dtype == torch.float32)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("mode", ["packed", "repeated", "spare"])
 def test_lstm_layer_token_index(target, mode, dtype):
@@ -343,6 +370,7 @@ def test_lstm_layer_is_deterministic(target):
     assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 
+@emulated_by_default()
 def test_lstm_layer_errors_are_the_cpu_ops(target):
     xg, lengths, w_hh, w_proj, h0, c0 = layer_case(3, 4, 3, 5, torch.float32, seed=0, lengths=[4, 1, 2])
     op = target.op("lstm_layer_forward")
@@ -406,6 +434,7 @@ def ran_ops(target):
     ran.update(e.name[len(library):] for e in prof.function_events if e.name.startswith(library))
 
 
+@emulated_by_default(lambda dtype: dtype == torch.float32)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_whole_bilm_training_on_the_target_equals_the_reference(target, ops_on, random_models, dtype):
     """bilm_ref's outputs and the gradients of every weight, from the fast ops under autograd (char_cnn,

@@ -4,7 +4,7 @@ block is accepted by the argument parser.
 Each python block runs alone, in a namespace of its own (a reader copies one block, not the ones
 before it), in a fresh working directory holding what the snippets name: ``options.json`` and
 ``weights.hdf5`` of a random ``small`` model, ``hun``, a random tiny ELMoForManyLangs model
-directory, and ``sentences.txt``. It runs offline:
+directory, ``elmo_model``, the same model as an NLPL archive's folder, and ``sentences.txt``. It runs offline:
 ``ELMO_FAST_CACHE`` points at a cache pre-filled with that model under every name
 ``fetch_model`` knows, and ``ELMO_FAST_BASE_URL`` at a closed local port, so that a snippet that
 needs the network fails instead of downloading. A comment ``# np.ndarray (3, 4, D)``,
@@ -61,6 +61,9 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
     root, options, weights, cache = workdir
     for src, name in ((options, "options.json"), (weights, "weights.hdf5"), (root / "hun", "hun")):
         (tmp_path / name).symlink_to(src)
+    (tmp_path / "elmo_model").mkdir()  # an NLPL archive's folder, for the simple_elmo snippet
+    for src, name in ((options, "options.json"), (weights, "model.hdf5")):
+        (tmp_path / "elmo_model" / name).symlink_to(src)
     (tmp_path / "sentences.txt").write_text("The cat sat on the mat .\nELMo gives every token a vector .\n",
                                             encoding="utf-8")
     monkeypatch.chdir(tmp_path)

@@ -1,29 +1,69 @@
-"""The one tolerance table of the project: every comparison of a fast op with its oracle uses it.
-
-Tolerances are for outputs of magnitude ~1, checked elementwise as |actual - expected| <=
-atol + rtol * |expected|, where ``expected`` is the reference computed in float64 on the same
-(already rounded) inputs, so the table bounds the op's own error, not input rounding.
-
-* float64: only summation order differs from the oracle; 1e-12 leaves room for long reductions.
-* float32: the project's bar, max abs error <= 1e-5 (rtol 0): ~100 ulp at 1.0, room for fp32
-  accumulation in matmuls and LSTM recurrences, far below anything that moves an embedding.
-* bfloat16: 8-bit mantissa, one rounding costs up to 2^-9 ~ 2e-3 relative. Kernels compute in
-  fp32 and round once, but a layer chains a few bf16 roundings (matmul inputs, stored states):
-  rtol 1e-2 is ~5 roundings, atol 2e-2 covers cancellation near 0 at output magnitude ~1.
-* float16: 11-bit mantissa, one rounding ~ 2^-12 ~ 2.4e-4 relative: the bf16 budget scaled by 8.
+"""The tests' assertions over the project's bounds: per op, the one tolerance table
+:mod:`elmo_fast.bilm.tolerances` (in the package so that ``elmo-fast doctor`` and
+``ELMO_FAST_SELFCHECK`` hold the installed ops to the same bounds; its docstring says where each
+bound comes from); for the whole model, each precision's stated bound (:mod:`elmo_fast.bilm.precision`).
 """
 from __future__ import annotations
 
 import torch
 
 from elmo_fast.bilm.precision import PRECISIONS
+from elmo_fast.bilm.tolerances import GRAD_RTOL, TOL, max_abs_error
 
-TOL: dict[torch.dtype, dict[str, float]] = {
-    torch.float64: dict(atol=1e-12, rtol=0.0),
-    torch.float32: dict(atol=1e-5, rtol=0.0),
-    torch.bfloat16: dict(atol=2e-2, rtol=1e-2),
-    torch.float16: dict(atol=2.5e-3, rtol=1.25e-3),
-}
+__all__ = ["GRAD_RTOL", "MODEL_BF16", "MODEL_BOUNDS", "TOL", "assert_close", "assert_grad_close", "max_abs_error"]
+
+
+# --- The fp32 bar from a rounding-error model (the whole model on a GPU, the CUDA emulator) -------------
+#
+# The 1e-5 bar is the CPU's: there, fp32 GEMMs are MKL's blocked sums and every measured error was a few
+# 1e-6. A GPU computes the same dot products in another order, and nvcc fuses a * b + c into one FMA
+# (--fmad=true, the default; the emulator is built with -ffp-contract=fast to match). How large may the
+# fp32 error of the whole biLM then be? The model (Higham & Mary's probabilistic rounding analysis):
+#
+#   * every fp32 operation rounds its exact result t to t (1 + d), the d independent, |d| <= u = 2^-24,
+#     mean 0, variance <= u^2 / 3 (the error is uniform within half an ulp, and an ulp is <= 2u|t|);
+#   * a dot product s = sum_i p_i, p_i = x_i w_i over K terms, accumulated one term after another (what a
+#     cuBLAS thread does over K without split-K, and the emulated kernels' loops) with FMA rounds each
+#     partial sum t_k = p_1 + ... + p_k once: fl(s) - s = sum_k d_k t_k. Partial sums of terms of either
+#     sign grow like a random walk, E[t_k^2] = k ||p||^2 / K, so
+#         sigma_FMA^2 = (u^2 / 3) sum_k E[t_k^2] = (u^2 / 3) (K + 1) / 2 ||p||^2 ~ u^2 (K / 6) ||p||_2^2;
+#     without FMA each product rounds too: sigma^2 gains (u^2 / 3) ||p||^2, i.e. K -> K + 2. FMA or not,
+#     sigma differs by sqrt(1 + 2 / K) <= 1.002 for the model's K >= 512: contraction moves no bound.
+#     (A blocked or split-K order has smaller partial sums, hence a smaller sigma: the recursive order is
+#     the model's upper estimate.)
+#   * the elementwise work of a step (gate sum, sigmoid / tanh, c = f c + i g, m = o tanh(c), the clips)
+#     adds a few roundings of relative size u: ~1e-7 at |c| <= 3, below a tenth of one GEMM's sigma
+#     (u sqrt(K / 6) ||p||_2 ~ 1e-6 for the recurrent and projection GEMMs at 'original' sizes);
+#   * the errors propagate through the highway layers and every LSTM step (gates, cell, clips, skip
+#     connections) as the computation propagates them. To first order the output error is linear in the
+#     d_k; rather than form the Jacobians, tests/rounding_model.py runs the float64 reference with every
+#     GEMM and convolution output perturbed by N(0, sigma^2) of its own sigma (||p||_2 from the actual
+#     inputs and weights): the deviation from the unperturbed float64 run is a sample of the fp32 error
+#     the model predicts, with the step-to-step propagation included. The bound is 1.5x the largest
+#     deviation over 2 such samples (the largest of ~10^5 Gaussian-like elements moves by < 20% between
+#     samples).
+#
+# Numbers (random weights of elmo_fast.formats.random_models with the clips exercised, outputs up to |6|, the batch of
+# tests/test_cuda.py::test_ops_bilm_matches_reference; max abs error against the float64 reference):
+#
+#   preset     model, FMA   model, no FMA   bound (1.5x)   emulator (FMA)   CPU fast   fp32 reference
+#   tiny       1.6e-6       1.6e-6          1e-5 (bar)     1.3e-6           1.3e-6     1.9e-6
+#   small      1.10e-5      1.11e-5         1.7e-5         3.1e-6           2.2e-6     4.0e-6
+#   original   1.51e-5      1.51e-5         2.3e-5         6.3e-6           4.2e-6     3.7e-6
+#
+# FMA moves nothing (as derived); the blocked CPU sums stay at a few 1e-6, but a GPU summing 512 and
+# 4096 terms one after another may reach the model's 1.1e-5 on 'small' and 1.5e-5 on 'original': the
+# 1e-5 bar is not a bound a GPU must meet on these shapes. The GPU tests of the whole model in fp32
+# (presets 'small' and 'original') therefore take the model's bound (fp32_model_bound); the CPU keeps
+# the bar, and so does the emulator (its GEMMs are the CPU's; tests/test_cuda.py runs the table's
+# emulator column as test_fp32_error_within_the_rounding_model).
+MODEL_BOUND_SAFETY = 1.5
+
+
+def fp32_model_bound(modeled: float) -> float:
+    """The fp32 bound from the model's largest deviation (tests/rounding_model.py: modeled_error, with
+    FMA), never below the fp32 bar."""
+    return max(TOL[torch.float32]["atol"], MODEL_BOUND_SAFETY * modeled)
 
 
 #: The whole model in each precision (elmo_fast.bilm.precision, which states these bounds, as the
@@ -35,18 +75,6 @@ TOL: dict[torch.dtype, dict[str, float]] = {
 MODEL_BOUNDS = {p.name: dict(max_rel=p.bound.max_rel, rms_rel=p.bound.rms_rel)
                 for p in PRECISIONS.values() if p.bound.rms_rel is not None}
 MODEL_BF16 = MODEL_BOUNDS["bf16"]
-
-
-#: Gradients of the fast ops' backward passes against the reference twin's autograd, computed in
-#: float64 on the same (already rounded) inputs. A gradient's entries span orders of magnitude (a
-#: weight's gradient sums over every token), so the bar is relative to the gradient's scale:
-#:     max |actual - expected| <= rtol * max |expected|        (over the whole gradient tensor)
-#: float64: summation order only. float32: 1e-5 of the largest entry (~100 ulp of it), room for the
-#: fp32 recurrence over a few dozen steps and the long sums of the weight gradients. bfloat16 and
-#: float16 (kernels computing in fp32 and rounding the result once: the highway gate; the char CNN on
-#: CUDA): two half-ulps of the largest entry, 2^-8 and 2^-10.
-GRAD_RTOL: dict[torch.dtype, float] = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 4e-3,
-                                       torch.float16: 1e-3}
 
 
 def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None,
@@ -68,13 +96,6 @@ def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch
     bound = GRAD_RTOL[dtype] * scale
     assert err <= bound, (f"{prefix}max abs error {err:.3e} > {GRAD_RTOL[dtype]:g} * max |expected| "
                           f"({scale:.3e}) for {dtype}")
-
-
-def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """max |actual - expected| in float64 (0.0 for empty tensors, nan if any side has a NaN)."""
-    if actual.numel() == 0:
-        return 0.0
-    return (actual.detach().double().cpu() - expected.detach().double().cpu()).abs().max().item()
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None,

@@ -1,7 +1,7 @@
 // CPU kernel of the character CNN: for every token (a row of L character ids; ELMo's L is 50) and every
 // convolution k (n_k filters of width w_k over D-dim character embeddings),
 //   out[t, off_k + f] = act(max_p (b_k[f] + sum_{j<w_k} sum_d E[ids[t, p + j], d] W_k[f, d, j])),
-// p over the L - w_k + 1 valid windows. Oracle: elmo_fast.reference.char_cnn_ref.
+// p over the L - w_k + 1 valid windows. Oracle: elmo_fast.bilm.reference.char_cnn_ref.
 //
 // Three exact rewrites make it two orders of magnitude cheaper than the convolution (about
 // 18 MFLOP per token for ELMo's 2048 filters):
@@ -48,6 +48,7 @@
 #include <tuple>
 #include <vector>
 
+#include "char_cnn_args.h"
 #include "checks.h"
 #include "cpu/vec_math.h"
 
@@ -829,58 +830,25 @@ std::vector<int64_t> char_cnn_histograms(const CharCnnParams<scalar_t>& p, const
   return pr.used;
 }
 
-// Checks char_cnn's arguments (op name kOp) and returns the number of output columns, sum n_k:
-// char_ids [N, L] int64 with ids in [0, V) (L >= 1; allennlp's and bilm-tf's L is 50, ELMoForManyLangs'
-// its config's max_characters_per_token), char_embedding [V, D], conv_weights[k] [n_k, D, w_k] (w_k <= L),
-// conv_biases[k] [n_k] (float32 or float64, all the same), on CPU; activation "relu" or "tanh".
-int64_t check_char_cnn_args(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
-                            at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
-  ELMO_CHECK_DIM(char_ids, 2);
-  const int64_t chars = char_ids.size(1);
-  ELMO_CHECK(chars >= 1, "char_ids must have at least one character id per token (shape [N, L]), got shape ",
-             char_ids.sizes());
-  ELMO_CHECK_DTYPE(char_ids, at::kLong);
+// Checks char_cnn's arguments (op name kOp) and returns the sizes they imply: the shared rules (char_cnn_args.h: char_ids [N, L] int64 with L >= 1, allennlp's and bilm-tf's L is 50,
+// ELMoForManyLangs' its config's max_characters_per_token; char_embedding [V, D]; conv_weights[k]
+// [n_k, D, w_k] with w_k <= L; conv_biases[k] [n_k]; one dtype, one device), then the CPU op's own:
+// CPU tensors, float32 or float64, and ids in [0, V).
+CharCnnDims check_char_cnn_cpu_args(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
+                                at::TensorList conv_weights, at::TensorList conv_biases,
+                                c10::string_view activation) {
   ELMO_CHECK_CPU(char_ids);
-  ELMO_CHECK_DIM(char_embedding, 2);
-  ELMO_CHECK_CPU(char_embedding);
   const at::ScalarType dtype = char_embedding.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "char_embedding has dtype ", dtype_name(dtype),
              "; supported: float32, float64");
-  const int64_t vocab = char_embedding.size(0), dim = char_embedding.size(1);
-  ELMO_CHECK(vocab <= std::numeric_limits<int32_t>::max(), "char_embedding has ", vocab,
-             " rows; at most 2^31 - 1 are supported");
-  ELMO_CHECK(activation == "relu" || activation == "tanh", "activation must be \"relu\" or \"tanh\", got \"",
-             std::string(activation), "\"");
-  ELMO_CHECK(!conv_weights.empty(), "conv_weights must hold at least one convolution, got none");
-  ELMO_CHECK(conv_weights.size() == conv_biases.size(),
-             "conv_weights and conv_biases must have the same length (one bias per convolution), got ",
-             conv_weights.size(), " and ", conv_biases.size());
-  int64_t out_cols = 0;
-  for (size_t k = 0; k < conv_weights.size(); ++k) {
-    const at::Tensor& w = conv_weights[k];
-    const at::Tensor& b = conv_biases[k];
-    ELMO_CHECK(w.dim() == 3, "conv_weights[", k, "] must have 3 dims ([n, D, w]), got shape ", w.sizes());
-    ELMO_CHECK(w.size(1) == dim, "conv_weights[", k, "] must have D = ", dim,
-               " input channels (char_embedding is ", char_embedding.sizes(), "), got shape ", w.sizes());
-    ELMO_CHECK(w.size(2) >= 1 && w.size(2) <= chars, "conv_weights[", k, "] must have a width in 1..",
-               chars, " (the characters per token of char_ids, ", char_ids.sizes(), "), got shape ", w.sizes());
-    ELMO_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv_biases[", k, "] must have shape [",
-               w.size(0), "] (one bias per filter of conv_weights[", k, "]), got shape ", b.sizes());
-    ELMO_CHECK(w.scalar_type() == dtype, "conv_weights[", k, "] must have the dtype of char_embedding (",
-               dtype_name(dtype), "), got ", dtype_name(w.scalar_type()));
-    ELMO_CHECK(b.scalar_type() == dtype, "conv_biases[", k, "] must have the dtype of char_embedding (",
-               dtype_name(dtype), "), got ", dtype_name(b.scalar_type()));
-    ELMO_CHECK(w.device().is_cpu(), "conv_weights[", k, "] must be a CPU tensor, got ", w.device());
-    ELMO_CHECK(b.device().is_cpu(), "conv_biases[", k, "] must be a CPU tensor, got ", b.device());
-    out_cols += w.size(0);
-  }
-  if (char_ids.size(0) > 0) {
+  const CharCnnDims dims = check_char_cnn_args(kOp, char_ids, char_embedding, conv_weights, conv_biases, activation);
+  if (dims.n > 0) {
     const auto [lo, hi] = at::aminmax(char_ids);
     const int64_t min_id = lo.item<int64_t>(), max_id = hi.item<int64_t>();
-    ELMO_CHECK(min_id >= 0 && max_id < vocab, "char_ids must hold ids in [0, ", vocab,
+    ELMO_CHECK(min_id >= 0 && max_id < dims.vocab, "char_ids must hold ids in [0, ", dims.vocab,
                ") (rows of char_embedding), got values in [", min_id, ", ", max_id, "]");
   }
-  return out_cols;
+  return dims;
 }
 
 // The kernel's view of checked arguments; `convs` holds the convolutions it points to.
@@ -925,7 +893,7 @@ at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embed
                         at::TensorList conv_weights, at::TensorList conv_biases,
                         c10::string_view activation) {
   const int64_t out_cols =
-      check_char_cnn_args("char_cnn", char_ids, char_embedding, conv_weights, conv_biases, activation);
+      check_char_cnn_cpu_args("char_cnn", char_ids, char_embedding, conv_weights, conv_biases, activation).cols;
   const int64_t n = char_ids.size(0);
   at::Tensor out = at::empty({n, out_cols}, char_embedding.options().memory_format(at::MemoryFormat::Contiguous));
   AT_DISPATCH_FLOATING_TYPES(char_embedding.scalar_type(), "char_cnn", [&] {
@@ -947,11 +915,10 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     const at::Tensor& grad_out, const at::Tensor& char_ids, const at::Tensor& char_embedding,
     at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
   static constexpr char kOp[] = "char_cnn_backward";
-  const int64_t out_cols = check_char_cnn_args(kOp, char_ids, char_embedding, conv_weights, conv_biases, activation);
-  const int64_t n = char_ids.size(0);
-  ELMO_CHECK_SHAPE(grad_out, n, out_cols);
-  ELMO_CHECK_SAME_DTYPE(grad_out, char_embedding);
-  ELMO_CHECK_CPU(grad_out);
+  const CharCnnDims dims =
+      check_char_cnn_cpu_args(kOp, char_ids, char_embedding, conv_weights, conv_biases, activation);
+  check_char_cnn_grad(kOp, dims, grad_out, char_ids, char_embedding);
+  const int64_t out_cols = dims.cols;
   // Rows are read with unit column stride (an expanded gradient is materialized).
   const at::Tensor grad = (out_cols <= 1 || grad_out.stride(1) == 1) ? grad_out : grad_out.contiguous();
   const auto opts = char_embedding.options().memory_format(at::MemoryFormat::Contiguous);

@@ -75,9 +75,8 @@ at::Tensor with_contiguous_rows(const at::Tensor& t) {
 // projected: [N, 2H], x: [N, H] -> [N, H], same dtype (float32, float64, bfloat16), on CPU.
 at::Tensor highway_gate_cpu(const at::Tensor& projected, const at::Tensor& x) {
   static constexpr char kOp[] = "highway_gate";
-  check_highway_gate_args(projected, x);
-  ELMO_CHECK_CPU(projected);
   ELMO_CHECK_CPU(x);
+  check_highway_gate_args(projected, x);
   const int64_t n = x.size(0);
   const int64_t h = x.size(1);
   const at::ScalarType dtype = x.scalar_type();
@@ -153,17 +152,10 @@ void highway_gate_grad_rows(const HighwayGateGradParams<scalar_t>& p, int64_t ro
 std::tuple<at::Tensor, at::Tensor> highway_gate_backward_cpu(const at::Tensor& grad, const at::Tensor& projected,
                                                              const at::Tensor& x) {
   static constexpr char kOp[] = "highway_gate_backward";
-  ELMO_CHECK_DIM(projected, 2);
-  ELMO_CHECK_DIM(x, 2);
+  ELMO_CHECK_CPU(x);
+  check_highway_gate_backward_args(grad, projected, x);
   const int64_t n = x.size(0);
   const int64_t h = x.size(1);
-  ELMO_CHECK_SHAPE(projected, n, 2 * h);
-  ELMO_CHECK_SHAPE(grad, n, h);
-  ELMO_CHECK_CPU(grad);
-  ELMO_CHECK_CPU(projected);
-  ELMO_CHECK_CPU(x);
-  ELMO_CHECK_SAME_DTYPE(projected, x);
-  ELMO_CHECK_SAME_DTYPE(grad, x);
   const at::ScalarType dtype = x.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16,
              "x has dtype ", dtype_name(dtype), "; supported: float32, float64, bfloat16");

@@ -15,7 +15,6 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -57,34 +56,6 @@ at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) 
   }
 #endif
   return at::empty(sizes, options);
-}
-
-Schedule make_schedule(const int64_t* lengths, int64_t batch, int64_t time) {
-  Schedule s;
-  s.batch = batch;
-  s.time = time;
-  s.order.resize(batch);
-  std::iota(s.order.begin(), s.order.end(), int64_t{0});
-  std::stable_sort(s.order.begin(), s.order.end(),
-                   [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
-  s.rank.resize(batch);
-  s.length.resize(batch);
-  for (const auto j : c10::irange(batch)) {
-    s.rank[s.order[j]] = j;
-    s.length[j] = lengths[s.order[j]];
-  }
-  const int64_t steps = batch > 0 ? s.length[0] : 0;
-  s.active.assign(steps, 0);
-  s.offset.assign(steps + 1, 0);
-  for (const auto t : c10::irange(steps)) {
-    int64_t n = 0;
-    while (n < batch && s.length[n] > t) {
-      ++n;
-    }
-    s.active[t] = n;
-    s.offset[t + 1] = s.offset[t] + n;
-  }
-  return s;
 }
 
 void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows) {

@@ -1,8 +1,7 @@
 // Pieces shared by the CPU LSTM kernels: the inference stack `bilstm` (lstm_cpu.cpp) and the trainable
 // layer `lstm_layer_forward` / `lstm_layer_backward` (lstm_layer_cpu.cpp):
 //   * the per-ISA compilation of float kernels and the choice of level (kernel_isa),
-//   * the schedule: rows sorted by length so that the rows still running at step s are a prefix,
-//     stored packed step after step (as a PackedSequence),
+//   (the plan, rows sorted by length and stored packed step after step, is both backends': lstm_plan.h)
 //   * the GEMMs of one step (linear_nt: the op's own GEMV for few rows, else BLAS) and the tuning
 //     of that crossover and of how the two directions share the threads.
 #pragma once
@@ -14,6 +13,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "lstm_plan.h"
 
 namespace elmo_fast {
 namespace lstm_cpu {
@@ -52,26 +53,6 @@ Isa kernel_isa();
 #define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel) \
   void name(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }
 #endif
-
-// The order of work shared by both directions and all layers.
-struct Schedule {
-  int64_t batch = 0;               // B
-  int64_t time = 0;                // T (positions per row in the inputs and outputs)
-  std::vector<int64_t> order;      // [B] sorted row j -> input row b (lengths descending, stable)
-  std::vector<int64_t> rank;       // [B] input row b -> sorted row j
-  std::vector<int64_t> length;     // [B] length of sorted row j (descending)
-  std::vector<int64_t> active;     // [S] n_s, rows still running at step s (S = max length)
-  std::vector<int64_t> offset;     // [S + 1] off_s, first packed row of step s; offset[S] = sum of lengths
-
-  int64_t steps() const { return static_cast<int64_t>(active.size()); }
-  int64_t packed_rows() const { return offset.back(); }
-  // The position that (sorted row j, step s) reads / writes in direction d: the backward direction
-  // walks each row from its own last token.
-  int64_t position(int64_t d, int64_t j, int64_t s) const { return d == 0 ? s : length[j] - 1 - s; }
-};
-
-// lengths: [B] values in [0, time] (the caller checked them).
-Schedule make_schedule(const int64_t* lengths, int64_t batch, int64_t time);
 
 // One GEMM operand of weights: w [N, K] contiguous (the dtype of the states, or bfloat16) and its
 // transposed view, so that BLAS computes x @ w^T without copies.

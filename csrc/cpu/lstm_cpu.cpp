@@ -1,6 +1,7 @@
-// CPU kernel of ELMo's stacked projected biLSTM (op `bilstm`; oracle: elmo_fast.reference.bilstm_ref).
+// CPU kernel of ELMo's stacked projected biLSTM (op `bilstm`; oracle: elmo_fast.bilm.reference.bilstm_ref).
 //
-// The whole stack runs here, no Python in the time loop:
+// The whole stack runs here, no Python in the time loop (argument checks and the plan: lstm_args.h and
+// lstm_plan.h, shared with the CUDA op):
 //   * Rows are sorted by length (descending) once, so the rows still running at step s are the
 //     prefix [0, n_s). The backward direction walks each row from its own last token (step s of
 //     sorted row j is position len_j - 1 - s), which gives it the same prefixes; it stays in that
@@ -53,7 +54,7 @@
 namespace elmo_fast {
 namespace {
 
-using namespace lstm_cpu;  // Schedule, Weight, linear_nt, the tuning: shared with lstm_layer_cpu.cpp
+using namespace lstm_cpu;  // Weight, linear_nt, the tuning: shared with lstm_layer_cpu.cpp
 
 // The float cell passes: <states, input gates, recurrent gates, hc>, bf16 as raw bits.
 using CellF32 = lstm::CellParams<float>;
@@ -81,7 +82,7 @@ void proj_elems_any(const lstm::ProjParams<double>& p, int64_t b, int64_t e) { l
 // Everything one call reads.
 template <typename scalar_t>
 struct Problem {
-  const Schedule* sched;
+  const LstmPlan* plan;
   int64_t layers, proj, cell;                  // L, P, C
   const scalar_t* xg0;                         // [U, 2, 4C], rows 4C contiguous
   const int64_t* xg0_offset;                   // [2, packed rows]: element offset of each packed row's gates
@@ -120,7 +121,7 @@ uint16_t* bf16_bits(const at::Tensor& t) {
 
 template <typename scalar_t>
 void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
-  const Schedule& sc = *pb.sched;
+  const LstmPlan& sc = *pb.plan;
   const int64_t B = sc.batch, T = sc.time, P = pb.proj, C = pb.cell, L = pb.layers;
   const int64_t S = sc.steps();
   scalar_t* x = ws.x.mutable_data_ptr<scalar_t>();
@@ -147,23 +148,23 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
         ws.x16.copy_(ws.x);
         at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);  // the cell pass adds the fp32 bias
       } else if (ws.x.scalar_type() == at::kFloat &&
-                 sc.packed_rows() <= gemv_max_rows_for(pb.w_ih[ld].w.numel() * static_cast<int64_t>(sizeof(float)))) {
+                 sc.total() <= gemv_max_rows_for(pb.w_ih[ld].w.numel() * static_cast<int64_t>(sizeof(float)))) {
         // Few rows (short batches): one pass over W_ih in gemv_nt, as the steps' GEMMs.
-        linear_nt(ws.gates, ws.x, pb.w_ih[ld], sc.packed_rows());
+        linear_nt(ws.gates, ws.x, pb.w_ih[ld], sc.total());
         ws.gates.add_(pb.bias[ld]);
       } else {
         at::addmm_out(ws.gates, pb.bias[ld], ws.x, pb.w_ih[ld].w_t);
       }
     }
     for (const auto s : c10::irange(S)) {
-      const int64_t n = sc.active[s];
+      const int64_t n = sc.running[s];
       const int64_t off = sc.offset[s];
       // Input gates: layer 0's from xg0; later layers' from the packed GEMM result (bf16 weights:
       // in bf16, without the bias).
       const bool gates16 = l > 0 && ws.gates16.defined();
       const scalar_t* xg = l == 0 ? pb.xg0 : gates16 ? nullptr : ws.gates.const_data_ptr<scalar_t>() + off * 4 * C;
       const uint16_t* xg16 = gates16 ? bf16_bits(ws.gates16) + off * 4 * C : nullptr;
-      const int64_t* xg_offset = l == 0 ? pb.xg0_offset + d * sc.packed_rows() + off : nullptr;
+      const int64_t* xg_offset = l == 0 ? pb.xg0_offset + d * sc.total() + off : nullptr;
       const scalar_t* bias = gates16 ? pb.bias[ld].template const_data_ptr<scalar_t>() : pb.zeros;
       const auto cell = [&](auto cp, auto rec, auto hc) {
         if constexpr (std::is_same_v<decltype(cp.xg), const uint16_t*>) {
@@ -269,6 +270,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   static constexpr char kOp[] = "bilstm";
   const BilstmDims dims = bilstm_dims(xg0, token_index, weights);
   const int64_t L = dims.L, P = dims.P, C = dims.C, U = dims.U, B = dims.B, T = dims.T;
+  ELMO_CHECK_CPU(xg0);
   const at::ScalarType dtype = xg0.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "xg0 has dtype ", dtype_name(dtype),
              "; supported: float32, float64");
@@ -277,49 +279,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   ELMO_CHECK(wdtype == dtype || (dtype == at::kFloat && wdtype == at::kBFloat16), "weights[1] (w_hh of ",
              "layer 0, forward) has dtype ", dtype_name(wdtype), "; with xg0 of dtype ", dtype_name(dtype),
              " the weights must be ", dtype_name(dtype), dtype == at::kFloat ? " or bfloat16" : "");
-  ELMO_CHECK_CPU(xg0);
-  ELMO_CHECK_CPU(token_index);
-  ELMO_CHECK_CPU(lengths);
-  ELMO_CHECK_DTYPE(token_index, at::kLong);
-  ELMO_CHECK_DTYPE(lengths, at::kLong);
-  check_bilstm_args(dims, xg0, lengths, weights, wdtype, cell_clip, proj_clip, h0_opt, c0_opt);
-  const auto clip_value = [](std::optional<double> v) {
-    // As the reference: None or 0 means no clip.
-    return !v.has_value() || *v == 0.0 ? std::numeric_limits<double>::infinity() : *v;
-  };
-  const double cell_clip_v = clip_value(cell_clip);
-  const double proj_clip_v = clip_value(proj_clip);
-
-  const at::Tensor lengths_c = lengths.contiguous();
+  check_bilstm_args(dims, xg0, token_index, lengths, weights, wdtype, cell_clip, proj_clip, h0_opt, c0_opt);
+  const at::Tensor lengths_c = bilstm_host_lengths(dims, lengths);
   const at::Tensor index_c = token_index.contiguous();
   const int64_t* len_p = lengths_c.const_data_ptr<int64_t>();
   const int64_t* idx_p = index_c.const_data_ptr<int64_t>();
-  for (const auto b : c10::irange(B)) {
-    ELMO_CHECK(len_p[b] >= 0 && len_p[b] <= T, "lengths[", b, "] = ", len_p[b], " is out of range [0, T = ",
-               T, "]");
-    for (const auto t : c10::irange(len_p[b])) {
-      const int64_t u = idx_p[b * T + t];
-      ELMO_CHECK(u >= 0 && u < U, "token_index[", b, ", ", t, "] = ", u, " is out of range for xg0 with ", U,
-                 " rows (positions before lengths[", b, "] = ", len_p[b], " must index xg0)");
-    }
-  }
+  check_token_rows(kOp, idx_p, len_p, B, T, U, "xg0");
 
   // Gates rows must be contiguous; any other layout of xg0's last dim is copied once.
   const at::Tensor xg0_c = (xg0.size(2) <= 1 || xg0.stride(2) == 1) ? xg0 : xg0.contiguous();
-  const Schedule sched = make_schedule(len_p, B, T);
-  const int64_t N = sched.packed_rows();
-  const int64_t n0 = sched.steps() > 0 ? sched.active[0] : 0;
+  const LstmPlan plan = make_lstm_plan(len_p, B, T);
+  const int64_t N = plan.total();
+  const int64_t n0 = plan.first_running();
 
   // Layer 0 reads its gates from xg0 in place: the element offset of each packed row, per direction.
   std::vector<int64_t> xg0_offset(2 * N);
   for (const auto d : c10::irange(2)) {
-    for (const auto s : c10::irange(sched.steps())) {
-      for (const auto j : c10::irange(sched.active[s])) {
-        const int64_t b = sched.order[j];
-        const int64_t u = idx_p[b * T + sched.position(d, j, s)];
-        xg0_offset[d * N + sched.offset[s] + j] = u * xg0_c.stride(0) + d * xg0_c.stride(1);
-      }
-    }
+    plan.for_each_position(d, [&](int64_t r, int64_t, int64_t b, int64_t t) {
+      xg0_offset[d * N + r] = idx_p[b * T + t] * xg0_c.stride(0) + d * xg0_c.stride(1);
+    });
   }
 
   const auto opts = xg0.options().memory_format(at::MemoryFormat::Contiguous);
@@ -353,7 +331,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
 
   AT_DISPATCH_FLOATING_TYPES(dtype, "bilstm", [&] {
     Problem<scalar_t> pb;
-    pb.sched = &sched;
+    pb.plan = &plan;
     pb.layers = L;
     pb.proj = P;
     pb.cell = C;
@@ -374,8 +352,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
     pb.zeros = zeros.const_data_ptr<scalar_t>();
     pb.h0 = h0_c.defined() ? h0_c.const_data_ptr<scalar_t>() : nullptr;
     pb.c0 = c0_c.defined() ? c0_c.const_data_ptr<scalar_t>() : nullptr;
-    pb.cell_clip = static_cast<scalar_t>(cell_clip_v);
-    pb.proj_clip = static_cast<scalar_t>(proj_clip_v);
+    pb.cell_clip = static_cast<scalar_t>(clip_bound(cell_clip));
+    pb.proj_clip = static_cast<scalar_t>(clip_bound(proj_clip));
     pb.out = out.mutable_data_ptr<scalar_t>();
     pb.h_out = h_out.mutable_data_ptr<scalar_t>();
     pb.c_out = c_out.mutable_data_ptr<scalar_t>();

@@ -1,11 +1,11 @@
 // CPU kernels of the trainable projected-LSTM layer, both directions of one layer per call:
 // lstm_layer_forward (the forward, keeping what the backward reads) and lstm_layer_backward
-// (backpropagation through time). Oracle: elmo_fast.reference.lstm_layer_pair_ref under autograd.
+// (backpropagation through time). Oracle: elmo_fast.bilm.reference.lstm_layer_pair_ref under autograd.
 //
-// The machinery is bilstm's (lstm_common.h): rows sorted by length so that the rows running at
-// step s are a prefix [0, n_s), stored packed step after step at [off_s, off_s + n_s); one step's
-// recurrent and projection GEMMs in gemv_nt for few rows, else BLAS; the two directions on the
-// two threads. What differs:
+// The machinery is bilstm's: the plan of lstm_plan.h (rows sorted by length so that the rows
+// running at step s are a prefix [0, n_s), stored packed step after step at [off_s, off_s + n_s)),
+// the checks of lstm_args.h (shared with the CUDA op), and lstm_common.h's GEMMs (gemv_nt for few
+// rows, else BLAS) and threads (the two directions on the two threads). What differs:
 //   * The forward keeps, per packed row, the gate activations i f g o (4C), the unclipped cell
 //     (C), m = o tanh(c) (C) and the unclipped projection (P): `saved`, [2, N, 6C + P] (N = sum of
 //     lengths: nothing for padding), per direction four packed matrices one after the other:
@@ -84,53 +84,24 @@ at::Tensor view_at(const at::Tensor& flat, int64_t at, int64_t rows, int64_t col
   return flat.narrow(0, at, rows * cols).view({rows, cols});
 }
 
-// For every packed row r = off_s + j of direction d: the element offset d*s0 + b*s1 + t*s2 of its
-// position (b = order[j], t = the position step s reads in direction d) in a [2, B, T, .] tensor.
-std::vector<int64_t> position_offsets(const Schedule& sc, int64_t d, int64_t s0, int64_t s1, int64_t s2) {
-  std::vector<int64_t> out(sc.packed_rows());
-  for (const auto s : c10::irange(sc.steps())) {
-    for (const auto j : c10::irange(sc.active[s])) {
-      out[sc.offset[s] + j] = d * s0 + sc.order[j] * s1 + sc.position(d, j, s) * s2;
-    }
-  }
-  return out;
+// Per packed row of direction d: the element offset d s0 + b s1 + t s2 of its position (b, t) in a
+// [2, B, T, .] tensor of strides s0, s1, s2.
+std::vector<int64_t> position_offsets(const LstmPlan& plan, int64_t d, int64_t s0, int64_t s1, int64_t s2) {
+  return plan.per_position(d, [&](int64_t b, int64_t t) { return d * s0 + b * s1 + t * s2; });
 }
 
-// Where each position's input gates live: xg [2, B, T, 4C], or rows of xg [2, U, 4C] picked by
-// token_index [B, T].
-struct GatesLayout {
-  const int64_t* index = nullptr;  // [B, T] contiguous, or nullptr (dense)
-  int64_t batch = 0, time = 0;     // B, T
-  int64_t rows = 0;                // rows of xg per direction: B * T (dense) or U
-
-  // xg's row (per direction) that position (b, t) reads.
-  int64_t row(int64_t b, int64_t t) const { return index != nullptr ? index[b * time + t] : b * time + t; }
-
-  // Per packed row r of direction d: xg's row, and its element offset in xg with strides s0, s1(, s2).
-  std::vector<int64_t> packed_rows(const Schedule& sc, int64_t d) const {
-    std::vector<int64_t> out(sc.packed_rows());
-    for (const auto s : c10::irange(sc.steps())) {
-      for (const auto j : c10::irange(sc.active[s])) {
-        out[sc.offset[s] + j] = row(sc.order[j], sc.position(d, j, s));
-      }
-    }
-    return out;
+// Per packed row of direction d: the element offset of its input gates in xg ([2, B, T, 4C], or
+// [2, U, 4C] read through token_index).
+std::vector<int64_t> gate_offsets(const GateRows& gr, const LstmPlan& plan, int64_t d, const at::Tensor& xg) {
+  if (!gr.index.defined()) {
+    return position_offsets(plan, d, xg.stride(0), xg.stride(1), xg.stride(2));
   }
-  std::vector<int64_t> offsets(const Schedule& sc, int64_t d, const at::Tensor& xg) const {
-    if (index == nullptr) {
-      return position_offsets(sc, d, xg.stride(0), xg.stride(1), xg.stride(2));
-    }
-    std::vector<int64_t> out = packed_rows(sc, d);
-    for (auto& r : out) {
-      r = d * xg.stride(0) + r * xg.stride(1);
-    }
-    return out;
-  }
-};
+  return plan.per_position(d, [&](int64_t b, int64_t t) { return d * xg.stride(0) + gr.row(b, t) * xg.stride(1); });
+}
 
 // Zeroes positions t >= lengths[b] of direction d of a contiguous [2, B, T, width] tensor.
 template <typename scalar_t>
-void zero_padding(scalar_t* base, const Schedule& sc, int64_t d, int64_t width) {
+void zero_padding(scalar_t* base, const LstmPlan& sc, int64_t d, int64_t width) {
   const int64_t B = sc.batch, T = sc.time;
   for (const auto b : c10::irange(B)) {
     const int64_t len = sc.length[sc.rank[b]];
@@ -138,60 +109,9 @@ void zero_padding(scalar_t* base, const Schedule& sc, int64_t d, int64_t width) 
   }
 }
 
-double clip_value(std::optional<double> v) {
-  // As the reference: None or 0 means no clip.
-  return !v.has_value() || *v == 0.0 ? std::numeric_limits<double>::infinity() : *v;
-}
-
 // A [rows, cols] tensor with unit stride along cols (copied only when it has not).
 at::Tensor unit_last_stride(const at::Tensor& t) {
   return (t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous();
-}
-
-// Checks xg, lengths and token_index (op kOp, whose weights check_lstm_layer_weights checks) and
-// returns the layout of the gates; `index_c` and `lengths_c` keep the contiguous copies alive.
-GatesLayout check_gates(const char* kOp, at::IntArrayRef xg_size, const at::Tensor& lengths,
-                        const std::optional<at::Tensor>& token_index, int64_t C, at::Tensor& lengths_c,
-                        at::Tensor& index_c) {
-  ELMO_CHECK_CPU(lengths);
-  ELMO_CHECK(lengths.dim() == 1, "lengths must have 1 dims, got ", lengths.dim());
-  const int64_t B = lengths.size(0);
-  GatesLayout g;
-  g.batch = B;
-  if (token_index.has_value()) {
-    ELMO_CHECK(token_index->dim() == 2 && token_index->size(0) == B, "token_index must have shape [B, T] = [", B,
-               ", T], got ", token_index->sizes());
-    ELMO_CHECK(token_index->scalar_type() == at::kLong, "token_index must have dtype int64, got ",
-               dtype_name(token_index->scalar_type()));
-    ELMO_CHECK(token_index->device().is_cpu(), "token_index must be a CPU tensor, got ", token_index->device());
-    g.time = token_index->size(1);
-    ELMO_CHECK(xg_size.size() == 3 && xg_size[0] == 2 && xg_size[2] == 4 * C,
-               "xg with token_index expected shape [2, U, 4C] = [2, U, ", 4 * C, "] (C = ", C,
-               " from w_proj [2, P, C]), got ", xg_size);
-    g.rows = xg_size[1];
-    index_c = token_index->contiguous();
-    g.index = index_c.const_data_ptr<int64_t>();
-  } else {
-    ELMO_CHECK(xg_size.size() == 4 && xg_size[0] == 2 && xg_size[1] == B && xg_size[3] == 4 * C,
-               "xg expected shape [2, B, T, 4C] = [2, ", B, ", T, ", 4 * C, "] (B from lengths, C = ", C,
-               " from w_proj [2, P, C]), got ", xg_size);
-    g.time = xg_size[2];
-    g.rows = B * g.time;
-  }
-  lengths_c = lengths.contiguous();
-  const int64_t* len_p = lengths_c.const_data_ptr<int64_t>();
-  for (const auto b : c10::irange(B)) {
-    ELMO_CHECK(len_p[b] >= 0 && len_p[b] <= g.time, "lengths[", b, "] = ", len_p[b], " is out of range [0, T = ",
-               g.time, "]");
-    if (g.index != nullptr) {
-      for (const auto t : c10::irange(len_p[b])) {
-        const int64_t u = g.index[b * g.time + t];
-        ELMO_CHECK(u >= 0 && u < g.rows, "token_index[", b, ", ", t, "] = ", u, " is out of range for xg with ",
-                   g.rows, " rows (positions before lengths[", b, "] = ", len_p[b], " must index xg)");
-      }
-    }
-  }
-  return g;
 }
 
 // xg: [2, B, T, 4C], or [2, U, 4C] with token_index [B, T] int64 (position (b, t) reads row
@@ -204,20 +124,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
     const std::optional<at::Tensor>& c0_opt, const std::optional<at::Tensor>& token_index) {
   static constexpr char kOp[] = "lstm_layer_forward";
   ELMO_CHECK_CPU(xg);
+  const LstmLayerArgs args =
+      check_lstm_layer_forward_args(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0_opt, c0_opt, token_index);
+  const GateRows& gr = args.rows;
+  const LstmLayerDims& dims = args.dims;
   const at::ScalarType dtype = xg.scalar_type();
-  ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "xg has dtype ", dtype_name(dtype),
-             "; supported: float32, float64");
-  ELMO_CHECK(w_proj.dim() == 3, "w_proj must have shape [2, P, C] (forward, backward), got ", w_proj.sizes());
-  at::Tensor lengths_c, index_c;
-  const GatesLayout gl = check_gates(kOp, xg.sizes(), lengths, token_index, w_proj.size(2), lengths_c, index_c);
-  const LstmLayerDims dims = check_lstm_layer_weights(kOp, gl.batch, gl.time, lengths, w_hh, w_proj, dtype,
-                                                      xg.device(), cell_clip, proj_clip, h0_opt, c0_opt);
   const int64_t B = dims.B, T = dims.T, P = dims.P, C = dims.C;
 
   const at::Tensor xg_c = unit_last_stride(xg);
-  const Schedule sched = make_schedule(lengths_c.const_data_ptr<int64_t>(), B, T);
-  const int64_t N = sched.packed_rows();
-  const int64_t n0 = sched.steps() > 0 ? sched.active[0] : 0;
+  const LstmPlan plan = make_lstm_plan(gr.length(), B, T);
+  const int64_t N = plan.total();
+  const int64_t n0 = plan.first_running();
   const SavedLayout layout(N, P, C);
 
   const auto opts = xg.options().memory_format(at::MemoryFormat::Contiguous);
@@ -243,16 +160,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
   }
 
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_layer_forward", [&] {
-    const scalar_t cc = static_cast<scalar_t>(clip_value(cell_clip));
-    const scalar_t pc = static_cast<scalar_t>(clip_value(proj_clip));
+    const scalar_t cc = static_cast<scalar_t>(clip_bound(cell_clip));
+    const scalar_t pc = static_cast<scalar_t>(clip_bound(proj_clip));
     const auto run = [&](int64_t d) {
-      const Schedule& sc = sched;
+      const LstmPlan& sc = plan;
       Workspace& w = ws[d];
       const at::Tensor saved_d = saved.select(0, d).view({-1});
       scalar_t* base = saved_d.mutable_data_ptr<scalar_t>();
       const Weight whh{w_hh_c.select(0, d), w_hh_c.select(0, d).t()};
       const Weight wproj{w_proj_c.select(0, d), w_proj_c.select(0, d).t()};
-      const std::vector<int64_t> xg_offset = gl.offsets(sc, d, xg_c);
+      const std::vector<int64_t> xg_offset = gate_offsets(gr, sc, d, xg_c);
       const std::vector<int64_t> y_offset = position_offsets(sc, d, B * T * P, T * P, P);
       scalar_t* h0s = w.h0.mutable_data_ptr<scalar_t>();
       scalar_t* c = w.c.mutable_data_ptr<scalar_t>();
@@ -271,7 +188,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
       }
       zero_padding(y.mutable_data_ptr<scalar_t>(), sc, d, P);
       for (const auto s : c10::irange(sc.steps())) {
-        const int64_t n = sc.active[s];
+        const int64_t n = sc.running[s];
         const int64_t off = sc.offset[s];
         const at::Tensor h_prev = s == 0 ? w.h0.narrow(0, 0, n) : w.h.narrow(0, sc.offset[s - 1], n);
         at::Tensor act = view_at(saved_d, layout.act + off * 4 * C, n, 4 * C);
@@ -323,45 +240,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
     const at::Tensor& w_proj, std::optional<double> cell_clip, std::optional<double> proj_clip,
     const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
   static constexpr char kOp[] = "lstm_layer_backward";
-  ELMO_CHECK_DIM(saved, 3);
   ELMO_CHECK_CPU(saved);
+  const LstmLayerArgs args = check_lstm_layer_backward_args(grad_y_opt, grad_h_opt, grad_c_opt, saved, lengths,
+                                                            token_index, xg_size, w_hh, w_proj, cell_clip, proj_clip,
+                                                            h0_opt, c0_opt);
+  const GateRows& gr = args.rows;
+  const LstmLayerDims& dims = args.dims;
   const at::ScalarType dtype = saved.scalar_type();
-  ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "saved has dtype ", dtype_name(dtype),
-             "; supported: float32, float64");
-  ELMO_CHECK(w_proj.dim() == 3, "w_proj must have shape [2, P, C] (forward, backward), got ", w_proj.sizes());
-  at::Tensor lengths_c, index_c;
-  const GatesLayout gl = check_gates(kOp, xg_size, lengths, token_index, w_proj.size(2), lengths_c, index_c);
-  const LstmLayerDims dims = check_lstm_layer_weights(kOp, gl.batch, gl.time, lengths, w_hh, w_proj, dtype,
-                                                      saved.device(), cell_clip, proj_clip, h0_opt, c0_opt);
   const int64_t B = dims.B, T = dims.T, P = dims.P, C = dims.C;
-  const auto check_grad = [&](const std::optional<at::Tensor>& g, const char* name, std::vector<int64_t> shape) {
-    if (g.has_value()) {
-      ELMO_CHECK(g->sizes() == at::IntArrayRef(shape), name, " expected shape ", at::IntArrayRef(shape), ", got ",
-                 g->sizes());
-      ELMO_CHECK(g->scalar_type() == dtype && g->device() == saved.device(), name, " must have dtype ",
-                 dtype_name(dtype), " on ", saved.device());
-    }
-  };
-  check_grad(grad_y_opt, "grad_y", {2, B, T, P});
-  check_grad(grad_h_opt, "grad_h", {2, B, P});
-  check_grad(grad_c_opt, "grad_c", {2, B, C});
 
-  const Schedule sched = make_schedule(lengths_c.const_data_ptr<int64_t>(), B, T);
-  const int64_t N = sched.packed_rows();
-  const int64_t n0 = sched.steps() > 0 ? sched.active[0] : 0;
-  ELMO_CHECK(saved.size(0) == 2 && saved.size(1) == N && saved.size(2) == 6 * C + P && saved.is_contiguous(),
-             "saved must be lstm_layer_forward's contiguous [2, N, 6C + P] = [2, ", N, ", ", 6 * C + P,
-             "] (N = sum of lengths), got shape ", saved.sizes());
+  const LstmPlan plan = make_lstm_plan(gr.length(), B, T);
+  const int64_t N = plan.total();
+  const int64_t n0 = plan.first_running();
+  check_saved(kOp, saved, N, dims);
   const SavedLayout layout(N, P, C);
 
   // How often each row of xg is read (the same rows for both directions): rows read more than once
   // (token_index repeating rows) accumulate their positions' gradients; rows never read get 0.
-  const int64_t R = gl.rows;
+  const int64_t R = gr.rows;
   std::vector<int32_t> reads(R, 0);
   bool unique = true;
   for (const auto b : c10::irange(B)) {
-    for (const auto t : c10::irange(sched.length[sched.rank[b]])) {
-      unique &= ++reads[gl.row(b, t)] == 1;
+    for (const auto t : c10::irange(plan.length[plan.rank[b]])) {
+      unique &= ++reads[gr.row(b, t)] == 1;
     }
   }
   // dW_hh straight from grad_xg (one row per position) unless padding rows would make that GEMM
@@ -401,11 +302,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
   }
 
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_layer_backward", [&] {
-    const scalar_t cc = static_cast<scalar_t>(clip_value(cell_clip));
-    const scalar_t pc = static_cast<scalar_t>(clip_value(proj_clip));
+    const scalar_t cc = static_cast<scalar_t>(clip_bound(cell_clip));
+    const scalar_t pc = static_cast<scalar_t>(clip_bound(proj_clip));
     const scalar_t inf = std::numeric_limits<scalar_t>::infinity();
     const auto run = [&](int64_t d) {
-      const Schedule& sc = sched;
+      const LstmPlan& sc = plan;
       Workspace& w = ws[d];
       const at::Tensor saved_d = saved.select(0, d).view({-1});
       const scalar_t* base = saved_d.const_data_ptr<scalar_t>();
@@ -417,7 +318,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
           grad_y.defined() ? position_offsets(sc, d, grad_y.stride(0), grad_y.stride(1), grad_y.stride(2))
                            : std::vector<int64_t>();
       const at::Tensor grad_xg_d = grad_xg.view({2, R, 4 * C}).select(0, d);
-      const std::vector<int64_t> xg_row = gl.packed_rows(sc, d);
+      const std::vector<int64_t> xg_row = sc.per_position(d, [&](int64_t b, int64_t t) { return gr.row(b, t); });
       std::vector<int64_t> dxg_offset(xg_row.size());
       for (const auto r : c10::irange(N)) {
         dxg_offset[r] = xg_row[r] * 4 * C;
@@ -446,7 +347,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
       }
       scalar_t* dp = w.dp.mutable_data_ptr<scalar_t>();
       for (int64_t s = sc.steps() - 1; s >= 0; --s) {
-        const int64_t n = sc.active[s];
+        const int64_t n = sc.running[s];
         const int64_t off = sc.offset[s];
         lstm::ProjGradParams<scalar_t> pp;
         pp.grad_y = grad_y.defined() ? grad_y.const_data_ptr<scalar_t>() : nullptr;
@@ -492,7 +393,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
       }
       for (const auto s : c10::irange(sc.steps())) {
         const int64_t off = sc.offset[s];
-        for (const auto j : c10::irange(sc.active[s])) {
+        for (const auto j : c10::irange(sc.running[s])) {
           scalar_t* row = hp + (gemm_on_grad_xg ? xg_row[off + j] : off + j) * P;
           if (s == 0) {
             if (h0_c.defined()) {

@@ -1,5 +1,5 @@
 // The pointwise passes of the trainable projected-LSTM layer (ops lstm_layer_forward / _backward;
-// oracle: elmo_fast.reference.lstm_layer_ref under autograd). One step of one row:
+// oracle: elmo_fast.bilm.reference.lstm_layer_ref under autograd). One step of one row:
 //   z = xg + h_prev W_hh^T;  i, f, o = sig(z_i, z_f, z_o), g = tanh(z_g)
 //   c_raw = i g + f c_prev;  c = clip(c_raw, cell_clip);  m = o tanh(c)
 //   p_raw = m W_proj^T;      h = clip(p_raw, proj_clip)   (the step's output and next h_prev)

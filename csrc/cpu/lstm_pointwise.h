@@ -2,7 +2,7 @@
 //   cell:       gates = xg + rec;  c = sig(f) * c + sig(i) * tanh(g), clipped;  hc = sig(o) * tanh(c)
 //   projection: h = clip(h);  x = h (layer 0) or x + h (skip connection, layers >= 1)
 // Framework-independent: plain structs of raw pointers, no ATen types. Oracle:
-// elmo_fast.reference.lstm_layer_ref.
+// elmo_fast.bilm.reference.lstm_layer_ref.
 //
 // float uses a polynomial exp that GCC vectorizes (libm's expf blocks vectorization without
 // -ffast-math); the caller compiles the float instantiation once per ISA with target_clones.

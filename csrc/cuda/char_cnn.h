@@ -1,4 +1,4 @@
-// CUDA character CNN (oracle: elmo_fast.reference.char_cnn_ref). For token t (a row of W >= 1
+// CUDA character CNN (oracle: elmo_fast.bilm.reference.char_cnn_ref). For token t (a row of W >= 1
 // character ids) and convolution k (n_k filters of width w_k <= W over D-dim embeddings):
 //   out[t, off_k + f] = act(b_k[f] + max_p sum_{j < w_k} T_k[j][ids[t, p + j]][f]),
 //   T_k[j][c][f] = sum_d E[c, d] W_k[f, d, j]      (the embedding folded into the filters),
@@ -60,17 +60,21 @@ struct CharCnnParams {
 };
 
 // The backward's second pass: per convolution k, hist_k[f][j][c] = the sum of dpre[t, col(k, f)] over the
-// tokens t whose window for that column has id c at tap j. One thread per tap (k, f, j) and chunk of
-// tokens, which it walks in order: every sum is made by one thread, in one order (deterministic).
+// tokens t whose window for that column has id c at tap j, for the ids c of one slice of the vocabulary
+// [vocab_begin, vocab_begin + vocab_count) (the binding bounds the workspace with slices). One thread per
+// tap (k, f, j) and chunk of tokens, which it walks in order: every sum is made by one thread, in one order
+// (deterministic).
 struct CharCnnHistParams {
   const int64_t* char_ids;                        // [N, W], contiguous
   const void* dpre;                               // [N, F] math type (CharCnnParams::dpre)
   const int32_t* window;                          // [N, F] (CharCnnParams::window)
-  void* hist;                                     // [chunks, H] math type, zeroed; chunk q's conv k is
-                                                  //   [n_k, w_k, V] at q H + tap_offset[k] V
+  void* hist;                                     // [chunks, H] math type, zeroed, H = taps x vocab_count;
+                                                  //   chunk q's conv k is [n_k, w_k, vocab_count] at
+                                                  //   q H + tap_offset[k] vocab_count
   int64_t n;                                      // N tokens
   int chars;                                      // W
-  int64_t vocab;                                  // V
+  int64_t vocab_begin;                            // the slice's first id
+  int64_t vocab_count;                            // the slice's ids, >= 1
   int num_convs;                                  // K
   int widths[kCharCnnMaxConvs];                   // w_k
   int col_offset[kCharCnnMaxConvs + 1];           // as CharCnnParams

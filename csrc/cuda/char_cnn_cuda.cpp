@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -40,31 +41,25 @@ struct CharCnnCall {
 
 // char_ids: [N, W] int64 (any W >= 1; ELMo: 50); char_embedding: [V, D]; conv_weights: K x [n_k, D, w_k]
 // (w_k <= W); conv_biases: K x [n_k]; activation "relu" | "tanh"; float32, float64, bfloat16 or float16
-// (math in float32, float64 for float64). All on one CUDA device. Checks them (op name kOp), builds the
-// parameters and enqueues the table kernel (the fold) when there are tokens.
-CharCnnCall prepare(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
-                    at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
-  const int64_t chars = check_char_ids_length(kOp, char_ids);  // L >= 1, as the CPU op (char_cnn_args.h)
-  ELMO_CHECK_DTYPE(char_ids, at::kLong);
+// (math in float32, float64 for float64). All on one CUDA device. The CUDA op's own rules first (char_ids
+// on a CUDA device: before a device guard is made from it; the dtypes and number of convolutions the
+// kernels take), then the CPU op's (char_cnn_args.h).
+CharCnnDims check_cuda_args(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
+                            at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
   ELMO_CHECK_GPU(char_ids);
-  const int64_t n = char_ids.size(0);
-  ELMO_CHECK_DIM(char_embedding, 2);
-  ELMO_CHECK_SAME_DEVICE(char_embedding, char_ids);
   ELMO_CHECK_CUDA_DTYPE(char_embedding);
-  const at::ScalarType dtype = char_embedding.scalar_type();
-  const int64_t vocab = char_embedding.size(0);
-  const int64_t dim = char_embedding.size(1);
-  ELMO_CHECK(vocab <= std::numeric_limits<int32_t>::max(), "char_embedding has ", vocab,
-             " rows; at most 2^31 - 1 are supported");
-  ELMO_CHECK(activation == "relu" || activation == "tanh", "activation must be \"relu\" or \"tanh\", got \"",
-             std::string(activation), "\"");
-  ELMO_CHECK(!conv_weights.empty(), "conv_weights must hold at least one convolution, got none");
-  ELMO_CHECK(conv_weights.size() == conv_biases.size(), "conv_weights and conv_biases must have the same length, got ",
-             conv_weights.size(), " and ", conv_biases.size());
   ELMO_CHECK(conv_weights.size() <= static_cast<size_t>(gpu::kCharCnnMaxConvs), "at most ", gpu::kCharCnnMaxConvs,
              " convolutions are supported on CUDA, got ", conv_weights.size());
-  const int num_convs = static_cast<int>(conv_weights.size());
+  return check_char_cnn_args(kOp, char_ids, char_embedding, conv_weights, conv_biases, activation);
+}
 
+// The kernels' parameters of a checked call (under the caller's device guard); enqueues the table kernel
+// (the fold) when there are tokens.
+CharCnnCall prepare(const CharCnnDims& dims, const at::Tensor& char_ids, const at::Tensor& char_embedding,
+                    at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
+  const at::ScalarType dtype = char_embedding.scalar_type();
+  const int64_t n = dims.n, chars = dims.chars, vocab = dims.vocab, dim = dims.dim;
+  const int num_convs = static_cast<int>(conv_weights.size());
   CharCnnCall call;
   call.weights.resize(num_convs);
   call.biases.resize(num_convs);
@@ -74,20 +69,6 @@ CharCnnCall prepare(const char* kOp, const at::Tensor& char_ids, const at::Tenso
   for (int k = 0; k < num_convs; ++k) {
     const at::Tensor& w = conv_weights[k];
     const at::Tensor& b = conv_biases[k];
-    ELMO_CHECK(w.dim() == 3, "conv_weights[", k, "] must have 3 dims ([n, D, w]), got shape ", w.sizes());
-    ELMO_CHECK(w.size(1) == dim, "conv_weights[", k, "] must have D = ", dim, " (char_embedding's width), got shape ",
-               w.sizes());
-    check_conv_width(kOp, k, w, char_ids);
-    ELMO_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv_biases[", k, "] must have shape [", w.size(0),
-               "], got ", b.sizes());
-    ELMO_CHECK(w.scalar_type() == dtype, "conv_weights[", k, "] must have the dtype of char_embedding (",
-               dtype_name(dtype), "), got ", dtype_name(w.scalar_type()));
-    ELMO_CHECK(b.scalar_type() == dtype, "conv_biases[", k, "] must have the dtype of char_embedding (",
-               dtype_name(dtype), "), got ", dtype_name(b.scalar_type()));
-    ELMO_CHECK(w.device() == char_ids.device(), "conv_weights[", k, "] must be on char_ids' device ",
-               char_ids.device(), ", got ", w.device());
-    ELMO_CHECK(b.device() == char_ids.device(), "conv_biases[", k, "] must be on char_ids' device ",
-               char_ids.device(), ", got ", b.device());
     call.weights[k] = w.contiguous();
     call.biases[k] = b.contiguous();
     const int64_t filters = w.size(0);
@@ -100,7 +81,6 @@ CharCnnCall prepare(const char* kOp, const at::Tensor& char_ids, const at::Tenso
     p.biases[k] = call.biases[k].const_data_ptr();
     table_size += width * vocab * filters;
     call.cols += filters;
-    ELMO_CHECK(call.cols <= std::numeric_limits<int32_t>::max(), "too many filters: ", call.cols);
   }
   tp.table_offset[num_convs] = p.table_offset[num_convs] = table_size;
   p.col_offset[num_convs] = static_cast<int>(call.cols);
@@ -135,8 +115,9 @@ CharCnnCall prepare(const char* kOp, const at::Tensor& char_ids, const at::Tenso
 // the host would cost a device sync per call).
 at::Tensor char_cnn_cuda(const at::Tensor& char_ids, const at::Tensor& char_embedding, at::TensorList conv_weights,
                          at::TensorList conv_biases, c10::string_view activation) {
+  const CharCnnDims dims = check_cuda_args("char_cnn", char_ids, char_embedding, conv_weights, conv_biases, activation);
   const gpu::DeviceGuard guard(char_ids.device());
-  CharCnnCall call = prepare("char_cnn", char_ids, char_embedding, conv_weights, conv_biases, activation);
+  CharCnnCall call = prepare(dims, char_ids, char_embedding, conv_weights, conv_biases, activation);
   at::Tensor out = at::empty({char_ids.size(0), call.cols},
                              char_embedding.options().memory_format(at::MemoryFormat::Contiguous));
   call.p.out = out.mutable_data_ptr();
@@ -145,10 +126,32 @@ at::Tensor char_cnn_cuda(const at::Tensor& char_ids, const at::Tensor& char_embe
   return out;
 }
 
-// Token chunks of the histogram pass: enough threads to fill the GPU, each chunk's histograms (taps x V
-// in the math type) within a budget; their sum is one ATen reduction.
+// The histogram pass's workspace: [chunks, taps x slice] values in the math type, token chunks (enough
+// threads to fill the GPU; their sum is one ATen reduction) and a slice of the vocabulary per pass (ids
+// [v0, v0 + slice)), both cut so that the workspace stays within the budget: one chunk of all
+// taps x V values already takes 0.5 GB for ELMo's filters at V = 10k characters. Several slices walk the
+// tokens again, each time for fewer ids.
+struct HistPlan {
+  int64_t slice;   // vocabulary ids per pass, 1..V
+  int64_t chunks;  // token chunks, 1..65535
+};
+
 constexpr int64_t kHistChunkTokens = 64;
 constexpr int64_t kHistBudgetBytes = int64_t{256} << 20;
+
+// The budget in bytes: 256 MB, or ELMO_FAST_CHAR_CNN_HIST_BYTES (for tests of the slicing).
+int64_t hist_budget_bytes() {
+  const char* env = std::getenv("ELMO_FAST_CHAR_CNN_HIST_BYTES");
+  return env != nullptr ? std::max<int64_t>(1, std::atoll(env)) : kHistBudgetBytes;
+}
+
+HistPlan plan_histograms(int64_t n, int64_t taps, int64_t vocab, int64_t elem_bytes, int64_t budget) {
+  const int64_t per_id = std::max<int64_t>(1, taps * elem_bytes);  // one chunk's bytes per vocabulary id
+  const int64_t slice = std::clamp<int64_t>(budget / per_id, 1, std::max<int64_t>(vocab, 1));
+  const int64_t chunks = std::clamp<int64_t>(
+      std::min((n + kHistChunkTokens - 1) / kHistChunkTokens, budget / (per_id * slice)), 1, 65535);
+  return {slice, chunks};
+}
 
 // grad_out [N, sum n_k] (any strides; the dtype of the weights); the forward's arguments -> grad_embedding
 // [V, D] (0 in rows no token uses), grad_weights K x [n_k, D, w_k], grad_biases K x [n_k]. An id outside
@@ -157,13 +160,12 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     const at::Tensor& grad_out, const at::Tensor& char_ids, const at::Tensor& char_embedding,
     at::TensorList conv_weights, at::TensorList conv_biases, c10::string_view activation) {
   static constexpr char kOp[] = "char_cnn_backward";
+  const CharCnnDims dims = check_cuda_args(kOp, char_ids, char_embedding, conv_weights, conv_biases, activation);
+  check_char_cnn_grad(kOp, dims, grad_out, char_ids, char_embedding);
   const gpu::DeviceGuard guard(char_ids.device());
-  CharCnnCall call = prepare(kOp, char_ids, char_embedding, conv_weights, conv_biases, activation);
-  const int64_t n = char_ids.size(0), F = call.cols, V = char_embedding.size(0), D = char_embedding.size(1);
+  CharCnnCall call = prepare(dims, char_ids, char_embedding, conv_weights, conv_biases, activation);
+  const int64_t n = dims.n, F = dims.cols, V = dims.vocab, D = dims.dim;
   const int K = call.p.num_convs;
-  ELMO_CHECK_SHAPE(grad_out, n, F);
-  ELMO_CHECK_SAME_DTYPE(grad_out, char_embedding);
-  ELMO_CHECK_SAME_DEVICE(grad_out, char_ids);
   const at::ScalarType dtype = char_embedding.scalar_type();
   const at::ScalarType math = gpu::math_dtype(dtype);
   const auto math_opts = char_embedding.options().dtype(math).memory_format(at::MemoryFormat::Contiguous);
@@ -189,36 +191,50 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   }
   hp.col_offset[K] = call.p.col_offset[K];
   hp.tap_offset[K] = taps;
-  const int64_t per_chunk = std::max<int64_t>(int64_t{1}, taps * V * static_cast<int64_t>(c10::elementSize(math)));
-  const int64_t chunks = std::max<int64_t>(
-      1, std::min({(n + kHistChunkTokens - 1) / kHistChunkTokens, kHistBudgetBytes / per_chunk, int64_t{65535}}));
-  at::Tensor hist_chunks = at::zeros({chunks, taps * V}, math_opts);
+  const HistPlan plan = plan_histograms(n, taps, V, static_cast<int64_t>(c10::elementSize(math)), hist_budget_bytes());
   hp.char_ids = call.ids.const_data_ptr<int64_t>();
   hp.dpre = dpre.const_data_ptr();
   hp.window = window.const_data_ptr<int32_t>();
-  hp.hist = hist_chunks.mutable_data_ptr();
   hp.n = n;
   hp.chars = call.p.chars;
-  hp.vocab = V;
   hp.num_convs = K;
-  hp.chunks = chunks;
-  hp.chunk_tokens = (n + chunks - 1) / chunks;
+  hp.chunks = plan.chunks;
+  hp.chunk_tokens = (n + plan.chunks - 1) / plan.chunks;
   hp.dtype = math == at::kDouble ? gpu::Dtype::kFloat64 : gpu::Dtype::kFloat32;
-  gpu::char_cnn_hist_launch(hp, stream);
-  ELMO_GPU_LAUNCH_CHECK();
-  const at::Tensor hist = chunks > 1 ? hist_chunks.sum(0) : hist_chunks.select(0, 0);
-  const at::Tensor bias_grad = dpre.sum(0);  // [F]
 
   const at::Tensor emb = call.embedding.to(math);  // [V, D]
   at::Tensor grad_emb = at::zeros({V, D}, math_opts);
+  std::vector<at::Tensor> grad_w(K);  // [n_k, w_k, D] in the math type, summed over the slices
+  for (int k = 0; k < K; ++k) {
+    grad_w[k] = at::zeros({call.p.filters[k], call.p.widths[k], D}, math_opts);
+  }
+  at::Tensor hist_chunks = at::empty({plan.chunks, taps * plan.slice}, math_opts);
+  for (int64_t v0 = 0; v0 < V; v0 += plan.slice) {
+    const int64_t count = std::min(plan.slice, V - v0);
+    at::Tensor chunks = hist_chunks.narrow(1, 0, taps * count);
+    chunks.zero_();
+    hp.hist = chunks.mutable_data_ptr();
+    hp.vocab_begin = v0;
+    hp.vocab_count = count;
+    gpu::char_cnn_hist_launch(hp, stream);
+    ELMO_GPU_LAUNCH_CHECK();
+    const at::Tensor hist = plan.chunks > 1 ? chunks.sum(0) : chunks.select(0, 0);
+    const at::Tensor emb_slice = emb.narrow(0, v0, count);  // [count, D]
+    at::Tensor grad_emb_slice = grad_emb.narrow(0, v0, count);
+    for (int k = 0; k < K; ++k) {
+      const int64_t num = call.p.filters[k], width = call.p.widths[k];
+      const at::Tensor hist_k = hist.narrow(0, hp.tap_offset[k] * count, num * width * count).view({num * width, count});
+      // [n w, count] @ [count, D] -> [n, w, D]
+      grad_w[k].view({num * width, D}).addmm_(hist_k, emb_slice);
+      grad_emb_slice.addmm_(hist_k.t(), call.weights[k].to(math).transpose(1, 2).reshape({num * width, D}));
+    }
+  }
+  const at::Tensor bias_grad = dpre.sum(0);  // [F]
   std::vector<at::Tensor> grad_weights(K), grad_biases(K);
   for (int k = 0; k < K; ++k) {
-    const int64_t num = call.p.filters[k], width = call.p.widths[k];
-    const at::Tensor hist_k = hist.narrow(0, hp.tap_offset[k] * V, num * width * V).view({num * width, V});
-    // [n w, V] @ [V, D] -> [n, w, D], stored as W's [n, D, w]
-    grad_weights[k] = at::matmul(hist_k, emb).view({num, width, D}).transpose(1, 2).contiguous().to(dtype);
-    grad_emb.addmm_(hist_k.t(), call.weights[k].to(math).transpose(1, 2).reshape({num * width, D}));
-    grad_biases[k] = bias_grad.narrow(0, call.p.col_offset[k], num).to(dtype, /*non_blocking=*/false, /*copy=*/true);
+    grad_weights[k] = grad_w[k].transpose(1, 2).contiguous().to(dtype);  // stored as W's [n, D, w]
+    grad_biases[k] = bias_grad.narrow(0, call.p.col_offset[k], call.p.filters[k]).to(dtype, /*non_blocking=*/false,
+                                                                                     /*copy=*/true);
   }
   return {grad_emb.to(dtype), grad_weights, grad_biases};
 }
@@ -226,7 +242,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
 }  // namespace
 }  // namespace elmo_fast
 
-TORCH_LIBRARY_IMPL(ELMO_GPU_LIBRARY, ELMO_GPU_DISPATCH_KEY, m) {
+ELMO_GPU_REGISTER(m) {
   m.impl("char_cnn", &elmo_fast::char_cnn_cuda);
   m.impl("char_cnn_backward", &elmo_fast::char_cnn_backward_cuda);
 }

@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(kTableThreads) char_cnn_table_kernel(const __g
 template <typename T, bool kBackward>
 __global__ void __launch_bounds__(kThreads) char_cnn_kernel(const __grid_constant__ CharCnnParams p) {
   using A = math_t<T>;
-  __shared__ int s_ids[kStageInts];  // the group's rows of ids; -1: id outside [0, V)
-  __shared__ int s_run[kTokens];     // start of each token's trailing run, -1: invalid token
+  ELMO_SHARED(int, s_ids, kStageInts);  // the group's rows of ids; -1: id outside [0, V)
+  ELMO_SHARED(int, s_run, kTokens);     // start of each token's trailing run, -1: invalid token
 
   const int W = p.chars;
   const int group = char_cnn_group_tokens(W);  // uniform over the launch
@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(kThreads) char_cnn_hist_kernel(const __grid_co
   const int j = static_cast<int>(local % w);
   const int F = p.col_offset[p.num_convs];
   const int64_t col = p.col_offset[k] + f;
-  const int64_t taps_v = taps * p.vocab;
-  A* __restrict__ hist = static_cast<A*>(p.hist) + blockIdx.y * taps_v + e * p.vocab;
+  const int64_t taps_v = taps * p.vocab_count;
+  A* __restrict__ hist = static_cast<A*>(p.hist) + blockIdx.y * taps_v + e * p.vocab_count;
   const A* __restrict__ dpre = static_cast<const A*>(p.dpre);
   const int64_t first = static_cast<int64_t>(blockIdx.y) * p.chunk_tokens;
   const int64_t end = first + p.chunk_tokens < p.n ? first + p.chunk_tokens : p.n;
@@ -206,7 +206,10 @@ __global__ void __launch_bounds__(kThreads) char_cnn_hist_kernel(const __grid_co
     }
     const int win = p.window[t * F + col];
     // A token with a bad id (window -1) spreads its NaN to row 0: the gradients say something is wrong.
-    hist[win < 0 ? 0 : p.char_ids[t * p.chars + win + j]] += g;
+    const int64_t c = (win < 0 ? 0 : p.char_ids[t * p.chars + win + j]) - p.vocab_begin;
+    if (c >= 0 && c < p.vocab_count) {
+      hist[c] += g;
+    }
   }
 }
 
@@ -225,30 +228,22 @@ void char_cnn_table_launch(const CharCnnTableParams& params, cudaStream_t stream
   });
 }
 
-void char_cnn_launch(const CharCnnParams& params, cudaStream_t stream) {
-  const int64_t cols = params.col_offset[params.num_convs];
-  if (params.n == 0 || cols == 0) {
-    return;
-  }
+// The forward (kBackward false) or the backward's first pass over tokens in groups.
+template <bool kBackward>
+void launch_token_groups(const char* name, const CharCnnParams& params, cudaStream_t stream) {
   const int group = char_cnn_group_tokens(params.chars);
-  const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + group - 1) / group));
   dispatch_dtype(params.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH((char_cnn_kernel<T, false>), grid, kThreads, stream, params);
+    launch_rows<kThreads>(name, char_cnn_kernel<decltype(tag), kBackward>, params, params.col_offset[params.num_convs],
+                          (params.n + group - 1) / group, stream);
   });
 }
 
+void char_cnn_launch(const CharCnnParams& params, cudaStream_t stream) {
+  launch_token_groups<false>("char_cnn_kernel", params, stream);
+}
+
 void char_cnn_argmax_launch(const CharCnnParams& params, cudaStream_t stream) {
-  const int64_t cols = params.col_offset[params.num_convs];
-  if (params.n == 0 || cols == 0) {
-    return;
-  }
-  const int group = char_cnn_group_tokens(params.chars);
-  const dim3 grid(ceil_div(cols, kThreads), grid_y((params.n + group - 1) / group));
-  dispatch_dtype(params.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH((char_cnn_kernel<T, true>), grid, kThreads, stream, params);
-  });
+  launch_token_groups<true>("char_cnn_kernel (backward)", params, stream);
 }
 
 void char_cnn_hist_launch(const CharCnnHistParams& params, cudaStream_t stream) {

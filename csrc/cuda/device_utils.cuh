@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <type_traits>
 
 #include "cuda/dtype.h"
 
@@ -162,11 +163,24 @@ inline bool vector_ok(int V, size_t elem_size, int64_t cols, std::initializer_li
   return true;
 }
 
-// kernel<<<grid, block, 0, stream>>>(args...). A macro so that the CPU emulator of the tests
+// kernel<<<grid, block, 0, stream>>>(args...). Macros so that the CPU emulator of the tests
 // (tests/cuda_emulation), which compiles the *_kernels.cuh files with g++, can run the same
-// launchers with its own definition.
+// launchers with its own definition; `name` names the kernel in the emulator's errors (`kernel` may be
+// a pointer to a __global__ function).
+#ifndef ELMO_KERNEL_LAUNCH_NAMED
+#define ELMO_KERNEL_LAUNCH_NAMED(name, kernel, grid, block, stream, ...) \
+  kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
 #ifndef ELMO_KERNEL_LAUNCH
-#define ELMO_KERNEL_LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#define ELMO_KERNEL_LAUNCH(kernel, grid, block, stream, ...) \
+  ELMO_KERNEL_LAUNCH_NAMED(#kernel, kernel, grid, block, stream, __VA_ARGS__)
+#endif
+
+// A block's shared array: ELMO_SHARED(int, s_ids, 512); declares `s_ids`. A macro so that the CPU
+// emulator can fill the array with garbage at every block's start, as a GPU leaves it holding whatever
+// an earlier block wrote (bare __shared__ does not compile there).
+#ifndef ELMO_SHARED
+#define ELMO_SHARED(type, name, count) __shared__ __align__(16) type name[count]
 #endif
 
 // Grid dims y and z are limited to 65535: kernels loop over rows with a stride of gridDim.y.
@@ -175,6 +189,32 @@ constexpr int64_t kMaxGridY = 65535;
 inline unsigned grid_y(int64_t rows) { return static_cast<unsigned>(rows < kMaxGridY ? rows : kMaxGridY); }
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+// An elementwise pass over `rows` rows of `units` units each (columns, or packs of V columns), the launch
+// of every row kernel here: grid x over the units in blocks of Threads threads, y over the rows (the
+// kernels stride by gridDim.y beyond 65535); nothing for empty work.
+template <int Threads, typename Params>
+void launch_rows(const char* name, void (*kernel)(Params), const Params& params, int64_t units, int64_t rows,
+                 cudaStream_t stream) {
+  if (units == 0 || rows == 0) {
+    return;  // a zero-sized grid is a launch error
+  }
+  const dim3 grid(ceil_div(units, Threads), grid_y(rows));
+  ELMO_KERNEL_LAUNCH_NAMED(name, kernel, grid, Threads, stream, params);
+}
+
+// The same pass over rows of `cols` columns by kernel<T, V>: V = kVec<T> columns per thread as 16-byte packs
+// where `vectorized` (vector_ok: widths and pointers allow it), else one column per thread. `kernels`
+// maps an std::integral_constant<int, V> to kernel<T, V>.
+template <int Threads, typename T, typename Params, typename Kernels>
+void launch_rows_vectorized(const char* name, Kernels kernels, const Params& params, bool vectorized, int64_t cols,
+                            int64_t rows, cudaStream_t stream) {
+  if (vectorized) {
+    launch_rows<Threads>(name, kernels(std::integral_constant<int, kVec<T>>{}), params, cols / kVec<T>, rows, stream);
+  } else {
+    launch_rows<Threads>(name, kernels(std::integral_constant<int, 1>{}), params, cols, rows, stream);
+  }
+}
 
 // Calls f(T{}) with T the element type of `dtype`; the launchers' switch over element types.
 template <typename F>

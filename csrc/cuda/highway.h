@@ -1,4 +1,4 @@
-// CUDA highway gate (oracle: elmo_fast.reference.highway_gate_ref):
+// CUDA highway gate (oracle: elmo_fast.bilm.reference.highway_gate_ref):
 //   out[N, H] = g * x + (1 - g) * relu(transform),  g = sigmoid(gate),  projected = [transform | gate].
 #pragma once
 

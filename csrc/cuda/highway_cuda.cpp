@@ -20,9 +20,8 @@ namespace {
 // float16), on one CUDA device.
 at::Tensor highway_gate_cuda(const at::Tensor& projected, const at::Tensor& x) {
   static constexpr char kOp[] = "highway_gate";
-  check_highway_gate_args(projected, x);
   ELMO_CHECK_GPU(x);
-  ELMO_CHECK_SAME_DEVICE(projected, x);
+  check_highway_gate_args(projected, x);
   ELMO_CHECK_CUDA_DTYPE(x);
   const int64_t n = x.size(0);
   const int64_t h = x.size(1);
@@ -51,18 +50,11 @@ at::Tensor highway_gate_cuda(const at::Tensor& projected, const at::Tensor& x) {
 std::tuple<at::Tensor, at::Tensor> highway_gate_backward_cuda(const at::Tensor& grad, const at::Tensor& projected,
                                                               const at::Tensor& x) {
   static constexpr char kOp[] = "highway_gate_backward";
-  ELMO_CHECK_DIM(projected, 2);
-  ELMO_CHECK_DIM(x, 2);
+  ELMO_CHECK_GPU(x);
+  check_highway_gate_backward_args(grad, projected, x);
+  ELMO_CHECK_CUDA_DTYPE(x);
   const int64_t n = x.size(0);
   const int64_t h = x.size(1);
-  ELMO_CHECK_SHAPE(projected, n, 2 * h);
-  ELMO_CHECK_SHAPE(grad, n, h);
-  ELMO_CHECK_GPU(x);
-  ELMO_CHECK_SAME_DEVICE(projected, x);
-  ELMO_CHECK_SAME_DEVICE(grad, x);
-  ELMO_CHECK_SAME_DTYPE(projected, x);
-  ELMO_CHECK_SAME_DTYPE(grad, x);
-  ELMO_CHECK_CUDA_DTYPE(x);
 
   const gpu::DeviceGuard guard(x.device());
   // Expanded gradients (stride 0) and column-major layouts are copied once.
@@ -107,7 +99,7 @@ at::Tensor highway_cuda(const at::Tensor& x, at::TensorList highway_weights, at:
 }  // namespace
 }  // namespace elmo_fast
 
-TORCH_LIBRARY_IMPL(ELMO_GPU_LIBRARY, ELMO_GPU_DISPATCH_KEY, m) {
+ELMO_GPU_REGISTER(m) {
   m.impl("highway_gate", &elmo_fast::highway_gate_cuda);
   m.impl("highway_gate_backward", &elmo_fast::highway_gate_backward_cuda);
   m.impl("highway", &elmo_fast::highway_cuda);

@@ -79,39 +79,26 @@ __global__ void __launch_bounds__(kThreads) highway_gate_grad_kernel(const Highw
 }  // namespace
 
 void highway_gate_launch(const HighwayGateParams& params, cudaStream_t stream) {
-  if (params.n == 0 || params.h == 0) {
-    return;  // a zero-sized grid is a launch error
-  }
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kV = kVec<T>;
-    if (vector_ok(kV, sizeof(T), params.h, {params.projected, params.x, params.out},
-                  {params.projected_row_stride, params.x_row_stride})) {
-      const dim3 grid(ceil_div(params.h / kV, kThreads), grid_y(params.n));
-      ELMO_KERNEL_LAUNCH((highway_gate_kernel<T, kV>), grid, kThreads, stream, params);
-    } else {
-      const dim3 grid(ceil_div(params.h, kThreads), grid_y(params.n));
-      ELMO_KERNEL_LAUNCH((highway_gate_kernel<T, 1>), grid, kThreads, stream, params);
-    }
+    const bool vectorized = vector_ok(kVec<T>, sizeof(T), params.h, {params.projected, params.x, params.out},
+                                      {params.projected_row_stride, params.x_row_stride});
+    launch_rows_vectorized<kThreads, T>(
+        "highway_gate_kernel", [](auto v) { return highway_gate_kernel<T, decltype(v)::value>; }, params,
+        vectorized, params.h, params.n, stream);
   });
 }
 
 void highway_gate_grad_launch(const HighwayGateGradParams& params, cudaStream_t stream) {
-  if (params.n == 0 || params.h == 0) {
-    return;
-  }
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kV = kVec<T>;
-    if (vector_ok(kV, sizeof(T), params.h, {params.grad, params.projected, params.x, params.grad_projected,
-                                           params.grad_x},
-                  {params.grad_row_stride, params.projected_row_stride, params.x_row_stride})) {
-      const dim3 grid(ceil_div(params.h / kV, kThreads), grid_y(params.n));
-      ELMO_KERNEL_LAUNCH((highway_gate_grad_kernel<T, kV>), grid, kThreads, stream, params);
-    } else {
-      const dim3 grid(ceil_div(params.h, kThreads), grid_y(params.n));
-      ELMO_KERNEL_LAUNCH((highway_gate_grad_kernel<T, 1>), grid, kThreads, stream, params);
-    }
+    const bool vectorized =
+        vector_ok(kVec<T>, sizeof(T), params.h,
+                  {params.grad, params.projected, params.x, params.grad_projected, params.grad_x},
+                  {params.grad_row_stride, params.projected_row_stride, params.x_row_stride});
+    launch_rows_vectorized<kThreads, T>(
+        "highway_gate_grad_kernel", [](auto v) { return highway_gate_grad_kernel<T, decltype(v)::value>; }, params,
+        vectorized, params.h, params.n, stream);
   });
 }
 

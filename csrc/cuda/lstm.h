@@ -1,4 +1,4 @@
-// CUDA biLSTM step kernels (oracle: elmo_fast.reference.bilstm_ref; host loop: lstm_cuda.cpp).
+// CUDA biLSTM step kernels (oracle: elmo_fast.bilm.reference.bilstm_ref; host loop: lstm_cuda.cpp).
 //
 // Layout shared with the host loop. Rows are sorted by length, longest first (stable), so the rows
 // still running at step s are a prefix i < n_s, the same prefix for both directions: the forward

@@ -1,10 +1,11 @@
 // CUDA binding and host loop of ELMo's stacked projected biLSTM (op `bilstm`; oracle:
-// elmo_fast.reference.bilstm_ref; step kernels: lstm.cu, whose header describes the layout).
+// elmo_fast.bilm.reference.bilstm_ref; step kernels: lstm.cu, whose header describes the layout).
 //
-// Per call: rows are sorted longest first and the packed positions planned on the host, from the
-// lengths there (lengths on the device are copied to the host first: a device sync; a fast model
-// passes them on the host), then copied to the device in one asynchronous copy from pinned memory,
-// so that the call never waits for the device and a CUDA graph can capture it. Per layer: the input gates of every
+// Per call: rows are sorted longest first and the packed positions planned on the host (lstm_plan.h,
+// the CPU op's plan; checks: lstm_args.h, the CPU op's), from the lengths there (lengths on the device
+// are copied to the host first: a device sync; a fast model passes them on the host), then copied to
+// the device without waiting for it (plan_upload.h: from pinned memory, or inside the kernel
+// parameters under CUDA graph capture), so that a CUDA graph can capture the call. Per layer: the input gates of every
 // packed position in one GEMM per direction (layers >= 1; layer 0's come precomputed per distinct
 // token, xg0). Per step, both directions at once: the recurrent GEMM (bmm over [2, ...] stacked
 // weights), one fused gate kernel, the projection GEMM (bmm), one fused output kernel. GEMMs are
@@ -31,8 +32,9 @@
 #include "cuda/backend.h"
 #include "cuda/binding_utils.h"
 #include "cuda/lstm.h"
-#include "cuda/lstm_plan.h"
+#include "cuda/plan_upload.h"
 #include "lstm_args.h"
+#include "lstm_plan.h"
 
 namespace elmo_fast {
 namespace {
@@ -52,10 +54,6 @@ at::Tensor stack_pair(const at::Tensor& forward, const at::Tensor& backward) {
   return at::stack({forward, backward});
 }
 
-// The schedule of one call, on the host (lstm_plan.h).
-using Plan = gpu::LstmPlan;
-inline Plan make_plan(const int64_t* lengths, int64_t batch) { return gpu::make_lstm_plan(lengths, batch); }
-
 // xg0: [U, 2, 4C]; token_index: [B, T] int64; lengths: [B] int64 (CPU or CUDA); weights: 8L tensors
 // (see the schema); cell_clip, proj_clip: None or 0 (no clip) or > 0; h0: [L, B, 2P], c0: [L, B, 2C]
 // or None -> outputs [L, B, T, 2P] (zero at padding), h [L, B, 2P], c [L, B, 2C].
@@ -69,31 +67,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
   static constexpr char kOp[] = "bilstm";
   const BilstmDims dims = bilstm_dims(xg0, token_index, weights);
   const int64_t L = dims.L, P = dims.P, C = dims.C, U = dims.U, B = dims.B, T = dims.T;
-  ELMO_CHECK_DTYPE(token_index, at::kLong);
-  ELMO_CHECK_DTYPE(lengths, at::kLong);
   ELMO_CHECK_GPU(xg0);
   ELMO_CHECK_CUDA_DTYPE(xg0);
-  ELMO_CHECK_SAME_DEVICE(token_index, xg0);
-  ELMO_CHECK(lengths.device().is_cpu() || lengths.device() == xg0.device(),
-             "lengths must be a CPU tensor or on xg0's device ", xg0.device(), ", got ", lengths.device());
   // One floating dtype for everything (the kernels take one): the weights have xg0's.
   const at::ScalarType dtype = xg0.scalar_type();
-  check_bilstm_args(dims, xg0, lengths, weights, dtype, cell_clip, proj_clip, h0, c0);
+  check_bilstm_args(dims, xg0, token_index, lengths, weights, dtype, cell_clip, proj_clip, h0, c0);
+  gpu::check_host_plan_under_capture(kOp, "lengths", lengths);
 
   const gpu::DeviceGuard guard(xg0.device());
   const at::TensorOptions opts = xg0.options().memory_format(at::MemoryFormat::Contiguous);
 
-  // The schedule is made on the host, from the lengths there: given on the device, they are copied
-  // to the host, which waits for the device (the call's one sync). Given on the host (as a fast model
+  // The plan is made on the host, from the lengths there: given on the device, they are copied to
+  // the host, which waits for the device (the call's one sync). Given on the host (as a fast model
   // passes them), the call never waits for the device.
-  const at::Tensor lengths_host = lengths.to(at::kCPU).contiguous();
-  const int64_t* len = lengths_host.const_data_ptr<int64_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    ELMO_CHECK(len[b] >= 0 && len[b] <= T, "lengths[", b, "] = ", len[b], " is out of range [0, T = ", T, "]");
-  }
-  const Plan plan = make_plan(len, B);
-  const int64_t steps = static_cast<int64_t>(plan.running.size());
-  const int64_t total = plan.offset[steps];
+  const at::Tensor lengths_host = bilstm_host_lengths(dims, lengths);
+  const LstmPlan plan = make_lstm_plan(lengths_host.const_data_ptr<int64_t>(), B, T);
+  const int64_t steps = plan.steps();
+  const int64_t total = plan.total();
   ELMO_CHECK(U > 0 || total == 0, "xg0 has no rows, but lengths asks for ", total, " positions");
 
   at::Tensor outputs = at::zeros({L, B, T, 2 * P}, opts);
@@ -103,23 +93,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
     return {outputs, h, c};
   }
 
-  // One host-to-device copy, from pinned memory, asynchronous: [order (B) | rank (B) | out_row
-  // (2 total)]; rank[order[i]] = i (batch row -> sorted row), out_row[d][offset_s + i] = b T + t.
-  at::Tensor plan_host = at::empty({2 * B + 2 * total}, gpu::host_staging(at::kLong));
-  int64_t* ph = plan_host.mutable_data_ptr<int64_t>();
-  std::copy(plan.order.begin(), plan.order.end(), ph);
-  for (int64_t i = 0; i < B; ++i) {
-    ph[B + plan.order[i]] = i;
+  // One upload: [order (B) | rank (B) | out_row (2 total)], out_row[d][r] = b T + t of packed position r.
+  std::vector<int64_t> host(2 * B + 2 * total);
+  std::copy(plan.order.begin(), plan.order.end(), host.begin());
+  std::copy(plan.rank.begin(), plan.rank.end(), host.begin() + B);
+  for (int64_t d = 0; d < 2; ++d) {
+    plan.for_each_position(d, [&](int64_t r, int64_t, int64_t b, int64_t t) { host[2 * B + d * total + r] = b * T + t; });
   }
-  int64_t* row = ph + 2 * B;
-  for (int64_t s = 0; s < steps; ++s) {
-    for (int64_t i = 0; i < plan.running[s]; ++i) {
-      const int64_t b = plan.order[i];
-      row[plan.offset[s] + i] = b * T + s;                              // forward: t = s
-      row[total + plan.offset[s] + i] = b * T + (len[b] - 1 - s);       // backward: t = len - 1 - s
-    }
-  }
-  const at::Tensor plan_dev = gpu::to_device_async(plan_host, xg0.device());
+  const at::Tensor plan_dev = gpu::plan_to_device(host, xg0.device());
   const at::Tensor order = plan_dev.narrow(0, 0, B);
   const at::Tensor rank = plan_dev.narrow(0, B, B);
   const at::Tensor out_row = plan_dev.narrow(0, 2 * B, 2 * total);  // [2 * total]
@@ -217,6 +198,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
 }  // namespace
 }  // namespace elmo_fast
 
-TORCH_LIBRARY_IMPL(ELMO_GPU_LIBRARY, ELMO_GPU_DISPATCH_KEY, m) {
+ELMO_GPU_REGISTER(m) {
   m.impl("bilstm", &elmo_fast::bilstm_cuda);
 }

@@ -106,40 +106,26 @@ __global__ void __launch_bounds__(kThreads) lstm_output_kernel(const LstmOutputP
 }  // namespace
 
 void lstm_gates_launch(const LstmGatesParams& params, cudaStream_t stream) {
-  if (params.n == 0 || params.cell == 0) {
-    return;
-  }
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = math_t<T>;
-    constexpr int kV = kVec<T>;
     // Rows of xg and rec are 4C apart, of c and m C apart: C % V covers every row start.
-    if (vector_ok(kV, sizeof(T), params.cell, {params.xg, params.rec, params.m}, {}) &&
-        vector_ok(kV, sizeof(A), params.cell, {params.c}, {})) {
-      const dim3 grid(ceil_div(params.cell / kV, kThreads), grid_y(2 * params.n));
-      ELMO_KERNEL_LAUNCH((lstm_gates_kernel<T, kV>), grid, kThreads, stream, params);
-    } else {
-      const dim3 grid(ceil_div(params.cell, kThreads), grid_y(2 * params.n));
-      ELMO_KERNEL_LAUNCH((lstm_gates_kernel<T, 1>), grid, kThreads, stream, params);
-    }
+    const bool vectorized = vector_ok(kVec<T>, sizeof(T), params.cell, {params.xg, params.rec, params.m}, {}) &&
+                            vector_ok(kVec<T>, sizeof(A), params.cell, {params.c}, {});
+    launch_rows_vectorized<kThreads, T>(
+        "lstm_gates_kernel", [](auto v) { return lstm_gates_kernel<T, decltype(v)::value>; }, params, vectorized,
+        params.cell, 2 * params.n, stream);
   });
 }
 
 void lstm_output_launch(const LstmOutputParams& params, cudaStream_t stream) {
-  if (params.n == 0 || params.proj == 0) {
-    return;
-  }
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kV = kVec<T>;
     // Rows are P apart (out: 2P, and each direction's half at P): P % V covers every row start.
-    if (vector_ok(kV, sizeof(T), params.proj, {params.hproj, params.h, params.y, params.out}, {})) {
-      const dim3 grid(ceil_div(params.proj / kV, kThreads), grid_y(2 * params.n));
-      ELMO_KERNEL_LAUNCH((lstm_output_kernel<T, kV>), grid, kThreads, stream, params);
-    } else {
-      const dim3 grid(ceil_div(params.proj, kThreads), grid_y(2 * params.n));
-      ELMO_KERNEL_LAUNCH((lstm_output_kernel<T, 1>), grid, kThreads, stream, params);
-    }
+    const bool vectorized = vector_ok(kVec<T>, sizeof(T), params.proj, {params.hproj, params.h, params.y, params.out}, {});
+    launch_rows_vectorized<kThreads, T>(
+        "lstm_output_kernel", [](auto v) { return lstm_output_kernel<T, decltype(v)::value>; }, params, vectorized,
+        params.proj, 2 * params.n, stream);
   });
 }
 

@@ -1,6 +1,6 @@
 // CUDA kernels of the trainable projected-LSTM layer, both directions of one layer per launch: the
 // pointwise passes of lstm_layer_forward and lstm_layer_backward (host loop and GEMMs: ATen, in
-// lstm_layer_cuda.cpp; oracle: elmo_fast.reference.lstm_layer_pair_ref under autograd; CPU twin:
+// lstm_layer_cuda.cpp; oracle: elmo_fast.bilm.reference.lstm_layer_pair_ref under autograd; CPU twin:
 // csrc/cpu/lstm_layer_pointwise.h, whose formulas these are). One step of one row:
 //   z = xg + h_prev W_hh^T;  i, f, o = sig(z_i, z_f, z_o), g = tanh(z_g)
 //   c_raw = i g + f c_prev;  c = clip(c_raw, cell_clip);  m = o tanh(c)

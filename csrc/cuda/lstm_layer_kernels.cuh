@@ -163,48 +163,33 @@ __global__ void __launch_bounds__(kLayerThreads) lstm_cell_grad_kernel(const Lst
 
 }  // namespace
 
-void lstm_cell_save_launch(const LstmCellSaveParams& params, cudaStream_t stream) {
-  if (params.n == 0 || params.cell == 0) {
-    return;
-  }
-  const dim3 grid(ceil_div(params.cell, kLayerThreads), grid_y(2 * params.n));
+// The launchers: one pass over the 2 n (direction, row) pairs of a step, `width` columns each, in the
+// op's dtype; `kernels` maps the element type's tag to kernel<T>.
+template <typename Params, typename Kernels>
+void launch_layer_pass(const char* name, Kernels kernels, const Params& params, int64_t width, cudaStream_t stream) {
   dispatch_float_double(params.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH(lstm_cell_save_kernel<T>, grid, kLayerThreads, stream, params);
+    launch_rows<kLayerThreads>(name, kernels(tag), params, width, 2 * params.n, stream);
   });
+}
+
+void lstm_cell_save_launch(const LstmCellSaveParams& params, cudaStream_t stream) {
+  launch_layer_pass("lstm_cell_save_kernel", [](auto tag) { return lstm_cell_save_kernel<decltype(tag)>; }, params,
+                    params.cell, stream);
 }
 
 void lstm_proj_save_launch(const LstmProjSaveParams& params, cudaStream_t stream) {
-  if (params.n == 0 || params.proj == 0) {
-    return;
-  }
-  const dim3 grid(ceil_div(params.proj, kLayerThreads), grid_y(2 * params.n));
-  dispatch_float_double(params.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH(lstm_proj_save_kernel<T>, grid, kLayerThreads, stream, params);
-  });
+  launch_layer_pass("lstm_proj_save_kernel", [](auto tag) { return lstm_proj_save_kernel<decltype(tag)>; }, params,
+                    params.proj, stream);
 }
 
 void lstm_proj_grad_launch(const LstmProjGradParams& params, cudaStream_t stream) {
-  if (params.n == 0 || params.proj == 0) {
-    return;
-  }
-  const dim3 grid(ceil_div(params.proj, kLayerThreads), grid_y(2 * params.n));
-  dispatch_float_double(params.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH(lstm_proj_grad_kernel<T>, grid, kLayerThreads, stream, params);
-  });
+  launch_layer_pass("lstm_proj_grad_kernel", [](auto tag) { return lstm_proj_grad_kernel<decltype(tag)>; }, params,
+                    params.proj, stream);
 }
 
 void lstm_cell_grad_launch(const LstmCellGradParams& params, cudaStream_t stream) {
-  if (params.n == 0 || params.cell == 0) {
-    return;
-  }
-  const dim3 grid(ceil_div(params.cell, kLayerThreads), grid_y(2 * params.n));
-  dispatch_float_double(params.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    ELMO_KERNEL_LAUNCH(lstm_cell_grad_kernel<T>, grid, kLayerThreads, stream, params);
-  });
+  launch_layer_pass("lstm_cell_grad_kernel", [](auto tag) { return lstm_cell_grad_kernel<decltype(tag)>; }, params,
+                    params.cell, stream);
 }
 
 }  // namespace gpu

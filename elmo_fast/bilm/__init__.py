@@ -16,9 +16,16 @@
 * :mod:`~elmo_fast.bilm.vocab_cache`      allennlp's ``vocab_to_cache``: word ids read against cached vectors
 * :mod:`~elmo_fast.bilm.legacy_keys`      state dicts saved by allennlp and elmo-fast 0.1, loaded
 * :mod:`~elmo_fast.bilm.scalar_mix`       ``ScalarMix``: learned mixes of the layers
+* :mod:`~elmo_fast.bilm.tolerances`       the one table of per-op bounds, fast vs reference (tests, doctor, self-check)
+* :mod:`~elmo_fast.bilm.selfcheck`        each op against its twin on this machine (``elmo-fast doctor``,
+                                          ``ELMO_FAST_SELFCHECK``); its inputs in ``selfcheck_cases``
+* :mod:`~elmo_fast.bilm.build_report`     what was built: version, torch, backends, CUDA archs (``--version``)
 """
+from . import selfcheck
 from .char_ids import batch_to_ids
 from .model import ElmoBiLm
 from .scalar_mix import ScalarMix
+
+selfcheck.enable_from_environment()  # ELMO_FAST_SELFCHECK: check each op on its first use
 
 __all__ = ["batch_to_ids", "ElmoBiLm", "ScalarMix"]

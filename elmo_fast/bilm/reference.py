@@ -181,7 +181,7 @@ def bilstm_ref(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[
                  None for zeros.
     returns      outputs [L, B, T, 2P] (zero at padding), final h [L, B, 2P], final c [L, B, 2C].
     """
-    B, T = token_index.shape
+    B = token_index.shape[0]
     P, C = weights[3].shape
     L = len(weights) // 8
     if h0 is None:
@@ -189,18 +189,36 @@ def bilstm_ref(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[
     if c0 is None:
         c0 = xg0.new_zeros(L, B, 2 * C)
     index = token_index.clamp(0, max(xg0.shape[0] - 1, 0)) if xg0.shape[0] else token_index
+
+    def gates(layer: int, d: int, x: Tensor | None, w_ih: Tensor, bias: Tensor) -> tuple[Tensor, Tensor | None]:
+        return (xg0[index, d] if layer == 0 else F.linear(x, w_ih, bias)), x
+
+    return _stacked_ref([None, None], gates, lengths, weights, cell_clip, proj_clip, h0, c0)
+
+
+def _stacked_ref(first_inputs: list, gates, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
+                 proj_clip: float | None, h0: Tensor, c0: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The stack of :func:`bilstm_ref` and :func:`bilstm_train_ref`: the forward and backward stacks kept
+    apart (each layer reads only its own direction's outputs), skip connections from layer 1.
+
+    first_inputs: [forward, backward] layer 0's inputs, as ``gates`` takes them.
+    gates:   ``gates(layer, d, x, w_ih, bias) -> (xg [B, T, 4C], x_skip)``: the input gates of the
+             layer's input ``x`` (layer 0: ``first_inputs[d]``, later the previous layer's output in
+             direction d) and what the skip connection adds (layers >= 1).
+    h0, c0:  [L, B, 2P], [L, B, 2C].
+    returns  outputs [L, B, T, 2P] (zero at padding), h [L, B, 2P], c [L, B, 2C].
+    """
+    P, C = weights[3].shape
+    inputs = list(first_inputs)
     outputs, hs, cs = [], [], []
-    inputs: list[Tensor] = []  # the forward stack reads only forward outputs, the backward only backward
-    for layer in range(L):
+    for layer in range(len(weights) // 8):
         ys, h_layer, c_layer = [], [], []
         for d in range(2):
             w_ih, w_hh, bias, w_proj = weights[4 * (2 * layer + d): 4 * (2 * layer + d) + 4]
-            xg = xg0[index, d] if layer == 0 else F.linear(inputs[d], w_ih, bias)
+            xg, x_skip = gates(layer, d, inputs[d], w_ih, bias)
             y, h, c = lstm_layer_ref(xg, lengths, w_hh, w_proj, h0[layer, :, d * P:(d + 1) * P],
                                      c0[layer, :, d * C:(d + 1) * C], cell_clip, proj_clip, reverse=(d == 1))
-            if layer > 0:
-                y = y + inputs[d]
-            ys.append(y)
+            ys.append(y + x_skip if layer > 0 else y)
             h_layer.append(h)
             c_layer.append(c)
         inputs = ys
@@ -234,29 +252,15 @@ def bilstm_train_ref(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_cli
     if c0 is None:
         c0 = x.new_zeros(L, B, 2 * C)
     inputs = [x, x] if x.dim() == 3 else list(x.unbind(0))
-    outputs, hs, cs = [], [], []
-    for layer in range(L):
-        ys, h_layer, c_layer = [], [], []
-        for d in range(2):
-            w_ih, w_hh, bias, w_proj = weights[4 * (2 * layer + d): 4 * (2 * layer + d) + 4]
-            layer_in = inputs[d]
-            if training and masks is not None:
-                layer_in = layer_in * masks[layer][d]
-            elif training and dropout > 0:
-                layer_in = F.dropout(layer_in, dropout)
-            y, h, c = lstm_layer_ref(F.linear(layer_in, w_ih, bias), lengths, w_hh, w_proj,
-                                     h0[layer, :, d * P:(d + 1) * P], c0[layer, :, d * C:(d + 1) * C], cell_clip,
-                                     proj_clip, reverse=(d == 1))
-            if layer > 0:
-                y = y + layer_in
-            ys.append(y)
-            h_layer.append(h)
-            c_layer.append(c)
-        inputs = ys
-        outputs.append(torch.cat(ys, dim=-1))
-        hs.append(torch.cat(h_layer, dim=-1))
-        cs.append(torch.cat(c_layer, dim=-1))
-    return torch.stack(outputs), torch.stack(hs), torch.stack(cs)
+
+    def gates(layer: int, d: int, x: Tensor, w_ih: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+        if training and masks is not None:
+            x = x * masks[layer][d]
+        elif training and dropout > 0:
+            x = F.dropout(x, dropout)
+        return F.linear(x, w_ih, bias), x  # the skip connection adds the dropped input, as bilm-tf
+
+    return _stacked_ref(inputs, gates, lengths, weights, cell_clip, proj_clip, h0, c0)
 
 
 def flat_lstm_weights(lstm: list) -> list[Tensor]:

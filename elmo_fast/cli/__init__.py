@@ -3,6 +3,7 @@
 * :mod:`~elmo_fast.cli.embed`   ``embed``
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
+* :mod:`~elmo_fast.cli.doctor`  ``doctor`` (and ``--version``'s line)
 * :mod:`~elmo_fast.cli.convert` ``convert``
 * :mod:`~elmo_fast.cli.serve`   ``serve`` (the ``[serve]`` extra)
 
@@ -26,14 +27,17 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import convert, embed, models, serve, train
+    from . import convert, doctor, embed, models, serve, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
+    parser.add_argument("--version", action=doctor.VersionAction,
+                        help="print elmo-fast's version, torch's and the extension's backends, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     embed.add_parser(sub)
     train.add_parsers(sub)
     models.add_parsers(sub)
     convert.add_parser(sub)
+    doctor.add_parsers(sub)
     serve.add_parser(sub)
     return parser
 

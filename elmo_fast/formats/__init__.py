@@ -3,6 +3,7 @@
 * :mod:`~elmo_fast.formats.bilm_tf`        bilm-tf's ``options.json`` + ``weights.hdf5`` (allennlp's and TF-Hub's models)
 * :mod:`~elmo_fast.formats.manylangs_dir`  ELMoForManyLangs' model directories (config, dictionaries, state dicts)
 * :mod:`~elmo_fast.formats.model_dir`      which kind of model a directory holds, and its weights
+* :mod:`~elmo_fast.formats.nlpl_archive`   the NLPL repository's archives (a folder or a .zip; vocab.txt(.gz), meta.json)
 * :mod:`~elmo_fast.formats.tf_checkpoint`  TensorFlow checkpoints (tensor bundles), read without TensorFlow
   (:mod:`~elmo_fast.formats.sstable` their index tables, :mod:`~elmo_fast.formats.crc32c` their checksums)
 

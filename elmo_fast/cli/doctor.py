@@ -1,0 +1,138 @@
+"""``elmo-fast doctor``: is this install right? The build (version, torch, the extension's backends,
+CUDA release and archs), then every compiled op against its reference twin on every device, the
+CPU included, and the whole model fast vs reference (:mod:`elmo_fast.bilm.selfcheck`): a table of
+max errors against their bounds and a one-line verdict; exit 1 when a check fails. ``--json``: the
+same as one JSON object. Also ``elmo-fast --version``'s line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def version_line() -> str:
+    """``elmo-fast 0.1.0 (torch 2.13.0+cpu; extension: cpu [built against torch 2.13.0]; cuda: not built)``."""
+    from ..bilm.build_report import build_report
+
+    return build_report().one_line()
+
+
+class VersionAction(argparse.Action):
+    """``--version``: the line above (computed only when asked: it imports torch and the extension)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
+
+
+def _build_lines(report, devices) -> list[str]:
+    import torch
+
+    from ..bilm.build_report import arch_mismatch
+
+    lines = [report.one_line()]
+    if report.extension_error:
+        lines.append(f"  extension: {report.extension_error}")
+    if report.cuda_missing and report.gpus:
+        lines.append(f"  cuda: {report.cuda_missing}")
+    for gpu in report.gpus:
+        lines.append(f"  {gpu}")
+    for device in devices:
+        if device.type == "cuda" and "cuda" in report.backends:
+            why = arch_mismatch(report.cuda_archs, torch.cuda.get_device_capability(device))
+            if why:
+                lines.append(f"  {device}: {why}")
+    return lines
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1e}"
+
+
+def _table(results) -> list[str]:
+    header = ("op", "twin", "device", "dtype", "check", "max error", "bound", "used", "status")
+    rows = []
+    for r in results:
+        used = "-" if r.ratio is None else ("inf" if r.ratio == float("inf") else f"{r.ratio:.0%}")
+        # a failure names its case (shapes), an error or a skip says why
+        status = {"ok": "ok", "FAIL": f"FAIL ({r.detail})"}.get(r.status, f"{r.status}: {r.detail}")
+        rows.append((r.op, r.twin, r.device, r.dtype, r.check, _fmt(r.error), r.bound or "-", used, status))
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header) - 1)]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row[:-1], widths)) + "  " + str(row[-1])
+            for row in [header, *rows]]
+
+
+def _verdict(results, devices, seconds: float) -> str:
+    failed = [r for r in results if r.failed]
+    skipped = [r for r in results if r.status == "skip"]
+    ran = len(results) - len(skipped)
+    where = ", ".join(str(d) for d in devices)
+    skip = f"; {len(skipped)} skipped ({skipped[0].detail}{', ...' if len({s.detail for s in skipped}) > 1 else ''})" \
+        if skipped else ""
+    if failed:
+        names = sorted({f"{r.op} on {r.device}" for r in failed})
+        return (f"FAIL: {len(failed)} of {ran} checks on {where} out of bounds or raising: {', '.join(names)}{skip} "
+                f"({seconds:.1f} s)")
+    return f"OK: all {ran} checks passed on {where}{skip} ({seconds:.1f} s)"
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..bilm import selfcheck
+    from ..bilm.build_report import build_report
+
+    start = time.perf_counter()
+    devices = selfcheck.available_devices() if not args.device else [_device(d) for d in args.device]
+    report = build_report()
+    seed = args.seed if args.seed is not None else selfcheck.fresh_seed()
+    results = selfcheck.run_all(devices, seed=seed, model=not args.no_model)
+    seconds = time.perf_counter() - start
+    failed = any(r.failed for r in results)
+    verdict = _verdict(results, devices, seconds)
+    if args.json:
+        json.dump({"build": report.to_dict(), "devices": [str(d) for d in devices], "seed": seed,
+                   "torch_threads": torch.get_num_threads(), "results": [r.to_dict() for r in results],
+                   "ok": not failed, "verdict": verdict, "seconds": round(seconds, 3)}, sys.stdout, indent=1)
+        print()
+    else:
+        print("\n".join(_build_lines(report, devices)))
+        print()
+        print("\n".join(_table(results)))
+        print()
+        print(verdict)
+        if failed:
+            print(f"(to draw these inputs again: --seed {seed})")
+    return 1 if failed else 0
+
+
+def _device(text: str):
+    """A device the doctor can check: cpu, cuda, cuda:N (one that torch sees)."""
+    import torch
+
+    from ..devices import resolve_device
+    from ..errors import ElmoFastError
+
+    device = resolve_device(text)
+    if device.type == "cuda":
+        index = torch.cuda.current_device() if device.index is None else device.index
+        if index >= torch.cuda.device_count():
+            raise ElmoFastError(f"--device {text}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+        device = torch.device("cuda", index)
+    return device
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("doctor", help="check this install: every compiled op against its reference twin, on "
+                                      "every device, and the whole model (exit 1 when one is out of bounds)")
+    p.add_argument("--device", action="append",
+                   help="check only this device (cpu, cuda, cuda:N; repeatable; default: the CPU and every GPU)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (build, results, verdict) instead")
+    p.add_argument("--seed", type=int, help="draw the inputs of an earlier run again (default: fresh ones)")
+    p.add_argument("--no-model", action="store_true", help="the ops only, not the whole model")
+    p.set_defaults(func=_doctor)
