@@ -62,6 +62,15 @@ def distributed_setup(device: str, backend: str | None = None,
     return device
 
 
+def leave_group() -> None:
+    """Destroy the process group, if this process joined one, while the interpreter is whole: a gloo
+    group left to the interpreter's exit can abort the process there (SIGABRT, "terminate called
+    without an active exception": its threads still hold tensors; pytorch issue 190489), which
+    turned a finished ``train`` under torchrun into a failed one now and then."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def init_group(backend: str, timeout: datetime.timedelta | None = None) -> None:
     """``init_process_group`` from torchrun's environment, safe across torchrun's restarts.
 

@@ -760,7 +760,10 @@ def append_line(path: str | os.PathLike, line: str) -> None:
                 os.ftruncate(fd, start)
             raise WriteError(path, e) from e
     finally:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError as e:  # the line is whole and fsync'ed, but the OS reported an error: say so
+            raise WriteError(path, e) from e
 
 
 __all__ = [

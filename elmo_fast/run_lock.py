@@ -137,8 +137,8 @@ class RunLock:
                     pass  # a lock file that stays costs nothing but its name
             try:
                 os.close(fd)  # closing the only descriptor drops the flock
-            except OSError:
-                pass  # (and Linux frees it even when close reports an error: the lock file held no data)
+            except OSError:  # Linux frees the descriptor (and the lock) whatever close reports
+                pass
 
     def __enter__(self) -> "RunLock":
         return self.acquire()

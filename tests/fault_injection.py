@@ -1,5 +1,6 @@
 """Injected storage faults for the tests: tests/faults/fault_shim.c, an LD_PRELOAD library that fails
-the Nth write, fsync, ftruncate or close on files under a folder with the errno asked for.
+the Nth write, fsync, ftruncate or close on files under a folder with the errno asked for (or kills
+the process there: ``KILL``).
 
 ``shim()`` builds it once per test session with the system's C compiler (the test is skipped, with
 the reason, where there is none or the platform has no LD_PRELOAD). ``run_python(code, ...)`` runs
@@ -25,6 +26,8 @@ SOURCE = Path(__file__).resolve().parent / "faults" / "fault_shim.c"
 WRITE, SYNC, CLOSE, TRUNCATE = 1, 2, 4, 8
 ALL = WRITE | SYNC | CLOSE | TRUNCATE
 ERRNOS = {"ENOSPC": errno.ENOSPC, "EIO": errno.EIO}
+#: armed as the errno: SIGKILL at the Nth call instead of an error (a kill -9 at an exact write point)
+KILL = -9
 
 _built: Path | None = None
 

@@ -192,7 +192,8 @@ def test_gemm_mode_follows_torchs_newer_api(tf32_flag):
 def test_training_precision(tmp_path):
     from elmo_fast.formats.vocab import Vocabulary
     from elmo_fast.formats.random_models import PRESETS
-    from elmo_fast.training.trainer import TrainConfig, Trainer, _with_precision
+    from elmo_fast.training.checkpoints import _with_precision
+    from elmo_fast.training.trainer import TrainConfig, Trainer
 
     Vocabulary(["<S>", "</S>", "<UNK>", "a"]).save(tmp_path / "vocab.txt")
     base = dict(train=[], vocab=str(tmp_path / "vocab.txt"), out=str(tmp_path / "out"),

@@ -306,8 +306,8 @@ def test_training_lowers_perplexity_far_below_the_vocabulary(trained, corpus):
     records = [json.loads(l) for l in (trained / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if "loss" in r]
     assert train[-1]["loss"] < train[0]["loss"] and all(r["tokens_per_s"] > 0 for r in train)
-    assert sorted(p.name for p in trained.iterdir()) == ["checkpoints", "metrics.jsonl", "options.json",
-                                                         "softmax.hdf5", "vocab.txt", "weights.hdf5"]
+    assert sorted(p.name for p in trained.iterdir()) == [".elmo-fast.lock", "checkpoints", "metrics.jsonl",
+                                                         "options.json", "softmax.hdf5", "vocab.txt", "weights.hdf5"]
 
 
 def test_the_written_model_is_the_trained_one_everywhere(trained):
@@ -422,9 +422,12 @@ def test_resume_refuses_other_settings(corpus, tmp_path):
         Trainer(_config(corpus, tmp_path, max_steps=4, heldout=[])).run()
     assert info.value.render(_train_flags()) == (f"--out {tmp_path}: holds a run already; --resume continues it, "
                                                  f"--overwrite starts over")
-    with pytest.raises(InputError, match=r"cannot resume: .*seed: 3 then, 4 now.*use another out,") as info:
+    with pytest.raises(InputError, match=r"cannot resume: .*seed: 3 then, 4 now.*another out, or allow_changed=True "
+                                         r"to continue") as info:
         Trainer(_config(corpus, tmp_path, max_steps=4, seed=4, heldout=[])).run(resume=True)
-    assert info.value.render(_train_flags()).endswith("; use another --out, or the same settings")
+    assert info.value.render(_train_flags()).endswith("; use the same inputs and settings, another --out, or "
+                                                      "--resume-anyway to continue with these (the model then comes "
+                                                      "from two different runs)")
 
 
 @pytest.mark.parametrize("settings,api,cli", [

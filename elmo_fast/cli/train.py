@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from ..durable import check_writable
 from ..errors import InputError
 from .common import add_precision_flag, param_flags
 
@@ -21,6 +22,7 @@ def _vocab(args: argparse.Namespace) -> int:
     files = expand_corpus(args.corpus, "corpus")
     if os.path.exists(args.out) and not args.overwrite:
         raise InputError(f"--out {args.out}: exists; pass --overwrite to replace it")
+    check_writable(args.out, "vocabulary")  # before counting: a bad path fails now, not after the work
     vocab, stats = build_vocabulary(files, args.min_count, args.max_size, _tokenizer(args))
     vocab.save(args.out)
     print(f"wrote {args.out}: {len(vocab):,} tokens (<S>, </S>, <UNK> and the {len(vocab) - 3:,} most frequent words "
@@ -52,7 +54,7 @@ def _options(args: argparse.Namespace):
 
 def _run(args: argparse.Namespace, finetune: bool) -> int:
     from ..devices import resolve_device
-    from ..distributed import distributed_setup
+    from ..distributed import distributed_setup, leave_group
     from ..training.trainer import Interrupted, TrainConfig, Trainer, model_dir_files
 
     device = distributed_setup(args.device)
@@ -88,10 +90,11 @@ def _run(args: argparse.Namespace, finetune: bool) -> int:
               f"and trains alone for {warmup} steps (--softmax-warmup) before the biLM joins", file=sys.stderr)
     start = time.perf_counter()
     try:
-        result = trainer.run(resume=args.resume, overwrite=args.overwrite)
+        result = trainer.run(resume=args.resume, overwrite=args.overwrite, allow_changed=args.allow_changed)
     except Interrupted as e:
         print(f"elmo-fast: {e.render(args.flags)}", file=sys.stderr)
         return 128 + e.signum
+    leave_group()  # (after a failure the process exits at once and torchrun ends the other ranks)
     if trainer.rank == 0 and not args.quiet:
         best = f", best held-out perplexity {result['best']:.2f}" if result["best"] is not None else ""
         print(f"elmo-fast: trained {result['step']} steps, {result['tokens']:,} tokens in "
@@ -153,7 +156,9 @@ def _common_training_flags(p: argparse.ArgumentParser) -> None:
                    help="training text: files or glob patterns, one whitespace-tokenized sentence per line "
                         "(gzip/bzip2/xz read as they are)")
     p.add_argument("--heldout", nargs="+", metavar="GLOB", help="held-out text, for perplexity during training")
-    p.add_argument("--out", required=True, help="output directory (model files, metrics.jsonl, checkpoints/)")
+    p.add_argument("--out", required=True,
+                   help="output directory (model files, metrics.jsonl, checkpoints/); one run at a time: a second "
+                        "run on it fails at once naming the first one's PID")
     p.add_argument("--epochs", type=int, default=10, help="passes over the training text (default 10)")
     p.add_argument("--max-steps", type=int, help="stop after N steps (batches) in all")
     p.add_argument("--batch-size", type=int, default=128,
@@ -178,7 +183,12 @@ def _common_training_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
                    help="fast (fused ops with backward passes) or reference (plain PyTorch autograd)")
     add_precision_flag(p, training=True, deprecated_aliases=("--dtype",))
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest readable checkpoint; refused when the vocabulary, "
+                        "the corpus files or the settings differ from the ones it recorded")
+    p.add_argument("--resume-anyway", dest="allow_changed", action="store_true",
+                   help="--resume even though the vocabulary, corpus or settings changed (the model then comes from "
+                        "two different runs; the architecture and vocabulary size must stay)")
     p.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

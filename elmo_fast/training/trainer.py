@@ -2,10 +2,20 @@
 
 The output directory holds the model in the layout every ELMo tool reads (``options.json`` +
 ``weights.hdf5``, bilm-tf's), the softmax (``softmax.hdf5``), the vocabulary (``vocab.txt``), a
-metrics log (``metrics.jsonl``: one JSON object per line, training and held-out) and
-``checkpoints/`` (model, softmax, optimizer, data position; the last two kept). Every file is written
-through :mod:`elmo_fast.durable` (a temporary name, fsync, rename): whole under its final name
-whatever moment a run is killed at; ``metrics.jsonl`` grows by whole, fsync'ed lines.
+metrics log (``metrics.jsonl``: one JSON object per line, training and held-out;
+:mod:`~elmo_fast.training.metrics_log`), ``checkpoints/`` (model, softmax, optimizer, data position,
+and what the run was computed from; the last two kept; :mod:`~elmo_fast.training.checkpoints`) and
+``.elmo-fast.lock``. Every file is written through :mod:`elmo_fast.durable` (a temporary name,
+fsync, rename): whole under its final name whatever moment a run is killed at, and a failed write is
+one :class:`~elmo_fast.durable.WriteError` naming the file, the previous checkpoint intact.
+
+One run per output directory: a run holds :class:`~elmo_fast.run_lock.RunLock` on ``.elmo-fast.lock``
+from start to end (a second run on the directory fails at once naming the holder's PID; a killed
+run's lock never blocks), and sweeps the temporary files that killed runs left there.
+
+``--resume`` continues the run only if it is the same run: the vocabulary, the corpus files and the
+settings are compared with what the checkpoint recorded (:mod:`~elmo_fast.training.run_fingerprint`)
+and any difference is refused, named, unless ``allow_changed=True`` (``--resume-anyway``).
 
 Determinism, which is what makes ``--resume`` exact: batches are a function of the seed and the
 epoch (:mod:`elmo_fast.training.data`); every random draw of step ``s`` (dropout masks, sampled
@@ -30,16 +40,17 @@ import torch.distributed as dist
 
 from ..bilm.model import ElmoBiLm
 from ..bilm.precision import PRECISIONS
-from ..durable import append_line, save_torch, write_text
 from ..errors import ElmoFastError, InputError, Param
 from ..formats.bilm_tf import ElmoOptions, load_model_files, load_softmax, save_model_files, write_softmax
 from ..formats.vocab import Vocabulary
+from . import run_fingerprint
+from .checkpoints import checkpoint_to_resume, save_checkpoint
 from .data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
+from .metrics_log import METRICS, MetricsLog
 from .model import Batch, BidirectionalLM, initial_weights
+from .out_dir import lock_out_dir, prepare_out_dir
 from .softmax import SoftmaxHead
 
-CHECKPOINTS = "checkpoints"
-METRICS = "metrics.jsonl"
 #: bilm-tf scales the mean loss by its unroll steps before differentiating (20 by default); the
 #: sentence scheme keeps that scale per token, so Adagrad's accumulator and the clip see the same
 #: magnitudes as in bilm-tf
@@ -107,6 +118,9 @@ class Trainer:
         self.world_size = dist.get_world_size() if self.distributed else 1
         self.rank = dist.get_rank() if self.distributed else 0
         self.out = Path(config.out)
+        self.metrics = MetricsLog(self.out / METRICS)
+        self.fingerprint: dict | None = None
+        self._saved: dict | None = None  # the state last checkpointed (and exported) by this process
         self.device = torch.device(config.device)
         self._stop_signal: int | None = None
         self.vocab = Vocabulary.load(config.vocab)
@@ -169,39 +183,27 @@ class Trainer:
 
     # ---- checkpoints -------------------------------------------------------------------------------
 
-    def _checkpoints(self) -> list[Path]:
-        d = self.out / CHECKPOINTS
-        return sorted(d.glob("step-*.pt")) if d.exists() else []
-
     def _save_checkpoint(self, lm: BidirectionalLM, optimizer, state: dict) -> None:
         if self.rank == 0:
-            d = self.out / CHECKPOINTS
-            d.mkdir(parents=True, exist_ok=True)
-            payload = {"model": _unwrap(lm).state_dict(), "optimizer": optimizer.state_dict(), "state": state,
-                       "identity": self.cfg.identity(self.world_size), "format": 1}
-            path = d / f"step-{state['step']:09d}.pt"
-            save_torch(payload, path)
-            for old in self._checkpoints()[:-2]:
-                old.unlink(missing_ok=True)
+            save_checkpoint(self.out, {"model": _unwrap(lm).state_dict(), "optimizer": optimizer.state_dict(),
+                                       "state": state, "identity": self.cfg.identity(self.world_size),
+                                       "fingerprint": self.fingerprint})
         self._barrier()
 
-    def _load_checkpoint(self, lm: BidirectionalLM, optimizer) -> dict | None:
-        for path in reversed(self._checkpoints()):
-            try:
-                payload = torch.load(path, map_location=self.device, weights_only=False)
-            except Exception:  # a checkpoint torn by something other than us: the one before it
-                self.log(f"elmo-fast: skipping unreadable checkpoint {path}")
-                continue
-            then, now = _with_precision(payload["identity"]), self.cfg.identity(self.world_size)
-            differ = [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
-            if differ:
-                changes = "; ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in differ[:4])
-                raise InputError(f"{self.out}: cannot resume: the run in it used other settings ({changes}); use "
-                                 f"another ", Param("out"), ", or the same settings")
+    def _load_checkpoint(self, lm: BidirectionalLM, optimizer, allow_changed: bool) -> dict | None:
+        found = checkpoint_to_resume(self.out, self.fingerprint, self.cfg.identity(self.world_size), allow_changed,
+                                     self.device, self.log)
+        if found is None:
+            return None
+        path, payload = found
+        try:
             _unwrap(lm).load_state_dict(payload["model"])
             optimizer.load_state_dict(payload["optimizer"])
-            return payload["state"]
-        return None
+        except (RuntimeError, ValueError, KeyError) as e:
+            first = " ".join(str(e).split())[:200]
+            raise InputError(f"{path}: its tensors do not fit this run's model ({first}): the architecture or the "
+                             "vocabulary's size changed; use another ", Param("out")) from None
+        return payload["state"]
 
     def _export(self, lm: BidirectionalLM) -> None:
         """The model files in the output directory (each replaced durably)."""
@@ -225,26 +227,36 @@ class Trainer:
 
     def _log_metrics(self, record: dict) -> None:
         if self.rank == 0:
-            append_line(self.out / METRICS, json.dumps(record))
+            self.metrics.append(record)
 
-    def _trim_metrics(self, step: int) -> None:
-        """Lines logged after the checkpoint a resumed run starts from are logged again by it."""
-        path = self.out / METRICS
-        if self.rank != 0 or not path.exists():
-            return
-        keep = [line for line, record in _metric_lines(path) if record.get("step", 0) <= step]
-        write_text(path, "".join(line + "\n" for line in keep))
-
-    def run(self, resume: bool = False, overwrite: bool = False) -> dict:
+    def run(self, resume: bool = False, overwrite: bool = False, allow_changed: bool = False) -> dict:
+        """Train (or continue, ``resume``) the run in ``cfg.out``; returns step, tokens, seconds and
+        the best held-out perplexity. ``overwrite``: start over in a directory that holds a run.
+        ``allow_changed`` (implies ``resume``): continue although the vocabulary, the corpus or the
+        settings differ from the checkpoint's."""
         c = self.cfg
+        resume = resume or allow_changed
         train_files = expand_corpus(c.train, "train")
         heldout_files = expand_corpus(c.heldout, "heldout") if c.heldout else []
         for param, files in (("train", train_files), ("heldout", heldout_files)):
             if files and not _has_a_sentence(files):
                 raise InputError(Param(param), f" {' '.join(files)}: no sentences (every line is empty)")
+        self.fingerprint = run_fingerprint.fingerprint(c.vocab, train_files, heldout_files,
+                                                       c.identity(self.world_size))
+        lock = None
         if self.rank == 0:
-            self._prepare_out_dir(resume, overwrite)
-        self._barrier()
+            lock = lock_out_dir(self.out)
+        try:
+            if self.rank == 0:
+                prepare_out_dir(self.out, resume, overwrite, self.log)
+            self._barrier()
+            return self._run(resume, allow_changed, train_files, heldout_files)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _run(self, resume: bool, allow_changed: bool, train_files: list[str], heldout_files: list[str]) -> dict:
+        c = self.cfg
         lm = self._build()
         model = lm
         if self.distributed:
@@ -256,14 +268,15 @@ class Trainer:
         optimizer = torch.optim.Adagrad(lm.parameters(), lr=c.learning_rate,
                                         initial_accumulator_value=c.initial_accumulator, eps=0.0,
                                         fused=True if self.device.type == "cpu" else None)
-        state = self._load_checkpoint(lm, optimizer) if resume else None
+        state = self._load_checkpoint(lm, optimizer, allow_changed) if resume else None
         if state is None:
             state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "best": None, "seconds": 0.0, "states": None}
             if self.rank == 0:
-                (self.out / METRICS).unlink(missing_ok=True)
+                self.metrics.remove()
                 self.vocab.save(self.out / "vocab.txt")
         else:
-            self._trim_metrics(state["step"])
+            if self.rank == 0:  # lines logged after the checkpoint are logged again by this run
+                self.metrics.trim(state["step"])
             self.log(f"elmo-fast: resuming at step {state['step']} (epoch {state['epoch'] + 1}, batch "
                      f"{state['batch']})")
         data = self._data(train_files)
@@ -317,7 +330,7 @@ class Trainer:
                         self._evaluate_and_log(lm, heldout_files, state)
             if interval["steps"]:
                 self._log_interval(state, interval, bar, started)
-            if heldout_files and (not self._metrics_has_eval(state["step"])):
+            if heldout_files and not self.metrics.has_eval(state["step"]):
                 self._evaluate_and_log(lm, heldout_files, state)
             self._checkpoint(lm, optimizer, state, h0c0, started)
         except _Stop as stop:
@@ -332,21 +345,6 @@ class Trainer:
                 bar.close()
         return {"step": state["step"], "tokens": state["tokens"], "seconds": time.perf_counter() - started,
                 "best": state["best"]}
-
-    def _prepare_out_dir(self, resume: bool, overwrite: bool) -> None:
-        out = self.out
-        if out.exists() and not out.is_dir():
-            raise InputError(Param("out"), f" {out}: exists and is not a directory")
-        has_run = (out / CHECKPOINTS).exists() or (out / "weights.hdf5").exists()
-        if has_run and not resume and not overwrite:
-            raise InputError(Param("out"), f" {out}: holds a run already; ", Param("resume", True), " continues it, ",
-                             Param("overwrite", True), " starts over")
-        if resume and not (out / CHECKPOINTS).exists():
-            self.log(f"elmo-fast: no checkpoint in {out} to resume from, starting from the beginning")
-        if overwrite and not resume and (out / CHECKPOINTS).exists():
-            for p in (out / CHECKPOINTS).glob("step-*.pt"):
-                p.unlink()
-        out.mkdir(parents=True, exist_ok=True)
 
     def _progress(self, state: dict):
         if not self.cfg.progress or self.rank != 0:
@@ -401,12 +399,6 @@ class Trainer:
             bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{record['train_perplexity']:.1f}", tok_s=f"{rate:,.0f}")
         interval.update(loss=0.0, targets=0, tokens=0, start=time.perf_counter(), steps=0)
 
-    def _metrics_has_eval(self, step: int) -> bool:
-        path = self.out / METRICS
-        if not path.exists():
-            return False
-        return any(rec.get("step") == step and "heldout" in rec for _, rec in _metric_lines(path))
-
     def _evaluate_and_log(self, lm: BidirectionalLM, files: list[str], state: dict) -> None:
         if self.rank == 0:
             result = evaluate(lm, files, self.vocab, batch_size=self.cfg.batch_size, device=self.device,
@@ -421,6 +413,10 @@ class Trainer:
         self._barrier()
 
     def _checkpoint(self, lm, optimizer, state: dict, h0c0, started: float) -> None:
+        position = {k: v for k, v in state.items() if k != "seconds"}
+        if position == self._saved:  # (a run that ends or stops on a checkpoint's step: written already)
+            return
+        self._saved = position
         state["seconds"] = time.perf_counter() - started
         snapshot = dict(state)
         snapshot["states"] = None if h0c0 is None else tuple(t.cpu() for t in h0c0)
@@ -438,28 +434,6 @@ class Interrupted(ElmoFastError):
 
     def __reduce__(self):
         return type(self), (self.signum, str(self))
-
-
-def _metric_lines(path: Path) -> list[tuple[str, dict]]:
-    """The lines of a metrics log and their records; a line torn by a kill in the middle of its append
-    (the last one) is left out: the resumed run logs its step again."""
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append((line, record))
-    return out
-
-
-def _with_precision(identity: dict) -> dict:
-    """A checkpoint's run identity with the precision under its current name (runs before
-    ``--precision`` recorded it as ``dtype``, with the same values)."""
-    if "dtype" in identity and "precision" not in identity:
-        identity = {("precision" if k == "dtype" else k): v for k, v in identity.items()}
-    return identity
 
 
 def _has_a_sentence(files: list[str]) -> bool:

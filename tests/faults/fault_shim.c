@@ -4,7 +4,9 @@
  * reaches what Python, h5py's HDF5 (pwrite) and torch's zip writer do alike. A call counts when its
  * file descriptor names a path under the armed folder (/proc/self/fd); the Nth such call fails with
  * the armed errno without doing anything (close still closes: Linux frees the descriptor whatever
- * close reports). "sticky" makes every later call fail too, as a full disk does.
+ * close reports). "sticky" makes every later call fail too, as a full disk does. A negative errno
+ * sends that signal instead, at the call, before it does anything: -9 is a kill -9 at exactly that
+ * point of a run (the process never returns from the call).
  *
  * Controlled from the process itself (ctypes finds these symbols in the preloaded library):
  *   fault_arm(folder, nth, errno, sticky, ops)   ops: a mask of FAULT_* below; nth >= 1
@@ -20,6 +22,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +94,7 @@ static int should_fail(int fd, int op) {
   }
   int e = err;
   pthread_mutex_unlock(&lock);
+  if (fail && e < 0) kill(getpid(), -e); /* a negative errno: that signal instead (-9: kill -9 at this call) */
   if (fail) errno = e;
   return fail;
 }
