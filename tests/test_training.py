@@ -515,7 +515,11 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp
     sa = load_softmax(tmp_path / "killed" / "softmax.hdf5", len(Vocabulary.load(corpus / "vocab.txt")), 16)
     sb = load_softmax(tmp_path / "whole" / "softmax.hdf5", len(Vocabulary.load(corpus / "vocab.txt")), 16)
     assert all(torch.equal(x, y) for x, y in zip(sa, sb))
-    steps = [json.loads(l)["step"] for l in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    # (no log at all when every run that reached an interval's end was killed before logging it: with
+    # --log-every 50 over 12 steps only a run's last interval is logged, and a last kill after the
+    # final checkpoint leaves the resume nothing to train, hence nothing to log)
+    log = tmp_path / "killed" / "metrics.jsonl"
+    steps = [json.loads(l)["step"] for l in log.read_text().splitlines()] if log.exists() else []
     assert steps == sorted(steps)  # the log holds no step twice after the resumes
 
 
