@@ -7,6 +7,10 @@ vocabulary cache, the host-planned GPU forward), and the biLSTM reads them by in
 from __future__ import annotations
 
 import numpy as np
+# numpy.random loads on first use otherwise, in the middle of a run; a SIGTERM handled while its Cython
+# modules initialise is swallowed there (they report errors while registering with collections.abc
+# as "unraisable"), and `embed` then ran on to the end: seen in 3 of 60 tries
+import numpy.random  # noqa: F401
 import torch
 from torch import Tensor
 
