@@ -28,6 +28,7 @@ import os
 import sys
 
 from setuptools import find_namespace_packages, setup
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "build_support"))
@@ -116,6 +117,56 @@ def write_build_info(directory, decision):
         f.write(f"PYTHON = {'.'.join(map(str, sys.version_info[:2]))!r}\n")
 
 
+# The opt-in allennlp import path (elmo_fast/as_allennlp.py): a .pth file in site-packages whose one line
+# imports it at interpreter start when ELMO_FAST_AS_ALLENNLP is set (not "" or "0"), and does nothing
+# otherwise (os is imported already there). Shipped by build_py in wheels, and written beside the
+# editable finder by editable installs (PEP 660, or the legacy `develop`).
+PTH_NAME = "elmo_fast_as_allennlp.pth"
+PTH_LINE = ("import os; os.environ.get('ELMO_FAST_AS_ALLENNLP', '0') not in ('', '0') and "
+            "__import__('elmo_fast.as_allennlp')\n")
+
+
+def write_pth(directory):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, PTH_NAME), "w") as f:
+        f.write(PTH_LINE)
+
+
+class BuildPy(build_py):
+    def run(self):
+        super().run()
+        write_pth(self.build_lib)
+
+    def get_outputs(self, include_bytecode=True):
+        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, PTH_NAME)]
+
+
+CMDCLASS = {"build_py": BuildPy}
+try:  # setuptools >= 64: PEP 660 editable installs
+    from setuptools.command.editable_wheel import editable_wheel
+
+    class EditableWheel(editable_wheel):
+        def _install_namespaces(self, installation_dir, pth_prefix):  # what lands beside the editable finder
+            super()._install_namespaces(installation_dir, pth_prefix)
+            write_pth(installation_dir)
+
+    CMDCLASS["editable_wheel"] = EditableWheel
+except ImportError:
+    pass
+try:  # `setup.py develop` (older setuptools' editable installs)
+    from setuptools.command.develop import develop
+
+    class Develop(develop):
+        def run(self):
+            super().run()
+            if not getattr(self, "uninstall", False):
+                write_pth(self.install_dir)
+
+    CMDCLASS["develop"] = Develop
+except ImportError:
+    pass
+
+
 if torch is not None:
     _BuildExtensionBase = cpp_extension.BuildExtension.with_options(use_ninja=cpp_extension.is_ninja_available())
 else:
@@ -170,6 +221,6 @@ setup(
     extras_require={"serve": SERVE_REQUIRES, "test": ["pytest", "hypothesis", *SERVE_REQUIRES]},
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_ext": BuildExt, **CMDCLASS},
     zip_safe=False,
 )

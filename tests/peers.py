@@ -1,5 +1,7 @@
 """Import the peer implementations the tests compare with: allennlp 2.10.1 and ELMoForManyLangs
-0.0.4.post2 (``elmoformanylangs``), installed with ``pip install --no-deps -r tests/peers.txt``.
+0.0.4.post2 (``elmoformanylangs``), installed into ``.peers/site`` by ``bash tests/install_peers.sh``
+(outside the venv: elmo-fast's allennlp import path needs an environment without a real allennlp);
+:func:`use_peers` puts such a folder on this process's ``sys.path``.
 
 allennlp imports libraries that its ELMo modules never use (transformers, spacy, torchvision,
 fairscale, ...); they are not installed here, so an import hook hands it empty stand-ins for
@@ -18,8 +20,10 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import logging
+import os
 import sys
 import types
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -85,10 +89,25 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 _finder = _StubFinder()
 
 
+#: where tests/install_peers.sh installs the peers that stay out of the venv
+PEERS = Path(os.environ.get("ELMO_FAST_PEERS") or Path(__file__).resolve().parents[1] / ".peers")
+INSTALL = "bash tests/install_peers.sh"
+
+
+def use_peers(folder: str = "site") -> Path:
+    """``.peers/<folder>`` at the end of this process's sys.path (installed packages keep precedence)."""
+    path = PEERS / folder
+    if path.is_dir() and str(path) not in sys.path:
+        sys.path.append(str(path))
+        importlib.invalidate_caches()
+    return path
+
+
 def allennlp_elmo():
     """``allennlp.modules.elmo``, or a skip naming the install command."""
+    use_peers()
     if importlib.util.find_spec("allennlp") is None:
-        pytest.skip("allennlp is not installed: pip install --no-deps -r tests/peers.txt")
+        pytest.skip(f"allennlp is not installed: {INSTALL}")
     if _finder not in sys.meta_path:
         sys.meta_path.append(_finder)  # after the real finders: stubs only for what is missing
     return importlib.import_module("allennlp.modules.elmo")
@@ -96,8 +115,9 @@ def allennlp_elmo():
 
 def manylangs():
     """The ``elmoformanylangs`` package, or a skip naming the install command."""
+    use_peers()
     if importlib.util.find_spec("elmoformanylangs") is None:
-        pytest.skip("ELMoForManyLangs is not installed: pip install --no-deps -r tests/peers.txt")
+        pytest.skip(f"ELMoForManyLangs is not installed: {INSTALL}")
     module = importlib.import_module("elmoformanylangs")
     logging.getLogger("elmoformanylangs").setLevel(logging.WARNING)  # it logs every batch at INFO
     return module

@@ -118,16 +118,32 @@ def _files_under(path: Path) -> list[Path]:
 
 
 def test_models_table():
-    assert hub.model_names() == ["small", "medium", "original", "original-5.5b"]
+    assert hub.model_names() == ["small", "medium", "original", "original-5.5b", "pt", "pubmed"]
     assert set(hub.MODEL_DESCRIPTIONS) == set(hub.MODELS)
     assert hub.DEFAULT_BASE_URL == "https://allennlp.s3.amazonaws.com/models/elmo"
     for options, weights in hub.MODELS.values():
         assert not options.startswith(("/", "http")) and options.endswith("_options.json")
-        assert not weights.startswith(("/", "http")) and weights.endswith("_weights.hdf5")
+        assert not weights.startswith(("/", "http")) and "_weights" in weights and weights.endswith(".hdf5")
     assert hub.MODELS["original-5.5b"] == (
         "2x4096_512_2048cnn_2xhighway_5.5B/elmo_2x4096_512_2048cnn_2xhighway_5.5B_options.json",
         "2x4096_512_2048cnn_2xhighway_5.5B/elmo_2x4096_512_2048cnn_2xhighway_5.5B_weights.hdf5",
     )
+
+
+def test_urls_of_the_official_files_name_their_model():
+    """The addresses allennlp, flair and their users wrote (old and new S3 hosts, http or https) map to
+    the model and the file's role; anything else is not an official model's file."""
+    old = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/"
+    new = "https://allennlp.s3.amazonaws.com/models/elmo/"
+    for name, (options, weights) in hub.MODELS.items():
+        for base in (old, new, new.replace("https:", "http:")):
+            assert hub.model_for_url(base + options) == (name, "options")
+            assert hub.model_for_url(base + weights) == (name, "weights")
+    assert hub.model_for_url(old + "contributed/pt/elmo_pt_weights.hdf5") == ("pt", "weights")
+    assert hub.model_for_url(new + "nothing/options.json") is None
+    assert hub.model_for_url("https://example.org/models/elmo/" + hub.MODELS["small"][0]) is None
+    assert hub.model_for_url("/local/" + hub.MODELS["small"][0]) is None
+    assert hub.cached_files("small", "/c") == (Path("/c/small/options.json"), Path("/c/small/weights.hdf5"))
 
 
 def test_urls_and_cache_dir_follow_environment(monkeypatch, tmp_path):

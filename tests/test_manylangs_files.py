@@ -112,9 +112,12 @@ def test_config_path_resolution(model, tmp_path):
 
 
 def test_shipped_configs_are_found_last(model):
+    from peers import INSTALL, use_peers
+
+    use_peers()
     shipped = shipped_configs_dir()
     if shipped is None:
-        pytest.skip("elmoformanylangs is not installed: pip install --no-deps -r tests/peers.txt")
+        pytest.skip(f"elmoformanylangs is not installed: {INSTALL}")
     (model / "config.json").write_text(json.dumps({"config_path": "/opt/elmo/cnn_50_100_512_4096_sample.json"}))
     path = find_config(model)
     assert path == shipped / "cnn_50_100_512_4096_sample.json"

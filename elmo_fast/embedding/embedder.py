@@ -61,6 +61,9 @@ class ElmoEmbedder:
     ``ElmoEmbedder(options, weights, cuda_device=-1)`` mean what they meant in allennlp 0.9.
     """
 
+    #: the biLM class it builds (a compatibility front may name a subclass)
+    bilm_class: type[ElmoBiLm] = ElmoBiLm
+
     def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None,
                  device: str | int | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
                  backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype | None = None, *,
@@ -89,7 +92,7 @@ class ElmoEmbedder:
         # a cached token holds its vector [P] and its layer-0 gates [2, 4C], in fp32
         entry_bytes = 4 * (o.projection_dim + 8 * o.cell_dim)
         cache_size = int(token_cache_mb * 2**20 // entry_bytes)
-        self.elmo_bilm = ElmoBiLm.from_weights(weights, stateful=stateful, backend=backend,
+        self.elmo_bilm = self.bilm_class.from_weights(weights, stateful=stateful, backend=backend,
                                                token_cache_size=cache_size, precision=precision).to(self.device).eval()
         self.output_dim = self.elmo_bilm.get_output_dim()
         self.num_layers = self.elmo_bilm.num_layers

@@ -395,7 +395,18 @@ def _tf_lstm_to_torch(w0: np.ndarray, b: np.ndarray, wp: np.ndarray, input_size:
 def load_weights(weight_file: str | os.PathLike, options: ElmoOptions) -> ElmoWeights:
     """Read and check a bilm-tf weights file; tensors come back fp32, on CPU, in torch layout."""
     weight_file = os.fspath(weight_file)
-    a = _read_checked(weight_file, options)
+    return weights_from_datasets(_read_checked(weight_file, options), options)
+
+
+def zero_weights(options: ElmoOptions) -> ElmoWeights:
+    """Zeros of the shapes ``options`` give, in torch layout: a model's skeleton, to load a state
+    dict into (an allennlp biLM's, say)."""
+    return weights_from_datasets({name: np.zeros(shape, dtype=np.float32)
+                                  for name, (shape, _) in expected_datasets(options).items()}, options)
+
+
+def weights_from_datasets(a: dict[str, np.ndarray], options: ElmoOptions) -> ElmoWeights:
+    """bilm-tf's datasets (checked: :func:`expected_datasets`), keyed by name -> tensors in torch layout."""
     o = options
 
     def t(x: np.ndarray) -> Tensor:

@@ -30,7 +30,10 @@ __all__ = [
     "MODELS",
     "MODEL_DESCRIPTIONS",
     "cache_dir",
+    "cached_files",
+    "fetch_file",
     "fetch_model",
+    "model_for_url",
     "model_names",
     "model_urls",
 ]
@@ -59,7 +62,23 @@ MODELS: dict[str, tuple[str, str]] = {
     "original-5.5b": _paths(
         "2x4096_512_2048cnn_2xhighway_5.5B", "elmo_2x4096_512_2048cnn_2xhighway_5.5B"
     ),
+    # contributed models that allennlp hosts beside them (flair's ELMoEmbeddings names both)
+    "pt": ("contributed/pt/elmo_pt_options.json", "contributed/pt/elmo_pt_weights.hdf5"),
+    "pubmed": (
+        "contributed/pubmed/elmo_2x4096_512_2048cnn_2xhighway_options.json",
+        "contributed/pubmed/elmo_2x4096_512_2048cnn_2xhighway_weights_PubMed_only.hdf5",
+    ),
 }
+
+#: where allennlp, flair and their users have linked these files from: the host and the path before
+#: MODELS' relative paths (https://allennlp.s3.amazonaws.com/models/elmo/... and the older
+#: https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/..., over http or https)
+KNOWN_LOCATIONS: tuple[tuple[str, str], ...] = (
+    ("allennlp.s3.amazonaws.com", "/models/elmo/"),
+    ("s3-us-west-2.amazonaws.com", "/allennlp/models/elmo/"),
+    ("s3.us-west-2.amazonaws.com", "/allennlp/models/elmo/"),
+    ("allennlp.s3.us-west-2.amazonaws.com", "/models/elmo/"),
+)
 
 #: name -> one-line description (for ``--help`` and listings).
 MODEL_DESCRIPTIONS: dict[str, str] = {
@@ -67,10 +86,37 @@ MODEL_DESCRIPTIONS: dict[str, str] = {
     "medium": "28.0M params, LSTM 2x2048, output dim 512 (weights ~110 MB)",
     "original": "93.6M params, LSTM 2x4096, output dim 1024 (weights ~375 MB)",
     "original-5.5b": "93.6M params, as 'original', trained on 5.5B tokens (weights ~375 MB)",
+    "pt": "contributed: Portuguese (allennlp's contributed/pt model)",
+    "pubmed": "contributed: as 'original', trained on PubMed (allennlp's contributed/pubmed model)",
 }
 
 _CHUNK_SIZE = 1 << 16
 _USER_AGENT = "elmo-fast"
+
+
+def model_for_url(url: str) -> tuple[str, str] | None:
+    """``(name, "options" | "weights")`` for the URL of an official model's file as allennlp, flair and
+    their users wrote it (any of :data:`KNOWN_LOCATIONS`), else None."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return None
+    for host, prefix in KNOWN_LOCATIONS:
+        if parts.netloc.lower() == host and parts.path.startswith(prefix):
+            relative = parts.path[len(prefix):]
+            for name, files in MODELS.items():
+                for role, path in zip(("options", "weights"), files):
+                    if relative == path:
+                        return name, role
+    return None
+
+
+def cached_files(name: str, cache: str | os.PathLike[str] | None = None) -> tuple[Path, Path]:
+    """Where :func:`fetch_model` keeps model ``name``'s options and weights (whether there or not)."""
+    _check_name(name)
+    root = Path(cache).expanduser() if cache is not None else cache_dir()
+    return root / name / OPTIONS_FILENAME, root / name / WEIGHTS_FILENAME
 
 
 def model_names() -> list[str]:
@@ -146,6 +192,22 @@ def fetch_model(
                 pass
         raise
     return targets[0][1], targets[1][1]
+
+
+def fetch_file(url: str, path: str | os.PathLike[str], label: str, progress: bool = True,
+               timeout: float = 30) -> Path:
+    """``path``, downloaded from ``url`` first when it is not there (through the durable write path:
+    never a partial file under that name); ``label`` names it in messages and the progress bar.
+    Raises :class:`DownloadError` as :func:`fetch_model` does."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadError(f"cannot fetch {url}: cannot create the cache directory {path.parent}: {exc}") from exc
+    _download(label, url, path, path.parent, progress=progress, timeout=timeout)
+    return path
 
 
 def _offline_hint(model_dir: Path) -> str:
