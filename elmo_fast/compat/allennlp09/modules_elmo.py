@@ -105,7 +105,8 @@ class Elmo(_CoreElmo):
 class _ElmoCharacterEncoder(nn.Module):
     """allennlp 0.9's ``_ElmoCharacterEncoder(options_file, weight_file, requires_grad=False)``: the
     context-free half of the biLM. ``forward(inputs [B, T, 50])`` -> ``{"mask": [B, T + 2] long,
-    "token_embedding": [B, T + 2, P]}``, sentence boundaries added. Its parameters are elmo-fast's
+    "token_embedding": [B, T + 2, P]}``, sentence boundaries added (padding slots unmasked, as allennlp's).
+    Its parameters are elmo-fast's
     token embedder's (their names differ from allennlp's)."""
 
     def __init__(self, options_file, weight_file, requires_grad: bool = False) -> None:
@@ -129,5 +130,5 @@ class _ElmoCharacterEncoder(nn.Module):
         else:
             with torch.no_grad():
                 vectors = self.token_embedder.forward_fast(flat)
-        vectors = vectors.view(B, T2, -1) * mask.unsqueeze(-1).to(vectors.dtype)
-        return {"mask": mask.long(), "token_embedding": vectors}
+        # padding slots hold what the all-zero row gives, as allennlp's do (it masks nothing here)
+        return {"mask": mask.long(), "token_embedding": vectors.view(B, T2, -1)}
