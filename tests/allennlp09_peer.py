@@ -16,9 +16,14 @@ JOB (JSON): {"options": path, "weights": path, "steps": [[op, args...], ...], "p
 through the whole sequence): ``["embed_sentence", tokens]``, ``["embed_batch", batch]``,
 ``["embed_sentences", sentences, batch_size]``, ``["embed_file", path, output_format, batch_size]``
 (the HDF5 written to path + ".h5"), ``["elmo", batch, num_output_representations,
-scalar_mix_parameters]`` (a stateful ``Elmo`` of its own, dropout 0, its outputs recorded). Each
-step's arrays are recorded as ``s{step}_{k}``. With ``pickle_after`` the embedder is pickled to
-``pickle_to`` after that step, and the sequence goes on.
+scalar_mix_parameters]`` (a stateful ``Elmo`` of its own, dropout 0, its outputs recorded),
+``["flair", embedding_mode, sentences]`` (flair's ``ELMoEmbeddings`` on allennlp 0.9, built then
+embedding the sentences as one call: each sentence's token vectors recorded),
+``["flair_legacy", path, sentences, tag_type]`` (a flair ``SequenceTagger`` over ``ELMoEmbeddings``,
+saved to path as flair saved models before 0.12, its embeddings pickled whole; then its predictions
+for the sentences recorded: ``s{step}_tags`` and ``s{step}_scores``). Each step's arrays are recorded
+as ``s{step}_{k}``. With ``pickle_after`` the embedder is pickled to ``pickle_to`` after that step,
+and the sequence goes on.
 """
 from __future__ import annotations
 
@@ -162,6 +167,18 @@ def main(job_path: str, out_path: str) -> None:
                                     scalar_mix_parameters=args[2])
                 result = elmo(modules.batch_to_ids(args[0]))
                 arrays = [r.numpy() for r in result["elmo_representations"]] + [result["mask"].numpy()]
+            elif op == "flair":
+                from flair.data import Sentence
+                from flair.embeddings import ELMoEmbeddings
+
+                embeddings = ELMoEmbeddings(options_file=job["options"], weight_file=job["weights"],
+                                            embedding_mode=args[0])
+                sentences = [Sentence(tokens) for tokens in args[1]]
+                embeddings.embed(sentences)
+                arrays = [torch.stack([t.get_embedding() for t in s]).numpy() for s in sentences]
+            elif op == "flair_legacy":
+                arrays = []
+                out.update(_flair_legacy(job, i, *args))
             else:
                 raise SystemExit(f"unknown op {op!r}")
         for k, a in enumerate(arrays):
@@ -170,6 +187,36 @@ def main(job_path: str, out_path: str) -> None:
             with open(job["pickle_to"], "wb") as f:
                 pickle.dump(embedder, f)
     np.savez(out_path, **out)
+
+
+def _flair_legacy(job: dict, step: int, path: str, sentences: list, tag_type: str) -> dict:
+    import flair
+    import numpy as np
+    import torch
+    from flair.data import Dictionary, Sentence
+    from flair.embeddings import ELMoEmbeddings
+    from flair.models import SequenceTagger
+
+    flair.set_seed(1)
+    tags = Dictionary(add_unk=False)
+    for tag in ("N", "V", "D"):
+        tags.add_item(tag)
+    embeddings = ELMoEmbeddings(options_file=job["options"], weight_file=job["weights"], embedding_mode="all")
+    tagger = SequenceTagger(hidden_size=16, embeddings=embeddings, tag_dictionary=tags, tag_type=tag_type,
+                            use_crf=False, use_rnn=True)
+    tagger.eval()
+    # what flair up to 0.11 saved: the model's settings, its state dict, and its embeddings pickled whole
+    state = {"__cls__": "SequenceTagger", "state_dict": tagger.state_dict(), "embeddings": tagger.embeddings,
+             "hidden_size": 16, "tag_dictionary": tags, "tag_format": "BIOES", "tag_type": tag_type,
+             "use_crf": False, "use_rnn": True, "rnn_layers": 1, "use_dropout": 0.0, "use_word_dropout": 0.05,
+             "use_locked_dropout": 0.5, "rnn_type": "LSTM", "reproject_embeddings": True, "weight_dict": None,
+             "train_initial_hidden_state": False}
+    torch.save(state, path, pickle_protocol=4)
+    batch = [Sentence(tokens) for tokens in sentences]
+    tagger.predict(batch, mini_batch_size=len(batch))
+    labels = [t.get_label(tag_type) for s in batch for t in s]
+    return {f"s{step}_tags": np.array([label.value for label in labels]),
+            f"s{step}_scores": np.array([label.score for label in labels], dtype=np.float64)}
 
 
 if __name__ == "__main__":
