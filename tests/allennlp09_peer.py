@@ -21,7 +21,8 @@ scalar_mix_parameters]`` (a stateful ``Elmo`` of its own, dropout 0, its outputs
 embedding the sentences as one call: each sentence's token vectors recorded),
 ``["flair_legacy", path, sentences, tag_type]`` (a flair ``SequenceTagger`` over ``ELMoEmbeddings``,
 saved to path as flair saved models before 0.12, its embeddings pickled whole; then its predictions
-for the sentences recorded: ``s{step}_tags`` and ``s{step}_scores``). Each step's arrays are recorded
+for the sentences recorded: ``s{step}_tags`` and ``s{step}_scores``), ``["seqvec", argv]`` (seqvec's
+command line on allennlp 0.9; its own ElmoEmbedder). Each step's arrays are recorded
 as ``s{step}_{k}``. With ``pickle_after`` the embedder is pickled to ``pickle_to`` after that step,
 and the sequence goes on.
 """
@@ -176,6 +177,12 @@ def main(job_path: str, out_path: str) -> None:
                 sentences = [Sentence(tokens) for tokens in args[1]]
                 embeddings.embed(sentences)
                 arrays = [torch.stack([t.get_embedding() for t in s]).numpy() for s in sentences]
+            elif op == "seqvec":  # seqvec's command line, argv as given, on allennlp 0.9
+                import seqvec.seqvec
+
+                sys.argv = ["seqvec", *args[0]]
+                seqvec.seqvec.main()
+                arrays = []
             elif op == "flair_legacy":
                 arrays = []
                 out.update(_flair_legacy(job, i, *args))

@@ -163,7 +163,9 @@ def _run(args: argparse.Namespace) -> int:
                         bucketing=not args.no_bucketing and not args.stateful, window=args.window,
                         resume=args.resume, overwrite=args.overwrite, skip_empty=args.skip_empty,
                         encoding_errors=args.encoding_errors, started=args.started, distributed=group,
-                        tokenize=args.tokenize, max_line_length=args.max_line_length)
+                        tokenize=args.tokenize, max_line_length=args.max_line_length, fasta=args.fasta,
+                        fasta_split_char=args.fasta_split_char, fasta_id_field=args.fasta_id_field,
+                        per_protein=args.per_protein)
     return 0
 
 
@@ -177,8 +179,8 @@ def add_parser(sub) -> None:
                                    "HDF5 file: one "
                                    "float32 dataset per line, keyed by its index, plus 'sentence_to_index'. "
                                    "Takes `allennlp elmo`'s flags too.")
-    p.add_argument("input", help="input text file, one sentence per line ('-' reads stdin); gzip, bzip2 and xz "
-                                 "files are decompressed, recognised by their content")
+    p.add_argument("input", help="input text file, one sentence per line ('-' reads stdin), or a FASTA file with "
+                                 "--fasta; gzip, bzip2 and xz files are decompressed, recognised by their content")
     p.add_argument("output", help="output HDF5 file (written to a temporary name, renamed when complete)")
     fmt = p.add_mutually_exclusive_group(required=True)
     fmt.add_argument("--all", action="store_const", const="all", dest="output_format",
@@ -187,6 +189,8 @@ def add_parser(sub) -> None:
                      help="the top layer: (T, D)")
     fmt.add_argument("--average", action="store_const", const="average", dest="output_format",
                      help="the mean of the layers: (T, D)")
+    fmt.add_argument("--sum", action="store_const", const="sum", dest="output_format",
+                     help="the sum of the layers: (T, D) (SeqVec's per-residue default)")
     p.add_argument("--options", "--options-file", help="options.json of the model (--options-file: allennlp's name)")
     p.add_argument("--weights", "--weight-file",
                    help="weights.hdf5 of the model, bilm-tf layout (--weight-file: allennlp's name)")
@@ -238,6 +242,19 @@ def add_parser(sub) -> None:
                         f"whole (default {DEFAULT_MAX_LINE_LENGTH:,})")
     p.add_argument("--encoding-errors", choices=["strict", "replace"], default="strict",
                    help="a line that is not UTF-8: an error naming it (strict, default) or read with U+FFFD (replace)")
+    fasta = p.add_argument_group("proteins (FASTA)")
+    fasta.add_argument("--fasta", action="store_true",
+                       help="the input is FASTA (plain or compressed): one record a sequence, one residue a token "
+                            "(upper-cased), each dataset named by the record's id (as seqvec and bio_embeddings)")
+    fasta.add_argument("--split-char", dest="fasta_split_char", metavar="C",
+                       help="seqvec's id rule: the id is field --id of the header split at C (default: the header's "
+                            "first word, Biopython's record.id)")
+    fasta.add_argument("--id", dest="fasta_id_field", type=int, default=1, metavar="N",
+                       help="with --split-char, the 0-based field holding the id (-1: the whole header; default 1)")
+    fasta.add_argument("--per-protein", dest="per_protein", nargs="?", const="only", choices=["only", "also"],
+                       help="one vector per protein, the mean over its residues: instead of the residues' vectors "
+                            "(alone, or 'only'; seqvec's --protein), or beside them as each dataset's attribute "
+                            "'per_protein' ('also'). With --sum, bio_embeddings' reduce_per_protein")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--file-friendly-logging", action="store_true",
                    help="progress on a line of its own at most every 10 s, for log files (allennlp's flag)")

@@ -19,15 +19,16 @@ def assemble(work: str, manifest: dict, total: int, patience: float, path: str) 
     with durable.reading_back(path):
         shards = covering_shards(work, total, patience)
     use_keys = manifest["use_sentence_keys"]
-    keep = not use_keys and not manifest["forget_sentences"]
+    keep = not use_keys and not manifest["forget_sentences"] and not manifest.get("fasta")
     pairs: list[tuple[str, str]] = []
     with durable.durable_hdf5(path) as fout:
         for shard in shards:
             with durable.reading_back(path), h5py.File(os.path.join(work, shard["name"]), "r") as f:
                 texts = f["text"].asstr()[...]
+                ids = f["keys"].asstr()[...] if "keys" in f else None  # FASTA records' ids
                 vectors = f["v"]
                 for j, (index, text) in enumerate(zip(f["lines"][...], texts)):
-                    key = text if use_keys else str(int(index))
+                    key = ids[j] if ids is not None else text if use_keys else str(int(index))
                     copy_float32(vectors, str(j), fout, key)
                     if keep:
                         pairs.append((text, key))

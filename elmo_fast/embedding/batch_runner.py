@@ -64,15 +64,16 @@ class BatchRunner:
         if self.embedder.device.type == "cuda":
             torch.cuda.empty_cache()
         padded = len(batch) * max(len(line.tokens) for line in batch)
-        where = (f"line {batch[0].index + 1}" if len(batch) == 1
-                 else f"the batch of lines {min(l.index for l in batch) + 1}..{max(l.index for l in batch) + 1}")
+        what = "records" if batch[0].key is not None else "lines"
+        where = (batch[0].where() if len(batch) == 1
+                 else f"the batch of {what} {min(l.index for l in batch) + 1}..{max(l.index for l in batch) + 1}")
         if self.stateful:
             # halves would run as two batches, so rows would take other rows' states: not the same run
             raise InputError(f"{where} ({len(batch)} sentences, {padded} padded tokens) does not fit in memory on "
                              f"{self.embedder.device} ({failure}); stateful mode cannot split a batch: pass a "
                              f"smaller ", Param("batch_size"))
         if len(batch) == 1:
-            raise InputError(f"line {batch[0].index + 1}: its sentence of {len(batch[0].tokens)} tokens does not fit "
+            raise InputError(f"{batch[0].where()}: its sentence of {len(batch[0].tokens)} tokens does not fit "
                              f"in memory on {self.embedder.device} even alone ({failure})")
         self.oom_splits += 1
         # later batches stay under what failed, instead of failing and splitting again one by one
@@ -85,4 +86,6 @@ class BatchRunner:
             return embeddings
         if self.output_format == "top":
             return embeddings[-1]
+        if self.output_format == "sum":  # SeqVec's default: the layers summed
+            return embeddings.sum(axis=0)
         return np.average(embeddings, axis=0)

@@ -23,7 +23,9 @@ class Window:
     _positions: dict[int, int] = field(default_factory=dict, repr=False)
 
     def key(self, line: Line) -> str:
-        """The output's name for this sentence's dataset."""
+        """The output's name for this sentence's dataset (a FASTA record's: its id)."""
+        if line.key is not None:
+            return line.key
         return line.text if self.keyed_by_text else str(line.index)
 
     def position(self, line: Line) -> int:

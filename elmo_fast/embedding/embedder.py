@@ -149,7 +149,9 @@ class ElmoEmbedder:
                    resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
                    encoding_errors: str = "strict", started: float | None = None,
                    distributed: bool = False, tokenize: bool = False,
-                   max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> dict[str, Any]:
+                   max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH, fasta: bool = False,
+                   fasta_split_char: str | None = None, fasta_id_field: int = 1,
+                   per_protein: str | bool | None = None) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
         ``tokenize=True`` reads raw text instead (still one sentence per line): each line goes
@@ -159,8 +161,15 @@ class ElmoEmbedder:
 
         One float32 dataset per line, keyed by the line's index (or by its text with
         ``use_sentence_keys``), of shape (3, T, 2P) for ``"all"`` or (T, 2P) for ``"top"`` /
-        ``"average"``; plus ``sentence_to_index``, a JSON map from each line's text to its key
+        ``"average"`` / ``"sum"``; plus ``sentence_to_index``, a JSON map from each line's text to its key
         (left out with ``forget_sentences`` or ``use_sentence_keys``, as allennlp does).
+
+        ``fasta=True`` reads proteins instead (:mod:`elmo_fast.embedding.fasta`): one FASTA record a
+        sequence, one residue a token, each dataset named by the record's id (its header's first word, or
+        seqvec's rule: field ``fasta_id_field`` of the header split at ``fasta_split_char``); a malformed
+        file is an error naming the line. ``per_protein``: the mean over the residues, instead of the
+        residues' vectors (``"only"`` or True) or beside them as the dataset's attribute ``per_protein``
+        (``"also"``). Batches are cut by residues (``max_tokens_per_batch``), the records sorted by length.
 
         The input (a path, or a binary or text stream) is read lazily and results are written as
         their batches finish, so memory stays flat however long the corpus. Stateless (the
@@ -218,5 +227,7 @@ class ElmoEmbedder:
                                max_tokens_per_batch=max_tokens_per_batch, bucketing=bucketing, window=window,
                                resume=resume, overwrite=overwrite, skip_empty=skip_empty,
                                encoding_errors=encoding_errors, started=started, distributed=distributed,
-                               tokenize=tokenize, max_line_length=max_line_length)
+                               tokenize=tokenize, max_line_length=max_line_length, fasta=fasta,
+                               fasta_split_char=fasta_split_char, fasta_id_field=fasta_id_field,
+                               per_protein=per_protein)
         return embed_corpus(self, input_file, output_file_path, options)

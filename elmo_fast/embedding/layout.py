@@ -1,6 +1,8 @@
 """The output's layout, allennlp's: one float32 dataset per sentence, named by its key (its line number,
 or with sentence keys its text, where '/' nests groups as h5py's ``create_dataset`` does), and
-``sentence_to_index``, one JSON string mapping each sentence to its key."""
+``sentence_to_index``, one JSON string mapping each sentence to its key. A FASTA input's datasets are
+named by record id, as seqvec and bio_embeddings name them, and may hold per-protein vectors
+(:func:`per_protein`): instead of the residues', or beside them as the attribute ``per_protein``."""
 from __future__ import annotations
 
 import json
@@ -11,7 +13,17 @@ import numpy as np
 from ..errors import InputError, Param
 
 
-def write_float32(group, key: str, data: np.ndarray) -> None:
+def per_protein(vectors: np.ndarray, mode: str | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """What a record's dataset holds, and its attributes: its vectors (``mode`` None), their mean over the
+    residues instead (``"only"``: seqvec's ``--protein``; the mean of ``--sum``'s is bio_embeddings'
+    ``reduce_per_protein``), or both, the mean as the attribute ``per_protein`` (``"also"``)."""
+    if mode is None:
+        return vectors, {}
+    reduced = np.asarray(vectors, dtype=np.float32).mean(axis=-2)  # residues: the second-to-last axis
+    return (reduced, {}) if mode == "only" else (vectors, {"per_protein": reduced})
+
+
+def write_float32(group, key: str, data: np.ndarray, attrs: dict[str, np.ndarray] | None = None) -> None:
     """``group[key] = data`` as a float32 dataset (the layout h5py's ``create_dataset`` makes), through
     h5py's low-level API: 2.3x faster per dataset, which shows with one small dataset per sentence."""
     import h5py
@@ -30,6 +42,10 @@ def write_float32(group, key: str, data: np.ndarray) -> None:
                          " for this input") from None
     if data.size:
         dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
+    if attrs:
+        manager = h5py.AttributeManager(h5py.Dataset(dataset))
+        for name, value in attrs.items():
+            manager[name] = np.asarray(value, dtype=np.float32)
 
 
 def copy_float32(source, name: str, group, key: str) -> None:

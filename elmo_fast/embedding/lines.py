@@ -22,10 +22,20 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 
 @dataclass
 class Line:
-    """One sentence of the input: its 0-based line number (its default key) and its text."""
+    """One sentence of the input: its 0-based line number (its default key) and its text; or one record of
+    a FASTA file (:mod:`.fasta`): its 0-based number, its residues, and its id (``key``) and header's line
+    number (``number``)."""
     index: int
     text: str
     tokens: list[str]
+    key: str | None = None
+    number: int | None = None
+
+    def where(self) -> str:
+        """Where it is in the input, for messages."""
+        if self.key is not None:
+            return f"record {self.key!r} (line {self.number})"
+        return f"line {self.index + 1}"
 
 
 def _decode_line(raw: str, name: str, number: int, encoding_errors: str, compression: str | None) -> str:
@@ -135,5 +145,6 @@ def lines_digest(lines: Iterable[Line]) -> str:
     """A digest of lines (their numbers and texts): what a resume checks a shard's input against."""
     h = hashlib.blake2b(digest_size=16)
     for line in lines:
-        h.update(f"{line.index}\t{line.text}\n".encode("utf-8"))
+        keyed = "" if line.key is None else f"{line.key}\t"  # (FASTA records: their ids too)
+        h.update(f"{line.index}\t{keyed}{line.text}\n".encode("utf-8"))
     return h.hexdigest()

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from ..errors import ElmoFastError, Param
 from .input_guard import DEFAULT_MAX_LINE_LENGTH, check_max_line_length
 
-OUTPUT_FORMATS = ("all", "top", "average")
+OUTPUT_FORMATS = ("all", "top", "average", "sum")
+#: a FASTA record's vectors reduced to one per protein (the mean over its residues): instead of its
+#: residues' ("only"), or beside them, as the dataset's attribute ``per_protein`` ("also")
+PER_PROTEIN = ("only", "also")
 ENCODING_ERRORS = ("strict", "replace")
 #: padded tokens (sentences x longest) per batch when bucketing, unless told otherwise: at the
 #: default batch size of 64 it only binds for sentences over 64 tokens, and bounds the memory of a
@@ -41,6 +44,10 @@ class EmbedOptions:
     distributed: bool = False
     tokenize: bool = False
     max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH  # characters; None: no bound
+    fasta: bool = False  # the input is FASTA: one residue per token, keyed by record id (.fasta)
+    fasta_split_char: str | None = None  # seqvec's id rule (with fasta_id_field); None: the header's first word
+    fasta_id_field: int = 1
+    per_protein: str | None = None  # None, "only" or "also" (PER_PROTEIN)
 
     def __post_init__(self) -> None:
         if self.output_format not in OUTPUT_FORMATS:
@@ -54,6 +61,24 @@ class EmbedOptions:
             if value is not None and value < 1:
                 raise ElmoFastError(Param(name), f" must be >= 1, got {value}")
         check_max_line_length(self.max_line_length)
+        if self.per_protein is True:
+            object.__setattr__(self, "per_protein", "only")
+        if self.per_protein not in (None, False, *PER_PROTEIN):
+            raise ElmoFastError(Param("per_protein"), f" must be one of {', '.join(PER_PROTEIN)} (or True: only), "
+                                f"got {self.per_protein!r}")
+        if self.per_protein is False:
+            object.__setattr__(self, "per_protein", None)
+        if self.fasta:
+            for name, bad in (("tokenize", self.tokenize), ("use_sentence_keys", self.use_sentence_keys),
+                              ("skip_empty", self.skip_empty)):
+                if bad:
+                    raise ElmoFastError(Param(name), " is for text, one sentence per line; with ", Param("fasta"),
+                                        " every record is one sequence, one residue a token, keyed by its id")
+        else:
+            for name, given in (("per_protein", self.per_protein is not None),
+                                ("fasta_split_char", self.fasta_split_char is not None)):
+                if given:
+                    raise ElmoFastError(Param(name), " needs ", Param("fasta"), ": it is about FASTA records")
 
     def for_model(self, batch_size: int, stateful: bool) -> "EmbedOptions":
         """These options with nothing left to the embedder: ``batch_size`` set, ``bucketing`` a bool,
@@ -76,5 +101,6 @@ class EmbedOptions:
 
     @property
     def keeps_sentences(self) -> bool:
-        """Whether the output holds ``sentence_to_index`` (allennlp leaves it out in these two cases)."""
-        return not self.forget_sentences and not self.use_sentence_keys
+        """Whether the output holds ``sentence_to_index`` (allennlp leaves it out in these two cases, and a
+        FASTA input has no sentences: its records are keyed by id)."""
+        return not self.forget_sentences and not self.use_sentence_keys and not self.fasta

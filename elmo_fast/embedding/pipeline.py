@@ -31,7 +31,9 @@ from ..errors import ElmoFastError, Param
 from . import ranks as group
 from .batch_runner import BatchRunner, Embedder
 from .batching import Window, batches, windows
+from .fasta import IdRule, read_fasta
 from .input_guard import kind_of, rereadable
+from .layout import per_protein
 from .leftovers import stale_temp_files
 from .lines import Line, read_sentences, refuse_duplicates
 from .options import EmbedOptions
@@ -64,7 +66,7 @@ def _embed_corpus(embedder: Embedder, input_file: str | os.PathLike | IO, output
                 continue
             for batch in run.batches(window):  # batch
                 for line, vectors in zip(batch, runner.embed(batch)):  # embed
-                    writer.write(window, line, vectors)  # write
+                    writer.write(window, line, *per_protein(vectors, run.options.per_protein))  # write
                 progress.batch_done(batch)
             writer.record(window, run.states())  # record
             progress.window_done(window)
@@ -124,9 +126,11 @@ class CorpusRun:
                     print(f"elmo-fast: removed {path}, left by a run that was killed", file=sys.stderr)
                 for what in left:
                     print(f"elmo-fast: note: {what}", file=sys.stderr)
+        self.id_rule = IdRule(options.fasta_split_char, options.fasta_id_field) if options.fasta else None
         self.lines = self.sentences()  # the input is opened now: a missing file fails before any output
         self.info = {"backend": bilm.backend, "stateful": bilm.stateful,
-                     "dtype": str(bilm.compute_dtype).replace("torch.", ""), "device": str(embedder.device)}
+                     "dtype": str(bilm.compute_dtype).replace("torch.", ""), "device": str(embedder.device),
+                     **({"input": "fasta"} if options.fasta else {})}
         self.writer = None  # type: ignore[assignment]
         self.progress = None  # type: ignore[assignment]
         self.done: list[dict] = []  # the complete shards of an interrupted run, by start
@@ -136,6 +140,8 @@ class CorpusRun:
     def sentences(self) -> Iterator[Line]:
         """The input's sentences, from its start (a path is opened again)."""
         o = self.options
+        if o.fasta:
+            return read_fasta(self.input_file, self.id_rule, o.max_line_length)
         lines = read_sentences(self.input_file, o.encoding_errors, o.skip_empty, o.tokenize, o.max_line_length)
         return refuse_duplicates(lines, self.output) if o.use_sentence_keys else lines
 
@@ -169,7 +175,7 @@ class CorpusRun:
             if self.bilm.stateful:
                 self._restore_states(self.writer)
         self.runner = BatchRunner(self.embedder, o.output_format, o.max_tokens_per_batch)
-        counter = (TokenCount(self.name, o.tokenize, o.max_line_length)
+        counter = (TokenCount(self.name, o.tokenize, o.max_line_length, fasta=o.fasta)
                    if self.rereadable and o.progress and os.path.isfile(self.name) else None)
         self.progress = Progress(o.progress, sum(s["tokens"] for s in self.done), counter, self.ranks,
                                  lambda: self.runner.oom_splits)

@@ -25,6 +25,14 @@ _ASCII_SPACE = np.zeros(256, dtype=bool)
 _ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 
 
+_NOT_LETTERS = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
+
+
+def _residues_in(block: bytes) -> int:
+    """Residues in whole lines of a FASTA input: the letters of its lines that are not headers."""
+    return sum(len(line.translate(None, _NOT_LETTERS)) for line in block.split(b"\n") if not line.startswith(b">"))
+
+
 def _tokens_in(block: bytes) -> int:
     """Tokens in whole lines of the input, as read_sentences splits them."""
     if not block.isascii():  # other whitespace (U+00A0, U+3000, ...): str.split's own rules
@@ -43,11 +51,12 @@ class TokenCount:
     it), before it is held whole."""
 
     def __init__(self, path: str, tokenize: bool = False,
-                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> None:
+                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH, fasta: bool = False) -> None:
         import threading
 
         self.path = path
         self.tokenize = tokenize
+        self._count = _residues_in if fasta else _tokens_in  # a FASTA input's tokens are its residues
         # UTF-8 takes at most 4 bytes a character
         self._max_rest = None if max_line_length is None else 4 * (max_line_length + 2)
         self._max_line_length = max_line_length
@@ -73,11 +82,11 @@ class TokenCount:
                     chunk = chunk[3:]  # read_sentences drops it: it is no token (and not whitespace)
                 first = False
                 if not chunk:
-                    self.total = total + _tokens_in(rest)
+                    self.total = total + self._count(rest)
                     return
                 cut = chunk.rfind(b"\n") + 1  # whole lines, so that no character or token is cut in two
                 if cut:
-                    total += _tokens_in(rest + chunk[:cut])
+                    total += self._count(rest + chunk[:cut])
                     rest = chunk[cut:]
                 else:
                     rest += chunk
@@ -159,16 +168,17 @@ def summary_lines(stats: dict, output: str) -> list[str]:
     resumed = f" (after {stats['resumed_sentences']:,} done before)" if stats["resumed_sentences"] else ""
     assembling = (f", {stats['assembly_seconds']:.2f} s of it assembling the output"
                   if stats.get("assembly_seconds") else "")
-    first = (f"elmo-fast: {stats['sentences']:,} sentences, {stats['tokens']:,} tokens{resumed} -> {output} "
+    items, tokens = ("proteins", "residues") if stats.get("input") == "fasta" else ("sentences", "tokens")
+    first = (f"elmo-fast: {stats['sentences']:,} {items}, {stats['tokens']:,} {tokens}{resumed} -> {output} "
              f"({_size(stats['output_bytes'])}) in {stats['wall_seconds']:.2f} s ({stats['startup_seconds']:.2f} s "
              f"to start, {stats['seconds']:.2f} s to embed and write{assembling})")
     ranks = stats.get("ranks", 1)
     if stats["steady_tokens_per_s"] is not None:
         summed = f"; the sum over {ranks} ranks" if ranks > 1 else ""
-        rate = (f"{stats['steady_tokens_per_s']:,.0f} tokens/s steady (after the first batch, "
+        rate = (f"{stats['steady_tokens_per_s']:,.0f} {tokens}/s steady (after the first batch, "
                 f"{stats['warmup_seconds']:.2f} s with warm-up{summed})")
     else:
-        rate = f"{stats['tokens_per_s']:,.0f} tokens/s in one batch, warm-up included (too few for a steady rate)"
+        rate = f"{stats['tokens_per_s']:,.0f} {tokens}/s in one batch, warm-up included (too few for a steady rate)"
     second = (f"elmo-fast: {rate}; backend {stats['backend']}, {'stateful' if stats['stateful'] else 'stateless'}, "
               f"{stats['dtype']}, {stats['device']}{f' x {ranks} ranks' if ranks > 1 else ''}")
     return [first, second]

@@ -63,6 +63,8 @@ def new_manifest(embedder: Embedder, name: str, options: EmbedOptions) -> dict:
             "use_sentence_keys": options.use_sentence_keys, "forget_sentences": options.forget_sentences,
             "stateful": stateful, "batch_size": options.batch_size if stateful else None,
             **({"tokenize": True} if options.tokenize else {}),  # (absent otherwise: older work areas resume)
+            **({"fasta": True, "fasta_id_rule": [options.fasta_split_char, options.fasta_id_field],
+                "per_protein": options.per_protein} if options.fasta else {}),
             **_model_identity(embedder)}
 
 

@@ -41,8 +41,9 @@ class Writer(Protocol):
     def open(self) -> list[dict]:
         """Begin; returns the complete shards of an interrupted run, by start (none for a plain run)."""
 
-    def write(self, window: Window, line: Line, vectors: np.ndarray) -> None:
-        """One sentence's vectors, float32, in the output's format: [L + 1, T, 2P] ("all") or [T, 2P]."""
+    def write(self, window: Window, line: Line, vectors: np.ndarray, attrs: dict | None = None) -> None:
+        """One sentence's vectors, float32, in the output's format: [L + 1, T, 2P] ("all") or [T, 2P] (or a
+        FASTA record's per-protein vector); ``attrs``: the dataset's attributes (per-protein vectors)."""
 
     def record(self, window: Window, states: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         """Every sentence of ``window`` is written; ``states``: the LSTM states after it (stateful runs)."""
@@ -71,8 +72,8 @@ class PlainWriter:
             self.sentences = durable.FileWriter(self.path, tag="sentences")
         return []
 
-    def write(self, window: Window, line: Line, vectors: np.ndarray) -> None:
-        write_float32(self.output.file, window.key(line), vectors)
+    def write(self, window: Window, line: Line, vectors: np.ndarray, attrs: dict | None = None) -> None:
+        write_float32(self.output.file, window.key(line), vectors, attrs)
         self.output.check()  # a full disk stops the run at once, not at its end
 
     def record(self, window: Window, states) -> None:
@@ -134,9 +135,9 @@ class ShardWriter:
             self.shard.file.create_group("v")
         return self.shard.file
 
-    def write(self, window: Window, line: Line, vectors: np.ndarray) -> None:
+    def write(self, window: Window, line: Line, vectors: np.ndarray, attrs: dict | None = None) -> None:
         # by position in the window: keys (sentences with sentence keys) can be any text
-        write_float32(self._shard_of(window)["v"], str(window.position(line)), vectors)
+        write_float32(self._shard_of(window)["v"], str(window.position(line)), vectors, attrs)
         self.shard.check()  # a full disk stops the run at once, not at the window's end
 
     def record(self, window: Window, states) -> None:
@@ -146,6 +147,8 @@ class ShardWriter:
         lines = window.lines
         f.create_dataset("lines", data=np.array([line.index for line in lines], dtype=np.int64))
         f.create_dataset("text", data=[line.text for line in lines], dtype=h5py.string_dtype())
+        if lines[0].key is not None:  # FASTA records: their ids key the output
+            f.create_dataset("keys", data=[line.key for line in lines], dtype=h5py.string_dtype())
         if states is not None:
             f.create_dataset("state_h", data=states[0].float().cpu().numpy())
             f.create_dataset("state_c", data=states[1].float().cpu().numpy())
