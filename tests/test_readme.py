@@ -1,5 +1,8 @@
-"""README.md stays true: every ```python block runs, and every `elmo-fast ...` command in a ```bash
-block is accepted by the argument parser.
+"""README.md and the pages of docs/ stay true: every ```python block runs, and every `elmo-fast ...` command
+in a ```bash block is accepted by the argument parser.
+
+A block that imports ``elmo_fast.as_allennlp`` runs in a child process (the allennlp import path is per
+process), and skips, saying so, when a library it imports (flair, ...) is not installed.
 
 Each python block runs alone, in a namespace of its own (a reader copies one block, not the ones
 before it), in a fresh working directory holding what the snippets name: ``options.json`` and
@@ -19,15 +22,22 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
 _SHAPE_COMMENT = re.compile(r"^(?P<name>\w+) = .*#[^#]*?\b(np\.ndarray|Tensor|LongTensor) \((?P<shape>[^)]*)\)")
 
 
-def _blocks(language: str) -> list[tuple[int, str]]:
-    """(line number, text) of each fenced block in that language."""
-    text = README.read_text(encoding="utf-8")
-    return [(text[: m.start()].count("\n") + 1, m.group(2)) for m in _FENCE.finditer(text) if m.group(1) == language]
+def _blocks(language: str) -> list[tuple[str, str]]:
+    """("FILE:line", text) of each fenced block in that language, README.md and docs/ alike."""
+    out = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        where = page.relative_to(ROOT)
+        out += [(f"{where}:{text[: m.start()].count(chr(10)) + 1}", m.group(2)) for m in _FENCE.finditer(text)
+                if m.group(1) == language]
+    return out
 
 
 PYTHON = _blocks("python")
@@ -54,7 +64,7 @@ def workdir(tmp_path_factory):
     return root, options, weights, cache
 
 
-@pytest.mark.parametrize("line,code", PYTHON, ids=[f"README.md:{line}" for line, _ in PYTHON])
+@pytest.mark.parametrize("line,code", PYTHON, ids=[line for line, _ in PYTHON])
 def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
     import json
 
@@ -69,14 +79,39 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ELMO_FAST_CACHE", str(cache))
     monkeypatch.setenv("ELMO_FAST_BASE_URL", "http://127.0.0.1:9")  # discard: nothing listens there
-    namespace: dict = {"__name__": "__readme__"}
-    exec(compile(code, f"README.md:{line}", "exec"), namespace)  # noqa: S102  (the README's own code)
+    checked = [(m["name"], m["shape"], statement) for statement in code.splitlines()
+               if (m := _SHAPE_COMMENT.match(statement))]
+    if "elmo_fast.as_allennlp" in code:
+        shapes = _run_in_a_child(line, code, [name for name, _, _ in checked], tmp_path)
+    else:
+        namespace: dict = {"__name__": "__readme__"}
+        exec(compile(code, line, "exec"), namespace)  # noqa: S102  (the page's own code)
+        shapes = {name: list(namespace[name].shape) for name, _, _ in checked}
     D = 2 * json.loads(options.read_text())["lstm"]["projection_dim"]
-    for statement in code.splitlines():
-        if m := _SHAPE_COMMENT.match(statement):
-            want = tuple(D if d.strip() == "D" else int(d) for d in m["shape"].split(","))
-            got = tuple(namespace[m["name"]].shape)
-            assert got == want, f"README.md:{line}: {statement.strip()!r}: {m['name']} has shape {got}"
+    for name, shape, statement in checked:
+        want = tuple(D if d.strip() == "D" else int(d) for d in shape.split(","))
+        got = tuple(shapes[name])
+        assert got == want, f"{line}: {statement.strip()!r}: {name} has shape {got}"
+
+
+def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path) -> dict:
+    """Run a block in a fresh interpreter (in ``cwd``, this test's environment); the shapes of ``names``."""
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+
+    from shim_runs import child_env, require_no_real_allennlp
+
+    require_no_real_allennlp()
+    for library in sorted(set(re.findall(r"^\s*(?:from|import) (\w+)", code, re.M)) - {"elmo_fast"}):
+        if importlib.util.find_spec(library) is None:
+            pytest.skip(f"{line} needs {library}, which is not installed (bash tests/install_peers.sh)")
+    report = f"\nimport json as _json\nprint(_json.dumps({{n: list(globals()[n].shape) for n in {names!r}}}))\n"
+    proc = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, cwd=cwd,
+                          env=child_env(), timeout=600)
+    assert proc.returncode == 0, f"{line} failed in a child process:\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _commands(script: str) -> list[list[str]]:
@@ -105,7 +140,7 @@ def _commands(script: str) -> list[list[str]]:
     return out
 
 
-@pytest.mark.parametrize("line,script", BASH, ids=[f"README.md:{line}" for line, _ in BASH])
+@pytest.mark.parametrize("line,script", BASH, ids=[line for line, _ in BASH])
 def test_shell_commands_parse(line, script):
     from elmo_fast.cli import build_parser
 
@@ -113,7 +148,7 @@ def test_shell_commands_parse(line, script):
         try:
             build_parser().parse_args(args)
         except SystemExit as e:
-            pytest.fail(f"README.md:{line}: `elmo-fast {shlex.join(args)}` is refused by the parser (exit {e.code})")
+            pytest.fail(f"{line}: `elmo-fast {shlex.join(args)}` is refused by the parser (exit {e.code})")
 
 
 def test_every_elmo_fast_command_is_checked():
