@@ -149,6 +149,11 @@ ALLOWED = {
     "elmo_fast.bilm.tolerances": set(),
     # the self-check's inputs: the ops and their twins, nothing else (the CLI's doctor drives them)
     "elmo_fast.bilm.selfcheck_cases": {"elmo_fast.bilm.ops", "elmo_fast.bilm.reference"},
+    # the opt-in allennlp import path is set up at interpreter start (a .pth hook): its door and finder import
+    # nothing of the model (the table of what it provides is plain data; the modules load on first import)
+    "elmo_fast.as_allennlp": {"elmo_fast.compat.allennlp09.finder"},
+    "elmo_fast.compat.allennlp09.finder": {"elmo_fast.compat.allennlp09"},
+    "elmo_fast.compat.allennlp09": set(),
 }
 
 
@@ -247,3 +252,26 @@ def test_the_write_detector_finds_writes():
     assert calls("shutil.copyfile(a, b)") == ["shutil.copyfile"] and calls("shutil.copyfileobj(a, b)") == [None]
     assert calls("os.open(p, os.O_RDONLY)")[0] is None and calls("os.replace(a, b)") == ["os.replace"]
     assert calls("durable.write_text(p, t)") == [None] and calls("write_text(p, t)") == [None]
+
+
+def test_package_doors_load_nothing_eagerly():
+    """``import elmo_fast`` (and ``elmo_fast.compat``) bind names on first use: the allennlp import path's
+    .pth hook imports elmo_fast at every interpreter start where it is asked for, so the door must be light."""
+    import ast as _ast
+
+    for door in (PACKAGE / "__init__.py", PACKAGE / "compat" / "__init__.py"):
+        tree = _ast.parse(door.read_text())
+        eager = [n for n in tree.body if isinstance(n, (_ast.Import, _ast.ImportFrom))
+                 and not (isinstance(n, _ast.ImportFrom) and n.module == "__future__")
+                 and not all(a.name.split(".")[0] == "importlib" for a in n.names)]
+        assert not eager, f"{door} imports at load time: {[_ast.unparse(n) for n in eager]}"
+
+
+def test_compatibility_fronts_hold_no_model_code():
+    """A front translates to the core: no torch.nn layers of its own (Linear, LSTM, Conv1d, Embedding ...)."""
+    layers = {"Linear", "LSTM", "LSTMCell", "Conv1d", "Embedding", "GRU", "Highway"}
+    for path in sorted((PACKAGE / "compat").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in layers:
+                if isinstance(node.func.value, ast.Name) and node.func.value.id in ("nn", "torch"):
+                    raise AssertionError(f"{path}: builds a {node.func.attr} layer; fronts translate to the core")
