@@ -160,7 +160,7 @@ BAD_INPUTS = {
     "NaN in weights": (b"a\n", ["MODEL=nan"], r"dataset 'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_0' holds NaN or Inf"),
     "Inf in weights": (b"a\n", ["MODEL=inf"], r"dataset 'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_0' holds NaN or Inf"),
     "weights not float": (b"a\n", ["MODEL=int"], r"'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_0' has dtype int32, expected a float"),
-    "unknown --model": (b"a\n", ["--model", "large"], r"unknown model 'large'; valid names: default, small, medium, original, original-5.5b$"),
+    "unknown --model": (b"a\n", ["--model", "large"], r"unknown model 'large'; valid names: default, small, medium, original, original-5.5b, pt, pubmed$"),
     "stateful with a token budget": (b"a\n", ["--stateful", "--max-tokens-per-batch", "100"], r"cannot be used with --stateful"),
     "cuda without a GPU": (b"a\n", ["--device", "cuda"], r"device 'cuda' requested, but torch sees no CUDA GPU"),
 }
