@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     from ..embedding.input_guard import DEFAULT_MAX_LINE_LENGTH
-    from ..embedding.options import DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
+    from ..embedding.options import DEFAULT_FASTA_MAX_TOKENS, DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
     from ..pretrained import model_names
 
     p = sub.add_parser("embed", help="embed a file of sentences into HDF5 (allennlp's `allennlp elmo` layout)",
@@ -206,7 +206,8 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="at most N sentences per batch (default 64)")
     p.add_argument("--max-tokens-per-batch", type=int, metavar="N",
                    help=f"at most N padded tokens (sentences x longest) per batch (stateless only; default "
-                        f"{DEFAULT_MAX_TOKENS})")
+                        f"{DEFAULT_MAX_TOKENS}, and {DEFAULT_FASTA_MAX_TOKENS} residues with --fasta, seqvec's "
+                        f"--batchsize)")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW, metavar="N",
                    help=f"sentences read ahead and sorted by length together; with --resume also the work saved "
                         f"at once (default {DEFAULT_WINDOW})")

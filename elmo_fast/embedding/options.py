@@ -17,6 +17,11 @@ ENCODING_ERRORS = ("strict", "replace")
 #: default batch size of 64 it only binds for sentences over 64 tokens, and bounds the memory of a
 #: batch of long ones (the largest activations on `original`: 4096 x 3 x 1024 x 4 bytes = 50 MB)
 DEFAULT_MAX_TOKENS = 4096
+#: residues per batch for FASTA inputs, unless told otherwise (seqvec's default batch, 15,000 residues):
+#: bigger batches share each weight read among more rows, which proteins (hundreds of residues each)
+#: need; measured in BENCHMARKS.md (proteins): 4,096 / 15,000 / 30,000 gave 524 / 572 / 694 residues/s
+#: fp32 and 1,115 / 1,617 / 1,386 bf16 on `original`, 1.4 GiB peak for a 6,000-residue protein
+DEFAULT_FASTA_MAX_TOKENS = 15000
 #: sentences read ahead and sorted together; with resume, also the work saved at once
 DEFAULT_WINDOW = 2048
 
@@ -95,8 +100,9 @@ class EmbedOptions:
             return dataclasses.replace(self, batch_size=batch_size, bucketing=False, max_tokens_per_batch=None,
                                        window=-(-self.window // batch_size) * batch_size)
         bucketing = True if self.bucketing is None else self.bucketing
+        default = DEFAULT_FASTA_MAX_TOKENS if self.fasta else DEFAULT_MAX_TOKENS
         max_tokens = self.max_tokens_per_batch if self.max_tokens_per_batch is not None else (
-            DEFAULT_MAX_TOKENS if bucketing else None)
+            default if bucketing else None)
         return dataclasses.replace(self, batch_size=batch_size, bucketing=bucketing, max_tokens_per_batch=max_tokens)
 
     @property
