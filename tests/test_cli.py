@@ -595,7 +595,7 @@ def test_a_write_that_fails_exits_1_naming_the_file_and_leaves_nothing(tmp_path,
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(durable, "commit", full)  # the output's fsync and rename, at the end
+    monkeypatch.setattr(durable.file_writers, "commit", full)  # the output's fsync and rename, at the end
     code = main(["embed", str(inp), str(tmp_path / "o.h5"), "--top", "--options", str(options), "--weights",
                  str(weights), "--quiet"])
     assert code == 1

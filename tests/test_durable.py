@@ -32,8 +32,8 @@ class _FailingFile:
 
 
 def failing_open(monkeypatch, code: int, budget: int) -> None:
-    real = durable._open
-    monkeypatch.setattr(durable, "_open", lambda *a, **k: _FailingFile(real(*a, **k), code, budget))
+    real = durable.file_writers._open
+    monkeypatch.setattr(durable.file_writers, "_open", lambda *a, **k: _FailingFile(real(*a, **k), code, budget))
 
 
 def _leftovers(directory) -> list[str]:
