@@ -55,7 +55,9 @@ def _options(args: argparse.Namespace):
 def _run(args: argparse.Namespace, finetune: bool) -> int:
     from ..devices import resolve_device
     from ..distributed import distributed_setup, leave_group
-    from ..training.trainer import Interrupted, TrainConfig, Trainer, model_dir_files
+    from ..formats.model_dir import model_dir_files
+    from ..training.stop_signals import Interrupted
+    from ..training.trainer import TrainConfig, Trainer
 
     device = distributed_setup(args.device)
     resolve_device(device)
@@ -112,7 +114,8 @@ def _perplexity(args: argparse.Namespace) -> int:
     from ..training.data import expand_corpus
     from ..training.model import BidirectionalLM
     from ..training.softmax import SoftmaxHead
-    from ..training.trainer import evaluate, model_dir_files
+    from ..formats.model_dir import model_dir_files
+    from ..training.evaluate import evaluate
 
     files = expand_corpus(args.input, "input")
     _default_model_dir(args)
