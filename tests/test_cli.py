@@ -151,7 +151,6 @@ BAD_INPUTS = {
     "empty file": (b"", [], r"in.txt: the input holds no sentences"),
     "only blank lines, skipped": (b"\n  \n", ["--skip-empty"], r"in.txt: the input holds no sentences"),
     "input missing": (None, [], r"in.txt: input file not found"),
-    "output directory missing": (b"a\n", ["OUT=missing/out.hdf5"], r"the output's directory .*missing does not exist"),
     "output exists": (b"a\n", ["EXISTS"], r"out.hdf5 already exists; pass --overwrite to replace it"),
     "interrupted run left": (b"a\n", ["WORKDIR"], r"out.hdf5.partial holds an interrupted run .*pass --resume"),
     "weights truncated": (b"a\n", ["MODEL=truncated"], r"w.hdf5: not a readable HDF5 file \(truncated or corrupt"),

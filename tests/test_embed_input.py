@@ -282,7 +282,10 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
         assert elapsed < 0.5, elapsed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
     code, err = cli("embed", inp, tmp_path, "--all", "--options", tiny[0], "--weights", tiny[1])
-    assert code == 2 and "is a directory; give the path of the HDF5 file to write" in err, err
+    assert code == 1 and err == f"elmo-fast: error: cannot write {tmp_path}: the output is a folder\n", err
+    code, err = cli("embed", inp, tmp_path / "missing" / "o.h5", "--all", "--options", tiny[0], "--weights", tiny[1])
+    assert code == 1 and err == (f"elmo-fast: error: cannot write {tmp_path / 'missing' / 'o.h5'}: its folder "
+                                 f"{tmp_path / 'missing'} does not exist\n"), err
     if os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
         ro.mkdir()

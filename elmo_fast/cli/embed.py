@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..distributed import launched
     from ..embedding.output_lock import hold_output
-    from ..embedding.work_area import check_output_path
+    from ..embedding.output_checks import check_output_path
 
     # the cheap refusals come before loading (or downloading) a model
     check_output_path(args.output)  # the folder, the name's length: before the lock file is made beside it
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ..distributed import launched
     from ..embedding.embedder import ElmoEmbedder
-    from ..embedding.work_area import check_output
+    from ..embedding.output_checks import check_output
 
     args.output_before = _output_stamp(args.output)
     if args.model_dir:

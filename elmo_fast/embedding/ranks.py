@@ -34,7 +34,7 @@ from ..errors import ElmoFastError
 from ..host import host_name
 from .lines import Line
 from .output_lock import hold_output
-from .work_area import finished_already
+from .output_checks import finished_already
 from .writers import ShardWriter
 
 #: seconds between a rank's progress files, and between rank 0's reads of them
