@@ -91,7 +91,7 @@ def test_relative_imports_are_resolved():
     graph = _graph()
     assert "elmo_fast.bilm.ops" in graph["elmo_fast.bilm.model"]          # from . import ops
     assert "elmo_fast.errors" in graph["elmo_fast.bilm.model"]            # from ..errors import
-    assert "elmo_fast._C" in graph["elmo_fast.bilm.ops"]                  # from elmo_fast import _C
+    assert "elmo_fast._C" in graph["elmo_fast._extension_status"]         # from elmo_fast import _C
 
 
 def test_no_import_cycle_between_modules():
@@ -129,8 +129,10 @@ ALLOWED = {
     "elmo_fast.bilm.reference": {"elmo_fast.bilm.char_ids"},
     # the ops know nothing of files, models or the CLI: the extension (and what it was built
     # against, to explain one that does not load) and the error types only
-    "elmo_fast.bilm.ops": {"elmo_fast._C", "elmo_fast._extension_info", "elmo_fast.errors"},
+    "elmo_fast.bilm.ops": {"elmo_fast._extension_status", "elmo_fast.errors"},
     "elmo_fast._extension_info": set(),
+    # whether the extension loaded and what it holds: the one place that imports it
+    "elmo_fast._extension_status": {"elmo_fast._C", "elmo_fast._extension_info", "elmo_fast.errors"},
     # the stages hold weights and run ops or their twins; the model composes them with the parts below
     "elmo_fast.bilm.stages": {"elmo_fast.bilm.ops", "elmo_fast.bilm.reference", "elmo_fast.errors"},
     # the parts ElmoBiLm composes, each knowing nothing of the model (nor of each other, the ops aside)
