@@ -82,10 +82,6 @@ class Batch:
     #: [B, T, 50] the backward LM's own inputs (unrolled windows), or None: it reads ``char_ids``
     bwd_char_ids: Tensor | None = None
 
-    @property
-    def num_targets(self) -> int:
-        return int((self.fwd_targets >= 0).sum() + (self.bwd_targets >= 0).sum())
-
     def to(self, device: torch.device) -> "Batch":
         """The batch on ``device`` (itself on the CPU; copies queued without waiting elsewhere)."""
         if device.type == "cpu":
