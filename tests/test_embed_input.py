@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import h5py
 import pytest
 
 from elmo_fast import ElmoEmbedder, InputError
@@ -263,6 +264,20 @@ def test_the_progress_count_gives_up_on_a_line_over_the_limit(tmp_path):
 
 # --- the output's path ---------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_output_name_of_any_legal_length_is_written(tiny, tmp_path, resume):
+    """250 bytes (NAME_MAX is 255): the temporary names, the lock and the work area beside it are
+    shortened to fit, and nothing of theirs stays."""
+    inp = write_lines(tmp_path / "in.txt", ["a b", "c d e"])
+    out = tmp_path / ("z" * 247 + ".h5")
+    code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1], "--quiet",
+                    *(["--resume"] if resume else []), "--use-sentence-keys")
+    assert code == 0, err
+    with h5py.File(out, "r") as f:
+        assert f["a b"].shape[1] == 2 and f["c d e"].shape[1] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", out.name])
+
+
 def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, monkeypatch):
     from elmo_fast.embedding import embedder as embedder_module
 
@@ -272,7 +287,7 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
     monkeypatch.setattr(embedder_module.ElmoEmbedder, "__init__", no_model)
     inp = write_lines(tmp_path / "in.txt", ["a b"])
     name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
-    for name in ("x" * 300 + ".h5", "y" * (name_max - 20) + ".h5"):  # too long; too long with a temporary name
+    for name in ("x" * 300 + ".h5", "y" * (name_max - 2) + ".h5"):  # too long; one byte too long
         out = tmp_path / name
         start = time.perf_counter()
         code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1])

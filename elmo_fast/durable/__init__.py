@@ -55,13 +55,13 @@ from .file_sets import FileSet, together
 from .file_writers import FileWriter, Hdf5Writer
 from .hdf5_guard import GuardedFile, close_hdf5
 from .one_shot import durable_hdf5, durable_open, durable_path, scratch_dir
-from .temp_names import (TEMP_SUFFIX, TempFile, host_tag, parse_temp_name, process_alive, sweep_temp_files,
-                         temp_files, temp_path)
+from .temp_names import (NAME_MAX, TEMP_SUFFIX, TempFile, fitting_stem, host_tag, parse_temp_name, process_alive,
+                         sweep_temp_files, temp_files, temp_path)
 from .writable import check_writable
 from .write_error import WriteError, describe_os_error
 
 __all__ = [
-    "WriteError", "TEMP_SUFFIX", "temp_path", "parse_temp_name", "TempFile", "temp_files", "sweep_temp_files",
+    "WriteError", "TEMP_SUFFIX", "NAME_MAX", "fitting_stem", "temp_path", "parse_temp_name", "TempFile", "temp_files", "sweep_temp_files",
     "check_writable", "durable_path", "durable_open", "durable_hdf5", "Hdf5Writer", "GuardedFile", "FileWriter",
     "FileSet", "together", "scratch_dir", "aborting",
     "close_hdf5", "commit", "move", "fsync_path", "fsync_dir", "write_bytes", "write_text", "write_json",

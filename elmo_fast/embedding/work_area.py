@@ -41,8 +41,14 @@ RUN_RECORD = "elmo_fast_run"
 MANIFEST_VERSION = 2
 
 
+WORK_SUFFIX = ".partial"
+
+
 def work_dir_of(output: str) -> str:
-    return os.path.abspath(output) + ".partial"
+    """``OUTPUT.partial`` beside the output (OUTPUT shortened for a name too long to leave room for
+    the suffix: :func:`elmo_fast.durable.fitting_stem`)."""
+    directory, base = os.path.split(os.path.abspath(output))
+    return os.path.join(directory, durable.fitting_stem(base, len(WORK_SUFFIX)) + WORK_SUFFIX)
 
 
 def shard_name(start: int) -> str:
@@ -158,7 +164,7 @@ def list_shards(work: str, shards: list[dict] | None = None) -> list[dict]:
     return shards
 
 
-def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict]]:
+def open_work_dir(work: str, output: str, manifest: dict, role: str) -> tuple[dict, list[dict]]:
     """Create ``work`` with ``manifest``, or take up the interrupted run in it: its manifest (which
     must agree with this run's) and its complete shards, what a killed run was writing removed.
     role "member" (a rank other than 0) finds the directory that rank 0 prepared, and changes nothing."""
@@ -186,7 +192,7 @@ def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict
     if role == "member":
         return existing, []
     if existing.get("complete"):  # the assembled file is final (shards may be gone), if it is whole
-        if _assembled_whole(work, output_of(work), existing):
+        if _assembled_whole(work, output, existing):
             return existing, []
         existing = {k: v for k, v in existing.items() if k not in ("complete", "assembled")}
         write_manifest(work, existing)
@@ -194,10 +200,6 @@ def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict
         if _is_cut_short(n):
             os.unlink(os.path.join(work, n))  # cut short by the kill: redone
     return existing, list_shards(work, verified_shards(work, shard_names(work), bool(existing.get("stateful"))))
-
-
-def output_of(work: str) -> str:
-    return work[: -len(".partial")]
 
 
 def assembled_record(path: str) -> dict:
