@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import json
 import os
 import random
 import socket
@@ -307,3 +308,35 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
         ro.chmod(0o500)
         code, err = cli("embed", inp, ro / "o.h5", "--all", "--options", tiny[0], "--weights", tiny[1])
         assert code == 1 and "Permission denied (EACCES)" in err, err
+
+
+# --- line ends ---------------------------------------------------------------------------------------
+
+# a lone "\r", and what Python's universal newlines and str.splitlines() also break at, inside lines
+LINE_END_CASES = b"first\rstill first\nsecond\r\nthird\x0bstill\xe2\x80\xa8third\x1cand\xc2\x85on\n"
+
+
+@pytest.mark.parametrize("source", ["path", "binary stream", "gzip"])
+def test_lines_end_at_newline_only(embedder, tmp_path, source):
+    """Lines end at "\\n" (and "\\r\\n") only, as `wc -l` counts them: a lone carriage return (or a
+    vertical tab, U+2028, U+001C, U+0085) is a character of its line, here whitespace between tokens."""
+    import gzip
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(gzip.compress(LINE_END_CASES) if source == "gzip" else LINE_END_CASES)
+    assert LINE_END_CASES.count(b"\n") == 3
+    out = tmp_path / "o.h5"
+    given = path if source != "binary stream" else io.BytesIO(LINE_END_CASES)
+    embedder.embed_file(given, out, output_format="top", progress=False)
+    with h5py.File(out, "r") as f:
+        index = json.loads(f["sentence_to_index"][0])
+        assert index == {"first\rstill first": "0", "second": "1", "third\x0bstill\u2028third\x1cand\x85on": "2"}
+        assert [f[k].shape[0] for k in ("0", "1", "2")] == [3, 1, 5]  # tokens: str.split's whitespace
+
+
+def test_a_line_of_exactly_the_limit_ended_by_crlf_is_read(embedder, tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"abcd e\r\nfgh\r\n")
+    embedder.embed_file(path, tmp_path / "o.h5", progress=False, max_line_length=6)
+    with pytest.raises(InputError, match=r"in.txt: line 1 is longer than 5 characters"):
+        embedder.embed_file(path, tmp_path / "p.h5", progress=False, max_line_length=5)

@@ -12,7 +12,7 @@ import os
 import sys
 
 from ..errors import ElmoFastError, InputError
-from .common import add_precision_flag, param_flags
+from .common import add_max_line_length_flag, add_precision_flag, param_flags
 
 # the library's parameter names -> this parser's dests, so that errors raised by the library name flags
 _API_NAMES = {"options_file": "options", "weight_file": "weights", "input_file": "input",
@@ -168,7 +168,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    from ..embedding.input_guard import DEFAULT_MAX_LINE_LENGTH
     from ..embedding.options import DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
     from ..pretrained import model_names
 
@@ -233,9 +232,7 @@ def add_parser(sub) -> None:
                         "whitespace. Keys and sentence_to_index keep the lines as written")
     p.add_argument("--skip-empty", action="store_true",
                    help="skip empty and all-whitespace lines (default: an error); the other lines keep their numbers")
-    p.add_argument("--max-line-length", type=int, default=DEFAULT_MAX_LINE_LENGTH, metavar="N",
-                   help=f"a line longer than N characters is an error naming it, found before the line is read "
-                        f"whole (default {DEFAULT_MAX_LINE_LENGTH:,})")
+    add_max_line_length_flag(p)
     p.add_argument("--encoding-errors", choices=["strict", "replace"], default="strict",
                    help="a line that is not UTF-8: an error naming it (strict, default) or read with U+FFFD (replace)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from ..durable import save_torch, write_json, write_text
 from ..errors import ModelFileError
+from ..textio import text_lines
 from .options_check import OptionsReader
 from .options_check import short as _short
 from .weights_base import LstmWeights, WeightsBase
@@ -264,7 +265,7 @@ def read_dictionary(path: str | os.PathLike) -> dict[str, int]:
         raise ModelFileError(f"{path}: starts with a byte-order mark, which ELMoForManyLangs would read as part of the "
                              "first token")
     vocab: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text_lines(text), 1):  # lines end at "\n" or "\r\n" only
         parts = line.strip().split("\t")
         if parts == [""]:
             continue

@@ -7,19 +7,22 @@ import torch
 
 from ..errors import InputError
 from ..formats.vocab import Vocabulary
+from ..textio import DEFAULT_MAX_LINE_LENGTH
 from .data import SentenceBatches, sentence_batch
 from .model import BidirectionalLM, unwrap
 
 
 @torch.no_grad()
 def evaluate(lm: BidirectionalLM, files: list[str], vocab: Vocabulary, batch_size: int = 64,
-             device: torch.device | str = "cpu", tokenize=None, max_sentences: int | None = None) -> dict:
+             device: torch.device | str = "cpu", tokenize=None, max_sentences: int | None = None,
+             max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> dict:
     """Held-out perplexity, sentence by sentence from zero states, full softmax: forward, backward and
     mean (exp of the mean of the two directions' mean cross-entropies), and the targets per direction."""
     lm = unwrap(lm)
     was_training = lm.training
     lm.eval()
-    data = SentenceBatches(files, batch_size, None, seed=0, shuffle=False, tokenize=tokenize)
+    data = SentenceBatches(files, batch_size, None, seed=0, shuffle=False, tokenize=tokenize,
+                           max_line_length=max_line_length)
     sums, count, sentences = [0.0, 0.0], 0, 0
     try:
         for _, rows in data.epoch(0):

@@ -4,14 +4,14 @@ The output directory holds the model in the layout every ELMo tool reads (``opti
 ``weights.hdf5``, bilm-tf's), the softmax (``softmax.hdf5``), the vocabulary (``vocab.txt``), a
 metrics log (``metrics.jsonl``: one JSON object per line, training and held-out;
 :mod:`~elmo_fast.training.metrics_log`), ``checkpoints/`` (model, softmax, optimizer, data position,
-and what the run was computed from; the last two kept; :mod:`~elmo_fast.training.checkpoints`) and
-``.elmo-fast.lock``. Every file is written through :mod:`elmo_fast.durable` (a temporary name,
+and what the run was computed from; the last two kept; :mod:`~elmo_fast.training.checkpoints`), and
+while a run runs ``.elmo-fast.lock``. Every file is written through :mod:`elmo_fast.durable` (a temporary name,
 fsync, rename): whole under its final name whatever moment a run is killed at, and a failed write is
 one :class:`~elmo_fast.durable.WriteError` naming the file, the previous checkpoint intact.
 
 One run per output directory: a run holds :class:`~elmo_fast.run_lock.RunLock` on ``.elmo-fast.lock``
-from start to end (a second run on the directory fails at once naming the holder's PID; a killed
-run's lock never blocks), and sweeps the temporary files that killed runs left there.
+from start to end, removed at the end (a second run on the directory fails at once naming the holder's
+PID; a killed run's lock never blocks), and sweeps the temporary files that killed runs left there.
 
 ``--resume`` continues the run only if it is the same run: the vocabulary, the corpus files and the
 settings are compared with what the checkpoint recorded (:mod:`~elmo_fast.training.run_fingerprint`)
@@ -43,6 +43,7 @@ from ..errors import InputError, Param
 from ..formats.bilm_tf import ElmoOptions, load_model_files, load_softmax, save_model_files, write_softmax
 from ..formats.model_dir import model_dir_files
 from ..formats.vocab import Vocabulary
+from ..textio import DEFAULT_MAX_LINE_LENGTH, check_max_line_length, iter_text_lines
 from . import run_fingerprint
 from .checkpoints import checkpoint_to_resume, save_checkpoint
 from .data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
@@ -94,6 +95,7 @@ class TrainConfig:
     backend: str = "auto"
     precision: str = "fp32"            # elmo_fast.bilm.precision: fp32, tf32 or bf16 (autocast)
     progress: bool = True
+    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH  # characters a corpus line may hold (None: no bound)
 
     RESULT_KEYS = ("train", "vocab", "options", "heldout", "epochs", "batch_size", "max_tokens_per_batch",
                    "unroll_steps", "seed", "learning_rate", "initial_accumulator", "clip_norm", "dropout",
@@ -139,6 +141,7 @@ class Trainer:
             value = getattr(c, name)
             if value is not None and value < 1:
                 raise InputError(Param(name), f" must be >= 1, got {value}")
+        check_max_line_length(c.max_line_length)
         if not 0.0 <= c.dropout < 1.0:
             raise InputError(Param("dropout"), f" must be in [0, 1), got {c.dropout}")
         if c.precision not in PRECISIONS:
@@ -175,9 +178,10 @@ class Trainer:
         c = self.cfg
         if c.unroll_steps is not None and not eval_mode:
             return UnrolledWindows(files, self.vocab, c.batch_size, c.unroll_steps, c.seed, self.world_size, self.rank,
-                                   self.tokenize)
+                                   self.tokenize, c.max_line_length)
         return SentenceBatches(files, c.batch_size, c.max_tokens_per_batch, c.seed, self.world_size if not eval_mode
-                               else 1, self.rank if not eval_mode else 0, shuffle=shuffle, tokenize=self.tokenize)
+                               else 1, self.rank if not eval_mode else 0, shuffle=shuffle, tokenize=self.tokenize,
+                               max_line_length=c.max_line_length)
 
     # ---- checkpoints -------------------------------------------------------------------------------
 
@@ -237,7 +241,7 @@ class Trainer:
         train_files = expand_corpus(c.train, "train")
         heldout_files = expand_corpus(c.heldout, "heldout") if c.heldout else []
         for param, files in (("train", train_files), ("heldout", heldout_files)):
-            if files and not _has_a_sentence(files):
+            if files and not _has_a_sentence(files, c.max_line_length):
                 raise InputError(Param(param), f" {' '.join(files)}: no sentences (every line is empty)")
         self.fingerprint = run_fingerprint.fingerprint(c.vocab, train_files, heldout_files,
                                                        c.identity(self.world_size))
@@ -406,7 +410,8 @@ class Trainer:
     def _evaluate_and_log(self, lm: BidirectionalLM, files: list[str], state: dict) -> None:
         if self.rank == 0:
             result = evaluate(lm, files, self.vocab, batch_size=self.cfg.batch_size, device=self.device,
-                              tokenize=self.tokenize, max_sentences=self.cfg.eval_max_sentences)
+                              tokenize=self.tokenize, max_sentences=self.cfg.eval_max_sentences,
+                              max_line_length=self.cfg.max_line_length)
             improved = state["best"] is None or result["mean"] < state["best"]
             if improved:
                 state["best"] = result["mean"]
@@ -441,7 +446,5 @@ class _Progress:
                                                      "start": time.perf_counter(), "steps": 0})
 
 
-def _has_a_sentence(files: list[str]) -> bool:
-    from ..textio import iter_text_lines
-
-    return any(line.strip() for path in files for line in iter_text_lines(path))
+def _has_a_sentence(files: list[str], max_line_length: int | None) -> bool:
+    return any(line.strip() for path in files for line in iter_text_lines(path, max_line_length=max_line_length))
