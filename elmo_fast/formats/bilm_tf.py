@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ..durable import durable_hdf5, write_json
 from ..errors import ModelConfigurationError, ModelFileError, Param
-from .options_check import OptionsReader
+from .options_check import Architecture, OptionsReader
 from .options_check import short as _short
 from .weights_base import LstmWeights, WeightsBase
 
@@ -40,7 +40,7 @@ FILE_CHAR_ROWS = 261
 
 
 @dataclass(frozen=True)
-class ElmoOptions:
+class ElmoOptions(Architecture):
     """The architecture, as read from ``options.json``."""
 
     filters: tuple[tuple[int, int], ...]  # (width, number of filters) per convolution
@@ -54,15 +54,6 @@ class ElmoOptions:
     activation: str = "relu"
     n_characters: int = 262
     max_characters_per_token: int = 50
-
-    @property
-    def n_filters(self) -> int:
-        return sum(n for _, n in self.filters)
-
-    @property
-    def output_dim(self) -> int:
-        """Width of every output layer: both directions' projections."""
-        return 2 * self.projection_dim
 
     @classmethod
     def from_dict(cls, options: dict[str, Any], source: str = "options") -> "ElmoOptions":

@@ -48,7 +48,7 @@ from torch import Tensor
 from ..durable import save_torch, write_json, write_text
 from ..errors import ModelFileError
 from ..textio import text_lines
-from .options_check import OptionsReader
+from .options_check import Architecture, OptionsReader
 from .options_check import short as _short
 from .weights_base import LstmWeights, WeightsBase
 
@@ -68,7 +68,7 @@ STRIPPED_TOKEN = "\u3000"
 
 
 @dataclass(frozen=True)
-class ManyLangsConfig:
+class ManyLangsConfig(Architecture):
     """The architecture, from the nested config (``config_path``). Attribute names follow
     :class:`~elmo_fast.formats.bilm_tf.ElmoOptions` where they mean the same thing."""
 
@@ -83,15 +83,6 @@ class ManyLangsConfig:
     cell_clip: float | None
     proj_clip: float | None
     activation: str = "relu"
-
-    @property
-    def n_filters(self) -> int:
-        return sum(n for _, n in self.filters)
-
-    @property
-    def output_dim(self) -> int:
-        """Width of every output layer: both directions' projections."""
-        return 2 * self.projection_dim
 
     @classmethod
     def from_dict(cls, config: Any, source: str = "config") -> "ManyLangsConfig":

@@ -18,6 +18,23 @@ def short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class Architecture:
+    """What both architectures (bilm-tf's options, ELMoForManyLangs' config) derive alike from their
+    ``filters`` and ``projection_dim``."""
+
+    filters: tuple[tuple[int, int], ...]
+    projection_dim: int
+
+    @property
+    def n_filters(self) -> int:
+        return sum(n for _, n in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """Width of every output layer: both directions' projections."""
+        return 2 * self.projection_dim
+
+
 class OptionsReader:
     """Reads ``data`` (a parsed JSON object of sections of keys) from ``source`` (named in errors)."""
 
