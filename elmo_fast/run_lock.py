@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from .errors import ElmoFastError
+from .host import host_name
 
 try:
     import fcntl
@@ -38,10 +39,6 @@ except ImportError:  # not POSIX (Windows): no flock, so no lock (every command 
 
 class RunLocked(ElmoFastError):
     """Another run holds the target's lock."""
-
-
-def _host() -> str:
-    return os.uname().nodename or "?"
 
 
 def _describe_holder(text: str) -> str:
@@ -119,7 +116,7 @@ class RunLock:
             return None
         # Who holds it, for the next run's message only: a torn or failed write here costs nothing
         # but the wording of that message, so it is neither checked nor synced.
-        record = json.dumps({"pid": os.getpid(), "host": _host(), "since": time.time()}).encode()
+        record = json.dumps({"pid": os.getpid(), "host": host_name(), "since": time.time()}).encode()
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, record, 0)

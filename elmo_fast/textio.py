@@ -2,7 +2,12 @@
 bytes, not by their names: a name can lie, and stdin has none), from paths, seekable streams or
 pipes, with a leading UTF-8 byte-order mark dropped. Formats that are not text (zstd, zip, 7z, lz4,
 HDF5) are named instead of being decoded, line by line, into garbage. One reader for the corpus
-embedder (:mod:`elmo_fast.embedding.lines`) and for training corpora."""
+embedder (:mod:`elmo_fast.embedding.lines`) and for training corpora.
+
+A line ends at ``"\n"`` (or ``"\r\n"``) only, everywhere the package reads text, as ``wc -l`` counts
+lines: a lone ``"\r"``, and the other characters Python's universal newlines and ``str.splitlines()``
+break at (``"\x0b"``, ``"\x1c"``, ``"\x85"``, ``"\u2028"``, ...), are characters of their line
+(:func:`text_lines`; text streams are opened with ``newline="\n"``)."""
 from __future__ import annotations
 
 import bz2
@@ -14,7 +19,7 @@ import re
 import zlib
 from typing import IO, Iterator
 
-from .errors import InputError
+from .errors import InputError, Param
 
 # What a file's first bytes say it is: the formats read transparently, by content (a name can lie,
 # and stdin has none). bzip2's "BZh" is followed by the block size and a block's or the end's magic,
@@ -29,6 +34,36 @@ _SNIFF = 10
 # what a damaged compressed stream raises while it is read, depending on the format and the damage
 DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
 BOM = "\ufeff"
+#: the longest line read by default, in characters (a sentence per line: ~150,000 words)
+DEFAULT_MAX_LINE_LENGTH = 1_000_000
+
+
+def without_line_end(line: str) -> str:
+    """``line`` without its ``"\n"`` or ``"\r\n"`` (a lone ``"\r"`` is a character of the line)."""
+    if line.endswith("\n"):
+        return line[:-2] if line.endswith("\r\n") else line[:-1]
+    return line
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of ``text``, without their line ends: a line ends at ``"\n"`` or ``"\r\n"`` only
+    (unlike ``str.splitlines()``); a final line end makes no empty last line."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def check_max_line_length(value: int | None) -> None:
+    """A ``max_line_length`` must be an integer >= 1, or None (no bound)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InputError(Param("max_line_length"), f" must be an integer >= 1 (characters), got {value!r}")
+
+
+def line_too_long(name: str, number: int, limit: int) -> InputError:
+    """The error for a line longer than ``limit`` characters (``max_line_length``)."""
+    return InputError(f"{name}: line {number} is longer than {limit:,} characters (one line holds one sentence; is "
+                      f"this the right file?); pass a larger ", Param("max_line_length"), " if it is meant")
 
 
 class _Prefixed(io.RawIOBase):
@@ -127,7 +162,8 @@ class TextInput:
             self.owned.append(binary)
         #: the input's bytes, decompressed (read either these or ``stream``, not both)
         self.binary = binary
-        self.stream = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape")
+        # newline="\n": lines end at "\n" only, untranslated (a lone "\r" stays in its line)
+        self.stream = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="\n")
         if binary is source:
             self.detach = True
         else:
@@ -145,15 +181,23 @@ class TextInput:
         self.owned = []
 
 
-def iter_text_lines(path: str | os.PathLike, errors: str = "strict") -> Iterator[str]:
-    """Lines of a UTF-8 text file (plain or compressed), without their line ends; a leading BOM is
-    dropped. A line that is not UTF-8 (with ``errors="strict"``), a NUL byte, or a damaged
-    compressed stream is an :class:`InputError` naming the file and the line."""
+def iter_text_lines(path: str | os.PathLike, errors: str = "strict",
+                    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> Iterator[str]:
+    """Lines of a UTF-8 text file (plain or compressed), without their line ends (``"\n"`` or
+    ``"\r\n"``: a lone ``"\r"`` does not end a line); a leading BOM is dropped. A line that is not
+    UTF-8 (with ``errors="strict"``), a NUL byte, a line longer than ``max_line_length`` characters
+    (found before it is held whole; None: no bound), or a damaged compressed stream is an
+    :class:`InputError` naming the file and the line."""
     source = TextInput(path)
     number = 0
+    # a line of at most `limit` characters has at most 4 bytes a character, and its line end
+    read_bytes = -1 if max_line_length is None else 4 * max_line_length + 3
     try:
         binary = source.binary
-        for number, raw in enumerate(binary, start=1):
+        while raw := binary.readline(read_bytes):
+            number += 1
+            if read_bytes > 0 and len(raw) == read_bytes and not raw.endswith(b"\n"):
+                raise line_too_long(source.name, number, max_line_length)
             if b"\0" in raw:
                 raise InputError(f"{source.name}: line {number} holds a NUL byte: binary data, not text")
             try:
@@ -164,7 +208,10 @@ def iter_text_lines(path: str | os.PathLike, errors: str = "strict") -> Iterator
                                  f"of the line)") from None
             if number == 1 and line.startswith(BOM):
                 line = line[1:]
-            yield line.rstrip("\r\n")
+            line = without_line_end(line)
+            if max_line_length is not None and len(line) > max_line_length:
+                raise line_too_long(source.name, number, max_line_length)
+            yield line
     except DECOMPRESSION_ERRORS as e:
         raise InputError(f"{source.name}: the {source.compression or 'input'} stream is damaged or truncated after "
                          f"line {number} ({e})") from None

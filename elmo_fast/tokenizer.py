@@ -323,12 +323,17 @@ def split_sentences(text: str) -> list[str]:
 def _main(argv: list[str] | None = None) -> int:
     """``python -m elmo_fast.tokenizer [--sentences] < in > out``: one tokenized line per line
     (or per sentence with ``--sentences``)."""
+    import io
+
     args = sys.argv[1:] if argv is None else argv
+    # lines end at "\n" or "\r\n" only, as everywhere the package reads text (a lone "\r" is no line end)
+    stdin = sys.stdin if not hasattr(sys.stdin, "buffer") else io.TextIOWrapper(
+        sys.stdin.buffer, encoding="utf-8", errors="surrogateescape", newline="\n")
     if args and args[0] == "--sentences":
-        for s in split_sentences(sys.stdin.read()):
+        for s in split_sentences(stdin.read().replace("\r\n", "\n")):
             print(" ".join(tokenize(s)))
         return 0
-    for line in sys.stdin:
+    for line in stdin:
         print(" ".join(tokenize_line(line)))
     return 0
 

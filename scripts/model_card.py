@@ -80,7 +80,8 @@ def bilm_perplexity(model_dir: str, heldout: str) -> dict:
     from elmo_fast.bilm.model import ElmoBiLm
     from elmo_fast.training.model import BidirectionalLM
     from elmo_fast.training.softmax import SoftmaxHead
-    from elmo_fast.training.trainer import evaluate, model_dir_files
+    from elmo_fast.formats.model_dir import model_dir_files
+    from elmo_fast.training.evaluate import evaluate
 
     vocab = Vocabulary.load(os.path.join(model_dir, "vocab.txt"))
     weights = load_model_files(*model_dir_files(model_dir))

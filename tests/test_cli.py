@@ -151,7 +151,6 @@ BAD_INPUTS = {
     "empty file": (b"", [], r"in.txt: the input holds no sentences"),
     "only blank lines, skipped": (b"\n  \n", ["--skip-empty"], r"in.txt: the input holds no sentences"),
     "input missing": (None, [], r"in.txt: input file not found"),
-    "output directory missing": (b"a\n", ["OUT=missing/out.hdf5"], r"the output's directory .*missing does not exist"),
     "output exists": (b"a\n", ["EXISTS"], r"out.hdf5 already exists; pass --overwrite to replace it"),
     "interrupted run left": (b"a\n", ["WORKDIR"], r"out.hdf5.partial holds an interrupted run .*pass --resume"),
     "weights truncated": (b"a\n", ["MODEL=truncated"], r"w.hdf5: not a readable HDF5 file \(truncated or corrupt"),
@@ -334,7 +333,9 @@ def test_a_terminated_resume_run_leaves_a_work_area_that_resume_completes(tmp_pa
     out = tmp_path / "o.h5"
     work = tmp_path / "o.h5.partial"
     code, err = _signal_mid_run(tmp_path, [out, *common, "--resume"], lines[:40], signal.SIGTERM,
-                                lambda: (work / "shard-000016.h5").exists())  # named by its first sentence
+                                # named by its first sentence; its record is written after it (a signal
+                                # between the two leaves the shard unrecorded, to be redone: waited past here)
+                                lambda: (work / "shard-000016.h5.done").exists())
     assert code == 143, err
     assert err.strip().splitlines()[-1] == (f"elmo-fast: terminated by SIGTERM; completed windows are kept in {work}: "
                                             f"run the same command (with --resume) to continue")
@@ -595,7 +596,7 @@ def test_a_write_that_fails_exits_1_naming_the_file_and_leaves_nothing(tmp_path,
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(durable, "commit", full)  # the output's fsync and rename, at the end
+    monkeypatch.setattr(durable.file_writers, "commit", full)  # the output's fsync and rename, at the end
     code = main(["embed", str(inp), str(tmp_path / "o.h5"), "--top", "--options", str(options), "--weights",
                  str(weights), "--quiet"])
     assert code == 1

@@ -32,8 +32,8 @@ class _FailingFile:
 
 
 def failing_open(monkeypatch, code: int, budget: int) -> None:
-    real = durable._open
-    monkeypatch.setattr(durable, "_open", lambda *a, **k: _FailingFile(real(*a, **k), code, budget))
+    real = durable.file_writers._open
+    monkeypatch.setattr(durable.file_writers, "_open", lambda *a, **k: _FailingFile(real(*a, **k), code, budget))
 
 
 def _leftovers(directory) -> list[str]:
@@ -106,8 +106,9 @@ def test_torch_save_on_a_full_disk_is_a_write_error(tmp_path, monkeypatch, code)
 def test_check_writable_names_the_problem_before_any_work(tmp_path):
     with pytest.raises(WriteError, match="does not exist"):
         durable.check_writable(tmp_path / "missing" / "out.hdf5")
-    with pytest.raises(WriteError, match="too long"):
-        durable.check_writable(tmp_path / ("x" * 250 + ".hdf5"))
+    with pytest.raises(WriteError, match=r"file name too long \(261 bytes; at most 255 here\)$"):
+        durable.check_writable(tmp_path / ("x" * 256 + ".hdf5"))
+    assert durable.check_writable(tmp_path / ("x" * 250 + ".hdf5"))  # legal (<= NAME_MAX): its temporary name fits
     with pytest.raises(WriteError, match="is a folder"):
         durable.check_writable(tmp_path)
     assert durable.check_writable(tmp_path / "ok.hdf5") == str(tmp_path / "ok.hdf5")
@@ -134,6 +135,42 @@ def test_sweep_removes_dead_runs_temp_files_only(tmp_path):
     assert durable.sweep_temp_files(tmp_path, "out.hdf5") == [theirs]
     assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in (mine, other_host, unrelated))
     assert durable.parse_temp_name(os.path.basename(mine))[0] == "out.hdf5"
+
+
+@pytest.mark.parametrize("name", ["x" * 250 + ".hdf5", "y" * 255, "é" * 127, "a.b" * 84 + "€"])
+def test_a_legal_name_of_any_length_is_written_and_its_leftovers_swept(tmp_path, name):
+    """A final name up to NAME_MAX (255 bytes) is legal, so it can be written: its temporary name keeps
+    the name's start and a hash of all of it, fits the filesystem, and is still known as that name's."""
+    import subprocess
+    import sys
+
+    assert len(os.fsencode(name)) <= 255
+    final = tmp_path / name
+    durable.check_writable(final)
+    temp = os.path.basename(durable.temp_path(final, "sentences"))
+    assert len(os.fsencode(temp)) <= 255 and temp.startswith("." + name[:40])
+    stem = durable.parse_temp_name(temp)[0]
+    assert stem != name and stem.startswith(name[:40]) and "~" in stem
+    durable.write_text(final, "whole\n")
+    with durable.durable_hdf5(tmp_path / ("h" + name[1:])) as h5:
+        h5["x"] = [1.0]
+    assert (tmp_path / name).read_text() == "whole\n" and (tmp_path / ("h" + name[1:])).is_file()
+    # a killed run's temporary file of this name is found and swept; one of a name with the same start is not
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    theirs = durable.temp_path(final).replace(f"-{os.getpid()}.", f"-{dead}.")
+    cousin = durable.temp_path(tmp_path / (name[:-1] + "Z")).replace(f"-{os.getpid()}.", f"-{dead}.")
+    for p in (theirs, cousin):
+        open(p, "w").close()
+    assert [t.path for t in durable.temp_files(tmp_path, name)] == [theirs]
+    assert durable.sweep_temp_files(tmp_path, name) == [theirs]
+    assert os.path.exists(cousin)
+
+
+def test_a_short_name_keeps_its_whole_self_in_the_temporary_name(tmp_path):
+    name = "o" * (255 - durable.temp_names.TEMP_OVERHEAD)  # the longest kept whole
+    assert durable.parse_temp_name(os.path.basename(durable.temp_path(tmp_path / name)))[0] == name
+    assert durable.fitting_stem(name + "o", durable.temp_names.TEMP_OVERHEAD) != name + "o"
 
 
 def test_append_line_leaves_no_torn_line_on_error(tmp_path, monkeypatch):

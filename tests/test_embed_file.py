@@ -277,9 +277,9 @@ def test_output_checks(embedder, tmp_path):
     assert (tmp_path / "o.h5").read_bytes() == b"old"
     embedder.embed_file(inp, tmp_path / "o.h5", progress=False)  # the API replaces by default, as it always did
     assert contents(tmp_path / "o.h5")[0]["0"].shape == (3, 2, 32)
-    with pytest.raises(ElmoFastError, match="is a directory"):
+    with pytest.raises(ElmoFastError, match="the output is a folder"):
         embedder.embed_file(inp, tmp_path, progress=False)
-    with pytest.raises(ElmoFastError, match="output's directory .* does not exist"):
+    with pytest.raises(ElmoFastError, match="its folder .* does not exist"):
         embedder.embed_file(inp, tmp_path / "none" / "o.h5", progress=False)
     for bad in ({"window": 0}, {"max_tokens_per_batch": 0}, {"batch_size": -1}, {"encoding_errors": "ignore"}):
         with pytest.raises(ElmoFastError, match=next(iter(bad))):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import json
 import os
 import random
 import socket
@@ -18,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import h5py
 import pytest
 
 from elmo_fast import ElmoEmbedder, InputError
@@ -263,6 +265,20 @@ def test_the_progress_count_gives_up_on_a_line_over_the_limit(tmp_path):
 
 # --- the output's path ---------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_output_name_of_any_legal_length_is_written(tiny, tmp_path, resume):
+    """250 bytes (NAME_MAX is 255): the temporary names, the lock and the work area beside it are
+    shortened to fit, and nothing of theirs stays."""
+    inp = write_lines(tmp_path / "in.txt", ["a b", "c d e"])
+    out = tmp_path / ("z" * 247 + ".h5")
+    code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1], "--quiet",
+                    *(["--resume"] if resume else []), "--use-sentence-keys")
+    assert code == 0, err
+    with h5py.File(out, "r") as f:
+        assert f["a b"].shape[1] == 2 and f["c d e"].shape[1] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", out.name])
+
+
 def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, monkeypatch):
     from elmo_fast.embedding import embedder as embedder_module
 
@@ -272,7 +288,7 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
     monkeypatch.setattr(embedder_module.ElmoEmbedder, "__init__", no_model)
     inp = write_lines(tmp_path / "in.txt", ["a b"])
     name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
-    for name in ("x" * 300 + ".h5", "y" * (name_max - 20) + ".h5"):  # too long; too long with a temporary name
+    for name in ("x" * 300 + ".h5", "y" * (name_max - 2) + ".h5"):  # too long; one byte too long
         out = tmp_path / name
         start = time.perf_counter()
         code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1])
@@ -282,10 +298,45 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
         assert elapsed < 0.5, elapsed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
     code, err = cli("embed", inp, tmp_path, "--all", "--options", tiny[0], "--weights", tiny[1])
-    assert code == 2 and "is a directory; give the path of the HDF5 file to write" in err, err
+    assert code == 1 and err == f"elmo-fast: error: cannot write {tmp_path}: the output is a folder\n", err
+    code, err = cli("embed", inp, tmp_path / "missing" / "o.h5", "--all", "--options", tiny[0], "--weights", tiny[1])
+    assert code == 1 and err == (f"elmo-fast: error: cannot write {tmp_path / 'missing' / 'o.h5'}: its folder "
+                                 f"{tmp_path / 'missing'} does not exist\n"), err
     if os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o500)
         code, err = cli("embed", inp, ro / "o.h5", "--all", "--options", tiny[0], "--weights", tiny[1])
         assert code == 1 and "Permission denied (EACCES)" in err, err
+
+
+# --- line ends ---------------------------------------------------------------------------------------
+
+# a lone "\r", and what Python's universal newlines and str.splitlines() also break at, inside lines
+LINE_END_CASES = b"first\rstill first\nsecond\r\nthird\x0bstill\xe2\x80\xa8third\x1cand\xc2\x85on\n"
+
+
+@pytest.mark.parametrize("source", ["path", "binary stream", "gzip"])
+def test_lines_end_at_newline_only(embedder, tmp_path, source):
+    """Lines end at "\\n" (and "\\r\\n") only, as `wc -l` counts them: a lone carriage return (or a
+    vertical tab, U+2028, U+001C, U+0085) is a character of its line, here whitespace between tokens."""
+    import gzip
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(gzip.compress(LINE_END_CASES) if source == "gzip" else LINE_END_CASES)
+    assert LINE_END_CASES.count(b"\n") == 3
+    out = tmp_path / "o.h5"
+    given = path if source != "binary stream" else io.BytesIO(LINE_END_CASES)
+    embedder.embed_file(given, out, output_format="top", progress=False)
+    with h5py.File(out, "r") as f:
+        index = json.loads(f["sentence_to_index"][0])
+        assert index == {"first\rstill first": "0", "second": "1", "third\x0bstill\u2028third\x1cand\x85on": "2"}
+        assert [f[k].shape[0] for k in ("0", "1", "2")] == [3, 1, 5]  # tokens: str.split's whitespace
+
+
+def test_a_line_of_exactly_the_limit_ended_by_crlf_is_read(embedder, tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"abcd e\r\nfgh\r\n")
+    embedder.embed_file(path, tmp_path / "o.h5", progress=False, max_line_length=6)
+    with pytest.raises(InputError, match=r"in.txt: line 1 is longer than 5 characters"):
+        embedder.embed_file(path, tmp_path / "p.h5", progress=False, max_line_length=5)

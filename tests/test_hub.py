@@ -258,7 +258,7 @@ def test_a_full_disk_is_a_download_error_naming_the_file_not_the_network(serve, 
     _write_model_files(remote, "small")
     server = serve(remote)
     monkeypatch.setenv("ELMO_FAST_BASE_URL", server.url)
-    real = durable._open
+    real = durable.file_writers._open
 
     class Full:
         def __init__(self, f):
@@ -270,7 +270,7 @@ def test_a_full_disk_is_a_download_error_naming_the_file_not_the_network(serve, 
         def __getattr__(self, name):
             return getattr(self._f, name)
 
-    monkeypatch.setattr(durable, "_open", lambda *a, **k: Full(real(*a, **k)))
+    monkeypatch.setattr(durable.file_writers, "_open", lambda *a, **k: Full(real(*a, **k)))
     with pytest.raises(DownloadError) as info:
         hub.fetch_model("small", progress=False, timeout=TIMEOUT)
     message = str(info.value)

@@ -41,7 +41,7 @@ class ServerProcess:
         self._new = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         line = self.wait_for("ready on ", START_TIMEOUT)
-        m = re.search(r"http://([\d.]+):(\d+)", line)
+        m = re.search(r"https?://([\d.]+):(\d+)", line)
         self.host, self.port = m.group(1), int(m.group(2))
 
     def _read(self) -> None:

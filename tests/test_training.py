@@ -103,6 +103,47 @@ def test_vocab_errors(tmp_path):
         Vocabulary.load(tmp_path / "dup.txt")
 
 
+def test_corpus_and_vocabulary_lines_end_at_newline_only(tmp_path):
+    """A lone carriage return (or a vertical tab, U+2028, U+0085) does not end a line: the corpus reader,
+    the vocabulary counter and a vocabulary file see the lines `wc -l` counts."""
+    from elmo_fast.training.data import read_sentences
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(b"first\rstill first\nsecond\r\nthird\x0bthe\xe2\x80\xa8end\xc2\x85x\n")
+    assert read_sentences(str(corpus)) == ["first still first", "second", "third the end x"]
+    vocab, stats = build_vocabulary([str(corpus)])
+    assert stats["sentences"] == 3 and stats["tokens"] == 8
+    (tmp_path / "v.txt").write_bytes(b"</S>\r\n<S>\n<UNK>\ne\r\nf\n")
+    assert Vocabulary.load(tmp_path / "v.txt").tokens == ["</S>", "<S>", "<UNK>", "e", "f"]
+    for inside in ("\r", "\u2028", "\x0b"):  # once split into two tokens, shifting every later id
+        (tmp_path / "v.txt").write_text(f"</S>\n<S>\n<UNK>\na{inside}b\nc\n", encoding="utf-8", newline="")
+        with pytest.raises(ModelFileError, match=r"v.txt: line 4 is not one token"):
+            Vocabulary.load(tmp_path / "v.txt")
+
+
+def test_a_corpus_line_longer_than_the_limit_is_a_one_line_error(tmp_path):
+    from elmo_fast.training.data import read_sentences
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(b"a b c\r\n" + "\u00e9".encode() * 12 + b"\n" + b"x" * 100_000 + b"\n")
+    with pytest.raises(InputError, match=rf"^{corpus}: line 3 is longer than 12 characters \(one line holds one "
+                                         r"sentence; is this the right file\?\); pass a larger max_line_length"):
+        read_sentences(str(corpus), max_line_length=12)
+    with pytest.raises(InputError, match="line 2 is longer than 11 characters"):  # characters, not bytes
+        read_sentences(str(corpus), max_line_length=11)
+    assert len(read_sentences(str(corpus), max_line_length=None)) == 3
+    for command in (["vocab", corpus, "--out", tmp_path / "v.txt"],
+                    ["train", "--train", corpus, "--vocab", tmp_path / "v.txt", "--out", tmp_path / "run",
+                     "--preset", "tiny", "--quiet"]):
+        if command[0] == "train":
+            Vocabulary(["</S>", "<S>", "<UNK>", "a"]).save(tmp_path / "v.txt")
+            (tmp_path / "run").mkdir()
+        r = run_cli(*command, "--max-line-length", "12")
+        assert r.returncode == 2, r.stderr
+        assert r.stderr == (f"elmo-fast: error: {corpus}: line 3 is longer than 12 characters (one line holds one "
+                            f"sentence; is this the right file?); pass a larger --max-line-length if it is meant\n")
+
+
 # ---- the bilm-tf layout written back ---------------------------------------------------------------
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])
@@ -306,8 +347,9 @@ def test_training_lowers_perplexity_far_below_the_vocabulary(trained, corpus):
     records = [json.loads(l) for l in (trained / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if "loss" in r]
     assert train[-1]["loss"] < train[0]["loss"] and all(r["tokens_per_s"] > 0 for r in train)
-    assert sorted(p.name for p in trained.iterdir()) == [".elmo-fast.lock", "checkpoints", "metrics.jsonl",
-                                                         "options.json", "softmax.hdf5", "vocab.txt", "weights.hdf5"]
+    # (no lock file: a run removes its own when it ends)
+    assert sorted(p.name for p in trained.iterdir()) == ["checkpoints", "metrics.jsonl", "options.json",
+                                                         "softmax.hdf5", "vocab.txt", "weights.hdf5"]
 
 
 def test_the_written_model_is_the_trained_one_everywhere(trained):

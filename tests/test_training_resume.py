@@ -192,13 +192,34 @@ def test_killed_runs_temporary_files_are_swept_and_live_ones_kept(inputs, tmp_pa
     assert f"elmo-fast: removed 1 temporary file(s) left by killed runs in {out}" in notes, notes
 
 
-def test_a_stale_lock_file_is_no_run_and_blocks_nothing(inputs, tmp_path):
+def test_a_stale_lock_file_is_no_run_and_blocks_nothing(inputs, tmp_path, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
-    (out / ".elmo-fast.lock").write_text(json.dumps({"pid": _dead_pid(), "host": "x", "since": 0}))
+    dead = _dead_pid()
+    (out / ".elmo-fast.lock").write_text(json.dumps({"pid": dead, "host": "x", "since": 0}))
+    inode = (out / ".elmo-fast.lock").stat().st_ino
+    seen = []
+    real_acquire = RunLock.acquire
+
+    def acquire(lock):  # the run takes the killed run's file as it is (the same inode: never swept first)
+        seen.append((lock.path.stat().st_ino, json.loads(lock.path.read_text())["pid"]))
+        return real_acquire(lock)
+
+    monkeypatch.setattr(RunLock, "acquire", acquire)
     _train(inputs, out)  # neither "holds a run already" nor "in use"
-    assert (out / "weights.hdf5").exists()
-    assert json.loads((out / ".elmo-fast.lock").read_text())["pid"] == os.getpid()  # the same file, never swept
+    assert (out / "weights.hdf5").exists() and seen == [(inode, dead)]
+    assert not (out / ".elmo-fast.lock").exists()  # removed at the end, as any run removes its lock
+
+
+def test_a_finished_run_leaves_no_lock_file_and_a_held_lock_still_stops_a_second_run(inputs, tmp_path):
+    out = tmp_path / "out"
+    _train(inputs, out, max_steps=1)
+    assert not (out / ".elmo-fast.lock").exists()
+    with RunLock(out / ".elmo-fast.lock", "held", remove=True):
+        with pytest.raises(RunLocked, match="is in use by another elmo-fast run"):
+            _train(inputs, out, resume=True)
+        assert (out / ".elmo-fast.lock").exists()  # a refused run removes nothing of the holder's
+    assert not (out / ".elmo-fast.lock").exists()
 
 
 def test_a_held_lock_stops_the_run_before_it_touches_anything(inputs, tmp_path):

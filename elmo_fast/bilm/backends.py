@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import warnings
 
+import torch
+
 from ..errors import ElmoFastError
 from . import ops
 
@@ -36,3 +38,18 @@ def resolve_backend(backend: str) -> str:
             _warned_fallback = True
         return "reference"
     return backend
+
+
+def fast_gradients(device: torch.device | str) -> bool:
+    """Whether the fast ops have backward passes on ``device`` (CPU; CUDA once its backward kernels
+    are built in)."""
+    return ops.HAS_CUDA_BACKWARD if torch.device(device).type == "cuda" else ops.HAS_BACKWARD
+
+
+def training_backend(backend: str, device: torch.device | str = "cpu") -> str:
+    """The backend the training stages run: the fast ops where they have backward passes, else the
+    reference stages under autograd."""
+    resolved = resolve_backend(backend)
+    if resolved == "fast" and not fast_gradients(device):
+        return "reference"
+    return resolved

@@ -26,7 +26,7 @@ from ..formats.bilm_tf import ElmoOptions, ElmoWeights, LstmWeights
 from ..formats.manylangs_dir import ManyLangsConfig, ManyLangsWeights
 from ..model_source import resolve_model
 from . import ops, reference
-from .backends import BACKENDS, resolve_backend  # noqa: F401  (BACKENDS: public here too)
+from .backends import BACKENDS, fast_gradients, resolve_backend  # noqa: F401  (BACKENDS: public here too)
 from .char_ids import AllenNlpCharIds
 from .cuda_graphs import CudaGraphCache
 from .derived_weights import DerivedWeights, weights_key
@@ -285,18 +285,9 @@ class ElmoBiLm(nn.Module):
         dictionaries, token_embedder.pkl and encoder.pkl; zip pickles), which ELMoForManyLangs and
         every elmo-fast entry point load as a model directory; returns the paths of config.json and
         encoder.pkl."""
-        from ..formats.bilm_tf import save_model_files
+        from ..formats.model_dir import save_model_dir
 
-        os.makedirs(directory, exist_ok=True)
-        weights = self.weights()
-        if isinstance(weights, ManyLangsWeights):
-            from ..formats.manylangs_dir import CONFIG_FILE, ENCODER_PKL, save_manylangs
-
-            saved = save_manylangs(directory, weights)
-            return os.path.join(saved, CONFIG_FILE), os.path.join(saved, ENCODER_PKL)
-        options, weights_path = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
-        save_model_files(options, weights_path, weights)
-        return options, weights_path
+        return save_model_dir(directory, self.weights())
 
     # ---- states (stateful mode; the encoder holds them) --------------------------------------------------
 
@@ -431,9 +422,7 @@ class ElmoBiLm(nn.Module):
 
     def _fast_gradients(self) -> bool:
         """Whether the fast ops can give this model's gradients (backward passes on its device)."""
-        if self.backend != "fast":
-            return False
-        return ops.HAS_CUDA_BACKWARD if self.device.type == "cuda" else ops.HAS_BACKWARD
+        return self.backend == "fast" and fast_gradients(self.device)
 
     def _forward_planned_on_host(self, char_ids: Tensor | None, word_inputs: Tensor | None, h0: Tensor | None,
                                  c0: Tensor | None) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:

@@ -9,46 +9,19 @@ Each op has a twin ``<op>_ref`` in :mod:`elmo_fast.bilm.reference` with the same
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._extension_info import describe_import_failure, loaded_against_other_release, recorded_cuda_decision
-from ..errors import ExtensionNotBuiltError
+from .. import _extension_status
+from .._extension_status import TRAINING_OPS  # noqa: F401  (public here)
+from ..errors import ExtensionNotBuiltError  # noqa: F401  (the error the checks raise; public here)
 
-try:
-    from elmo_fast import _C  # noqa: F401  (imported for its op registrations)
-except ImportError as exc:  # not built, or built against another torch/Python
-    HAS_EXTENSION = False
-    # True when elmo_fast._C is there but does not load (e.g. built against another torch): said
-    # once, here, as a warning, since every op would then fall back to the slow reference path.
-    EXTENSION_LOAD_FAILED, EXTENSION_IMPORT_ERROR = describe_import_failure(exc)
-    HAS_CUDA_KERNELS = False
-    if EXTENSION_LOAD_FAILED:
-        warnings.warn(f"elmo-fast's fast path is unavailable, the slow reference path runs instead: "
-                      f"{EXTENSION_IMPORT_ERROR}", RuntimeWarning, stacklevel=2)
-else:
-    HAS_EXTENSION = True
-    EXTENSION_LOAD_FAILED = False
-    EXTENSION_IMPORT_ERROR: str | None = None
-    # Whether csrc/cuda/*.cu were compiled in (a build-time fact; says nothing about a GPU).
-    HAS_CUDA_KERNELS = bool(getattr(_C, "WITH_CUDA", 0))
-    if (_other_release := loaded_against_other_release()) is not None:
-        warnings.warn(_other_release, RuntimeWarning, stacklevel=2)
-
-
-#: The ops a training step runs besides the forward ones: the backward passes of char_cnn and
-#: highway_gate, and the trainable LSTM layer (its forward keeps what its backward reads).
-TRAINING_OPS = ("char_cnn_backward", "highway_gate_backward", "lstm_layer_forward", "lstm_layer_backward")
-
-
-def _has_kernels(dispatch_key: str, names=TRAINING_OPS) -> bool:
-    return all(torch._C._dispatch_has_kernel_for_dispatch_key(f"elmo_fast::{name}", dispatch_key) for name in names)
-
-
+# Whether the extension loaded, and if not why (see elmo_fast._extension_status, which owns these
+# facts and their messages; they are read from here, where tests may change them)
+HAS_EXTENSION, EXTENSION_LOAD_FAILED, EXTENSION_IMPORT_ERROR, HAS_CUDA_KERNELS = _extension_status.load()
 #: Whether the fast ops have backward passes (register_autograd) on CPU tensors, so that training
 #: and fine-tuning can run them; on CUDA tensors see :data:`HAS_CUDA_BACKWARD`.
 HAS_BACKWARD = HAS_EXTENSION
@@ -56,7 +29,7 @@ HAS_BACKWARD = HAS_EXTENSION
 #: highway_gate, the trainable LSTM layer): then training and fine-tuning on a GPU run the fast ops
 #: as on the CPU; without them (a CPU-only build, or one from older sources), the reference stages
 #: under autograd.
-HAS_CUDA_BACKWARD = HAS_CUDA_KERNELS and _has_kernels("CUDA")
+HAS_CUDA_BACKWARD = HAS_CUDA_KERNELS and _extension_status.has_kernels("CUDA")
 
 
 #: Called as ``hook(op, tensor)`` (the op's name, one of its inputs) at every op call when set: the
@@ -73,35 +46,12 @@ def set_first_use_hook(hook: Callable[[str, Tensor], None] | None) -> None:
 
 def require_extension() -> None:
     """Raise :class:`ExtensionNotBuiltError` unless ``elmo_fast._C`` was imported."""
-    if not HAS_EXTENSION and EXTENSION_LOAD_FAILED:
-        raise ExtensionNotBuiltError(f"the compiled extension elmo_fast._C does not load: {EXTENSION_IMPORT_ERROR}")
-    if not HAS_EXTENSION:
-        raise ExtensionNotBuiltError(
-            "the compiled extension elmo_fast._C is not available; build it from the source tree with "
-            "`pip install --no-build-isolation -e .` (torch must already be installed in this "
-            f"environment). Import error: {EXTENSION_IMPORT_ERROR}"
-        )
+    _extension_status.require_extension(HAS_EXTENSION, EXTENSION_LOAD_FAILED, EXTENSION_IMPORT_ERROR)
 
 
 def cuda_kernels_missing_reason() -> str | None:
     """Why this install cannot run the ops on CUDA tensors, with the fix; None when it can."""
-    if not HAS_EXTENSION:
-        return (f"the compiled extension elmo_fast._C is not available ({EXTENSION_IMPORT_ERROR}); build it with "
-                "`pip install --no-build-isolation -e .` from the source tree")
-    if HAS_CUDA_KERNELS:
-        return None
-    if torch.version.cuda is None:
-        return (f"this torch ({torch.__version__}) is a CPU-only build, so elmo_fast._C was built without its CUDA "
-                "kernels. Install a CUDA build of torch (https://pytorch.org/get-started/locally/), make sure "
-                "nvcc is found (CUDA_HOME or PATH), then rebuild from the source tree with "
-                "`pip install --no-build-isolation -e .`")
-    recorded = recorded_cuda_decision()
-    said = f" (the build said: {recorded})" if recorded else ""
-    return (f"elmo_fast._C was built without its CUDA kernels although torch {torch.__version__} is a CUDA "
-            f"{torch.version.cuda} build: the build found no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1 was set, or the "
-            f"CUDA toolkit was incomplete or of another major version than torch's{said}. Make sure a complete CUDA "
-            f"{torch.version.cuda.split('.')[0]}.x toolkit is found (CUDA_HOME, or nvcc on PATH), unset "
-            "ELMO_FAST_SKIP_CUDA_BUILD, then rebuild from the source tree with `pip install --no-build-isolation -e .`")
+    return _extension_status.cuda_kernels_missing_reason(HAS_EXTENSION, HAS_CUDA_KERNELS, EXTENSION_IMPORT_ERROR)
 
 
 def require_cuda_kernels() -> None:

@@ -106,7 +106,7 @@ class Precision:
         to do on a CPU."""
         if torch.device(device).type != "cuda":
             return nullcontext()
-        return _cuda_tf32(self.tf32)
+        return tf32_switch(self.tf32)
 
     def autocast(self, device_type: str):
         """Training's forward: ``torch.autocast`` to :attr:`autocast_dtype` (off without one)."""
@@ -169,21 +169,30 @@ def _by_name(value: str | Precision, param: str) -> Precision:
 
 
 @contextmanager
-def _cuda_tf32(allowed: bool) -> Iterator[None]:
-    matmul = torch.backends.cuda.matmul
+def tf32_switch(allowed: bool, library: str = "matmul") -> Iterator[None]:
+    """TF32 allowed (or not) within the block for cuBLAS's fp32 GEMMs (``library="matmul"``) or
+    cuDNN's fp32 convolutions (``"cudnn"``), through whichever of torch's two APIs for the flag the
+    process used (reading the legacy one raises after the newer one, fp32_precision, was set); the
+    setting before the block comes back after it."""
+    if library == "matmul":
+        legacy_owner, new_owner = torch.backends.cuda.matmul, torch.backends.cuda.matmul
+    elif library == "cudnn":
+        legacy_owner, new_owner = torch.backends.cudnn, torch.backends.cudnn.conv
+    else:
+        raise ValueError(f"library must be 'matmul' or 'cudnn', not {library!r}")
     try:
-        old: object = matmul.allow_tf32
+        old: object = legacy_owner.allow_tf32
         legacy = True
     except RuntimeError:  # the process set TF32 with torch's newer API (fp32_precision), which forbids mixing
-        old, legacy = matmul.fp32_precision, False
+        old, legacy = new_owner.fp32_precision, False
     if legacy:
-        matmul.allow_tf32 = allowed
+        legacy_owner.allow_tf32 = allowed
     else:
-        matmul.fp32_precision = "tf32" if allowed else "ieee"
+        new_owner.fp32_precision = "tf32" if allowed else "ieee"
     try:
         yield
     finally:
         if legacy:
-            matmul.allow_tf32 = old
+            legacy_owner.allow_tf32 = old
         else:
-            matmul.fp32_precision = old
+            new_owner.fp32_precision = old

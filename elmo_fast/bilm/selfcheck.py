@@ -24,6 +24,7 @@ an op call pays one ``is None`` test.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -37,7 +38,7 @@ from torch import Tensor
 
 from ..durable import scratch_dir
 from . import ops
-from .precision import FP32, PRECISIONS, Precision
+from .precision import FP32, PRECISIONS, Precision, tf32_switch
 from .selfcheck_cases import OPS, Case, OpSpec
 from .tolerances import GRAD_RTOL, GRADCHECK, TOL, max_abs_error, tolerance_ratio
 
@@ -104,28 +105,9 @@ def _first_line(exc: BaseException) -> str:
 
 @contextmanager
 def _cudnn_tf32_off(device: torch.device) -> Iterator[None]:
-    """cuDNN's convolutions (the reference char CNN's on CUDA) in exact fp32, whichever of torch's two
-    APIs for the flag the process used (reading the legacy one raises after the newer one was set)."""
-    if device.type != "cuda":
+    """cuDNN's convolutions (the reference char CNN's on CUDA) in exact fp32."""
+    with tf32_switch(False, "cudnn") if device.type == "cuda" else contextlib.nullcontext():
         yield
-        return
-    cudnn = torch.backends.cudnn
-    try:
-        old: object = cudnn.allow_tf32
-        legacy = True
-    except RuntimeError:
-        old, legacy = cudnn.conv.fp32_precision, False
-    if legacy:
-        cudnn.allow_tf32 = False
-    else:
-        cudnn.conv.fp32_precision = "ieee"
-    try:
-        yield
-    finally:
-        if legacy:
-            cudnn.allow_tf32 = old
-        else:
-            cudnn.conv.fp32_precision = old
 
 
 @contextmanager

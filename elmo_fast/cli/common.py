@@ -123,6 +123,16 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def add_max_line_length_flag(parser: argparse.ArgumentParser) -> None:
+    """``--max-line-length N`` (dest ``max_line_length``), one flag and one meaning for every command
+    that reads lines of text (embed, train, finetune, vocab, perplexity)."""
+    from ..textio import DEFAULT_MAX_LINE_LENGTH
+
+    parser.add_argument("--max-line-length", type=int, default=DEFAULT_MAX_LINE_LENGTH, metavar="N",
+                        help=f"a line longer than N characters is an error naming it, found before the line is read "
+                             f"whole (default {DEFAULT_MAX_LINE_LENGTH:,})")
+
+
 def add_precision_flag(parser: argparse.ArgumentParser, training: bool = False,
                        deprecated_aliases: tuple[str, ...] = ()) -> None:
     """``--precision {fp32,tf32,bf16,fp16}`` (dest ``precision``, default fp32), with one meaning in

@@ -12,7 +12,7 @@ import os
 import sys
 
 from ..errors import ElmoFastError, InputError
-from .common import add_precision_flag, param_flags
+from .common import add_max_line_length_flag, add_precision_flag, param_flags
 
 # the library's parameter names -> this parser's dests, so that errors raised by the library name flags
 _API_NAMES = {"options_file": "options", "weight_file": "weights", "input_file": "input",
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..distributed import launched
     from ..embedding.output_lock import hold_output
-    from ..embedding.work_area import check_output_path
+    from ..embedding.output_checks import check_output_path
 
     # the cheap refusals come before loading (or downloading) a model
     check_output_path(args.output)  # the folder, the name's length: before the lock file is made beside it
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ..distributed import launched
     from ..embedding.embedder import ElmoEmbedder
-    from ..embedding.work_area import check_output
+    from ..embedding.output_checks import check_output
 
     args.output_before = _output_stamp(args.output)
     if args.model_dir:
@@ -170,7 +170,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    from ..embedding.input_guard import DEFAULT_MAX_LINE_LENGTH
     from ..embedding.options import DEFAULT_FASTA_MAX_TOKENS, DEFAULT_MAX_TOKENS, DEFAULT_WINDOW
     from ..pretrained import model_names
 
@@ -238,9 +237,7 @@ def add_parser(sub) -> None:
                         "whitespace. Keys and sentence_to_index keep the lines as written")
     p.add_argument("--skip-empty", action="store_true",
                    help="skip empty and all-whitespace lines (default: an error); the other lines keep their numbers")
-    p.add_argument("--max-line-length", type=int, default=DEFAULT_MAX_LINE_LENGTH, metavar="N",
-                   help=f"a line longer than N characters is an error naming it, found before the line is read "
-                        f"whole (default {DEFAULT_MAX_LINE_LENGTH:,})")
+    add_max_line_length_flag(p)
     p.add_argument("--encoding-errors", choices=["strict", "replace"], default="strict",
                    help="a line that is not UTF-8: an error naming it (strict, default) or read with U+FFFD (replace)")
     fasta = p.add_argument_group("proteins (FASTA)")

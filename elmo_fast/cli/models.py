@@ -61,7 +61,7 @@ def _demo(args: argparse.Namespace) -> int:
     from ..embedding.embedder import ElmoEmbedder
 
     if args.model_dir:
-        from ..training.trainer import model_dir_files
+        from ..formats.model_dir import model_dir_files
 
         files = model_dir_files(args.model_dir)
         embedder, name = ElmoEmbedder(*files), args.model_dir

@@ -53,6 +53,44 @@ def model_source(args: argparse.Namespace) -> tuple[dict, str]:
     return dict(model_dir=str(bundled_model().directory)), NAME
 
 
+API_KEY_ENV = "ELMO_FAST_API_KEY"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _exposure(args: argparse.Namespace):
+    """The server's guards from --api-key (or $ELMO_FAST_API_KEY), --max-connections, --read-timeout
+    and --ssl-certfile / --ssl-keyfile, checked (the key itself is never printed)."""
+    from ..serve.server import Exposure
+
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        raise ElmoFastError(f"--api-key (or {API_KEY_ENV}) is empty: give a key, or leave both unset")
+    if args.max_connections is not None and args.max_connections < 1:
+        raise ElmoFastError(f"--max-connections must be >= 1, got {args.max_connections}")
+    if args.read_timeout <= 0:
+        raise ElmoFastError(f"--read-timeout must be > 0 seconds, got {args.read_timeout:g}")
+    if args.ssl_keyfile and not args.ssl_certfile:
+        raise ElmoFastError("--ssl-keyfile needs --ssl-certfile (the certificate it goes with)")
+    for flag, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
+        if path and not os.path.isfile(path):
+            raise ElmoFastError(f"{flag} {path}: file not found")
+    if args.ssl_certfile:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:  # now, not once the model has loaded
+            context.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
+        except (ssl.SSLError, OSError) as e:
+            raise ElmoFastError(f"--ssl-certfile {args.ssl_certfile}: not a certificate and key that go together "
+                                f"({e.strerror or e})") from None
+    if key is None and args.host not in _LOOPBACK:
+        print(f"elmo-fast serve: note: listening on {args.host} without --api-key: anyone who reaches this port "
+              f"can use the server (keep the default --host 127.0.0.1 unless behind a key or a proxy)",
+              file=sys.stderr)
+    return Exposure(api_key=key.strip() if key else None, max_connections=args.max_connections,
+                    read_timeout=args.read_timeout, ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile)
+
+
 def _check_limits(args: argparse.Namespace) -> None:
     for flag in ("max_batch_size", "max_batch_tokens", "max_queue", "max_request_tokens"):
         if getattr(args, flag) < 1:
@@ -76,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     from ..devices import resolve_device
     from ..embedding.embedder import ElmoEmbedder
 
+    exposure = _exposure(args)
+
     from ..bilm.precision import resolve_precision
 
     device = resolve_device(args.device)
@@ -88,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens,
                     max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
     signum, forced = run_server(load, name, lambda embedder: embedder.output_dim, limits, args.max_request_tokens,
-                                args.host, args.port, log_level=args.log_level)
+                                args.host, args.port, log_level=args.log_level, exposure=exposure)
     why = f"stopped by {signum.name}" if signum else "stopped"
     if forced:  # a second signal: what was still in progress was dropped
         print(f"elmo-fast serve: {why} (a second signal): requests in progress were dropped", file=sys.stderr)
@@ -119,7 +159,9 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
                    help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)")
     add_precision_flag(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0: all)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0: all). Keep the default unless the server "
+                        "is behind --api-key or a proxy that checks who calls")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any free port, printed)")
     p.add_argument("--max-batch-size", type=int, default=64, metavar="N",
                    help="at most N sentences per model batch (default 64; 1 turns batching off)")
@@ -133,6 +175,17 @@ def add_parser(sub) -> None:
                    help="requests waiting for a batch before new ones get 503 + Retry-After (default 1024)")
     p.add_argument("--max-request-tokens", type=int, default=8192, metavar="N",
                    help="tokens one request may hold; more: 413 (default 8192)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health (401 otherwise); default: "
+                        f"${API_KEY_ENV}, which keeps the key out of the process list")
+    p.add_argument("--max-connections", type=int, metavar="N",
+                   help="at most N connections with a request in progress; more get 503 + Retry-After, as a full "
+                        "queue does (default: no bound)")
+    p.add_argument("--read-timeout", type=float, default=30.0, metavar="S",
+                   help="seconds a client may take to send its request's headers, and each piece of its body, "
+                        "before it gets 408 and is disconnected (default 30)")
+    p.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--ssl-keyfile", metavar="FILE", help="its private key (PEM), when it is not in --ssl-certfile")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default warning)")
     p.set_defaults(func=run, flags=param_flags(p))

@@ -9,7 +9,7 @@ import time
 
 from ..durable import check_writable
 from ..errors import InputError
-from .common import add_precision_flag, param_flags
+from .common import add_max_line_length_flag, add_precision_flag, param_flags
 
 #: the trainer's parameter names -> this parser's dests, so that errors raised by the library name flags
 _API_NAMES = {"init_model_dir": "model_dir"}
@@ -23,7 +23,7 @@ def _vocab(args: argparse.Namespace) -> int:
     if os.path.exists(args.out) and not args.overwrite:
         raise InputError(f"--out {args.out}: exists; pass --overwrite to replace it")
     check_writable(args.out, "vocabulary")  # before counting: a bad path fails now, not after the work
-    vocab, stats = build_vocabulary(files, args.min_count, args.max_size, _tokenizer(args))
+    vocab, stats = build_vocabulary(files, args.min_count, args.max_size, _tokenizer(args), args.max_line_length)
     vocab.save(args.out)
     print(f"wrote {args.out}: {len(vocab):,} tokens (<S>, </S>, <UNK> and the {len(vocab) - 3:,} most frequent words "
           f"seen >= {args.min_count} times) from {stats['sentences']:,} sentences, {stats['tokens']:,} tokens, "
@@ -55,7 +55,9 @@ def _options(args: argparse.Namespace):
 def _run(args: argparse.Namespace, finetune: bool) -> int:
     from ..devices import resolve_device
     from ..distributed import distributed_setup, leave_group
-    from ..training.trainer import Interrupted, TrainConfig, Trainer, model_dir_files
+    from ..formats.model_dir import model_dir_files
+    from ..training.stop_signals import Interrupted
+    from ..training.trainer import TrainConfig, Trainer
 
     device = distributed_setup(args.device)
     resolve_device(device)
@@ -83,7 +85,8 @@ def _run(args: argparse.Namespace, finetune: bool) -> int:
         init_model_dir=os.path.abspath(args.model_dir) if finetune else None, softmax_warmup_steps=warmup,
         keep_best=finetune and bool(args.heldout), eval_every=args.eval_every,
         eval_max_sentences=args.eval_max_sentences, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        device=str(device), backend=args.backend, precision=args.precision, progress=not args.quiet)
+        device=str(device), backend=args.backend, precision=args.precision, progress=not args.quiet,
+        max_line_length=args.max_line_length)
     trainer = Trainer(config)
     if finetune and warmup and trainer.rank == 0:
         print(f"elmo-fast: {args.model_dir} has no softmax.hdf5: a new softmax starts from bilm-tf's initialisation "
@@ -112,7 +115,8 @@ def _perplexity(args: argparse.Namespace) -> int:
     from ..training.data import expand_corpus
     from ..training.model import BidirectionalLM
     from ..training.softmax import SoftmaxHead
-    from ..training.trainer import evaluate, model_dir_files
+    from ..formats.model_dir import model_dir_files
+    from ..training.evaluate import evaluate
 
     files = expand_corpus(args.input, "input")
     _default_model_dir(args)
@@ -124,7 +128,8 @@ def _perplexity(args: argparse.Namespace) -> int:
     bilm = ElmoBiLm.from_weights(weights, backend=args.backend)
     lm = BidirectionalLM(bilm, SoftmaxHead(w, b, requires_grad=False)).to(device)
     with torch.inference_mode():
-        result = evaluate(lm, files, vocab, batch_size=args.batch_size, device=device, tokenize=_tokenizer(args))
+        result = evaluate(lm, files, vocab, batch_size=args.batch_size, device=device, tokenize=_tokenizer(args),
+                          max_line_length=args.max_line_length)
     if args.json:
         print(json.dumps(result))
     else:
@@ -191,6 +196,7 @@ def _common_training_flags(p: argparse.ArgumentParser) -> None:
                         "two different runs; the architecture and vocabulary size must stay)")
     p.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_max_line_length_flag(p)
 
 
 def add_parsers(sub) -> None:
@@ -205,6 +211,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-size", type=int, help="at most N entries, special tokens included")
     p.add_argument("--tokenize", action="store_true", help="tokenize raw text with elmo-fast's tokenizer")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    add_max_line_length_flag(p)
     p.set_defaults(func=_vocab, flags=param_flags(p))
 
     p = sub.add_parser("train", help="train a biLM from scratch (bilm-tf's recipe)",
@@ -240,6 +247,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"])
     p.add_argument("--tokenize", action="store_true", help="tokenize raw text with elmo-fast's tokenizer")
+    add_max_line_length_flag(p)
     p.add_argument("--json", action="store_true", help='one line: {"forward": ..., "backward": ..., "mean": ..., '
                                                        '"targets": N}')
     p.set_defaults(func=_perplexity, flags=param_flags(p))

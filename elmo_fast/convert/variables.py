@@ -146,6 +146,28 @@ def _count(prefix: str, names: dict[str, str], pattern: str) -> int:
     return len(found)
 
 
+class _Shapes:
+    """The bundle's biLM tensors by dataset name (``names``: dataset -> the bundle's variable) and
+    their shapes, with the two errors every part's checks give."""
+
+    def __init__(self, bundle: TensorBundle) -> None:
+        self.where = bundle.index_path
+        self.root, self.names, self.extra, self.ignored = map_names(bundle)
+        self.shape = {k: bundle.entries[v].shape for k, v in self.names.items()}
+
+    def need(self, dataset: str, why: str) -> tuple[int, ...]:
+        if dataset not in self.shape:
+            raise ModelFileError(f"{self.where}: no {self.root}{_variable_hint(dataset)} ({why})")
+        return self.shape[dataset]
+
+    def fail(self, dataset: str, expected: tuple, why: str) -> ModelFileError:
+        return ModelFileError(f"{self.where}: '{self.names[dataset]}' has shape {self.shape[dataset]}, expected "
+                              f"{expected} ({why})")
+
+    def count(self, pattern: str) -> int:
+        return _count(self.where, self.names, pattern)
+
+
 def convert_bundle(bundle: TensorBundle, source_options: dict[str, Any] | None, options_origin: str | None,
                    cell_clip: float | None, proj_clip: float | None, activation: str | None,
                    default_clip: float = 3.0, log: Callable[[str], None] | None = None) -> Converted:
@@ -153,53 +175,64 @@ def convert_bundle(bundle: TensorBundle, source_options: dict[str, Any] | None, 
     cross-checked with ``source_options`` (bilm-tf's training options, when given), and the clips
     and activation (which shapes cannot tell) from the flags, else the options, else
     ``default_clip`` and relu (the published models' values)."""
-    where = bundle.index_path
-    root, names, extra, ignored = map_names(bundle)
-    shape = {k: bundle.entries[v].shape for k, v in names.items()}
+    s = _Shapes(bundle)
+    char_rows, char_dim, filters, n_highway = _char_cnn_shape(s)
+    P = s.need("CNN_proj/W_proj", f"the projection after the char CNN; a model with {sum(n for _, n in filters)} "
+                                  f"filters == the LSTM's projection dim has none, and neither allennlp nor elmo-fast "
+                                  f"reads such a model")[-1]
+    C, n_layers = _lstm_shape(s, P)
+    sources: dict[str, str] = {}
+    options = _options(s, source_options, options_origin, sources, cell_clip, proj_clip, activation, default_clip,
+                       {"use_skip_connections": True, "projection_dim": P, "dim": C, "n_layers": n_layers},
+                       {"filters": filters, "n_highway": n_highway, "embedding": {"dim": char_dim},
+                        "n_characters": 262, "max_characters_per_token": 50})
+    datasets = _datasets(bundle, s, options, char_rows, sources)
+    return Converted(options=options, datasets=datasets, softmax=_softmax(bundle, s, P, source_options, options_origin),
+                     scalar_mix=_scalar_mix(bundle, s, n_layers), sources=sources, ignored=s.ignored)
 
-    def need(dataset: str, why: str) -> tuple[int, ...]:
-        if dataset not in shape:
-            raise ModelFileError(f"{where}: no {root}{_variable_hint(dataset)} ({why})")
-        return shape[dataset]
 
-    def fail(dataset: str, expected: tuple, why: str) -> ModelFileError:
-        return ModelFileError(f"{where}: '{names[dataset]}' has shape {shape[dataset]}, expected {expected} ({why})")
-
-    char_rows, char_dim = (need("char_embed", "the character embedding") + (0, 0))[:2]
-    if len(shape["char_embed"]) != 2 or char_rows not in (FILE_CHAR_ROWS, FILE_CHAR_ROWS + 1):
-        raise fail("char_embed", ("261 or 262", "D"), "261 characters, plus the padding row in inference graphs")
-    n_filters = _count(where, names, "CNN/W_cnn_{}")
+def _char_cnn_shape(s: _Shapes) -> tuple[int, int, list[tuple[int, int]], int]:
+    """The character embedding's rows and dim, the convolutions' (width, filters), the highway layers."""
+    char_rows, char_dim = (s.need("char_embed", "the character embedding") + (0, 0))[:2]
+    if len(s.shape["char_embed"]) != 2 or char_rows not in (FILE_CHAR_ROWS, FILE_CHAR_ROWS + 1):
+        raise s.fail("char_embed", ("261 or 262", "D"), "261 characters, plus the padding row in inference graphs")
+    n_filters = s.count("CNN/W_cnn_{}")
     if n_filters == 0:
-        raise ModelFileError(f"{where}: no {root}CNN/W_cnn_0 (the character convolutions)")
+        raise ModelFileError(f"{s.where}: no {s.root}CNN/W_cnn_0 (the character convolutions)")
     filters = []
     for i in range(n_filters):
-        w = shape[f"CNN/W_cnn_{i}"]
+        w = s.shape[f"CNN/W_cnn_{i}"]
         if len(w) != 4 or w[0] != 1 or w[2] != char_dim:
-            raise fail(f"CNN/W_cnn_{i}", (1, "width", char_dim, "filters"), f"char embedding dim {char_dim}")
+            raise s.fail(f"CNN/W_cnn_{i}", (1, "width", char_dim, "filters"), f"char embedding dim {char_dim}")
         filters.append((w[1], w[3]))
-    F = sum(n for _, n in filters)
-    n_highway = _count(where, names, "CNN_high_{}/W_carry")
-    P = need("CNN_proj/W_proj", f"the projection after the char CNN; a model with {F} filters == the LSTM's "
-                                f"projection dim has none, and neither allennlp nor elmo-fast reads such a model")[-1]
+    return char_rows, char_dim, filters, s.count("CNN_high_{}/W_carry")
+
+
+def _lstm_shape(s: _Shapes, P: int) -> tuple[int, int]:
+    """The LSTM's cell dim and layers: two directions of as many layers, each with its projection."""
     kernel0 = lstm_dataset(0, 0, "W_0")
-    C4 = need(kernel0, "the forward LSTM's first layer")[-1]
+    C4 = s.need(kernel0, "the forward LSTM's first layer")[-1]
     if C4 % 4:
-        raise fail(kernel0, (2 * P, "4 x cell dim"), "4 gates")
-    C = C4 // 4
-    n_layers = _count(where, names, "RNN_0/RNN/MultiRNNCell/Cell{}/LSTMCell/W_0")
-    if _count(where, names, "RNN_1/RNN/MultiRNNCell/Cell{}/LSTMCell/W_0") != n_layers:
-        raise ModelFileError(f"{where}: the forward LSTM (RNN_0) has {n_layers} layer(s), the backward one (RNN_1) "
-                             f"{_count(where, names, 'RNN_1/RNN/MultiRNNCell/Cell{}/LSTMCell/W_0')}; expected a "
-                             f"bidirectional biLM (bilm-tf's 'bidirectional': true)")
-    if any(re.match(r"^RNN_([2-9]|\d\d+)/", k) for k in names):
-        raise ModelFileError(f"{where}: LSTM directions beyond RNN_0 and RNN_1; expected a biLM")
-    if lstm_dataset(0, 0, "W_P_0") not in shape:
-        raise ModelFileError(f"{where}: no {root}{_variable_hint(lstm_dataset(0, 0, 'W_P_0'))} (the LSTM's "
+        raise s.fail(kernel0, (2 * P, "4 x cell dim"), "4 gates")
+    n_layers = s.count("RNN_0/RNN/MultiRNNCell/Cell{}/LSTMCell/W_0")
+    backward_layers = s.count("RNN_1/RNN/MultiRNNCell/Cell{}/LSTMCell/W_0")
+    if backward_layers != n_layers:
+        raise ModelFileError(f"{s.where}: the forward LSTM (RNN_0) has {n_layers} layer(s), the backward one (RNN_1) "
+                             f"{backward_layers}; expected a bidirectional biLM (bilm-tf's 'bidirectional': true)")
+    if any(re.match(r"^RNN_([2-9]|\d\d+)/", k) for k in s.names):
+        raise ModelFileError(f"{s.where}: LSTM directions beyond RNN_0 and RNN_1; expected a biLM")
+    if lstm_dataset(0, 0, "W_P_0") not in s.shape:
+        raise ModelFileError(f"{s.where}: no {s.root}{_variable_hint(lstm_dataset(0, 0, 'W_P_0'))} (the LSTM's "
                              f"projection; a model with lstm.dim == projection_dim has none, and neither allennlp nor "
                              f"elmo-fast reads such a model)")
+    return C4 // 4, n_layers
 
-    sources: dict[str, str] = {}
 
+def _options(s: _Shapes, source_options: dict[str, Any] | None, options_origin: str | None, sources: dict[str, str],
+             cell_clip: float | None, proj_clip: float | None, activation: str | None, default_clip: float,
+             lstm: dict[str, Any], char_cnn: dict[str, Any]) -> ElmoOptions:
+    """The options: the shapes' architecture, and the clips and activation from the flags, else the
+    source options, else the published models' values (``sources`` records which), checked."""
     def setting(key: str, flag_value, section_key: tuple[str, str], default, flag: str):
         from_options = (source_options or {}).get(section_key[0], {})
         from_options = from_options.get(section_key[1], KeyError) if isinstance(from_options, dict) else KeyError
@@ -220,62 +253,71 @@ def convert_bundle(bundle: TensorBundle, source_options: dict[str, Any] | None, 
         raise ModelFileError(f"{options_origin}: 'lstm.use_skip_connections' is not true; only biLMs with skip "
                              f"connections are supported (as in allennlp)")
     try:
-        options = ElmoOptions.from_dict({
-            "lstm": {"use_skip_connections": True, "projection_dim": P, "dim": C, "n_layers": n_layers,
-                     "cell_clip": clips[0], "proj_clip": clips[1]},
-            "char_cnn": {"activation": act, "filters": filters, "n_highway": n_highway, "embedding": {"dim": char_dim},
-                         "n_characters": 262, "max_characters_per_token": 50}}, source="the converted options")
+        options = ElmoOptions.from_dict({"lstm": {**lstm, "cell_clip": clips[0], "proj_clip": clips[1]},
+                                         "char_cnn": {"activation": act, **char_cnn}}, source="the converted options")
     except ModelFileError as e:
         raise ModelFileError(f"{e} (from the flags or {options_origin or 'the defaults'})") from None
     if source_options is not None:
-        _check_against_options(options, source_options, options_origin, where)
+        _check_against_options(options, source_options, options_origin, s.where)
+    return options
 
+
+def _datasets(bundle: TensorBundle, s: _Shapes, options: ElmoOptions, char_rows: int,
+              sources: dict[str, str]) -> dict[str, np.ndarray]:
+    """Every dataset the options call for, of the shape they call for, and none beyond, as float32."""
     expected = expected_datasets(options)
     for k, (want, why) in expected.items():
-        if k not in names:
-            raise ModelFileError(f"{where}: no {root}{_variable_hint(k)} (expected shape {want}, from {why})")
-        if k != "char_embed" and shape[k] != want:
-            raise fail(k, want, why)
-    beyond = sorted(set(names) - set(expected))
+        if k not in s.names:
+            raise ModelFileError(f"{s.where}: no {s.root}{_variable_hint(k)} (expected shape {want}, from {why})")
+        if k != "char_embed" and s.shape[k] != want:
+            raise s.fail(k, want, why)
+    beyond = sorted(set(s.names) - set(expected))
     if beyond:
-        raise ModelFileError(f"{where}: '{names[beyond[0]]}' is beyond the architecture the other tensors tell "
-                             f"({len(filters)} filters, {n_highway} highway, {n_layers} LSTM layers)")
-
-    datasets = {}
-    for k in expected:
-        datasets[k] = _float32(bundle, names[k])
+        raise ModelFileError(f"{s.where}: '{s.names[beyond[0]]}' is beyond the architecture the other tensors tell "
+                             f"({len(options.filters)} filters, {options.n_highway} highway, {options.n_layers} LSTM "
+                             f"layers)")
+    datasets = {k: _float32(bundle, s.names[k]) for k in expected}
     if char_rows == FILE_CHAR_ROWS + 1:
         datasets["char_embed"] = np.ascontiguousarray(datasets["char_embed"][1:])  # the padding row: bilm-tf adds it on load
-        sources["char_embed"] = f"{names['char_embed']} [262, {char_dim}], its padding row 0 dropped"
-    softmax = None
-    if extra.get("softmax/W") or extra.get("softmax/b"):
-        for k in ("softmax/W", "softmax/b"):
-            if k not in extra:
-                raise ModelFileError(f"{where}: holds {root}{'softmax/W' if k == 'softmax/b' else 'softmax/b'} "
-                                     f"but no {root}{k}")
-        w_shape, b_shape = bundle.entries[extra["softmax/W"]].shape, bundle.entries[extra["softmax/b"]].shape
-        if len(w_shape) != 2 or w_shape[1] != P or b_shape != (w_shape[0],):
-            raise ModelFileError(f"{where}: softmax shapes {w_shape} and {b_shape}, expected [V, {P}] and [V] "
-                                 f"(V the vocabulary size, {P} the projection dim)")
-        vocab_size = (source_options or {}).get("n_tokens_vocab")
-        if vocab_size is not None and vocab_size != w_shape[0]:
-            raise ModelFileError(f"{where}: the softmax has {w_shape[0]} rows, but {options_origin} says n_tokens_vocab "
-                                 f"{vocab_size}: the options of another run")
-        softmax = (_float32(bundle, extra["softmax/W"]), _float32(bundle, extra["softmax/b"]))
-    scalar_mix = None
-    if "aggregation/weights" in extra or "aggregation/scaling" in extra:
-        if set(extra) >= {"aggregation/weights", "aggregation/scaling"}:
-            w = _float32(bundle, extra["aggregation/weights"]).reshape(-1)
-            s = _float32(bundle, extra["aggregation/scaling"]).reshape(-1)
-            if w.size != n_layers + 1 or s.size != 1:
-                raise ModelFileError(f"{where}: aggregation/weights has {w.size} values and aggregation/scaling "
-                                     f"{s.size}; expected {n_layers + 1} (the token layer and {n_layers} LSTM "
-                                     f"layers) and 1")
-            scalar_mix = ([float(x) for x in w], float(s[0]))
-        else:
-            raise ModelFileError(f"{where}: holds one of aggregation/weights and aggregation/scaling without the other")
-    return Converted(options=options, datasets=datasets, softmax=softmax, scalar_mix=scalar_mix, sources=sources,
-                     ignored=ignored)
+        sources["char_embed"] = f"{s.names['char_embed']} [262, {options.char_dim}], its padding row 0 dropped"
+    return datasets
+
+
+def _softmax(bundle: TensorBundle, s: _Shapes, P: int, source_options: dict[str, Any] | None,
+             options_origin: str | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The training softmax's weight and bias, when the bundle holds them."""
+    extra, where, root = s.extra, s.where, s.root
+    if not (extra.get("softmax/W") or extra.get("softmax/b")):
+        return None
+    for k in ("softmax/W", "softmax/b"):
+        if k not in extra:
+            raise ModelFileError(f"{where}: holds {root}{'softmax/W' if k == 'softmax/b' else 'softmax/b'} "
+                                 f"but no {root}{k}")
+    w_shape, b_shape = bundle.entries[extra["softmax/W"]].shape, bundle.entries[extra["softmax/b"]].shape
+    if len(w_shape) != 2 or w_shape[1] != P or b_shape != (w_shape[0],):
+        raise ModelFileError(f"{where}: softmax shapes {w_shape} and {b_shape}, expected [V, {P}] and [V] "
+                             f"(V the vocabulary size, {P} the projection dim)")
+    vocab_size = (source_options or {}).get("n_tokens_vocab")
+    if vocab_size is not None and vocab_size != w_shape[0]:
+        raise ModelFileError(f"{where}: the softmax has {w_shape[0]} rows, but {options_origin} says n_tokens_vocab "
+                             f"{vocab_size}: the options of another run")
+    return _float32(bundle, extra["softmax/W"]), _float32(bundle, extra["softmax/b"])
+
+
+def _scalar_mix(bundle: TensorBundle, s: _Shapes, n_layers: int) -> tuple[list[float], float] | None:
+    """TF-Hub's learned layer mix (aggregation/weights and /scaling), when the bundle holds it."""
+    extra, where = s.extra, s.where
+    if "aggregation/weights" not in extra and "aggregation/scaling" not in extra:
+        return None
+    if not set(extra) >= {"aggregation/weights", "aggregation/scaling"}:
+        raise ModelFileError(f"{where}: holds one of aggregation/weights and aggregation/scaling without the other")
+    w = _float32(bundle, extra["aggregation/weights"]).reshape(-1)
+    scale = _float32(bundle, extra["aggregation/scaling"]).reshape(-1)
+    if w.size != n_layers + 1 or scale.size != 1:
+        raise ModelFileError(f"{where}: aggregation/weights has {w.size} values and aggregation/scaling "
+                             f"{scale.size}; expected {n_layers + 1} (the token layer and {n_layers} LSTM "
+                             f"layers) and 1")
+    return [float(x) for x in w], float(scale[0])
 
 
 def _variable_hint(dataset: str) -> str:

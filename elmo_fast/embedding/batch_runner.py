@@ -10,6 +10,7 @@ import torch
 
 from ..bilm.model import ElmoBiLm
 from ..errors import InputError, Param
+from ..output_shapes import shape_output
 from .lines import Line
 
 
@@ -59,7 +60,7 @@ class BatchRunner:
                 raise
             failure = (str(e).strip().splitlines() or [type(e).__name__])[0]
         if failure is None:
-            return [self._format(r) for r in results]
+            return [shape_output(r, self.output_format) for r in results]
         # out of the except block: the traceback no longer pins the failed batch's tensors
         if self.embedder.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -80,12 +81,3 @@ class BatchRunner:
         self.max_tokens = min(self.max_tokens or padded, max(1, padded // 2))
         mid = len(batch) // 2
         return self.embed(batch[:mid]) + self.embed(batch[mid:])
-
-    def _format(self, embeddings: np.ndarray) -> np.ndarray:
-        if self.output_format == "all":
-            return embeddings
-        if self.output_format == "top":
-            return embeddings[-1]
-        if self.output_format == "sum":  # SeqVec's default: the layers summed
-            return embeddings.sum(axis=0)
-        return np.average(embeddings, axis=0)

@@ -7,7 +7,7 @@ unbounded length.
   checks each window an interrupted run saved against the input's lines as they pass (their
   digest) and embeds the rest, so nothing is skipped; where a second pass would be needed, the run
   refuses with the reason (:mod:`.work_area`).
-* A line is read in bounded pieces (``readline(limit + 1)``): a line longer than the limit is an
+* A line is read in bounded pieces (``readline(limit + 2)``): a line longer than the limit is an
   error naming the file, the line and the limit before it is held whole, so ``/dev/zero`` or a
   2 GB line cannot exhaust memory.
 """
@@ -17,10 +17,9 @@ import os
 import stat
 from typing import IO, Iterator
 
-from ..errors import InputError, Param
+from ..textio import DEFAULT_MAX_LINE_LENGTH, check_max_line_length, line_too_long, without_line_end
 
-#: the longest line read by default, in characters (a sentence per line: ~150,000 words)
-DEFAULT_MAX_LINE_LENGTH = 1_000_000
+__all__ = ["DEFAULT_MAX_LINE_LENGTH", "rereadable", "kind_of", "check_max_line_length", "bounded_lines"]
 
 
 def rereadable(source: str | os.PathLike | IO) -> bool:
@@ -51,11 +50,6 @@ def kind_of(source: str | os.PathLike | IO) -> str:
             else "a socket" if stat.S_ISSOCK(mode) else "a file")
 
 
-def check_max_line_length(value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InputError(Param("max_line_length"), f" must be an integer >= 1 (characters), got {value!r}")
-
-
 def bounded_lines(stream: IO[str], name: str, limit: int | None) -> Iterator[str]:
     """The lines of a text stream, each with its line end, none longer than ``limit`` characters
     (the line end aside): a longer one is an :class:`InputError` naming ``name`` and the line,
@@ -65,12 +59,10 @@ def bounded_lines(stream: IO[str], name: str, limit: int | None) -> Iterator[str
         return
     number = 0
     while True:
-        line = stream.readline(limit + 1)
+        line = stream.readline(limit + 2)  # the line, and its "\r\n"
         if not line:
             return
         number += 1
-        if len(line) > limit and not (line.endswith("\n") and len(line.rstrip("\r\n")) <= limit):
-            raise InputError(f"{name}: line {number} is longer than {limit:,} characters (one line holds one "
-                             f"sentence; is this the right file?); pass a larger ", Param("max_line_length"),
-                             " if it is meant")
+        if len(line) > limit and len(without_line_end(line)) > limit:
+            raise line_too_long(name, number, limit)
         yield line

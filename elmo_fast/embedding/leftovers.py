@@ -20,10 +20,11 @@ def _legacy_pattern(output: str) -> re.Pattern:
                       rf"\.(?:partial|sentences)")
 
 
-def _temp_files(output: str) -> list[tuple[str, str | None, int | None]]:
-    """(path, host, pid) of every temporary file of ``output`` beside it (no owner: elmo-fast 0.1's)."""
+def _temp_files(output: str) -> list[durable.TempFile]:
+    """Every temporary file of ``output`` beside it (host and pid None: elmo-fast 0.1's)."""
     out_dir = os.path.dirname(os.path.abspath(output))
-    found = [(t.path, t.host, t.pid) for t in durable.temp_files(out_dir, os.path.basename(output))]
+    base = os.path.basename(output)
+    found = durable.temp_files(out_dir, base)
     pattern = _legacy_pattern(output)
     try:
         names = sorted(n for n in os.listdir(out_dir) if pattern.fullmatch(n))
@@ -31,7 +32,7 @@ def _temp_files(output: str) -> list[tuple[str, str | None, int | None]]:
         return found
     for n in names:
         m = pattern.fullmatch(n)
-        found.append((os.path.join(out_dir, n), m["host"], int(m["pid"]) if m["pid"] else None))
+        found.append(durable.TempFile(os.path.join(out_dir, n), base, m["host"], int(m["pid"]) if m["pid"] else None))
     return sorted(found)
 
 
@@ -45,13 +46,15 @@ def stale_temp_files(output: str, remove: bool = True) -> tuple[list[str], list[
     """
     removed: list[str] = []
     left: list[str] = []
-    for path, host, pid in _temp_files(output):
-        if pid is None:
+    for temp in _temp_files(output):
+        path, host, pid = temp.path, temp.host, temp.pid
+        owner = None if pid is None else temp.owner()
+        if owner is None:
             left.append(f"{path} (left by elmo-fast 0.1, which does not name its process: remove it if no run is "
                         f"writing {output})")
-        elif host != durable.host_tag():
+        elif owner == "other host":
             left.append(f"{path} (made on host {host}: remove it if no run there is writing {output})")
-        elif pid == os.getpid() or durable.process_alive(pid):
+        elif owner == "running":
             left.append(f"{path} (process {pid} is running: another run writing {output}?)")
         elif remove:
             try:

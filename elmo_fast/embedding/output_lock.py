@@ -17,6 +17,7 @@ import os
 import threading
 from typing import Iterator
 
+from ..durable import fitting_stem
 from ..run_lock import RunLock
 
 LOCK_SUFFIX = ".elmo-lock"
@@ -26,9 +27,10 @@ _guard = threading.Lock()
 
 
 def lock_path(output: str | os.PathLike) -> str:
-    """The lock file of ``output``: ``.NAME.elmo-lock`` in its folder."""
+    """The lock file of ``output``: ``.NAME.elmo-lock`` in its folder (NAME shortened for a name too
+    long to leave room for the rest: :func:`elmo_fast.durable.fitting_stem`)."""
     directory, base = os.path.split(os.path.abspath(os.fspath(output)))
-    return os.path.join(directory, f".{base}{LOCK_SUFFIX}")
+    return os.path.join(directory, f".{fitting_stem(base, 1 + len(LOCK_SUFFIX))}{LOCK_SUFFIX}")
 
 
 @contextlib.contextmanager

@@ -39,7 +39,8 @@ from .lines import Line, read_sentences, refuse_duplicates
 from .options import EmbedOptions
 from .output_lock import hold_output
 from .progress import Progress, TokenCount, summary_lines
-from .work_area import check_output, check_output_path, finished_already, new_manifest, work_dir_of
+from .output_checks import check_output, check_output_path, finished_already
+from .work_area import new_manifest, work_dir_of
 from .writers import PlainWriter, ShardWriter, Writer
 
 

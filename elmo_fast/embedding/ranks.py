@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 import sys
 import time
 from typing import Any, Iterator
@@ -32,9 +31,10 @@ from typing import Any, Iterator
 from .. import durable
 from ..distributed import world
 from ..errors import ElmoFastError
+from ..host import host_name
 from .lines import Line
 from .output_lock import hold_output
-from .work_area import finished_already
+from .output_checks import finished_already
 from .writers import ShardWriter
 
 #: seconds between a rank's progress files, and between rank 0's reads of them
@@ -48,7 +48,7 @@ class Ranks:
         self.rank = rank
         self.world = world_size
         self.work = work
-        self.host = socket.gethostname()
+        self.host = host_name()
         self.token: str | None = None  # this attempt's, chosen by rank 0
         self._published = float("-inf")
         self._barrier = None

@@ -21,6 +21,7 @@ import sys
 from typing import Any, Callable
 
 from .. import durable
+from ..file_hash import hash_file
 
 RECORD_SUFFIX = ".done"
 #: what a shard's record says of it, besides the file's size and checksum
@@ -34,13 +35,7 @@ def note(text: str) -> None:
 
 def file_checksum(path: str) -> tuple[int, str]:
     """(size in bytes, SHA-256 in hex) of a file."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
+    return hash_file(path)
 
 
 def _check_of(content: dict) -> str:

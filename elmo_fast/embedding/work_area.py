@@ -18,19 +18,16 @@ such a work area resumes (its shards, which have no completion records, are embe
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
-from itertools import islice
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from .. import durable
-from ..errors import ElmoFastError, Param
+from ..errors import ElmoFastError
+from ..file_hash import hash_file
 from .batch_runner import Embedder
-from .lines import Line, lines_digest
 from .options import EmbedOptions
 from .shard_records import (RECORD_SUFFIX, file_checksum, note, read_sealed, recorded_shards, seal,
                             verified_shards)
@@ -44,8 +41,14 @@ RUN_RECORD = "elmo_fast_run"
 MANIFEST_VERSION = 2
 
 
+WORK_SUFFIX = ".partial"
+
+
 def work_dir_of(output: str) -> str:
-    return os.path.abspath(output) + ".partial"
+    """``OUTPUT.partial`` beside the output (OUTPUT shortened for a name too long to leave room for
+    the suffix: :func:`elmo_fast.durable.fitting_stem`)."""
+    directory, base = os.path.split(os.path.abspath(output))
+    return os.path.join(directory, durable.fitting_stem(base, len(WORK_SUFFIX)) + WORK_SUFFIX)
 
 
 def shard_name(start: int) -> str:
@@ -69,11 +72,7 @@ def new_manifest(embedder: Embedder, name: str, options: EmbedOptions) -> dict:
 
 
 def _file_digest(path: str) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+    return hash_file(path, "blake2b", digest_size=16)[1]
 
 
 def _model_identity(embedder: Embedder) -> dict:
@@ -167,7 +166,7 @@ def list_shards(work: str, shards: list[dict] | None = None) -> list[dict]:
     return shards
 
 
-def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict]]:
+def open_work_dir(work: str, output: str, manifest: dict, role: str) -> tuple[dict, list[dict]]:
     """Create ``work`` with ``manifest``, or take up the interrupted run in it: its manifest (which
     must agree with this run's) and its complete shards, what a killed run was writing removed.
     role "member" (a rank other than 0) finds the directory that rank 0 prepared, and changes nothing."""
@@ -195,7 +194,7 @@ def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict
     if role == "member":
         return existing, []
     if existing.get("complete"):  # the assembled file is final (shards may be gone), if it is whole
-        if _assembled_whole(work, output_of(work), existing):
+        if _assembled_whole(work, output, existing):
             return existing, []
         existing = {k: v for k, v in existing.items() if k not in ("complete", "assembled")}
         write_manifest(work, existing)
@@ -203,10 +202,6 @@ def open_work_dir(work: str, manifest: dict, role: str) -> tuple[dict, list[dict
         if _is_cut_short(n):
             os.unlink(os.path.join(work, n))  # cut short by the kill: redone
     return existing, list_shards(work, verified_shards(work, shard_names(work), bool(existing.get("stateful"))))
-
-
-def output_of(work: str) -> str:
-    return work[: -len(".partial")]
 
 
 def assembled_record(path: str) -> dict:
@@ -271,84 +266,3 @@ def saved_states(work: str, done: list[dict]) -> tuple[torch.Tensor, torch.Tenso
         if "state_h" not in f:
             return None
         return torch.from_numpy(f["state_h"][...]), torch.from_numpy(f["state_c"][...])
-
-
-# --- before a run: the output and the finished run it may hold ------------------------------------
-
-def check_output_path(output: str) -> None:
-    """Refuse, before any work (and before the output's lock is taken), an output that cannot be
-    written: its folder missing or not writable, the output a folder, its name too long for the
-    filesystem (with the temporary names beside it: :func:`elmo_fast.durable.check_writable`)."""
-    out_dir = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(out_dir):
-        raise ElmoFastError(f"{output}: the output's directory {out_dir} does not exist")
-    if os.path.isdir(output):
-        raise ElmoFastError(f"{output} is a directory; give the path of the HDF5 file to write")
-    durable.check_writable(output, "output")
-
-
-def check_output(output: str, overwrite: bool, resume: bool) -> None:
-    """Refuse, before any work, an output that cannot or should not be written (with its lock
-    held: what its work area holds is another run's only while that run is alive)."""
-    check_output_path(output)
-    work = work_dir_of(output)
-    if os.path.isdir(work):
-        manifest = read_manifest(work)
-        if manifest is not None:
-            if not resume:
-                n = len(shard_names(work))
-                damaged = ", its manifest damaged" if manifest is DAMAGED else ""
-                raise ElmoFastError(f"{work} holds an interrupted run ({n} window(s) done{damaged}); pass ",
-                                    Param("resume", True), " to continue it, or remove that directory to start over")
-            return  # the run that made it passed the checks below; it may replace the output
-    if os.path.exists(output) and not overwrite:
-        if resume and _run_record(output) is not None:
-            return  # made by a resume run that finished; finished_already checks that it was this one
-        raise ElmoFastError(f"{output} already exists; pass ", Param("overwrite", True), " to replace it")
-
-
-def _run_record(output: str) -> dict | None:
-    import h5py
-
-    try:
-        with h5py.File(output, "r") as f:
-            return json.loads(f.attrs[RUN_RECORD]) if RUN_RECORD in f.attrs else None
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def _finished_run_differs(record: dict, manifest: dict, lines: Iterator[Line], name: str) -> str | None:
-    """Why the finished run recorded in an output is not this one (None: it is, input included)."""
-    differs = differences(record, manifest)
-    if differs:
-        return "; ".join(differs)
-    for n, digest in record["shards"]:
-        got = list(islice(lines, n))
-        if len(got) < n:
-            return f"{name} has fewer lines than the input it was made from"
-        if lines_digest(got) != digest:
-            return f"lines {got[0].index + 1}..{got[-1].index + 1} of {name} are not those it was made from"
-    extra = next(lines, None)
-    return f"{name} has more lines than it was made from (line {extra.index + 1})" if extra else None
-
-
-def finished_already(output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
-                     rereadable: bool) -> bool:
-    """Whether the output is the finished result of this very run (resume=True after the work directory
-    was removed), reading the input to check it; an output of another run is an error unless overwrite."""
-    work = work_dir_of(output)
-    if not os.path.isfile(output) or os.path.isdir(work) and read_manifest(work) is not None:
-        return False
-    record = _run_record(output)
-    if record is None:
-        return False
-    why = _finished_run_differs(record, manifest, lines, name)
-    if why is None:
-        return True
-    if not overwrite:
-        raise ElmoFastError(f"{output} already exists, made by another run ({why}); pass ", Param("overwrite", True),
-                            " to replace it")
-    if not rereadable:
-        raise ElmoFastError(f"{output} was made by another run ({why}), and {name} cannot be read twice; "
-                            f"remove {output} to embed it")
-    return False

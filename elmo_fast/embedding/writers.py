@@ -121,7 +121,7 @@ class ShardWriter:
         return bool(self.manifest.get("complete"))
 
     def open(self) -> list[dict]:
-        self.manifest, self.done = open_work_dir(self.work, self.manifest, self.role)
+        self.manifest, self.done = open_work_dir(self.work, self.output, self.manifest, self.role)
         self.opened = True
         return self.done
 

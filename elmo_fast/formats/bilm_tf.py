@@ -21,9 +21,8 @@ LSTM cell dim, ``In`` = layer input dim = ``P``)::
 from __future__ import annotations
 
 import json
-import math
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
@@ -32,13 +31,16 @@ from torch import Tensor
 
 from ..durable import durable_hdf5, write_json
 from ..errors import ModelConfigurationError, ModelFileError, Param
+from .options_check import Architecture, OptionsReader
+from .options_check import short as _short
+from .weights_base import LstmWeights, WeightsBase
 
 #: Rows of ``char_embed`` in a bilm-tf file: 256 bytes + 5 marks; a zero row 0 is added on load.
 FILE_CHAR_ROWS = 261
 
 
 @dataclass(frozen=True)
-class ElmoOptions:
+class ElmoOptions(Architecture):
     """The architecture, as read from ``options.json``."""
 
     filters: tuple[tuple[int, int], ...]  # (width, number of filters) per convolution
@@ -53,75 +55,29 @@ class ElmoOptions:
     n_characters: int = 262
     max_characters_per_token: int = 50
 
-    @property
-    def n_filters(self) -> int:
-        return sum(n for _, n in self.filters)
-
-    @property
-    def output_dim(self) -> int:
-        """Width of every output layer: both directions' projections."""
-        return 2 * self.projection_dim
-
     @classmethod
     def from_dict(cls, options: dict[str, Any], source: str = "options") -> "ElmoOptions":
-        def get(section: str, key: str, default: Any = KeyError) -> Any:
-            try:
-                return options[section][key]
-            except (KeyError, TypeError):
-                if default is KeyError:
-                    raise ModelFileError(f"{source}: missing key '{section}.{key}'") from None
-                return default
-
-        def check_number(name: str, value: Any, kind: type = int) -> Any:
-            # Python's json reads NaN, Infinity and ints of any length: int(nan) and float(10**400) raise
-            # their own ValueError / OverflowError, so conversions are guarded. A whole float (4.0) counts
-            # as an integer, as it does for bilm-tf, which passes the values on to TensorFlow.
-            try:
-                converted = kind(value) if not isinstance(value, bool) and isinstance(value, (int, float)) else None
-            except (ValueError, OverflowError):
-                converted = None
-            if converted is None or kind is int and converted != value or kind is float and not math.isfinite(converted):
-                raise ModelFileError(f"{source}: '{name}' must be {'an integer' if kind is int else 'a finite number'}, "
-                                     f"got {_short(value)}")
-            return converted
-
-        def number(section: str, key: str, kind: type = int, default: Any = KeyError) -> Any:
-            value = get(section, key, default)
-            if value is None and default is None:
-                return None
-            return check_number(f"{section}.{key}", value, kind)
-
-        for section, holds in (("lstm", "dim, n_layers, projection_dim"), ("char_cnn", "filters, n_highway, embedding")):
-            if section not in options:
-                raise ModelFileError(f"{source}: missing key '{section}' (the section of {section}.{{{holds}}})")
-            if not isinstance(options[section], dict):
-                raise ModelFileError(f"{source}: '{section}' must be a JSON object, got {_short(options[section])}")
-        cnn_embedding = get("char_cnn", "embedding")
+        read = OptionsReader(options, source)
+        read.sections({"lstm": "dim, n_layers, projection_dim", "char_cnn": "filters, n_highway, embedding"})
+        cnn_embedding = read.get("char_cnn", "embedding")
         if not isinstance(cnn_embedding, dict) or "dim" not in cnn_embedding:
             raise ModelFileError(f"{source}: missing key 'char_cnn.embedding.dim'")
-        char_dim = check_number("char_cnn.embedding.dim", cnn_embedding["dim"])
-        raw_filters = get("char_cnn", "filters")
+        char_dim = read.check_integer("char_cnn.embedding.dim", cnn_embedding["dim"])
+        raw_filters = read.get("char_cnn", "filters")
         if (not isinstance(raw_filters, (list, tuple))
                 or not all(isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in raw_filters)):
             raise ModelFileError(f"{source}: 'char_cnn.filters' must be a list of [width, number] pairs, "
                                  f"got {_short(raw_filters)}")
-        filters = tuple((check_number(f"char_cnn.filters[{i}][0]", w), check_number(f"char_cnn.filters[{i}][1]", n))
-                        for i, (w, n) in enumerate(raw_filters))
-        activation = get("char_cnn", "activation", "relu")
+        filters = tuple((read.check_integer(f"char_cnn.filters[{i}][0]", w),
+                         read.check_integer(f"char_cnn.filters[{i}][1]", n)) for i, (w, n) in enumerate(raw_filters))
+        activation = read.get("char_cnn", "activation", "relu")
         if activation not in ("relu", "tanh"):
             raise ModelConfigurationError(f"{source}: 'char_cnn.activation' must be 'relu' or 'tanh', got "
                                           f"{_short(activation)}")
-        if not get("lstm", "use_skip_connections", False):
+        if not read.get("lstm", "use_skip_connections", False):
             raise ModelConfigurationError(f"{source}: only biLMs with 'lstm.use_skip_connections': true are supported "
                                           "(as in allennlp)")
-
-        def clip(key: str) -> float | None:
-            value = number("lstm", key, float, None)
-            if value is not None and value < 0:
-                # clamp(x, -c, c) with c < 0 would set every value to c instead of clipping
-                raise ModelFileError(f"{source}: 'lstm.{key}' must be >= 0 (0 or null: no clip), got {value!r}")
-            return value if value else None  # 0 / null mean "no clip", as in allennlp
-
+        number = read.integer
         opts = cls(
             filters=filters,
             char_dim=char_dim,
@@ -129,11 +85,11 @@ class ElmoOptions:
             projection_dim=number("lstm", "projection_dim"),
             cell_dim=number("lstm", "dim"),
             n_layers=number("lstm", "n_layers"),
-            cell_clip=clip("cell_clip"),
-            proj_clip=clip("proj_clip"),
+            cell_clip=read.clip("lstm", "cell_clip"),
+            proj_clip=read.clip("lstm", "proj_clip"),
             activation=activation,
-            n_characters=number("char_cnn", "n_characters", int, 262),
-            max_characters_per_token=number("char_cnn", "max_characters_per_token", int, 50),
+            n_characters=number("char_cnn", "n_characters", default=262),
+            max_characters_per_token=number("char_cnn", "max_characters_per_token", default=50),
         )
         if opts.max_characters_per_token != 50:
             raise ModelFileError(f"{source}: 'char_cnn.max_characters_per_token' must be 50, got {_short(opts.max_characters_per_token)}")
@@ -170,15 +126,6 @@ class ElmoOptions:
         }
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    """repr() cut to ``limit`` characters: a message quotes a bad value, not a whole file of it."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int past Python's str-conversion digit limit
-        return "an integer too long to print"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _one_line(error: BaseException) -> str:
     # HDF5's messages span lines (with a timestamp); the CLI prints one line per error
     return " ".join(str(error).split())
@@ -203,17 +150,7 @@ def load_options(path: str | os.PathLike) -> ElmoOptions:
 
 
 @dataclass
-class LstmWeights:
-    """One direction of one LSTM layer, in PyTorch layout, gates ordered i, f, g, o."""
-
-    w_ih: Tensor  # [4C, In]
-    w_hh: Tensor  # [4C, P]
-    bias: Tensor  # [4C], forget-gate bias already +1
-    w_proj: Tensor  # [P, C]
-
-
-@dataclass
-class ElmoWeights:
+class ElmoWeights(WeightsBase):
     """Every parameter of the biLM, in PyTorch layout (as allennlp's modules hold them)."""
 
     options: ElmoOptions
@@ -225,31 +162,6 @@ class ElmoWeights:
     proj_weight: Tensor  # [P, F]
     proj_bias: Tensor  # [P]
     lstm: list[tuple[LstmWeights, LstmWeights]] = field(default_factory=list)  # per layer: (fwd, bwd)
-
-    def tensors(self) -> list[Tensor]:
-        out = [self.char_embedding, *self.conv_weights, *self.conv_biases, *self.highway_weights,
-               *self.highway_biases, self.proj_weight, self.proj_bias]
-        for pair in self.lstm:
-            for w in pair:
-                out += [w.w_ih, w.w_hh, w.bias, w.w_proj]
-        return out
-
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "ElmoWeights":
-        def mv(t: Tensor) -> Tensor:
-            return t.to(device=device, dtype=dtype)
-
-        return replace(
-            self,
-            char_embedding=mv(self.char_embedding),
-            conv_weights=[mv(t) for t in self.conv_weights],
-            conv_biases=[mv(t) for t in self.conv_biases],
-            highway_weights=[mv(t) for t in self.highway_weights],
-            highway_biases=[mv(t) for t in self.highway_biases],
-            proj_weight=mv(self.proj_weight),
-            proj_bias=mv(self.proj_bias),
-            lstm=[tuple(LstmWeights(**{f.name: mv(getattr(w, f.name)) for f in fields(w)}) for w in pair)
-                  for pair in self.lstm],
-        )
 
 
 def lstm_dataset(direction: int, layer: int, name: str) -> str:

@@ -34,12 +34,11 @@ as bilm-tf's ``char_embed`` does on load: row ``id + 1`` holds the file's id ``i
 from __future__ import annotations
 
 import json
-import math
 import os
 import pickle
 import re
 import zipfile
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -48,7 +47,10 @@ from torch import Tensor
 
 from ..durable import save_torch, write_json, write_text
 from ..errors import ModelFileError
-from .bilm_tf import LstmWeights, _short
+from ..textio import text_lines
+from .options_check import Architecture, OptionsReader
+from .options_check import short as _short
+from .weights_base import LstmWeights, WeightsBase
 
 CONFIG_FILE = "config.json"
 CHAR_DIC = "char.dic"
@@ -66,7 +68,7 @@ STRIPPED_TOKEN = "\u3000"
 
 
 @dataclass(frozen=True)
-class ManyLangsConfig:
+class ManyLangsConfig(Architecture):
     """The architecture, from the nested config (``config_path``). Attribute names follow
     :class:`~elmo_fast.formats.bilm_tf.ElmoOptions` where they mean the same thing."""
 
@@ -82,50 +84,11 @@ class ManyLangsConfig:
     proj_clip: float | None
     activation: str = "relu"
 
-    @property
-    def n_filters(self) -> int:
-        return sum(n for _, n in self.filters)
-
-    @property
-    def output_dim(self) -> int:
-        """Width of every output layer: both directions' projections."""
-        return 2 * self.projection_dim
-
     @classmethod
     def from_dict(cls, config: Any, source: str = "config") -> "ManyLangsConfig":
-        if not isinstance(config, dict):
-            raise ModelFileError(f"{source}: must hold a JSON object")
-        for section in ("encoder", "token_embedder"):
-            if section not in config:
-                raise ModelFileError(f"{source}: missing key '{section}'")
-            if not isinstance(config[section], dict):
-                raise ModelFileError(f"{source}: '{section}' must be a JSON object, got {_short(config[section])}")
-        enc, emb = config["encoder"], config["token_embedder"]
-
-        def get(section: str, key: str, default: Any = KeyError) -> Any:
-            if key not in config[section]:
-                if default is KeyError:
-                    raise ModelFileError(f"{source}: missing key '{section}.{key}'")
-                return default
-            return config[section][key]
-
-        def integer(section: str, key: str, low: int, default: Any = KeyError) -> int:
-            value = get(section, key, default)
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ModelFileError(f"{source}: '{section}.{key}' must be an integer >= {low}, got {_short(value)}")
-            return value
-
-        def clip(key: str) -> float | None:
-            value = get("encoder", key, None)
-            if value is None:
-                return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ModelFileError(f"{source}: 'encoder.{key}' must be a number >= 0 (0 or null: no clip), "
-                                     f"got {_short(value)}")
-            return float(value) if value else None  # 0 means "no clip" there too (`if clip:`)
-
+        read = OptionsReader(config, source)
+        read.sections({"encoder": None, "token_embedder": None})
+        get, integer = read.get, read.integer
         names = {"token_embedder": ("cnn", "ConvTokenEmbedder"), "encoder": ("elmo", "ElmobiLm")}
         for section, (name, module) in names.items():
             got = get(section, "name")
@@ -169,7 +132,8 @@ class ManyLangsConfig:
         return cls(filters=filters, char_dim=char_dim, word_dim=word_dim, n_highway=n_highway,
                    max_characters_per_token=max_chars, projection_dim=integer("encoder", "projection_dim", 1),
                    cell_dim=integer("encoder", "dim", 1), n_layers=integer("encoder", "n_layers", 1),
-                   cell_clip=clip("cell_clip"), proj_clip=clip("proj_clip"), activation=activation)
+                   cell_clip=read.clip("encoder", "cell_clip"), proj_clip=read.clip("encoder", "proj_clip"),
+                   activation=activation)
 
     def to_dict(self) -> dict[str, Any]:
         """The nested config's content, laid out as the configs ELMoForManyLangs ships (with the
@@ -186,7 +150,7 @@ class ManyLangsConfig:
 
 
 @dataclass
-class ManyLangsWeights:
+class ManyLangsWeights(WeightsBase):
     """Every parameter and both dictionaries of an ELMoForManyLangs model, in PyTorch layout.
 
     Tables carry a zero row 0 (0 = no token): row ``id + 1`` is the file's id ``id``; the
@@ -206,27 +170,6 @@ class ManyLangsWeights:
     proj_weight: Tensor  # [P, word_dim + T]
     proj_bias: Tensor  # [P]
     lstm: list[tuple[LstmWeights, LstmWeights]] = field(default_factory=list)  # per layer: (fwd, bwd)
-
-    def tensors(self) -> list[Tensor]:
-        out = [t for t in (self.word_embedding, self.char_embedding) if t is not None]
-        out += [*self.conv_weights, *self.conv_biases, *self.highway_weights, *self.highway_biases, self.proj_weight,
-                self.proj_bias]
-        for pair in self.lstm:
-            for w in pair:
-                out += [w.w_ih, w.w_hh, w.bias, w.w_proj]
-        return out
-
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "ManyLangsWeights":
-        def mv(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.to(device=device, dtype=dtype)
-
-        return replace(
-            self, word_embedding=mv(self.word_embedding), char_embedding=mv(self.char_embedding),
-            conv_weights=[mv(t) for t in self.conv_weights], conv_biases=[mv(t) for t in self.conv_biases],
-            highway_weights=[mv(t) for t in self.highway_weights], highway_biases=[mv(t) for t in self.highway_biases],
-            proj_weight=mv(self.proj_weight), proj_bias=mv(self.proj_bias),
-            lstm=[tuple(LstmWeights(**{f.name: mv(getattr(w, f.name)) for f in fields(w)}) for w in pair)
-                  for pair in self.lstm])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +256,7 @@ def read_dictionary(path: str | os.PathLike) -> dict[str, int]:
         raise ModelFileError(f"{path}: starts with a byte-order mark, which ELMoForManyLangs would read as part of the "
                              "first token")
     vocab: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text_lines(text), 1):  # lines end at "\n" or "\r\n" only
         parts = line.strip().split("\t")
         if parts == [""]:
             continue

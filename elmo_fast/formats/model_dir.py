@@ -15,9 +15,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelFileError, Param
+from ..errors import InputError, ModelFileError, Param
 from . import manylangs_dir
-from .bilm_tf import ElmoWeights, load_model_files
+from .bilm_tf import ElmoWeights, load_model_files, save_model_files
 
 BILM_TF = "bilm-tf"
 MANYLANGS = "ELMoForManyLangs"
@@ -125,7 +125,42 @@ def load_model_dir(path: str | os.PathLike,
     return load_model(model)
 
 
+def save_model_dir(directory: str | os.PathLike,
+                   weights: ElmoWeights | manylangs_dir.ManyLangsWeights) -> tuple[str, str]:
+    """Write ``weights`` as a model directory of their own kind into ``directory`` (made if need be),
+    each file replaced atomically: bilm-tf's ``options.json`` + ``weights.hdf5`` (returned), or
+    ELMoForManyLangs' layout (config.json, its config, the dictionaries, token_embedder.pkl and
+    encoder.pkl; the paths of config.json and encoder.pkl returned)."""
+    os.makedirs(directory, exist_ok=True)
+    if isinstance(weights, manylangs_dir.ManyLangsWeights):
+        saved = manylangs_dir.save_manylangs(directory, weights)
+        return os.path.join(saved, manylangs_dir.CONFIG_FILE), os.path.join(saved, manylangs_dir.ENCODER_PKL)
+    options, weights_path = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
+    save_model_files(options, weights_path, weights)
+    return options, weights_path
+
+
 def load_model(model: ModelDir) -> ElmoWeights | manylangs_dir.ManyLangsWeights:
     if model.kind == BILM_TF:
         return load_model_files(model.files["options"], model.files["weights"])
     return manylangs_dir.load_manylangs(model.path)
+
+
+def model_dir_files(directory: str | os.PathLike, param: str = "model_dir") -> tuple[Path, Path]:
+    """options.json and weights.hdf5 of a bilm-tf model directory (the one ``*.hdf5`` besides
+    ``softmax.hdf5`` where there is no weights.hdf5), as training and scoring need them; ``param``:
+    the parameter that named it, for errors."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError(Param(param), f" {d}: not a directory")
+    options = d / "options.json"
+    weights = _bilm_tf_weights(d) or d / "weights.hdf5"
+    missing = [p.name for p in (options, weights) if not p.exists()]
+    if missing and (d / manylangs_dir.CONFIG_FILE).is_file() and (d / manylangs_dir.ENCODER_PKL).is_file():
+        raise InputError(Param(param), f" {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
+                         f"weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
+                         f"with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss")
+    if missing:
+        raise InputError(Param(param), f" {d}: missing {' and '.join(missing)} (a model directory holds "
+                         f"options.json and weights.hdf5)")
+    return options, weights

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ModelFileError
+from ..textio import text_lines
 from .crc32c import crc32c, unmasked
 from .sstable import read_table, read_varint
 
@@ -254,8 +255,8 @@ def read_checkpoint_state(path: str | os.PathLike) -> tuple[str | None, list[str
     (paths on the machine that trained: callers take their base names)."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().splitlines()
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+            lines = text_lines(f.read())
     except OSError as e:
         raise ModelFileError(f"{path}: cannot read TensorFlow's checkpoint list: {e}") from None
     latest, listed = None, []

@@ -7,6 +7,7 @@ import os
 from typing import Iterable, Sequence
 
 from ..durable import write_text
+from ..textio import text_lines
 from ..errors import ModelFileError
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
@@ -52,8 +53,8 @@ class Vocabulary:
         if os.path.isdir(path):
             raise ModelFileError(f"{path}: is a directory, expected a vocabulary file (one token per line)")
         try:
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().splitlines()
+            with open(path, encoding="utf-8", newline="") as f:
+                lines = text_lines(f.read())  # lines end at "\n" or "\r\n" only
         except FileNotFoundError:
             raise ModelFileError(f"{path}: vocabulary file not found") from None
         except UnicodeDecodeError as e:

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
 
+from ..output_shapes import shape_output
 from .metrics import Metrics
 from .protocol import RequestError
 
@@ -108,21 +108,6 @@ def select_batch(lengths: Sequence[int], max_size: int, max_tokens: int) -> list
             top = lengths[best[1]]
         count += 1
     return sorted(order[lo:hi + 1])
-
-
-def shape_output(activations: np.ndarray, output: str) -> np.ndarray:
-    """One sentence's [L + 1, T, D] activations -> what ``output`` asks for, C-contiguous float32:
-    "all" [L + 1, T, D], "average" [T, D] (the mean of the layers), "top" [T, D], "mean" [D] (the
-    mean over tokens of the layer average)."""
-    if output == "all":
-        out = activations
-    elif output == "top":
-        out = activations[-1]
-    else:
-        out = activations.mean(axis=0)
-        if output == "mean":
-            out = out.mean(axis=0)
-    return np.ascontiguousarray(out, dtype=np.float32)
 
 
 class Batcher:

@@ -1,13 +1,19 @@
 """Running the app on uvicorn: the listening socket bound first (a port in use is a one-line error
 before any model loads), and a graceful stop on SIGTERM, SIGINT and SIGHUP: stop accepting, answer
 every request already received (its sentences are queued, and the model thread finishes the
-queue), close the socket, and return normally so that the command exits 0."""
+queue), close the socket, and return normally so that the command exits 0.
+
+Exposed on a network: the app runs behind :class:`~.guards.Guards` (API key, connections with a
+request in progress, the body's read deadline: plain ASGI, not uvicorn's), TLS where a certificate
+is given, and a connection that has not sent its first request's headers within the read timeout is
+closed (uvicorn has no deadline there: :func:`_header_deadline`)."""
 from __future__ import annotations
 
 import signal
 import socket
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Callable
 
 import uvicorn
@@ -15,6 +21,7 @@ import uvicorn
 from ..errors import ElmoFastError
 from .app import ModelInfo, create_app
 from .batcher import Batcher, Limits
+from .guards import Guards
 from .metrics import Metrics
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
@@ -77,16 +84,57 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+@dataclass(frozen=True)
+class Exposure:
+    """How the server meets its clients: an API key (None: none needed), at most ``max_connections``
+    with a request in progress, ``read_timeout`` seconds for a request's headers and for each piece
+    of its body, and TLS from ``ssl_certfile`` (+ ``ssl_keyfile`` when the key is apart)."""
+
+    api_key: str | None = None
+    max_connections: int | None = None
+    read_timeout: float | None = 30.0
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+
+def _header_deadline(seconds: float) -> type:
+    """uvicorn's HTTP protocol (the one it would pick), closing a connection that has not sent a whole
+    request head within ``seconds`` of opening (uvicorn's keep-alive timeout starts only after a
+    first response)."""
+    try:
+        import httptools  # noqa: F401
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+
+    class HeaderDeadline(base):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._head_deadline = self.loop.call_later(seconds, self._head_overdue)
+
+        def _head_overdue(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():  # no request head yet
+                self.transport.close()
+
+        def connection_lost(self, exc) -> None:
+            self._head_deadline.cancel()
+            super().connection_lost(exc)
+
+    return HeaderDeadline
+
+
 class EmbeddingServer:
     """The app, its batcher and uvicorn on a listening socket. ``load()`` (run on the model thread)
     returns the embedder; ``dim_of(embedder)`` is the size of its vectors; ``name`` what answers
     call the model. :meth:`run` serves until :meth:`stop` or a stop signal (main thread only)."""
 
     def __init__(self, sock: socket.socket, load: Callable[[], object], name: str, dim_of: Callable[[object], int],
-                 limits: Limits, max_request_tokens: int, log_level: str = "warning") -> None:
+                 limits: Limits, max_request_tokens: int, log_level: str = "warning",
+                 exposure: Exposure = Exposure()) -> None:
         self.sock = sock
         host, port = sock.getsockname()[:2]
-        self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+        scheme = "https" if exposure.ssl_certfile else "http"
+        self.url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
         self.limits = limits
         self.metrics = Metrics()
         self.info = info = ModelInfo(name)
@@ -103,9 +151,13 @@ class EmbeddingServer:
             "ready": ("1 once the model is loaded and warm.", lambda: float(batcher.ready.is_set())),
             "model_busy": ("1 while the model thread runs a batch.", lambda: float(batcher.busy)),
         })
-        app = create_app(batcher, self.metrics, info, max_request_tokens, self._failed, self._ready)
-        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=None, timeout_keep_alive=30)
+        app = Guards(create_app(batcher, self.metrics, info, max_request_tokens, self._failed, self._ready),
+                     api_key=exposure.api_key, max_connections=exposure.max_connections,
+                     read_timeout=exposure.read_timeout, refused=self.metrics.error)
+        http = "auto" if exposure.read_timeout is None else _header_deadline(exposure.read_timeout)
+        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", http=http,
+                                timeout_graceful_shutdown=None, timeout_keep_alive=30,
+                                ssl_certfile=exposure.ssl_certfile, ssl_keyfile=exposure.ssl_keyfile)
         self.server = _Server(config)
         self.announce: Callable[[str], None] = lambda line: None
 
@@ -136,12 +188,12 @@ class EmbeddingServer:
 
 def run_server(load: Callable[[], object], name: str, dim_of: Callable[[object], int], limits: Limits,
                max_request_tokens: int, host: str, port: int, log_level: str = "warning",
-               announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
-               ) -> tuple[signal.Signals | None, bool]:
+               announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+               exposure: Exposure = Exposure()) -> tuple[signal.Signals | None, bool]:
     """Listen on host:port (before the model loads: a port in use fails at once), serve until a stop
     signal (see :class:`EmbeddingServer.run`)."""
     sock = listen(host, port)
-    server = EmbeddingServer(sock, load, name, dim_of, limits, max_request_tokens, log_level)
+    server = EmbeddingServer(sock, load, name, dim_of, limits, max_request_tokens, log_level, exposure)
     server.announce = announce
     announce(f"elmo-fast serve: listening on {server.url}; loading the model")
     return server.run()

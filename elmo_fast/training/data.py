@@ -31,7 +31,7 @@ import torch
 from ..bilm.char_ids import BOS_TOKEN, EOS_TOKEN, MAX_WORD_LENGTH, word_to_char_ids
 from ..errors import InputError, Param
 from ..formats.vocab import Vocabulary
-from ..textio import iter_text_lines
+from ..textio import DEFAULT_MAX_LINE_LENGTH, iter_text_lines
 from .model import Batch
 
 #: a bucketing window holds this many batches' worth of sentences, sorted by length together
@@ -57,10 +57,12 @@ def expand_corpus(patterns: str | Sequence[str], param: str = "train") -> list[s
     return files
 
 
-def read_sentences(path: str, tokenize: Callable[[str], list[str]] | None = None) -> list[str]:
-    """The non-empty lines of one corpus file, tokens joined by single spaces."""
+def read_sentences(path: str, tokenize: Callable[[str], list[str]] | None = None,
+                   max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> list[str]:
+    """The non-empty lines of one corpus file, tokens joined by single spaces; a line longer than
+    ``max_line_length`` characters is an error naming the file and the line (None: no bound)."""
     out = []
-    for line in iter_text_lines(path):
+    for line in iter_text_lines(path, max_line_length=max_line_length):
         tokens = tokenize(line) if tokenize else line.split()
         if tokens:
             out.append(" ".join(tokens))
@@ -97,8 +99,10 @@ class SentenceBatches:
 
     def __init__(self, files: Sequence[str], batch_size: int, max_tokens: int | None, seed: int,
                  world_size: int = 1, rank: int = 0, shuffle: bool = True,
-                 tokenize: Callable[[str], list[str]] | None = None) -> None:
+                 tokenize: Callable[[str], list[str]] | None = None,
+                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> None:
         self.files = list(files)
+        self.max_line_length = max_line_length
         self.global_batch = batch_size * world_size
         self.max_tokens = None if max_tokens is None else max_tokens * world_size
         self.seed, self.world_size, self.rank, self.shuffle = seed, world_size, rank, shuffle
@@ -108,7 +112,7 @@ class SentenceBatches:
     def _lines(self, path: str) -> list[str]:
         if self._cache is None or self._cache[0] != path:
             self._cache = None  # free the previous file first
-            self._cache = (path, read_sentences(path, self.tokenize))
+            self._cache = (path, read_sentences(path, self.tokenize, self.max_line_length))
         return self._cache[1]
 
     def _file_batches(self, lines: list[str], rng: random.Random) -> list[list[int]]:
@@ -181,8 +185,10 @@ class UnrolledWindows:
     """
 
     def __init__(self, files: Sequence[str], vocab: Vocabulary, rows: int, steps: int, seed: int,
-                 world_size: int = 1, rank: int = 0, tokenize: Callable[[str], list[str]] | None = None) -> None:
+                 world_size: int = 1, rank: int = 0, tokenize: Callable[[str], list[str]] | None = None,
+                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> None:
         self.files, self.vocab, self.steps, self.seed = list(files), vocab, steps, seed
+        self.max_line_length = max_line_length
         self.rows = rows * world_size
         self.world_size, self.rank, self.tokenize = world_size, rank, tokenize
 
@@ -190,7 +196,7 @@ class UnrolledWindows:
         files = list(self.files)
         _rng(self.seed, epoch, direction).shuffle(files)
         for k, path in enumerate(files):
-            lines = read_sentences(path, self.tokenize)
+            lines = read_sentences(path, self.tokenize, self.max_line_length)
             _rng(self.seed, epoch, direction, k).shuffle(lines)
             for line in lines:
                 tokens = [BOS_TOKEN, *line.split(" "), EOS_TOKEN]

@@ -82,9 +82,17 @@ class Batch:
     #: [B, T, 50] the backward LM's own inputs (unrolled windows), or None: it reads ``char_ids``
     bwd_char_ids: Tensor | None = None
 
-    @property
-    def num_targets(self) -> int:
-        return int((self.fwd_targets >= 0).sum() + (self.bwd_targets >= 0).sum())
+    def to(self, device: torch.device) -> "Batch":
+        """The batch on ``device`` (itself on the CPU; copies queued without waiting elsewhere)."""
+        if device.type == "cpu":
+            return self
+        return Batch(*(None if t is None else t.to(device, non_blocking=True) for t in
+                       (self.char_ids, self.lengths, self.fwd_targets, self.bwd_targets, self.bwd_char_ids)))
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside a DistributedDataParallel wrapper (the model itself when it has none)."""
+    return getattr(model, "module", model)
 
 
 class BidirectionalLM(nn.Module):

@@ -3,9 +3,11 @@ and never taken over by a new run by accident.
 
 The run holds :class:`~elmo_fast.run_lock.RunLock` on :data:`LOCK` in the directory from start to
 end: a second ``train``/``finetune`` on the same directory fails at once naming the holder's PID,
-and a killed run's lock never blocks (the kernel drops it with the process). The lock file stays
-after the run (see :mod:`elmo_fast.run_lock` for why); it is no part of a run: a directory holding
-only it is empty for these checks, and it is never swept.
+and a killed run's lock never blocks (the kernel drops it with the process). The lock file is
+removed when the run ends (``RunLock(remove=True)``: whoever takes the lock checks that its name
+still leads to the file it locked, so a removal never lets two runs in; see :mod:`elmo_fast.run_lock`);
+a killed run's stays, is no part of a run (a directory holding only it is empty for these checks),
+is never swept, and is taken and removed by the next run.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def lock_out_dir(out: Path) -> RunLock:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise WriteError(out, e) from e
-    return RunLock(out / LOCK, f"output directory {out}").acquire()
+    return RunLock(out / LOCK, f"output directory {out}", remove=True).acquire()
 
 
 def prepare_out_dir(out: Path, resume: bool, overwrite: bool, log: Callable[[str], None]) -> None:

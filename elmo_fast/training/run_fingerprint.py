@@ -28,6 +28,8 @@ import json
 import os
 from typing import Sequence
 
+from ..file_hash import hash_file
+
 #: bytes hashed at each end of a corpus file
 SAMPLE = 1 << 20
 #: identity keys that are paths: their files' contents are compared instead
@@ -36,17 +38,8 @@ PATH_KEYS = ("train", "heldout", "vocab")
 
 def file_digest(path: str, whole: bool = False) -> dict:
     """``{"path", "size", "sha256"}`` of a file: the whole content, or its ends (see the module docstring)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if whole or size <= 2 * SAMPLE:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        else:
-            h.update(f.read(SAMPLE))
-            f.seek(size - SAMPLE)
-            h.update(f.read(SAMPLE))
-    return {"path": os.fspath(path), "size": size, "sha256": h.hexdigest()}
+    size, sha = hash_file(path, ends=None if whole else SAMPLE)
+    return {"path": os.fspath(path), "size": size, "sha256": sha}
 
 
 def settings_digest(identity: dict) -> str:

@@ -4,14 +4,14 @@ The output directory holds the model in the layout every ELMo tool reads (``opti
 ``weights.hdf5``, bilm-tf's), the softmax (``softmax.hdf5``), the vocabulary (``vocab.txt``), a
 metrics log (``metrics.jsonl``: one JSON object per line, training and held-out;
 :mod:`~elmo_fast.training.metrics_log`), ``checkpoints/`` (model, softmax, optimizer, data position,
-and what the run was computed from; the last two kept; :mod:`~elmo_fast.training.checkpoints`) and
-``.elmo-fast.lock``. Every file is written through :mod:`elmo_fast.durable` (a temporary name,
+and what the run was computed from; the last two kept; :mod:`~elmo_fast.training.checkpoints`), and
+while a run runs ``.elmo-fast.lock``. Every file is written through :mod:`elmo_fast.durable` (a temporary name,
 fsync, rename): whole under its final name whatever moment a run is killed at, and a failed write is
 one :class:`~elmo_fast.durable.WriteError` naming the file, the previous checkpoint intact.
 
 One run per output directory: a run holds :class:`~elmo_fast.run_lock.RunLock` on ``.elmo-fast.lock``
-from start to end (a second run on the directory fails at once naming the holder's PID; a killed
-run's lock never blocks), and sweeps the temporary files that killed runs left there.
+from start to end, removed at the end (a second run on the directory fails at once naming the holder's
+PID; a killed run's lock never blocks), and sweeps the temporary files that killed runs left there.
 
 ``--resume`` continues the run only if it is the same run: the vocabulary, the corpus files and the
 settings are compared with what the checkpoint recorded (:mod:`~elmo_fast.training.run_fingerprint`)
@@ -27,29 +27,34 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
+from ..bilm.backends import training_backend
 from ..bilm.model import ElmoBiLm
 from ..bilm.precision import PRECISIONS
-from ..errors import ElmoFastError, InputError, Param
+from ..errors import InputError, Param
 from ..formats.bilm_tf import ElmoOptions, load_model_files, load_softmax, save_model_files, write_softmax
+from ..formats.model_dir import model_dir_files
 from ..formats.vocab import Vocabulary
+from ..textio import DEFAULT_MAX_LINE_LENGTH, check_max_line_length, iter_text_lines
 from . import run_fingerprint
 from .checkpoints import checkpoint_to_resume, save_checkpoint
 from .data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
+from .evaluate import evaluate
 from .metrics_log import METRICS, MetricsLog
-from .model import Batch, BidirectionalLM, initial_weights
+from .model import Batch, BidirectionalLM, initial_weights, unwrap
 from .out_dir import lock_out_dir, prepare_out_dir
 from .softmax import SoftmaxHead
+from .stop_signals import Interrupted, Stop, StopSignals
+
+__all__ = ["TrainConfig", "Trainer", "Interrupted", "evaluate", "model_dir_files", "training_backend"]
 
 #: bilm-tf scales the mean loss by its unroll steps before differentiating (20 by default); the
 #: sentence scheme keeps that scale per token, so Adagrad's accumulator and the clip see the same
@@ -90,6 +95,7 @@ class TrainConfig:
     backend: str = "auto"
     precision: str = "fp32"            # elmo_fast.bilm.precision: fp32, tf32 or bf16 (autocast)
     progress: bool = True
+    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH  # characters a corpus line may hold (None: no bound)
 
     RESULT_KEYS = ("train", "vocab", "options", "heldout", "epochs", "batch_size", "max_tokens_per_batch",
                    "unroll_steps", "seed", "learning_rate", "initial_accumulator", "clip_norm", "dropout",
@@ -99,11 +105,6 @@ class TrainConfig:
         d = {k: getattr(self, k) for k in self.RESULT_KEYS}
         d["world_size"] = world_size
         return json.loads(json.dumps(d))
-
-
-class _Stop(Exception):
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
 
 
 def _seed_of(*key: int) -> int:
@@ -122,7 +123,6 @@ class Trainer:
         self.fingerprint: dict | None = None
         self._saved: dict | None = None  # the state last checkpointed (and exported) by this process
         self.device = torch.device(config.device)
-        self._stop_signal: int | None = None
         self.vocab = Vocabulary.load(config.vocab)
         self.options = ElmoOptions.from_dict(config.options, source="options")
         self.tokenize = None
@@ -141,6 +141,7 @@ class Trainer:
             value = getattr(c, name)
             if value is not None and value < 1:
                 raise InputError(Param(name), f" must be >= 1, got {value}")
+        check_max_line_length(c.max_line_length)
         if not 0.0 <= c.dropout < 1.0:
             raise InputError(Param("dropout"), f" must be in [0, 1), got {c.dropout}")
         if c.precision not in PRECISIONS:
@@ -177,15 +178,16 @@ class Trainer:
         c = self.cfg
         if c.unroll_steps is not None and not eval_mode:
             return UnrolledWindows(files, self.vocab, c.batch_size, c.unroll_steps, c.seed, self.world_size, self.rank,
-                                   self.tokenize)
+                                   self.tokenize, c.max_line_length)
         return SentenceBatches(files, c.batch_size, c.max_tokens_per_batch, c.seed, self.world_size if not eval_mode
-                               else 1, self.rank if not eval_mode else 0, shuffle=shuffle, tokenize=self.tokenize)
+                               else 1, self.rank if not eval_mode else 0, shuffle=shuffle, tokenize=self.tokenize,
+                               max_line_length=c.max_line_length)
 
     # ---- checkpoints -------------------------------------------------------------------------------
 
     def _save_checkpoint(self, lm: BidirectionalLM, optimizer, state: dict) -> None:
         if self.rank == 0:
-            save_checkpoint(self.out, {"model": _unwrap(lm).state_dict(), "optimizer": optimizer.state_dict(),
+            save_checkpoint(self.out, {"model": unwrap(lm).state_dict(), "optimizer": optimizer.state_dict(),
                                        "state": state, "identity": self.cfg.identity(self.world_size),
                                        "fingerprint": self.fingerprint})
         self._barrier()
@@ -197,7 +199,7 @@ class Trainer:
             return None
         path, payload = found
         try:
-            _unwrap(lm).load_state_dict(payload["model"])
+            unwrap(lm).load_state_dict(payload["model"])
             optimizer.load_state_dict(payload["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
             first = " ".join(str(e).split())[:200]
@@ -209,7 +211,7 @@ class Trainer:
         """The model files in the output directory (each replaced durably)."""
         if self.rank != 0:
             return
-        inner = _unwrap(lm)
+        inner = unwrap(lm)
         extra = {"bidirectional": True, "dropout": self.cfg.dropout, "n_tokens_vocab": len(self.vocab),
                  "n_negative_samples_batch": self.cfg.negative_samples, "all_clip_norm_val": self.cfg.clip_norm,
                  "batch_size": self.cfg.batch_size, "unroll_steps": self.cfg.unroll_steps or BILM_TF_UNROLL_STEPS,
@@ -239,7 +241,7 @@ class Trainer:
         train_files = expand_corpus(c.train, "train")
         heldout_files = expand_corpus(c.heldout, "heldout") if c.heldout else []
         for param, files in (("train", train_files), ("heldout", heldout_files)):
-            if files and not _has_a_sentence(files):
+            if files and not _has_a_sentence(files, c.max_line_length):
                 raise InputError(Param(param), f" {' '.join(files)}: no sentences (every line is empty)")
         self.fingerprint = run_fingerprint.fingerprint(c.vocab, train_files, heldout_files,
                                                        c.identity(self.world_size))
@@ -256,6 +258,26 @@ class Trainer:
                 lock.release()
 
     def _run(self, resume: bool, allow_changed: bool, train_files: list[str], heldout_files: list[str]) -> dict:
+        lm, model, optimizer = self._model_and_optimizer()
+        state = self._start_or_resume(lm, optimizer, resume, allow_changed)
+        carried = state.pop("states", None)
+        run = _Progress(state, started=time.perf_counter() - state["seconds"],
+                        h0c0=None if carried is None else tuple(t.to(self.device) for t in carried),
+                        bar=self._progress(state))
+        with StopSignals() as stop:
+            try:
+                self._loop(model, lm, optimizer, run, self._data(train_files), heldout_files, stop)
+            except Stop as s:
+                self._checkpoint(lm, optimizer, state, run.h0c0, run.started)
+                raise Interrupted.at_step(s.signum, state["step"]) from None
+            finally:
+                if run.bar is not None:
+                    run.bar.close()
+        return {"step": state["step"], "tokens": state["tokens"], "seconds": time.perf_counter() - run.started,
+                "best": state["best"]}
+
+    def _model_and_optimizer(self):
+        """The model (``lm``), what trains it (``model``: lm, or its DDP wrapper) and the optimizer."""
         c = self.cfg
         lm = self._build()
         model = lm
@@ -263,11 +285,15 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel
 
             model = DistributedDataParallel(lm, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        bilm_params = list(lm.bilm.parameters())
         # the fused kernel (CPU only in torch) updates in one pass: 4x faster than the per-tensor loop
         optimizer = torch.optim.Adagrad(lm.parameters(), lr=c.learning_rate,
                                         initial_accumulator_value=c.initial_accumulator, eps=0.0,
                                         fused=True if self.device.type == "cpu" else None)
+        return lm, model, optimizer
+
+    def _start_or_resume(self, lm: BidirectionalLM, optimizer, resume: bool, allow_changed: bool) -> dict:
+        """The run's position: a checkpoint's (``resume``, when there is one), else step 0 with the
+        metrics log emptied and the vocabulary saved."""
         state = self._load_checkpoint(lm, optimizer, allow_changed) if resume else None
         if state is None:
             state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "best": None, "seconds": 0.0, "states": None}
@@ -279,72 +305,54 @@ class Trainer:
                 self.metrics.trim(state["step"])
             self.log(f"elmo-fast: resuming at step {state['step']} (epoch {state['epoch'] + 1}, batch "
                      f"{state['batch']})")
-        data = self._data(train_files)
-        carried = state.pop("states", None)
-        h0c0 = None if carried is None else tuple(t.to(self.device) for t in carried)
-        started = time.perf_counter() - state["seconds"]
-        interval = {"loss": 0.0, "targets": 0, "tokens": 0, "start": time.perf_counter(), "steps": 0}
-        bar = self._progress(state)
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+        return state
 
-        def on_signal(signum, frame):
-            self._stop_signal = signum
-
-        for s in previous:
-            signal.signal(s, on_signal)
+    def _loop(self, model, lm: BidirectionalLM, optimizer, run: "_Progress", data, heldout_files: list[str],
+              stop: StopSignals) -> None:
+        """Epochs of steps from ``run.state``'s position, logging, evaluating and checkpointing on
+        their schedules; a stop signal ends it after the step it arrived in (:class:`Stop`)."""
+        c, state, interval = self.cfg, run.state, run.interval
+        bilm_params = list(lm.bilm.parameters())
         # a run killed after its last checkpoint (while exporting) resumes with nothing left to train
         finished = c.max_steps is not None and state["step"] >= c.max_steps
-        try:
-            while state["epoch"] < c.epochs and not finished:
-                for index, rows in data.epoch(state["epoch"], state["batch"]):
-                    batch = rows if isinstance(rows, Batch) else sentence_batch(rows, self.vocab)
-                    frozen = bilm_params if state["step"] < c.softmax_warmup_steps else []
-                    loss_value, targets, h0c0 = self._step(model, lm, optimizer, batch, state["step"], h0c0, frozen)
-                    state["step"] += 1
-                    state["batch"] = index + 1
-                    real_tokens = int((batch.fwd_targets >= 0).sum())
-                    state["tokens"] += real_tokens * self.world_size
-                    interval["loss"] += loss_value * targets
-                    interval["targets"] += targets
-                    interval["tokens"] += real_tokens * self.world_size
-                    interval["steps"] += 1
-                    if bar is not None:
-                        bar.update(1)
-                    step = state["step"]
-                    if step % c.log_every == 0:
-                        self._log_interval(state, interval, bar, started)
-                    if heldout_files and step % c.eval_every == 0:
-                        self._evaluate_and_log(lm, heldout_files, state)
-                    if step % c.checkpoint_every == 0:
-                        self._checkpoint(lm, optimizer, state, h0c0, started)
-                    if c.max_steps is not None and step >= c.max_steps:
-                        finished = True
-                        break
-                    if self._stop_signal is not None:
-                        raise _Stop(self._stop_signal)
-                else:
-                    state["epoch"] += 1
-                    state["batch"] = 0
-                    h0c0 = None  # every epoch's streams start afresh
-                    if heldout_files and state["step"] % c.eval_every != 0:
-                        self._evaluate_and_log(lm, heldout_files, state)
-            if interval["steps"]:
-                self._log_interval(state, interval, bar, started)
-            if heldout_files and not self.metrics.has_eval(state["step"]):
-                self._evaluate_and_log(lm, heldout_files, state)
-            self._checkpoint(lm, optimizer, state, h0c0, started)
-        except _Stop as stop:
-            self._checkpoint(lm, optimizer, state, h0c0, started)
-            name = signal.Signals(stop.signum).name
-            raise Interrupted(stop.signum, f"stopped by {name} at step {state['step']}; checkpoint written: run the "
-                                           f"same command with ", Param("resume", True), " to continue") from None
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-            if bar is not None:
-                bar.close()
-        return {"step": state["step"], "tokens": state["tokens"], "seconds": time.perf_counter() - started,
-                "best": state["best"]}
+        while state["epoch"] < c.epochs and not finished:
+            for index, rows in data.epoch(state["epoch"], state["batch"]):
+                batch = rows if isinstance(rows, Batch) else sentence_batch(rows, self.vocab)
+                frozen = bilm_params if state["step"] < c.softmax_warmup_steps else []
+                loss_value, targets, run.h0c0 = self._step(model, lm, optimizer, batch, state["step"], run.h0c0,
+                                                           frozen)
+                state["step"] += 1
+                state["batch"] = index + 1
+                real_tokens = int((batch.fwd_targets >= 0).sum())
+                state["tokens"] += real_tokens * self.world_size
+                interval["loss"] += loss_value * targets
+                interval["targets"] += targets
+                interval["tokens"] += real_tokens * self.world_size
+                interval["steps"] += 1
+                if run.bar is not None:
+                    run.bar.update(1)
+                step = state["step"]
+                if step % c.log_every == 0:
+                    self._log_interval(state, interval, run.bar, run.started)
+                if heldout_files and step % c.eval_every == 0:
+                    self._evaluate_and_log(lm, heldout_files, state)
+                if step % c.checkpoint_every == 0:
+                    self._checkpoint(lm, optimizer, state, run.h0c0, run.started)
+                if c.max_steps is not None and step >= c.max_steps:
+                    finished = True
+                    break
+                stop.check()
+            else:
+                state["epoch"] += 1
+                state["batch"] = 0
+                run.h0c0 = None  # every epoch's streams start afresh
+                if heldout_files and state["step"] % c.eval_every != 0:
+                    self._evaluate_and_log(lm, heldout_files, state)
+        if interval["steps"]:
+            self._log_interval(state, interval, run.bar, run.started)
+        if heldout_files and not self.metrics.has_eval(state["step"]):
+            self._evaluate_and_log(lm, heldout_files, state)
+        self._checkpoint(lm, optimizer, state, run.h0c0, run.started)
 
     def _progress(self, state: dict):
         if not self.cfg.progress or self.rank != 0:
@@ -360,7 +368,7 @@ class Trainer:
         lm.train()
         torch.manual_seed(_seed_of(c.seed, step, self.rank))  # this step's dropout masks
         sampler = torch.Generator().manual_seed(_seed_of(c.seed, step, 7))  # negatives: one draw for all ranks
-        batch = _to(batch, self.device)
+        batch = batch.to(self.device)
         h0, c0 = (None, None) if h0c0 is None else h0c0
         with self.precision.gemm_mode(self.device), self.precision.autocast(self.device.type):
             fwd_sum, bwd_sum, n_fwd, n_bwd, h, cs = model(batch, h0, c0, sampler, False)
@@ -402,7 +410,8 @@ class Trainer:
     def _evaluate_and_log(self, lm: BidirectionalLM, files: list[str], state: dict) -> None:
         if self.rank == 0:
             result = evaluate(lm, files, self.vocab, batch_size=self.cfg.batch_size, device=self.device,
-                              tokenize=self.tokenize, max_sentences=self.cfg.eval_max_sentences)
+                              tokenize=self.tokenize, max_sentences=self.cfg.eval_max_sentences,
+                              max_line_length=self.cfg.max_line_length)
             improved = state["best"] is None or result["mean"] < state["best"]
             if improved:
                 state["best"] = result["mean"]
@@ -425,95 +434,17 @@ class Trainer:
             self._export(lm)
 
 
-class Interrupted(ElmoFastError):
-    """A run stopped by a signal after writing a checkpoint."""
-
-    def __init__(self, signum: int, *parts: str | Param) -> None:
-        super().__init__(*parts)
-        self.signum = signum
-
-    def __reduce__(self):
-        return type(self), (self.signum, str(self))
-
-
-def _has_a_sentence(files: list[str]) -> bool:
-    from ..textio import iter_text_lines
-
-    return any(line.strip() for path in files for line in iter_text_lines(path))
+@dataclass
+class _Progress:
+    """Where a run stands while it trains: its state (checkpointed), when it started (less the
+    seconds of the runs it resumes), the carried LSTM states, the progress bar, and the log interval."""
+    state: dict
+    started: float
+    h0c0: tuple | None
+    bar: Any
+    interval: dict = field(default_factory=lambda: {"loss": 0.0, "targets": 0, "tokens": 0,
+                                                     "start": time.perf_counter(), "steps": 0})
 
 
-def _unwrap(model):
-    return getattr(model, "module", model)
-
-
-def _to(batch: Batch, device: torch.device) -> Batch:
-    if device.type == "cpu":
-        return batch
-    return Batch(*(None if t is None else t.to(device, non_blocking=True) for t in
-                   (batch.char_ids, batch.lengths, batch.fwd_targets, batch.bwd_targets, batch.bwd_char_ids)))
-
-
-def training_backend(backend: str, device: torch.device | str = "cpu") -> str:
-    """The backend the training stages run: the fast ops where they have backward passes (CPU; CUDA
-    once its backward kernels are built in), else the reference stages under autograd."""
-    from ..bilm import ops
-    from ..bilm.model import resolve_backend
-
-    resolved = resolve_backend(backend)
-    on_cuda = torch.device(device).type == "cuda"
-    if resolved == "fast" and not (ops.HAS_CUDA_BACKWARD if on_cuda else ops.HAS_BACKWARD):
-        return "reference"
-    return resolved
-
-
-def model_dir_files(directory: str | os.PathLike, param: str = "model_dir") -> tuple[Path, Path]:
-    """options.json and weights.hdf5 of a model directory (bilm-tf layout); ``param``: the parameter
-    that named it, for errors."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise InputError(Param(param), f" {d}: not a directory")
-    options = d / "options.json"
-    weights = d / "weights.hdf5"
-    if not weights.exists():
-        candidates = sorted(p for p in d.glob("*.hdf5") if p.name != "softmax.hdf5")
-        if len(candidates) == 1:
-            weights = candidates[0]
-    missing = [p.name for p in (options, weights) if not p.exists()]
-    if missing and (d / "config.json").is_file() and (d / "encoder.pkl").is_file():
-        raise InputError(Param(param), f" {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
-                         f"weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
-                         f"with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss")
-    if missing:
-        raise InputError(Param(param), f" {d}: missing {' and '.join(missing)} (a model directory holds "
-                         f"options.json and weights.hdf5)")
-    return options, weights
-
-
-@torch.no_grad()
-def evaluate(lm: BidirectionalLM, files: list[str], vocab: Vocabulary, batch_size: int = 64,
-             device: torch.device | str = "cpu", tokenize=None, max_sentences: int | None = None) -> dict:
-    """Held-out perplexity, sentence by sentence from zero states, full softmax: forward, backward and
-    mean (exp of the mean of the two directions' mean cross-entropies), and the targets per direction."""
-    lm = _unwrap(lm)
-    was_training = lm.training
-    lm.eval()
-    data = SentenceBatches(files, batch_size, None, seed=0, shuffle=False, tokenize=tokenize)
-    sums, count, sentences = [0.0, 0.0], 0, 0
-    try:
-        for _, rows in data.epoch(0):
-            if max_sentences is not None:
-                rows = rows[: max(max_sentences - sentences, 0)]
-                if not rows:
-                    break
-            sentences += len(rows)
-            f, b, nf, nb, _, _ = lm(_to(sentence_batch(rows, vocab), torch.device(device)), full_softmax=True)
-            sums[0] += float(f)
-            sums[1] += float(b)
-            count += nf
-    finally:
-        lm.train(was_training)
-    if count == 0:
-        raise InputError(f"{', '.join(files)}: no sentences to evaluate")
-    fwd, bwd = sums[0] / count, sums[1] / count
-    return {"forward": math.exp(fwd), "backward": math.exp(bwd), "mean": math.exp(0.5 * (fwd + bwd)),
-            "targets": count}
+def _has_a_sentence(files: list[str], max_line_length: int | None) -> bool:
+    return any(line.strip() for path in files for line in iter_text_lines(path, max_line_length=max_line_length))

@@ -6,15 +6,16 @@ from typing import Callable, Sequence
 
 from ..errors import InputError, Param
 from ..formats.vocab import BOS, EOS, SPECIAL_TOKENS, UNK, Vocabulary
-from ..textio import iter_text_lines
+from ..textio import DEFAULT_MAX_LINE_LENGTH, iter_text_lines
 
 
-def count_tokens(files: Sequence[str], tokenize: Callable[[str], list[str]] | None = None) -> tuple[Counter, int]:
+def count_tokens(files: Sequence[str], tokenize: Callable[[str], list[str]] | None = None,
+                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> tuple[Counter, int]:
     """Token counts over every line of every file, and the number of non-empty lines (sentences)."""
     counts: Counter = Counter()
     sentences = 0
     for path in files:
-        for line in iter_text_lines(path):
+        for line in iter_text_lines(path, max_line_length=max_line_length):
             tokens = tokenize(line) if tokenize else line.split()
             if tokens:
                 counts.update(tokens)
@@ -23,7 +24,8 @@ def count_tokens(files: Sequence[str], tokenize: Callable[[str], list[str]] | No
 
 
 def build_vocabulary(files: Sequence[str], min_count: int = 1, max_size: int | None = None,
-                     tokenize: Callable[[str], list[str]] | None = None) -> tuple[Vocabulary, dict]:
+                     tokenize: Callable[[str], list[str]] | None = None,
+                     max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> tuple[Vocabulary, dict]:
     """The vocabulary of the corpora: ``</S>``, ``<S>``, ``<UNK>`` first (as bilm-tf's files have
     them: every sentence has one of each boundary, so they are among the most frequent "words"), then
     every token seen at least ``min_count`` times, most frequent first (ties in first-seen order),
@@ -33,7 +35,7 @@ def build_vocabulary(files: Sequence[str], min_count: int = 1, max_size: int | N
     if max_size is not None and max_size < len(SPECIAL_TOKENS) + 1:
         raise InputError(Param("max_size"), f" must be at least {len(SPECIAL_TOKENS) + 1} (the 3 special tokens and "
                          f"one word), got {max_size}")
-    counts, sentences = count_tokens(files, tokenize)
+    counts, sentences = count_tokens(files, tokenize, max_line_length)
     if sentences == 0:
         raise InputError(f"{', '.join(files)}: no sentences (every line is empty)")
     for special in (BOS, EOS, UNK):

@@ -1,0 +1,141 @@
+"""What makes the server safe to put on a network, as one plain ASGI middleware that any ASGI
+server runs (uvicorn here; a Ray Serve deployment wraps its app the same way):
+
+* an API key: ``Authorization: Bearer KEY`` on every route but ``/health``, compared in constant
+  time (:func:`bearer_matches`); otherwise 401. The key is never logged nor echoed;
+* a bound on the connections with a request in progress (``max_connections``): one more gets 503
+  and ``Retry-After``, as a full queue does;
+* a deadline on reading a request's body (``read_timeout``): a client that sends its headers and
+  then stalls holds its slot no longer than that, then gets 408 and its connection is closed.
+
+Every refusal is the server's usual one-line JSON error (:func:`~.responses.error_body`).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from typing import Any, Awaitable, Callable
+
+from .responses import error_body
+
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+
+#: routes answered without a key: a load balancer's or an orchestrator's probe carries none
+OPEN_PATHS = ("/health",)
+
+
+def bearer_matches(authorization: bytes | str | None, key: str) -> bool:
+    """Whether an ``Authorization`` header value is ``Bearer KEY``, compared in constant time (the
+    time taken does not tell how much of a guess was right)."""
+    if authorization is None:
+        return False
+    if isinstance(authorization, str):
+        authorization = authorization.encode("latin-1", "replace")
+    scheme, _, token = authorization.strip().partition(b" ")
+    # compare_digest on equal-length digests: its time depends on neither the key's length nor the guess's
+    return scheme.lower() == b"bearer" and hmac.compare_digest(_digest(token.strip()), _digest(key.encode()))
+
+
+def _digest(value: bytes) -> bytes:
+    return hashlib.sha256(value).digest()
+
+
+def _header(scope: dict, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value
+    return None
+
+
+async def send_error(send: Callable[[dict], Awaitable[None]], status: int, kind: str, message: str,
+                     headers: dict[str, str] | None = None) -> None:
+    """A whole one-line JSON error response."""
+    body = error_body(message, kind)
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    head += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guards:
+    """The ASGI middleware: ``Guards(app, api_key=..., max_connections=..., read_timeout=...)``;
+    each is off when None. ``refused(kind)`` is called for each refusal (the server counts them)."""
+
+    def __init__(self, app: ASGIApp, *, api_key: str | None = None, max_connections: int | None = None,
+                 read_timeout: float | None = None, open_paths: tuple[str, ...] = OPEN_PATHS,
+                 refused: Callable[[str], None] = lambda kind: None) -> None:
+        if api_key is not None and not api_key:
+            raise ValueError("an empty API key would let anyone in")
+        self.app = app
+        self.api_key = api_key
+        self.max_connections = max_connections
+        self.read_timeout = read_timeout
+        self.open_paths = open_paths
+        self.refused = refused
+        #: connections with a request in progress
+        self.active = 0
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        if scope["type"] != "http":  # lifespan (and websockets, which the app has none of)
+            await self.app(scope, receive, send)
+            return
+        if self.api_key is not None and scope.get("path") not in self.open_paths and not bearer_matches(
+                _header(scope, b"authorization"), self.api_key):
+            self.refused("unauthorized")
+            await send_error(send, 401, "unauthorized", "this server needs an API key: send the header "
+                             "'Authorization: Bearer KEY'", {"WWW-Authenticate": "Bearer"})
+            return
+        if self.max_connections is not None and self.active >= self.max_connections:
+            self.refused("too_many_connections")
+            await send_error(send, 503, "too_many_connections", f"the server has {self.max_connections} requests "
+                             f"in progress, its --max-connections; retry shortly", {"Retry-After": "1"})
+            return
+        self.active += 1
+        try:
+            if self.read_timeout is None:
+                await self.app(scope, receive, send)
+            else:
+                await _BodyDeadline(self, scope, receive, send).run()
+        finally:
+            self.active -= 1
+
+
+class _BodyDeadline:
+    """One request whose body must arrive within ``read_timeout`` seconds a piece: a stalled client
+    gets 408 (``Connection: close``), and the app sees it as gone (``http.disconnect``). Once the
+    body is whole, ``receive`` is the server's own again (the app waits on it for a disconnect while
+    the model runs: no deadline there)."""
+
+    def __init__(self, guards: Guards, scope: dict, receive, send) -> None:
+        self.guards, self.scope = guards, scope
+        self._receive, self._send = receive, send
+        self.body_done = False
+        self.started = False
+        self.timed_out = False
+
+    async def run(self) -> None:
+        await self.guards.app(self.scope, self.receive, self.send)
+
+    async def receive(self) -> dict[str, Any]:
+        if self.body_done or self.timed_out:
+            return await self._receive() if not self.timed_out else {"type": "http.disconnect"}
+        try:
+            message = await asyncio.wait_for(self._receive(), self.guards.read_timeout)
+        except asyncio.TimeoutError:
+            self.timed_out = True
+            self.guards.refused("read_timeout")
+            if not self.started:
+                await send_error(self._send, 408, "read_timeout", f"the request's body did not arrive within "
+                                 f"{self.guards.read_timeout:g} s", {"Connection": "close"})
+            return {"type": "http.disconnect"}
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.body_done = True
+        return message
+
+    async def send(self, message: dict) -> None:
+        if self.timed_out:
+            return  # answered already (408)
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
