@@ -46,7 +46,7 @@ inline void define_ops(torch::Library& m) {
   //            (CPU, bfloat16 weights: w_ih, w_hh and w_proj may each be packed, see pack_weight)
   //   cell_clip, proj_clip: None or 0 = no clip;  h0: [L, B, 2P], c0: [L, B, 2C] or None (zeros)
   //   tuning: CPU: [gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows] (csrc/cpu/tuning.h),
-  //           None for the defaults; other devices ignore it
+  //           -1 or None for the defaults; other devices ignore it
   //   -> outputs [L, B, T, 2P] (0 at padding), h [L, B, 2P], c [L, B, 2C] (after each row's last step)
   m.def(
       "bilstm(Tensor xg0, Tensor token_index, Tensor lengths, Tensor[] weights, float? cell_clip, "

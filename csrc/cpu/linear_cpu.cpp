@@ -33,9 +33,10 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& weight, const st
   ELMO_CHECK(x.size(1) == K, "x [n, K] and weight [N, K] (packed) must have the same K, got x ", x.sizes(),
              " and weight [", N, ", ", K, "]");
   if (bias.has_value()) {
-    ELMO_CHECK_CPU(*bias);
-    ELMO_CHECK_DTYPE(*bias, at::kFloat);
-    ELMO_CHECK_SHAPE(*bias, N);
+    ELMO_CHECK(bias->device().is_cpu(), "bias must be a CPU tensor, got ", bias->device());
+    ELMO_CHECK(bias->scalar_type() == at::kFloat, "bias must have dtype float32, got ",
+               dtype_name(bias->scalar_type()));
+    ELMO_CHECK(bias->sizes() == at::IntArrayRef({N}), "bias expected shape [", N, "], got ", bias->sizes());
   }
   const at::Tensor x16 = x.to(at::kBFloat16).contiguous();
   at::Tensor out = at::empty({n, N}, x.options().memory_format(at::MemoryFormat::Contiguous));

@@ -45,17 +45,20 @@ int64_t default_gemv_rows(int64_t weight_bytes) {
 
 LstmTuning lstm_tuning(const char* kOp, std::optional<at::IntArrayRef> tuning, bool bf16_weights,
                        int64_t recurrent_weight_bytes) {
-  LstmTuning t;
+  LstmTuning t = default_lstm_tuning(bf16_weights, recurrent_weight_bytes);
   if (tuning.has_value()) {
     const at::IntArrayRef v = *tuning;
     ELMO_CHECK(v.size() == 3, "tuning must hold 3 values [gemv_rows_in_turn, gemv_rows_concurrent, "
                "concurrent_min_rows] or be None, got ", v.size(), " values");
     for (const int64_t x : v) {
-      ELMO_CHECK(x >= 0, "tuning values must be >= 0, got ", v);
+      ELMO_CHECK(x >= -1, "tuning values must be >= 0, or -1 for the default, got ", v);
     }
-    t = LstmTuning{v[0], v[1], v[2]};
-  } else {
-    t = default_lstm_tuning(bf16_weights, recurrent_weight_bytes);
+    int64_t* fields[3] = {&t.gemv_rows_in_turn, &t.gemv_rows_concurrent, &t.concurrent_min_rows};
+    for (size_t i = 0; i < 3; ++i) {
+      if (v[i] >= 0) {
+        *fields[i] = v[i];
+      }
+    }
   }
   if (const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS")) {
     t.gemv_rows_in_turn = t.gemv_rows_concurrent = std::max<int64_t>(0, std::atoll(env));

@@ -10,7 +10,8 @@
 //   gemv_rows_*: GEMMs of at most this many rows take gemv_nt, the others BLAS (0: never gemv_nt),
 //     when the directions run in turn (each GEMM on all threads) / concurrently (one thread each);
 //   concurrent_min_rows: the directions run concurrently when the first step has at least this many
-//     rows (0: never).
+//     rows (0: never);
+//   -1 in any place: that value's default (a calibration that could not measure it).
 // The `int? gemv_max_rows` of linear and highway: GEMMs of at most this many rows take gemv_nt.
 #pragma once
 
@@ -28,9 +29,9 @@ struct LstmTuning {
   int64_t concurrent_min_rows = 0;
 };
 
-// The tuning of an LSTM op (kOp, for errors): `tuning` checked (3 values, each >= 0), or the
-// defaults for these weights (bf16 or not, W_hh [4C, P] of `recurrent_weight_bytes`); then the
-// environment's overrides.
+// The tuning of an LSTM op (kOp, for errors): `tuning` checked (3 values, each >= -1), its -1s and
+// a missing `tuning` taking the defaults for these weights (bf16 or not, W_hh [4C, P] of
+// `recurrent_weight_bytes`); then the environment's overrides.
 LstmTuning lstm_tuning(const char* kOp, std::optional<at::IntArrayRef> tuning, bool bf16_weights,
                        int64_t recurrent_weight_bytes);
 

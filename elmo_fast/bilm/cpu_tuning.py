@@ -1,0 +1,140 @@
+"""The CPU fast path's choices for a model: measured at first use, remembered, or forced.
+
+:func:`cpu_tuning` gives the :class:`~elmo_fast.bilm.calibration.CpuTuning` of a model's shapes,
+precision and torch's current thread count: from this process's memory, else from the disk store
+(:mod:`~elmo_fast.bilm.calibration_store`), else by calibrating (:mod:`~elmo_fast.bilm.calibration`,
+well under a second) and storing the result for later processes.
+
+Environment:
+
+* ``ELMO_FAST_CALIBRATION``: ``on`` (the default), ``off`` (no calibration: every kernel's default,
+  the constants measured on one machine), ``refresh`` (calibrate again in this process, whatever is
+  stored, and store the new result).
+* ``ELMO_FAST_BF16_PACKED=0|1``: in bf16, force the weights plain or packed for the BRGeMM kernel.
+* ``ELMO_FAST_BILSTM_GEMV_ROWS=N``, ``ELMO_FAST_BILSTM_THREADS=sequential|directions``: read by the
+  kernels themselves, they override any tuning (csrc/cpu/tuning.h).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import warnings
+from dataclasses import replace
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from . import calibration, calibration_store
+from .calibration import DEFAULT, CpuTuning
+
+log = logging.getLogger(__name__)
+
+ENV = "ELMO_FAST_CALIBRATION"
+PACKED_ENV = "ELMO_FAST_BF16_PACKED"
+_MODES = ("on", "off", "refresh")
+
+_lock = threading.Lock()
+_memo: dict[str, CpuTuning] = {}
+_said: set[str] = set()
+
+
+def mode() -> str:
+    """``ELMO_FAST_CALIBRATION`` as one of on, off, refresh (an unknown value is said once, and is on)."""
+    value = os.environ.get(ENV, "on").strip().lower() or "on"
+    if value in ("0", "false", "no"):
+        return "off"
+    if value in ("1", "true", "yes"):
+        return "on"
+    if value not in _MODES:
+        _say_once(f"{ENV}={value!r} is none of {', '.join(_MODES)}: calibrating as with 'on'", warn=True)
+        return "on"
+    return value
+
+
+def tuning_environment() -> tuple[str | None, ...]:
+    """The environment variables a tuning depends on, as they are now (a caller's memo key)."""
+    return (os.environ.get(ENV), os.environ.get(PACKED_ENV))
+
+
+def model_shapes(lstm_weights: Sequence[Tensor], highway: tuple | None) -> dict:
+    """What a calibration of this model depends on: its GEMM shapes."""
+    w_proj = lstm_weights[3]
+    out = {"lstm": [len(lstm_weights) // 8, int(w_proj.shape[0]), int(w_proj.shape[1])]}
+    if highway is not None and highway[0]:
+        out["highway"] = [len(highway[0]), *map(int, highway[0][0].shape), int(highway[2].shape[0])]
+    return out
+
+
+def cpu_tuning(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: str) -> CpuTuning:
+    """The tuning of a model (``lstm_weights``: its encoder's flat fp32 weights; ``highway``: its char
+    token embedder's (weights, biases, proj_weight, proj_bias), or None) in ``precision`` at torch's
+    current thread count. Never raises for want of a cache: a store that cannot be read is
+    recalibrated, one that cannot be written is said once."""
+    how = mode()
+    if how == "off" or precision not in ("fp32", "bf16"):
+        return _forced(DEFAULT, precision, lstm_weights)
+    key = calibration_store.calibration_key(model_shapes(lstm_weights, highway), precision, torch.get_num_threads())
+    text = calibration_store.key_text(key)
+    with _lock:
+        tuning = _memo.get(text)
+        if tuning is None:
+            tuning = None if how == "refresh" else calibration_store.load(key)
+            if tuning is None:
+                tuning = _calibrate(key, lstm_weights, highway, precision)
+            _memo[text] = tuning
+    return _forced(tuning, precision, lstm_weights)
+
+
+def packable(lstm_weights: Sequence[Tensor]) -> bool:
+    """Whether :func:`~elmo_fast.bilm.ops.pack_weight` takes every GEMM weight of the LSTM (N a multiple of
+    16, K even)."""
+    return all(w.shape[0] % 16 == 0 and w.shape[1] % 2 == 0 for k, w in enumerate(lstm_weights) if k % 4 != 2)
+
+
+def _calibrate(key: dict, lstm_weights, highway, precision: str) -> CpuTuning:
+    start = time.perf_counter()
+    try:
+        tuning, report = calibration.calibrate(lstm_weights, highway, precision)
+    except Exception as e:  # never fail a forward for a measurement: the defaults are correct too
+        _say_once(f"elmo_fast: calibrating the CPU kernels failed ({type(e).__name__}: {e}); using the defaults",
+                  warn=True)
+        return DEFAULT
+    seconds = time.perf_counter() - start
+    log.info("elmo_fast: calibrated the CPU kernels for %s, %s, %d threads in %.2f s: %s", key["shapes"], precision,
+             key["threads"], seconds, tuning)
+    try:
+        calibration_store.save(key, tuning, report, seconds)
+    except Exception as e:  # a read-only or full disk: this process keeps its result
+        _say_once(f"elmo_fast: could not store the CPU calibration ({e}); later processes will measure again",
+                  warn=False)
+    return tuning
+
+
+def _forced(tuning: CpuTuning, precision: str, lstm_weights: Sequence[Tensor]) -> CpuTuning:
+    value = os.environ.get(PACKED_ENV, "").strip()
+    if precision != "bf16" or value not in ("0", "1"):
+        return tuning
+    if value == "1" and not packable(lstm_weights):
+        _say_once(f"{PACKED_ENV}=1: this model's LSTM weights cannot be packed (each [N, K] needs N a multiple "
+                  "of 16 and K even); they stay as they are", warn=True)
+        return replace(tuning, packed=False)
+    return replace(tuning, packed=value == "1")
+
+
+def _say_once(message: str, warn: bool) -> None:
+    if message in _said:
+        return
+    _said.add(message)
+    if warn:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    else:
+        log.warning(message)
+
+
+def forget() -> None:
+    """Drop this process's memory of calibrations (tests; the disk store stays)."""
+    with _lock:
+        _memo.clear()
