@@ -484,8 +484,10 @@ class ElmoBiLm(nn.Module):
     def cpu_tuning(self, precision: str | None = None) -> CpuTuning:
         """The CPU kernels' choices for this model in ``precision`` (default: its own) at torch's
         current thread count, measured on this machine at first use and cached
-        (:mod:`~elmo_fast.bilm.cpu_tuning`); the kernels' defaults off the CPU or the fast backend."""
-        if self.device.type != "cpu" or self.backend != "fast" or not ops.HAS_EXTENSION:
+        (:mod:`~elmo_fast.bilm.cpu_tuning`); the kernels' defaults off the CPU or the fast backend, and
+        inside torch.compile (which cannot trace a measurement)."""
+        if self.device.type != "cpu" or self.backend != "fast" or not ops.HAS_EXTENSION \
+                or torch.compiler.is_compiling():
             return DEFAULT_TUNING
         precision = precision or self.precision.name
         # asked several times a forward: remembered per (precision, threads, environment)
