@@ -158,8 +158,9 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
         # Training: the op's own steps (the same GEMMs and fused gate, hence the same values), one by one,
         # so that autograd keeps every layer's [transform | gate] for the gate's fused backward
         # (highway_gate_backward); the op's own backward would have to recompute them.
+        # Under autocast (bf16 training) F.linear gives bf16: the gate, elementwise, runs in x's dtype.
         for w, b in zip(highway_weights, highway_biases):
-            x = highway_gate(F.linear(x, w, b), x)
+            x = highway_gate(F.linear(x, w, b).to(x.dtype), x)
         return F.linear(x, proj_weight, proj_bias)
     return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias,
                                                gemv_max_rows)
@@ -410,6 +411,7 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
         packed = layer_in.reshape(2, B * T, P).index_select(1, rows)  # [2, N, P]
         gates = torch.baddbmm(torch.stack([w[2], w[6]]).unsqueeze(1), packed,
                               torch.stack([w[0], w[4]]).transpose(1, 2))  # [2, N, 4C]
+        gates = gates.to(w[1].dtype)  # under autocast (bf16 training): the recurrence keeps the weights' dtype
         y, h, c = lstm_layer(gates, lengths, torch.stack([w[1], w[5]]), torch.stack([w[3], w[7]]), cell_clip,
                              proj_clip, None if h0 is None else h0[layer].view(B, 2, P).transpose(0, 1),
                              None if c0 is None else c0[layer].view(B, 2, C).transpose(0, 1), token_index, tuning)
