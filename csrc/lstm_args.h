@@ -107,7 +107,7 @@ inline BilstmDims bilstm_dims(const at::Tensor& xg0, const at::Tensor& token_ind
 // allowed), a bias may also have xg0's dtype; weights, h0 and c0 live on xg0's device. The values of
 // lengths: bilstm_host_lengths; of token_index: the binding's (the CPU op checks them, the CUDA op
 // clamps them as the reference does, since reading them would cost a device sync). With `packed_ok`
-// (the CPU op, bf16 weights), w_ih, w_hh and w_proj may each be packed (packed_weight.h).
+// (the CPU op), w_ih, w_hh and w_proj may each be packed (packed_weight.h).
 inline void check_bilstm_args(const BilstmDims& dims, const at::Tensor& xg0, const at::Tensor& token_index,
                               const at::Tensor& lengths, at::TensorList weights, at::ScalarType wdtype,
                               std::optional<double> cell_clip, std::optional<double> proj_clip,
@@ -139,7 +139,7 @@ inline void check_bilstm_args(const BilstmDims& dims, const at::Tensor& xg0, con
         const char* dir = d == 0 ? "forward" : "backward";
         const bool packed = is_packed_weight(w) && k != 2;
         ELMO_CHECK(!packed || packed_ok, "weights[", i, "] (", kWeightName[k], " of layer ", l, ", ", dir,
-                   ") is packed (pack_weight): only the CPU op with bfloat16 weights takes packed weights");
+                   ") is packed (pack_weight): only the CPU op takes packed weights");
         ELMO_CHECK(weight_sizes(w) == want, "weights[", i, "] (", kWeightName[k], " of layer ", l, ", ", dir,
                    ") expected shape ", at::IntArrayRef(want), packed ? " (packed)" : "", ", got ",
                    at::IntArrayRef(weight_sizes(w)));

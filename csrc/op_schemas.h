@@ -32,10 +32,11 @@ inline void define_ops(torch::Library& m) {
   // x [n, K] @ weight[N, K]^T + bias [N] -> [n, N], as F.linear (x, weight, bias of one dtype); few
   // rows against large weights stream the weights once (layer 0's input gates of a short batch), up to
   // gemv_max_rows rows (None: the default; csrc/cpu/tuning.h). CPU only, also: weight packed
-  // (pack_weight) with float32 x and bias: bf16 GEMM, float32 result
+  // (pack_weight) with float32 x and bias: a bf16 or float32 GEMM (the packed weight's dtype), float32 result
   m.def("linear(Tensor x, Tensor weight, Tensor? bias, int? gemv_max_rows=None) -> Tensor");
-  // weight [N, K] (float32 or bfloat16; N a multiple of 16, K even) -> the same weight packed for the
-  // CPU's bf16 micro-kernels, [N / nb, K / 2, nb, 2] bfloat16 (csrc/packed_weight.h). CPU only
+  // weight [N, K] (float32, or bfloat16 with K even; N a multiple of 16) -> the same weight packed for
+  // the CPU's BRGeMM micro-kernels, in its dtype: [N / nb, K / g, nb, g], g = 2 for bfloat16, 1 for
+  // float32 (csrc/packed_weight.h). CPU only
   m.def("pack_weight(Tensor weight) -> Tensor");
   // ELMo's stacked projected biLSTM (forward and backward stacks, skip connections from layer 1):
   //   xg0: [U, 2, 4C] layer 0's input gates of distinct tokens (bias included), gates i, f, g, o
@@ -43,7 +44,8 @@ inline void define_ops(torch::Library& m) {
   //   lengths: [B] int64 in [0, T], any order
   //   weights: 8L tensors, weights[4 * (2l + d) + k]: w_ih [4C, P], w_hh [4C, P], bias [4C],
   //            w_proj [P, C] (layer 0's w_ih and bias unused: folded into xg0)
-  //            (CPU, bfloat16 weights: w_ih, w_hh and w_proj may each be packed, see pack_weight)
+  //            (CPU: w_ih, w_hh and w_proj may all be packed, see pack_weight: bfloat16 ones, or
+  //            float32 ones with float32 xg0)
   //   cell_clip, proj_clip: None or 0 = no clip;  h0: [L, B, 2P], c0: [L, B, 2C] or None (zeros)
   //   tuning: CPU: [gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows] (csrc/cpu/tuning.h),
   //           -1 or None for the defaults; other devices ignore it

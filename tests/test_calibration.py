@@ -170,11 +170,11 @@ def test_calibrate_falls_back_to_the_defaults(monkeypatch):
         raise RuntimeError("this CPU has no bf16 micro-kernel")
 
     monkeypatch.setattr(calibration.ops, "pack_weight", no_pack)
-    fake_costs(monkeypatch, clock, lambda n, tuning, packed: 0.4)
+    fake_costs(monkeypatch, clock, lambda n, tuning, packed: 0.25)  # binary fractions: exact sums
     tuning, report = calibration.calibrate(tiny_lstm(), None, "bf16", chooser=Chooser(clock=clock, budget_s=1.0))
     assert not tuning.packed and tuning.lstm == (UNSET, UNSET, UNSET)
     assert report["notes"][0].startswith("packed: not available (RuntimeError: this CPU has no bf16 micro-kernel)")
-    assert any(n.startswith("budget of 1 s spent") for n in report["notes"])
+    assert any(n.startswith("budget of 1 s spent") for n in report["notes"]) and not report["complete"]
     monkeypatch.setattr(calibration.ops, "pack_weight", real_pack)
     # precisions it does not measure: the defaults outright
     assert calibration.calibrate(tiny_lstm(), None, "tf32")[0] == DEFAULT
@@ -217,7 +217,7 @@ def calibrating(monkeypatch, tmp_path):
     """Calibration on, the store in tmp_path, this process's memory empty; counts calibrations."""
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "on")
     monkeypatch.setenv("ELMO_FAST_CACHE", str(tmp_path))
-    monkeypatch.delenv("ELMO_FAST_BF16_PACKED", raising=False)
+    monkeypatch.delenv("ELMO_FAST_PACKED_WEIGHTS", raising=False)
     cpu_tuning.forget()
     calls = []
     chosen = CpuTuning(lstm=(4, 0, 2), linear_gemv_rows=4, highway_gemv_rows=16, packed=False)
@@ -246,8 +246,14 @@ def test_calibrated_once_then_remembered_then_read_from_disk(calibrating, monkey
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "off")
     assert cpu_tuning.cpu_tuning(w, None, "fp32") == DEFAULT
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "on")
-    monkeypatch.setenv("ELMO_FAST_BF16_PACKED", "1")
-    assert cpu_tuning.cpu_tuning(w, None, "bf16").packed and not cpu_tuning.cpu_tuning(w, None, "fp32").packed
+    monkeypatch.setenv("ELMO_FAST_PACKED_WEIGHTS", "1")
+    assert cpu_tuning.cpu_tuning(w, None, "bf16").packed and cpu_tuning.cpu_tuning(w, None, "fp32").packed
+    monkeypatch.setenv("ELMO_FAST_PACKED_WEIGHTS", "0")
+    assert not cpu_tuning.cpu_tuning(w, None, "bf16").packed
+    # weights it cannot pack stay plain, said once
+    monkeypatch.setenv("ELMO_FAST_PACKED_WEIGHTS", "1")
+    with pytest.warns(RuntimeWarning, match="cannot be packed in bf16"):
+        assert not cpu_tuning.cpu_tuning(tiny_lstm(P=15, C=16), None, "bf16").packed
 
 
 def test_a_corrupt_store_is_measured_again_and_rewritten(calibrating):
@@ -266,6 +272,14 @@ def test_a_store_that_cannot_be_written_costs_nothing_but_a_note(calibrating, mo
     (tmp_path / "calibration").write_text("a file where the folder should be")
     assert cpu_tuning.cpu_tuning(tiny_lstm(), None, "fp32") == chosen
     assert "could not store the CPU calibration" in caplog.text
+
+
+def test_a_partial_calibration_is_not_stored(calibrating, monkeypatch):
+    calls, chosen, tmp_path = calibrating
+    monkeypatch.setattr(cpu_tuning.calibration, "calibrate",
+                        lambda *a: (calls.append("partial") or chosen, {"lstm": {}, "notes": [], "complete": False}))
+    assert cpu_tuning.cpu_tuning(tiny_lstm(), None, "fp32") == chosen and calls == ["partial"]
+    assert not (tmp_path / "calibration").exists()  # a later process measures again
 
 
 def test_a_failing_calibration_gives_the_defaults(calibrating, monkeypatch):
@@ -291,7 +305,7 @@ def test_an_unknown_mode_is_said_and_taken_as_on(calibrating, monkeypatch):
 def test_model_with_a_real_calibration_stays_within_its_bounds(random_models, monkeypatch, tmp_path, packed):
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "refresh")
     monkeypatch.setenv("ELMO_FAST_CACHE", str(tmp_path))
-    monkeypatch.setenv("ELMO_FAST_BF16_PACKED", packed)
+    monkeypatch.setenv("ELMO_FAST_PACKED_WEIGHTS", packed)
     cpu_tuning.forget()
     files = random_models("tiny", exercise_clips=True)
     ids = batch_to_ids(_sentences(np.random.default_rng(5), 7, 1, 11))

@@ -363,29 +363,42 @@ def packed(weights):
 
 
 @needs_extension
-def test_pack_weight_layout():
-    # packed[j, k // 2, c, k % 2] = w[j * nb + c, k], nb the widest of 64, 32, 16 dividing N
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_pack_weight_layout(dtype):
+    # packed[j, k // g, c, k % g] = w[j * nb + c, k], nb the widest of 64, 32, 16 dividing N, g = 2 in bf16
+    g = 2 if dtype == torch.bfloat16 else 1
     for N, K, nb in [(16, 2, 16), (48, 6, 16), (96, 10, 32), (128, 4, 64)]:
-        w = torch.randn(N, K, generator=torch.Generator().manual_seed(N + K))
+        w = torch.randn(N, K, generator=torch.Generator().manual_seed(N + K)).to(dtype)
         p = ops.pack_weight(w)
-        assert p.shape == (N // nb, K // 2, nb, 2) and p.dtype == torch.bfloat16 and p.is_contiguous()
-        w16 = w.bfloat16()
+        assert p.shape == (N // nb, K // g, nb, g) and p.dtype == dtype and p.is_contiguous()
         for j, k, c in [(0, 0, 0), (N // nb - 1, K - 1, nb - 1), (N // nb // 2, K // 2, nb // 2)]:
-            assert p[j, k // 2, c, k % 2] == w16[j * nb + c, k]
-        assert torch.equal(ops.pack_weight(w16), p)  # bf16 in: the same bits
+            assert p[j, k // g, c, k % g] == w[j * nb + c, k]
+    assert ops.pack_weight(torch.randn(32, 5)).shape == (1, 5, 32, 1)  # odd K: float32 only
 
 
 @needs_extension
-@pytest.mark.parametrize("shape,match", [
-    ((24, 4), r"pack_weight: weight \[N, K\] must have N a multiple of 16 and K even to be packed, got \[24, 4\]"),
-    ((32, 5), r"pack_weight: weight \[N, K\] must have N a multiple of 16 and K even to be packed, got \[32, 5\]"),
-    ((32,), "pack_weight: w must have 2 dims, got 1"),
+@pytest.mark.parametrize("shape,dtype,match", [
+    ((24, 4), torch.float32, r"pack_weight: weight \[N, K\] must have N a multiple of 16 to be packed, got \[24, 4\]"),
+    ((32, 5), torch.bfloat16, r"pack_weight: weight \[N, K\] must have N a multiple of 16 and K even to be packed, "
+                              r"got \[32, 5\]"),
+    ((32,), torch.float32, r"pack_weight: weight must have 2 dims \[N, K\], got 1"),
+    ((32, 4), torch.float64, "pack_weight: weight has dtype float64; supported: float32, bfloat16"),
 ])
-def test_pack_weight_refuses_in_one_line(shape, match):
+def test_pack_weight_refuses_in_one_line(shape, dtype, match):
     with pytest.raises(RuntimeError, match=match):
-        ops.pack_weight(torch.randn(*shape))
-    with pytest.raises(RuntimeError, match="pack_weight: weight has dtype float64; supported: float32, bfloat16"):
-        ops.pack_weight(torch.randn(32, 4, dtype=torch.float64))
+        ops.pack_weight(torch.randn(*shape).to(dtype))
+
+
+@needs_extension
+@pytest.mark.parametrize("tuning", [None, [0, 0, 1]])
+@pytest.mark.parametrize("B,T,L,P,C", [(1, 1, 1, 16, 4), (37, 9, 2, 16, 64), (3, 19, 3, 32, 12)])
+def test_bilstm_packed_float32_weights(B, T, L, P, C, tuning):
+    # float32 packed weights: every GEMM through the micro-kernel, the float32 bar against the oracle
+    xg0, token_index, lengths, weights, h0, c0 = lstm_case(B, T, L, P, C, torch.float32, seed=B + C)
+    got = ops.bilstm(xg0, token_index, lengths, packed(weights), CLIP, CLIP, h0, c0, tuning)
+    want = reference(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
+    for name, g, w in zip(("outputs", "h", "c"), got, want):
+        assert_close(g, w, dtype=torch.float32, what=f"bilstm packed float32 B={B} L={L} {name}")
 
 
 # Shapes that packing takes (4C and P multiples of 16, P and C even): P = 48 and C = 20 leave column

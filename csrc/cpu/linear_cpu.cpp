@@ -5,7 +5,7 @@
 // measured on). They take the LSTM steps' GEMV (lstm_gemv.h, through lstm_cpu::linear_nt), which
 // streams the weights once; other shapes and dtypes take ATen's addmm. How many rows are few is the
 // caller's measured choice (`gemv_max_rows`, tuning.h). A packed weight (pack_weight) with float32 x
-// runs oneDNN's bf16 micro-kernel (packed_gemm.h): x rounded to bf16, a float32 result.
+// runs oneDNN's BRGeMM micro-kernel (packed_gemm.h): x rounded to bf16 for a bf16 weight; a float32 result.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
@@ -38,10 +38,15 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& weight, const st
                dtype_name(bias->scalar_type()));
     ELMO_CHECK(bias->sizes() == at::IntArrayRef({N}), "bias expected shape [", N, "], got ", bias->sizes());
   }
-  const at::Tensor x16 = x.to(at::kBFloat16).contiguous();
   at::Tensor out = at::empty({n, N}, x.options().memory_format(at::MemoryFormat::Contiguous));
-  cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), N, x16.const_data_ptr<at::BFloat16>(), K, n,
-                      weight.contiguous());
+  const at::Tensor w = weight.contiguous();
+  if (w.scalar_type() == at::kBFloat16) {
+    const at::Tensor x16 = x.to(at::kBFloat16).contiguous();
+    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), N, x16.const_data_ptr<at::BFloat16>(), K, n, w);
+  } else {
+    const at::Tensor xc = x.contiguous();
+    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), N, xc.const_data_ptr<float>(), K, n, w);
+  }
   if (bias.has_value()) {
     out.add_(*bias);
   }

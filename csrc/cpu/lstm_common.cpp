@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "cpu/lstm_gemv.h"
+#include "cpu/packed_gemm.h"
+#include "packed_weight.h"
 
 namespace elmo_fast {
 namespace lstm_cpu {
@@ -59,6 +61,12 @@ at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) 
 }
 
 void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows) {
+  if (is_packed_weight(w.w)) {  // float32 packed (bf16 packed weights take bilstm's own step)
+    TORCH_INTERNAL_ASSERT(w.w.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat && a.stride(1) == 1);
+    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), out.stride(0), a.const_data_ptr<float>(), a.stride(0),
+                        a.size(0), w.w);
+    return;
+  }
   const int64_t n = a.size(0);
   const int64_t N = w.w.size(0);
   const int64_t K = w.w.size(1);

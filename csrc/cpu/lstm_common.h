@@ -79,7 +79,8 @@ inline at::Tensor front(const at::Tensor& flat, int64_t rows, int64_t cols) {
 }
 
 // out[n, N] = a[n, K] @ w^T, all in the states' dtype but w, which may be bf16. Few rows (float
-// states): gemv_nt, which streams w once and keeps a in fp32 even for bf16 weights; else BLAS.
+// states): gemv_nt, which streams w once and keeps a in fp32 even for bf16 weights; else BLAS. A
+// float32 packed w (packed_weight.h): oneDNN's BRGeMM micro-kernel at any row count.
 // a and out: rows contiguous (any row stride).
 void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows);
 

@@ -14,6 +14,8 @@
 //     projection clip, the skip connection and the packed output. The recurrent and projection
 //     GEMMs of steps with few rows (the tuning's threshold, tuning.h) run in gemv_nt (lstm_gemv.h),
 //     the others and the input GEMMs in ATen (BLAS / oneDNN).
+//   * float32 weights may be packed (pack_weight): every GEMM of the float path is then oneDNN's BRGeMM
+//     micro-kernel on the weights as packed once at load (packed_gemm.h), instead of gemv_nt or BLAS.
 //   * Weights in bfloat16 (states, gates, outputs float32), two ways, chosen by the weights given:
 //     - packed (pack_weight): every GEMM is oneDNN's BRGeMM micro-kernel (packed_gemm.h; AMX or
 //       AVX512-BF16) on the weights as packed once at load, with bf16 inputs written by the
@@ -97,7 +99,7 @@ struct Problem {
   std::vector<at::Tensor> bias;                // [2L]: [4C] in scalar_t (undefined for l = 0)
   const scalar_t* zeros;                       // [4C] the bias of gates that already hold theirs
   int64_t gemv_max_rows;                       // GEMMs of at most this many rows use gemv_nt
-  bool packed;                                 // the GEMM weights are packed (bf16, float states)
+  bool packed16;                               // the GEMM weights are packed bf16 (float states)
   const scalar_t* h0;                          // [L, B, 2P] contiguous, or nullptr (zeros)
   const scalar_t* c0;                          // [L, B, 2C] contiguous, or nullptr (zeros)
   scalar_t cell_clip, proj_clip;               // +inf: none
@@ -152,11 +154,11 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
         std::fill_n(c + j * C, C, scalar_t(0));
       }
     }
-    if (pb.packed) {
+    if (pb.packed16) {
       ws.h16.copy_(ws.h);  // the first step's GEMM input; the projection pass writes the next ones
     }
     if (l > 0 && S > 0) {
-      if (pb.packed) {
+      if (pb.packed16) {
         ws.x16.copy_(ws.x);
         // float gates without the bias (the cell pass adds it)
         cpu_gemm::packed_mm(ws.gates.mutable_data_ptr<float>(), 4 * C, ws.x16.const_data_ptr<at::BFloat16>(), P,
@@ -164,9 +166,10 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       } else if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
         ws.x16.copy_(ws.x);
         at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);  // the cell pass adds the fp32 bias
-      } else if (ws.x.scalar_type() == at::kFloat && sc.total() <= pb.gemv_max_rows) {
+      } else if (ws.x.scalar_type() == at::kFloat &&
+                 (sc.total() <= pb.gemv_max_rows || is_packed_weight(pb.w_ih[ld].w))) {
         // Few rows (short batches): one pass over W_ih in gemv_nt, as the steps' GEMMs (W_ih has
-        // W_hh's shape: the same threshold).
+        // W_hh's shape: the same threshold); or float32 packed weights, at any row count.
         linear_nt(ws.gates, ws.x, pb.w_ih[ld], sc.total());
         ws.gates.add_(pb.bias[ld]);
       } else {
@@ -182,7 +185,7 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       const scalar_t* xg = l == 0 ? pb.xg0 : gates16 ? nullptr : ws.gates.const_data_ptr<scalar_t>() + off * 4 * C;
       const uint16_t* xg16 = gates16 ? bf16_bits(ws.gates16) + off * 4 * C : nullptr;
       const int64_t* xg_offset = l == 0 ? pb.xg0_offset + d * sc.total() + off : nullptr;
-      const bool add_bias = gates16 || (pb.packed && l > 0);
+      const bool add_bias = gates16 || (pb.packed16 && l > 0);
       const scalar_t* bias = add_bias ? pb.bias[ld].template const_data_ptr<scalar_t>() : pb.zeros;
       const auto cell = [&](auto cp, auto rec, auto hc) {
         if constexpr (std::is_same_v<decltype(cp.xg), const uint16_t*>) {
@@ -212,7 +215,7 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       at::Tensor h_active = ws.h.narrow(0, 0, n);
       bool done = false;
       if constexpr (std::is_same_v<scalar_t, float>) {
-        if (pb.packed) {
+        if (pb.packed16) {
           // BRGeMM on the packed weights: bf16 in (h16, hc16), float out.
           at::Tensor rec = ws.rec.narrow(0, 0, n);
           cpu_gemm::packed_mm(rec.mutable_data_ptr<float>(), 4 * C, ws.h16.const_data_ptr<at::BFloat16>(), P, n,
@@ -311,7 +314,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
              "layer 0, forward) has dtype ", dtype_name(wdtype), "; with xg0 of dtype ", dtype_name(dtype),
              " the weights must be ", dtype_name(dtype), dtype == at::kFloat ? " or bfloat16" : "");
   check_bilstm_args(dims, xg0, token_index, lengths, weights, wdtype, cell_clip, proj_clip, h0_opt, c0_opt,
-                    /*packed_ok=*/wdtype == at::kBFloat16);
+                    /*packed_ok=*/wdtype == at::kBFloat16 || wdtype == at::kFloat);
   // Packed weights (bf16 only): all the GEMM weights the op reads, or none.
   int64_t gemm_weights = 0, packed_weights = 0;
   for (const auto ld : c10::irange(2 * L)) {
@@ -324,7 +327,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   }
   ELMO_CHECK(packed_weights == 0 || packed_weights == gemm_weights, "the GEMM weights (w_hh, w_proj, and w_ih of ",
              "layers >= 1) must be all packed or none, got ", packed_weights, " of ", gemm_weights, " packed");
-  const bool packed = packed_weights > 0;
+  // bf16 packed weights take the step of their own (h and hc rounded to bf16 by the passes); float32
+  // packed ones the float step, through linear_nt.
+  const bool packed = packed_weights > 0 && wdtype == at::kBFloat16;
   const LstmTuning tuning = lstm_tuning(kOp, tuning_opt, wdtype == at::kBFloat16, 4 * C * P * int64_t{sizeof(float)});
   const at::Tensor lengths_c = bilstm_host_lengths(dims, lengths);
   const at::Tensor index_c = token_index.contiguous();
@@ -404,7 +409,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
       pb.w_proj.push_back(weight(weights[4 * ld + 3]));
     }
     pb.gemv_max_rows = gemv_rows(tuning, concurrent);
-    pb.packed = packed;
+    pb.packed16 = packed;
     pb.zeros = zeros.const_data_ptr<scalar_t>();
     pb.h0 = h0_c.defined() ? h0_c.const_data_ptr<scalar_t>() : nullptr;
     pb.c0 = c0_c.defined() ? c0_c.const_data_ptr<scalar_t>() : nullptr;

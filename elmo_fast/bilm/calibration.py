@@ -10,9 +10,9 @@ What is chosen, each by timing the candidates on the model's own layer-0 weights
   concurrent_min_rows]`` for ``bilstm`` / ``lstm_layer`` (layer 0's input gates, whose weight has
   W_hh's shape, take the in-turn threshold);
 * fp32: the highway's GEMV threshold (n = 8, 32, 128, while the GEMV still wins);
-* bf16: the weights as they are, through oneDNN's matmul (and the GEMV for few rows), or packed
-  once (:func:`~elmo_fast.bilm.ops.pack_weight`) for oneDNN's BRGeMM micro-kernel (AMX tiles where
-  the CPU has them).
+* the LSTM's weights as they are, through BLAS or oneDNN's matmul (and the GEMV for few rows), or
+  packed once (:func:`~elmo_fast.bilm.ops.pack_weight`) for oneDNN's BRGeMM micro-kernel (bf16: AMX
+  tiles where the CPU has them; packed fp32 weights cost a copy of the LSTM's weights).
 
 A candidate runs the real op (``bilstm`` on one layer, a few steps), once to warm up and then
 ``repeats`` times interleaved with the others, its best time kept. A candidate that raises, or whose
@@ -154,6 +154,8 @@ class Chooser:
             alive.append(c)
             best[c.name] = seconds
         for _ in range(self.repeats):
+            if self.spent() >= self.budget_s:  # first runs only: a busy machine is not kept waiting
+                break
             for c in alive:
                 start = self.clock()
                 c.run()
@@ -255,7 +257,8 @@ def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: 
     """Measure and choose for this model (``lstm_weights``: the encoder's flat fp32 weights,
     ``highway``: (weights, biases, proj_weight, proj_bias) of a char token embedder, or None) in
     ``precision`` ("fp32", "bf16"; other modes take the defaults) at torch's current thread count.
-    Returns the tuning and a report: every timing (seconds, by row count and candidate) and the notes."""
+    Returns the tuning and a report: every timing (seconds, by row count and candidate), the notes, and
+    whether every measurement ran within the budget ("complete")."""
     chooser = chooser or Chooser()
     gen = torch.Generator().manual_seed(seed)
     concurrency = torch.get_num_threads() >= 2
@@ -271,6 +274,10 @@ def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: 
             chooser.notes.append(f"packed: not available ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
     elif precision == "fp32":
         layouts = {"plain": w32}
+        try:
+            layouts["packed"] = [w if k % 4 in (0, 2) else ops.pack_weight(w) for k, w in enumerate(w32)]
+        except Exception as e:
+            chooser.notes.append(f"packed: not available ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
     else:
         return DEFAULT, report
     # The GEMV's threshold is where it first loses (gemv_threshold): once it has, it is not timed again.
@@ -286,6 +293,7 @@ def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: 
         if precision == "fp32" and highway is not None and highway[0]:
             highway_rows = _calibrate_highway(highway, chooser, gen, report["highway"])
     timings = report["lstm"]
+    report["complete"] = not any(note.startswith("budget of") for note in chooser.notes)
     choices = {layout: _lstm_choice(layout, timings, concurrency) for layout in layouts}
     report["scores"] = scores = {layout: _layout_score(layout, c, timings) for layout, c in choices.items()}
     # The fastest layout among those measured completely; else the weights as they are.
@@ -294,8 +302,9 @@ def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: 
         layout = "plain"
     lstm = choices[layout]
     # Layer 0's input gates (weight [4C, P], as W_hh) run outside the op, on all threads: the in-turn
-    # threshold. bf16 with plain weights computes them in fp32, which this run did not time.
-    linear = lstm[0] if precision == "fp32" and lstm[0] != UNSET else None
+    # threshold (packed weights: the micro-kernel, whatever the rows). bf16 with plain weights computes
+    # them in fp32, which this run did not time.
+    linear = lstm[0] if precision == "fp32" and layout == "plain" and lstm[0] != UNSET else None
     return CpuTuning(lstm=lstm, linear_gemv_rows=linear, highway_gemv_rows=highway_rows,
                      packed=layout == "packed"), report
 

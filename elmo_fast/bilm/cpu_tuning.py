@@ -3,14 +3,16 @@
 :func:`cpu_tuning` gives the :class:`~elmo_fast.bilm.calibration.CpuTuning` of a model's shapes,
 precision and torch's current thread count: from this process's memory, else from the disk store
 (:mod:`~elmo_fast.bilm.calibration_store`), else by calibrating (:mod:`~elmo_fast.bilm.calibration`,
-well under a second) and storing the result for later processes.
+well under a second) and storing the result for later processes (unless the time budget ran out
+before every measurement: then only this process uses it).
 
 Environment:
 
 * ``ELMO_FAST_CALIBRATION``: ``on`` (the default), ``off`` (no calibration: every kernel's default,
   the constants measured on one machine), ``refresh`` (calibrate again in this process, whatever is
   stored, and store the new result).
-* ``ELMO_FAST_BF16_PACKED=0|1``: in bf16, force the weights plain or packed for the BRGeMM kernel.
+* ``ELMO_FAST_PACKED_WEIGHTS=0|1``: force the LSTM's weights plain or packed for the BRGeMM kernel
+  (packed fp32 weights are a copy the size of the LSTM's weights).
 * ``ELMO_FAST_BILSTM_GEMV_ROWS=N``, ``ELMO_FAST_BILSTM_THREADS=sequential|directions``: read by the
   kernels themselves, they override any tuning (csrc/cpu/tuning.h).
 """
@@ -33,7 +35,7 @@ from .calibration import DEFAULT, CpuTuning
 log = logging.getLogger(__name__)
 
 ENV = "ELMO_FAST_CALIBRATION"
-PACKED_ENV = "ELMO_FAST_BF16_PACKED"
+PACKED_ENV = "ELMO_FAST_PACKED_WEIGHTS"
 _MODES = ("on", "off", "refresh")
 
 _lock = threading.Lock()
@@ -88,10 +90,11 @@ def cpu_tuning(lstm_weights: Sequence[Tensor], highway: tuple | None, precision:
     return _forced(tuning, precision, lstm_weights)
 
 
-def packable(lstm_weights: Sequence[Tensor]) -> bool:
-    """Whether :func:`~elmo_fast.bilm.ops.pack_weight` takes every GEMM weight of the LSTM (N a multiple of
-    16, K even)."""
-    return all(w.shape[0] % 16 == 0 and w.shape[1] % 2 == 0 for k, w in enumerate(lstm_weights) if k % 4 != 2)
+def packable(lstm_weights: Sequence[Tensor], precision: str) -> bool:
+    """Whether :func:`~elmo_fast.bilm.ops.pack_weight` takes every GEMM weight of the LSTM in ``precision``
+    (N a multiple of 16; K even in bf16)."""
+    g = 2 if precision == "bf16" else 1
+    return all(w.shape[0] % 16 == 0 and w.shape[1] % g == 0 for k, w in enumerate(lstm_weights) if k % 4 != 2)
 
 
 def _calibrate(key: dict, lstm_weights, highway, precision: str) -> CpuTuning:
@@ -105,6 +108,10 @@ def _calibrate(key: dict, lstm_weights, highway, precision: str) -> CpuTuning:
     seconds = time.perf_counter() - start
     log.info("elmo_fast: calibrated the CPU kernels for %s, %s, %d threads in %.2f s: %s", key["shapes"], precision,
              key["threads"], seconds, tuning)
+    if not report.get("complete", True):
+        # The budget ran out (a busy machine, say): this process uses what was measured, the kernels'
+        # defaults for the rest; a later process measures again rather than inherit a partial choice.
+        return tuning
     try:
         calibration_store.save(key, tuning, report, seconds)
     except Exception as e:  # a read-only or full disk: this process keeps its result
@@ -115,11 +122,11 @@ def _calibrate(key: dict, lstm_weights, highway, precision: str) -> CpuTuning:
 
 def _forced(tuning: CpuTuning, precision: str, lstm_weights: Sequence[Tensor]) -> CpuTuning:
     value = os.environ.get(PACKED_ENV, "").strip()
-    if precision != "bf16" or value not in ("0", "1"):
+    if precision not in ("fp32", "bf16") or value not in ("0", "1"):
         return tuning
-    if value == "1" and not packable(lstm_weights):
-        _say_once(f"{PACKED_ENV}=1: this model's LSTM weights cannot be packed (each [N, K] needs N a multiple "
-                  "of 16 and K even); they stay as they are", warn=True)
+    if value == "1" and not packable(lstm_weights, precision):
+        _say_once(f"{PACKED_ENV}=1: this model's LSTM weights cannot be packed in {precision} (each [N, K] needs "
+                  "N a multiple of 16, and K even in bf16); they stay as they are", warn=True)
         return replace(tuning, packed=False)
     return replace(tuning, packed=value == "1")
 

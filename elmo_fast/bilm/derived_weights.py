@@ -65,11 +65,12 @@ class DerivedWeights:
         w_hh and w_proj stacked, both directions, the list holding views of the two halves (which
         the op uses in place). ``key()`` gives the weights' key, asked for only when a copy is
         involved (the plain fp32 list needs none, and so stays traceable by torch.compile). ``pack``
-        (the CPU in bf16, when the calibration chose it): applied to every low-precision GEMM weight,
-        w_ih, w_hh and w_proj (ops.pack_weight), the copies then held being the packed ones."""
+        (the CPU, when the calibration chose it): applied to every GEMM weight, w_ih, w_hh and w_proj,
+        in ``dtype`` (ops.pack_weight), the copies then held being the packed ones (in fp32 a copy
+        the size of the LSTM's weights)."""
         lowp = dtype != torch.float32
         stacked = device.type in STACKED_LSTM_DEVICES
-        if not (lowp or stacked):
+        if not (lowp or stacked or pack is not None):
             self._lstm = {}
             return [w.detach() for w in flat]
         slot = (device.type, device.index, dtype, pack is not None)
@@ -82,9 +83,8 @@ class DerivedWeights:
 
         def cast(w: Tensor, k: int) -> Tensor:
             keep_fp32 = k == 2 and not stacked  # a bias, on the CPU
-            if pack is not None and lowp and k != 2:
-                return pack(w.detach())
-            return w.detach().to(dtype) if lowp and not keep_fp32 else w.detach()
+            w = w.detach().to(dtype) if lowp and not keep_fp32 else w.detach()
+            return pack(w) if pack is not None and k != 2 else w
 
         out = [cast(w, i % 4) for i, w in enumerate(flat)]
         if stacked:

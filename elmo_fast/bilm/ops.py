@@ -174,7 +174,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gemv_max_rows:
     for weights of 16 MB and more, else 32) take the LSTM steps' GEMV, which reads the weights once
     at memory speed where BLAS's GEMM reads them several times slower; the rest, and other devices,
     take ATen's GEMM. On the CPU, ``weight`` may also be packed (:func:`pack_weight`) with float32
-    x and bias: a bf16 GEMM with a float32 result (inference only).
+    x and bias: a GEMM in the packed weight's dtype with a float32 result (inference only).
     Differentiable (the usual formulas, through ATen).
     """
     if _first_use_hook is not None:
@@ -186,17 +186,19 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gemv_max_rows:
 
 
 def pack_weight(weight: Tensor) -> Tensor:
-    """A GEMM weight [N, K] (float32 or bfloat16; N a multiple of 16, K even) packed for the CPU's bf16
-    micro-kernels (oneDNN's BRGeMM: AMX tiles or AVX512-BF16): [N / nb, K / 2, nb, 2] bfloat16,
-    ``packed[j, k // 2, c, k % 2] = weight[j * nb + c, k]`` (csrc/packed_weight.h). :func:`linear` and
-    :func:`bilstm` take it in place of the plain weight, on the CPU; made once per model."""
+    """A GEMM weight [N, K] (float32, or bfloat16 with K even; N a multiple of 16) packed, in its dtype,
+    for the CPU's BRGeMM micro-kernels (oneDNN's: AMX tiles or AVX512-BF16 for bf16, FMAs for float32):
+    [N / nb, K / g, nb, g], ``packed[j, k // g, c, k % g] = weight[j * nb + c, k]``, g = 2 for bf16, 1
+    for float32 (csrc/packed_weight.h). :func:`linear` and :func:`bilstm` take it in place of the plain
+    weight, on the CPU; made once per model."""
     require_extension()
     return torch.ops.elmo_fast.pack_weight.default(weight)
 
 
 def layer0_gates_packed(tokens: Tensor, packed: list[Tensor], biases: list[Tensor]) -> Tensor:
     """Layer 0's input gates [U, 2, 4C] of token vectors [U, P] with both directions' w_ih packed
-    (:func:`pack_weight`) and their float32 biases: bf16 GEMMs, float32 result (see :func:`layer0_gates`)."""
+    (:func:`pack_weight`) and their float32 biases: GEMMs in the packed weights' dtype, a float32 result
+    (see :func:`layer0_gates`)."""
     if _first_use_hook is not None:
         _first_use_hook("layer0_gates", tokens)
     return torch.stack([linear(tokens, packed[d], biases[d]) for d in range(2)], dim=1)
@@ -257,7 +259,8 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
                  GEMMs run in bf16 with fp32 accumulation while states, gates and outputs stay fp32.
                  On CUDA, each layer's forward and backward w_hh (and w_proj) given as the two halves of
                  one [2, ...] tensor are used in place; separate tensors are stacked (copied) per call.
-                 On the CPU with bfloat16 weights, the GEMM weights may all be packed (:func:`pack_weight`).
+                 On the CPU the GEMM weights may all be packed (:func:`pack_weight`): bfloat16 ones, or
+                 float32 ones with a float32 ``xg0``.
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:      [L, B, 2P], [L, B, 2C] initial states ([forward | backward]), or None (zeros).
     tuning:      CPU: ``[gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows]``, how the kernel
@@ -437,8 +440,8 @@ if HAS_EXTENSION:
 
     @torch.library.register_fake("elmo_fast::linear")
     def _linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None, gemv_max_rows: int | None = None) -> Tensor:
-        packed = weight.dim() == 4 and weight.dtype == torch.bfloat16 and weight.shape[3] == 2
-        N, K = (weight.shape[0] * weight.shape[2], 2 * weight.shape[1]) if packed else tuple(weight.shape)
+        packed = weight.dim() == 4 and weight.shape[3] == (2 if weight.dtype == torch.bfloat16 else 1)
+        N, K = (weight.shape[0] * weight.shape[2], weight.shape[1] * weight.shape[3]) if packed else tuple(weight.shape)
         torch._check(x.dim() == 2 and (packed or weight.dim() == 2), lambda: "linear: x and weight must have 2 dims")
         torch._check(x.shape[1] == K, lambda: "linear: x [n, K] and weight [N, K] must have the same K")
         torch._check(packed or x.dtype == weight.dtype, lambda: "linear: x and weight must have the same dtype")
@@ -447,11 +450,12 @@ if HAS_EXTENSION:
 
     @torch.library.register_fake("elmo_fast::pack_weight")
     def _pack_weight_fake(weight: Tensor) -> Tensor:
-        torch._check(weight.dim() == 2 and weight.shape[0] % 16 == 0 and weight.shape[1] % 2 == 0,
-                     lambda: "pack_weight: weight [N, K] must have N a multiple of 16 and K even")
+        g = 2 if weight.dtype == torch.bfloat16 else 1
+        torch._check(weight.dim() == 2 and weight.shape[0] % 16 == 0 and weight.shape[1] % g == 0,
+                     lambda: "pack_weight: weight [N, K] must have N a multiple of 16 (and K even in bfloat16)")
         N, K = weight.shape
         nb = 64 if N % 64 == 0 else 32 if N % 32 == 0 else 16
-        return weight.new_empty((N // nb, K // 2, nb, 2), dtype=torch.bfloat16)
+        return weight.new_empty((N // nb, K // g, nb, g))
 
     # backward returns one value per argument the op was called with, and the dispatcher drops
     # trailing arguments equal to their defaults (setup_context sees them filled back in): the
@@ -518,7 +522,7 @@ if HAS_EXTENSION:
                      lambda: "bilstm: xg0, token_index and lengths must have 3, 2 and 1 dims")
         num_layers = len(weights) // 8
         w = weights[3]
-        P, C = (w.shape[0] * w.shape[2], 2 * w.shape[1]) if w.dim() == 4 else w.shape
+        P, C = (w.shape[0] * w.shape[2], w.shape[1] * w.shape[3]) if w.dim() == 4 else w.shape
         B, T = token_index.shape
         torch._check(xg0.shape[1] == 2 and xg0.shape[2] == 4 * C, lambda: "bilstm: xg0 must be [U, 2, 4C]")
         torch._check(lengths.shape[0] == B, lambda: "bilstm: lengths must be [B]")
