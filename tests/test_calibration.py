@@ -222,7 +222,7 @@ def calibrating(monkeypatch, tmp_path):
     calls = []
     chosen = CpuTuning(lstm=(4, 0, 2), linear_gemv_rows=4, highway_gemv_rows=16, packed=False)
 
-    def fake(lstm_weights, highway, precision):
+    def fake(lstm_weights, highway, precision, chooser=None):
         calls.append(precision)
         return chosen, {"lstm": {}, "notes": []}
 
@@ -277,13 +277,13 @@ def test_a_store_that_cannot_be_written_costs_nothing_but_a_note(calibrating, mo
 def test_a_partial_calibration_is_not_stored(calibrating, monkeypatch):
     calls, chosen, tmp_path = calibrating
     monkeypatch.setattr(cpu_tuning.calibration, "calibrate",
-                        lambda *a: (calls.append("partial") or chosen, {"lstm": {}, "notes": [], "complete": False}))
+                        lambda *a, **k: (calls.append("partial") or chosen, {"lstm": {}, "notes": [], "complete": False}))
     assert cpu_tuning.cpu_tuning(tiny_lstm(), None, "fp32") == chosen and calls == ["partial"]
     assert not (tmp_path / "calibration").exists()  # a later process measures again
 
 
 def test_a_failing_calibration_gives_the_defaults(calibrating, monkeypatch):
-    def broken(*args):
+    def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(cpu_tuning.calibration, "calibrate", broken)
@@ -295,6 +295,12 @@ def test_an_unknown_mode_is_said_and_taken_as_on(calibrating, monkeypatch):
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "sometimes")
     with pytest.warns(RuntimeWarning, match="ELMO_FAST_CALIBRATION='sometimes' is none of on, off, refresh"):
         assert cpu_tuning.mode() == "on"
+    assert cpu_tuning.budget() == 1.0
+    monkeypatch.setenv("ELMO_FAST_CALIBRATION_BUDGET", "2.5")
+    assert cpu_tuning.budget() == 2.5
+    monkeypatch.setenv("ELMO_FAST_CALIBRATION_BUDGET", "-1")
+    with pytest.warns(RuntimeWarning, match="ELMO_FAST_CALIBRATION_BUDGET='-1' is not a positive number of seconds"):
+        assert cpu_tuning.budget() == 1.0
 
 
 # --- the model runs what was chosen ------------------------------------------------------------------------
@@ -304,6 +310,7 @@ def test_an_unknown_mode_is_said_and_taken_as_on(calibrating, monkeypatch):
 @pytest.mark.parametrize("packed", ["0", "1"])
 def test_model_with_a_real_calibration_stays_within_its_bounds(random_models, monkeypatch, tmp_path, packed):
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "refresh")
+    monkeypatch.setenv("ELMO_FAST_CALIBRATION_BUDGET", "120")  # a busy machine: complete, hence stored
     monkeypatch.setenv("ELMO_FAST_CACHE", str(tmp_path))
     monkeypatch.setenv("ELMO_FAST_PACKED_WEIGHTS", packed)
     cpu_tuning.forget()
@@ -334,6 +341,7 @@ def test_embedder_outputs_do_not_depend_on_being_calibrated(random_models, monke
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "off")
     off = ElmoEmbedder(*files).embed_batch(sentences)
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "refresh")
+    monkeypatch.setenv("ELMO_FAST_CALIBRATION_BUDGET", "120")
     cpu_tuning.forget()
     on = ElmoEmbedder(*files).embed_batch(sentences)
     for a, b in zip(off, on):

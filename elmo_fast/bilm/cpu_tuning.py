@@ -11,6 +11,8 @@ Environment:
 * ``ELMO_FAST_CALIBRATION``: ``on`` (the default), ``off`` (no calibration: every kernel's default,
   the constants measured on one machine), ``refresh`` (calibrate again in this process, whatever is
   stored, and store the new result).
+* ``ELMO_FAST_CALIBRATION_BUDGET=S``: seconds a calibration may measure for (default 1; what it could
+  not measure in time keeps the kernels' defaults, and is not stored).
 * ``ELMO_FAST_PACKED_WEIGHTS=0|1``: force the LSTM's weights plain or packed for the BRGeMM kernel
   (packed fp32 weights are a copy the size of the LSTM's weights).
 * ``ELMO_FAST_BILSTM_GEMV_ROWS=N``, ``ELMO_FAST_BILSTM_THREADS=sequential|directions``: read by the
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 ENV = "ELMO_FAST_CALIBRATION"
 PACKED_ENV = "ELMO_FAST_PACKED_WEIGHTS"
+BUDGET_ENV = "ELMO_FAST_CALIBRATION_BUDGET"
 _MODES = ("on", "off", "refresh")
 
 _lock = threading.Lock()
@@ -54,6 +57,21 @@ def mode() -> str:
         _say_once(f"{ENV}={value!r} is none of {', '.join(_MODES)}: calibrating as with 'on'", warn=True)
         return "on"
     return value
+
+
+def budget() -> float:
+    """``ELMO_FAST_CALIBRATION_BUDGET`` in seconds (1 when unset; a bad value is said once, and is 1)."""
+    value = os.environ.get(BUDGET_ENV, "").strip()
+    if not value:
+        return 1.0
+    try:
+        seconds = float(value)
+        if not seconds > 0 or seconds == float("inf"):
+            raise ValueError
+    except ValueError:
+        _say_once(f"{BUDGET_ENV}={value!r} is not a positive number of seconds: using 1", warn=True)
+        return 1.0
+    return seconds
 
 
 def tuning_environment() -> tuple[str | None, ...]:
@@ -100,7 +118,8 @@ def packable(lstm_weights: Sequence[Tensor], precision: str) -> bool:
 def _calibrate(key: dict, lstm_weights, highway, precision: str) -> CpuTuning:
     start = time.perf_counter()
     try:
-        tuning, report = calibration.calibrate(lstm_weights, highway, precision)
+        tuning, report = calibration.calibrate(lstm_weights, highway, precision,
+                                               chooser=calibration.Chooser(budget_s=budget()))
     except Exception as e:  # never fail a forward for a measurement: the defaults are correct too
         _say_once(f"elmo_fast: calibrating the CPU kernels failed ({type(e).__name__}: {e}); using the defaults",
                   warn=True)
