@@ -27,7 +27,7 @@
 //     Which is faster depends on the CPU: the calibration measures both (elmo_fast/bilm/calibration.py).
 //   * The forward and backward stacks never read each other, so with >= 2 threads they can run
 //     concurrently, one per thread, each with single-threaded GEMMs (BLAS runs one thread inside a
-//     parallel region), or in turn with multi-threaded GEMMs: see directions_in_parallel().
+//     parallel region), or in turn with multi-threaded GEMMs: the tuning says which (tuning.h).
 //   * Every buffer is allocated once per call.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
