@@ -276,8 +276,8 @@ def test_a_store_that_cannot_be_written_costs_nothing_but_a_note(calibrating, mo
 
 def test_a_partial_calibration_is_not_stored(calibrating, monkeypatch):
     calls, chosen, tmp_path = calibrating
-    monkeypatch.setattr(cpu_tuning.calibration, "calibrate",
-                        lambda *a, **k: (calls.append("partial") or chosen, {"lstm": {}, "notes": [], "complete": False}))
+    partial = {"lstm": {}, "notes": [], "complete": False}
+    monkeypatch.setattr(cpu_tuning.calibration, "calibrate", lambda *a, **k: (calls.append("partial") or chosen, partial))
     assert cpu_tuning.cpu_tuning(tiny_lstm(), None, "fp32") == chosen and calls == ["partial"]
     assert not (tmp_path / "calibration").exists()  # a later process measures again
 
