@@ -81,7 +81,7 @@ def bench(name: str, backend: str, args, workdir: Path) -> dict:
     cfg = TrainConfig(train=[str(workdir / "train.txt")], heldout=[], vocab=str(workdir / "vocab.txt"),
                       out=str(workdir / f"out-{name}-{backend}"), options=shapes(name), batch_size=args.batch,
                       negative_samples=min(args.negative_samples, len(vocab) - 1), backend=backend,
-                      progress=False, seed=1)
+                      progress=False, seed=1, precision=args.precision)
     trainer = Trainer(cfg)
     lm = trainer._build()
     lm.train()
@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--ref-repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--precision", default="fp32", help="the trainer's --precision (bf16: the forward under autocast)")
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
@@ -135,7 +136,8 @@ def main() -> None:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
     sgemm, sgemm_busy = gemm_rate(torch.float32, 2048, 5)
-    print(f"# {cpu}, {os.cpu_count()} CPUs, {args.threads} threads, torch {torch.__version__}; SGEMM (2048^3) "
+    print(f"# {cpu}, {os.cpu_count()} CPUs, {args.threads} threads, torch {torch.__version__}, precision "
+          f"{args.precision}; SGEMM (2048^3) "
           f"{sgemm:.0f} GFLOP/s at the start (busy {100 * (sgemm_busy or 0):.0f}%)")
     print(f"# {TRAIN_FLOPS_FORMULA}")
     print(f"| model | backend | batch (tokens) | step s | tokens/s | biLM-only s | softmax+opt share | GFLOP/s "
