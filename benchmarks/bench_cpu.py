@@ -605,7 +605,7 @@ def calibration_markdown(rows: list[dict]) -> str:
     for (preset, dtype), r in seen.items():
         t = r["tuning"]
         out.append(f"- {preset} {dtype}: tuning {t['lstm']}, layer-0 gates GEMV rows {t['linear_gemv_rows']}, "
-                   f"highway GEMV rows {t['highway_gemv_rows']}, bf16 weights {'packed' if t['packed'] else 'plain'} "
+                   f"highway GEMV rows {t['highway_gemv_rows']}, LSTM weights {'packed' if t['packed'] else 'plain'} "
                    f"({r['tuning_s']:.2f} s in the first row)")
     return "\n".join(out)
 
