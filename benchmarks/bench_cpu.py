@@ -590,7 +590,7 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
     return "\n".join(out)
 
 
-def calibration_markdown(rows: list[dict]) -> str:
+def calibration_markdown(rows: list[dict], mode: str) -> str:
     """What the CPU kernels' calibration chose for each preset and dtype (the fast rows' tunings), and
     how long getting it took in the first row (a measurement, or a read of the calibration store)."""
     seen: dict[tuple, dict] = {}
@@ -599,8 +599,7 @@ def calibration_markdown(rows: list[dict]) -> str:
             seen.setdefault((r["preset"], r["dtype"]), r)
     if not seen:
         return ""
-    mode = os.environ.get("ELMO_FAST_CALIBRATION", "on")
-    out = [f"Calibration (ELMO_FAST_CALIBRATION={mode}; `tuning`: [GEMV rows in turn, GEMV rows concurrently, "
+    out = [f"Calibration ({mode}; `tuning`: [GEMV rows in turn, GEMV rows concurrently, "
            "directions concurrently from rows], -1 the kernel's default):", ""]
     for (preset, dtype), r in seen.items():
         t = r["tuning"]
@@ -727,8 +726,8 @@ def parse_args(argv=None):
     p.add_argument("--calibration", choices=("on", "off", "refresh"),
                    help="ELMO_FAST_CALIBRATION for the rows: measure the CPU kernels' choices at first use (on, "
                         "elmo-fast's default; kept in its cache for later processes), use the kernels' defaults "
-                        "(off), or measure again (refresh: each preset and dtype's first row measures, the others "
-                        "read the result). Default: the environment's")
+                        "(off), or measure again for this run (refresh: each preset and dtype's first row "
+                        "measures into a store of the run's own, the others read it). Default: the environment's")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, finishes in well under a minute")
     p.add_argument("--json", type=Path, metavar="PATH", help="write every number, machine facts included, as JSON")
     p.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown tables")
@@ -774,7 +773,14 @@ def main(argv=None) -> int:
     # Children inherit the environment: their OpenMP/MKL pools start at this size.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
-    if args.calibration is not None:
+    if args.calibration == "refresh":
+        # measured afresh once per preset and dtype for the run: its first row measures, the others
+        # read the result from a calibration store of the run's own
+        import tempfile
+
+        os.environ["ELMO_FAST_CACHE"] = tempfile.mkdtemp(prefix="bench_cpu_calibration_")
+        os.environ["ELMO_FAST_CALIBRATION"] = "on"
+    elif args.calibration is not None:
         os.environ["ELMO_FAST_CALIBRATION"] = args.calibration
     torch.set_num_threads(args.threads)
     argv_shown = sys.argv[1:] if argv is None else argv
@@ -858,7 +864,8 @@ def main(argv=None) -> int:
     wbytes = {(p, d): weight_bytes(PRESETS[p], d) for p in presets for d in dtypes}
     derive(rows, flops, gemm, wbytes)
     tables = markdown_tables(rows, flops, gemm, notes)
-    calibration = calibration_markdown(rows)
+    calibration = calibration_markdown(rows, "--calibration refresh: measured in this run" if args.calibration == "refresh"
+                                       else f"ELMO_FAST_CALIBRATION={os.environ.get('ELMO_FAST_CALIBRATION', 'on')}")
     result = {"machine": info, "command": command, "formula": FLOPS_FORMULA, "bound_formula": BOUND_FORMULA,
               "gemm": gemm, "weight_bytes": {f"{p} {d}": v for (p, d), v in wbytes.items()},
               "flops_per_token": flops, "settings": {k: getattr(args, k) for k in (

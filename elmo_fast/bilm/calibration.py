@@ -45,6 +45,11 @@ STEPS = 2
 FEW_ROWS = 4
 #: in a tuning, "the kernel's default" (a choice the calibration could not make)
 UNSET = -1
+#: how much faster the directions must run concurrently to be chosen so (run to run, the two schedules
+#: differ by a few percent where they are even: the choice would otherwise follow the noise)
+CONCURRENT_MARGIN = 0.03
+#: how much faster packed float32 weights must be to be chosen: they cost a copy of the LSTM's weights
+PACKED_FP32_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -200,12 +205,12 @@ def gemv_threshold(rows: Sequence[int], gemv: dict[int, float], blas: dict[int, 
 
 def concurrent_from(rows: Sequence[int], in_turn: dict[int, float], concurrent: dict[int, float]) -> int | None:
     """``concurrent_min_rows``: the directions run concurrently from the row count past which doing so
-    was faster at every count (geometric mean of the last loss and the first of those wins); 1 if it
-    always was, 0 if it never was. None unless both were measured at every count."""
+    was faster (by CONCURRENT_MARGIN) at every count (geometric mean of the last loss and the first of
+    those wins); 1 if it always was, 0 if it never was. None unless both were measured at every count."""
     measured = list(rows)
     if not measured or any(n not in in_turn or n not in concurrent for n in measured):
         return None
-    wins = [concurrent[n] < in_turn[n] for n in measured]
+    wins = [concurrent[n] < (1 - CONCURRENT_MARGIN) * in_turn[n] for n in measured]
     if not wins[-1]:
         return 0
     k = len(wins)
@@ -296,6 +301,8 @@ def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: 
     report["complete"] = not any(note.startswith("budget of") for note in chooser.notes)
     choices = {layout: _lstm_choice(layout, timings, concurrency) for layout in layouts}
     report["scores"] = scores = {layout: _layout_score(layout, c, timings) for layout, c in choices.items()}
+    if precision == "fp32" and "packed" in scores:  # a copy of the weights: only for a clear gain
+        scores["packed"] -= math.log(1 - PACKED_FP32_MARGIN)
     # The fastest layout among those measured completely; else the weights as they are.
     layout = min(scores, key=lambda k: (scores[k], k != "plain"))
     if scores[layout] == math.inf:
