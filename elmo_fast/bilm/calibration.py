@@ -38,10 +38,12 @@ ALWAYS = 2**31 - 1
 #: the row counts measured (rows of an LSTM step); thresholds fall between them
 LSTM_ROWS = (1, 4, 16, 64)
 HIGHWAY_ROWS = (16, 64)
-#: LSTM steps per timed call at few rows, where a step reads its weights (from memory at a call's first
-#: step, maybe from cache at the next: both count); from FEW_ROWS on a step's arithmetic dominates
-#: and one step does
-STEPS = 2
+#: LSTM steps per timed call at few rows, where a step reads its weights: from memory at a call's first
+#: step, maybe from cache at the next ones, as in a sentence's steps (a layer and direction's weights
+#: may stay in the last-level cache from step to step when the directions run in turn, not when they
+#: run concurrently: two steps undervalued that). From FEW_ROWS on a step's arithmetic dominates and
+#: one step does.
+STEPS = 6
 FEW_ROWS = 4
 #: in a tuning, "the kernel's default" (a choice the calibration could not make)
 UNSET = -1
@@ -57,27 +59,31 @@ class CpuTuning:
     """The CPU fast path's choices for one (model shape, precision, threads); None: the kernels' default.
 
     lstm:              ``[gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows]``, the ``tuning`` of
-                       :func:`~elmo_fast.bilm.ops.bilstm` and :func:`~elmo_fast.bilm.ops.lstm_layer` (-1: that
-                       value's default)
+                       :func:`~elmo_fast.bilm.ops.bilstm` (-1: that value's default)
+    lstm_plain:        the same for the weights as they are (not packed), which the training op
+                       (:func:`~elmo_fast.bilm.ops.lstm_layer`) takes; ``lstm`` itself unless ``packed``
     linear_gemv_rows:  ``gemv_max_rows`` of layer 0's input gates (:func:`~elmo_fast.bilm.ops.linear`)
     highway_gemv_rows: ``gemv_max_rows`` of :func:`~elmo_fast.bilm.ops.highway`
     packed:            bf16: the GEMM weights packed for the BRGeMM micro-kernel
     """
 
     lstm: tuple[int, int, int] | None = None
+    lstm_plain: tuple[int, int, int] | None = None
     linear_gemv_rows: int | None = None
     highway_gemv_rows: int | None = None
     packed: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["lstm"] = None if self.lstm is None else list(self.lstm)
+        for k in ("lstm", "lstm_plain"):
+            d[k] = None if d[k] is None else list(d[k])
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "CpuTuning":
         """The tuning a :meth:`to_dict` wrote; ValueError for anything else (a cache file is never trusted)."""
-        if not isinstance(d, dict) or set(d) != {"lstm", "linear_gemv_rows", "highway_gemv_rows", "packed"}:
+        if not isinstance(d, dict) or set(d) != {"lstm", "lstm_plain", "linear_gemv_rows", "highway_gemv_rows",
+                                                 "packed"}:
             raise ValueError(f"not a CpuTuning: {d!r}")
 
         def count(v, name, low=0):
@@ -85,15 +91,18 @@ class CpuTuning:
                 raise ValueError(f"CpuTuning.{name} must be an int in [{low}, {ALWAYS}] or None, got {v!r}")
             return v
 
-        lstm = d["lstm"]
-        if lstm is not None:
-            if not isinstance(lstm, list) or len(lstm) != 3 or None in lstm:
-                raise ValueError(f"CpuTuning.lstm must be 3 ints or None, got {lstm!r}")
-            lstm = tuple(count(v, "lstm", UNSET) for v in lstm)
+        def schedule(v, name):
+            if v is None:
+                return None
+            if not isinstance(v, list) or len(v) != 3 or None in v:
+                raise ValueError(f"CpuTuning.{name} must be 3 ints or None, got {v!r}")
+            return tuple(count(x, name, UNSET) for x in v)
+
         if not isinstance(d["packed"], bool):
             raise ValueError(f"CpuTuning.packed must be a bool, got {d['packed']!r}")
-        return cls(lstm, count(d["linear_gemv_rows"], "linear_gemv_rows"),
-                   count(d["highway_gemv_rows"], "highway_gemv_rows"), d["packed"])
+        return cls(schedule(d["lstm"], "lstm"), schedule(d["lstm_plain"], "lstm_plain"),
+                   count(d["linear_gemv_rows"], "linear_gemv_rows"), count(d["highway_gemv_rows"], "highway_gemv_rows"),
+                   d["packed"])
 
 
 #: no measurement: every op's own default
@@ -312,7 +321,7 @@ def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: 
     # threshold (packed weights: the micro-kernel, whatever the rows). bf16 with plain weights computes
     # them in fp32, which this run did not time.
     linear = lstm[0] if precision == "fp32" and layout == "plain" and lstm[0] != UNSET else None
-    return CpuTuning(lstm=lstm, linear_gemv_rows=linear, highway_gemv_rows=highway_rows,
+    return CpuTuning(lstm=lstm, lstm_plain=choices["plain"], linear_gemv_rows=linear, highway_gemv_rows=highway_rows,
                      packed=layout == "packed"), report
 
 

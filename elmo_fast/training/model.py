@@ -120,7 +120,7 @@ class BidirectionalLM(nn.Module):
         x = vectors[inverse].view(*ids.shape[:-1], -1)
         p = self.dropout if self.training else 0.0
         outputs, h, c = bilm.encoder.forward_sequence(x, batch.lengths, h0, c0, bilm.encoder.input_masks(x, p),
-                                                      tuning=bilm.cpu_tuning("fp32").lstm)
+                                                      tuning=bilm.cpu_tuning("fp32").lstm_plain)
         top = outputs[-1]
         P = bilm.options.projection_dim
         fwd, bwd = top[..., :P], top[..., P:]
