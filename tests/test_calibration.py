@@ -58,6 +58,18 @@ def test_chooser_picks_the_faster_candidate_by_its_best_run():
     assert min(t, key=t.get) == "b" and chooser.notes == []
 
 
+def test_chooser_runs_hopeless_candidates_once_after_its_first_group():
+    clock = FakeClock()
+    chooser = Chooser(clock=clock, repeats=1)
+    # first group: every candidate runs twice (first runs may pay one-time costs)
+    assert chooser.measure([Candidate("a", costing(clock, [0.1, 0.01])), Candidate("b", costing(clock, [0.02, 0.02]))]) \
+        == {"a": pytest.approx(0.01), "b": pytest.approx(0.02)}
+    # later groups: "slow" (over 1.5x the best first run) is not run again, even if it would have improved
+    runs = {"fast": costing(clock, [0.010, 0.010]), "slow": costing(clock, [0.016, 0.001])}
+    t = chooser.measure([Candidate(name, run) for name, run in runs.items()])
+    assert t == {"fast": pytest.approx(0.010), "slow": pytest.approx(0.016)}
+
+
 def test_chooser_leaves_out_failing_and_disagreeing_candidates():
     clock = FakeClock()
     chooser = Chooser(clock=clock)

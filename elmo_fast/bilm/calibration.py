@@ -43,8 +43,11 @@ HIGHWAY_ROWS = (16, 64)
 #: may stay in the last-level cache from step to step when the directions run in turn, not when they
 #: run concurrently: two steps undervalued that). From FEW_ROWS on a step's arithmetic dominates and
 #: one step does.
-STEPS = 6
+STEPS = 4
 FEW_ROWS = 4
+#: after their first runs, the candidates this much slower than the best run no more (but in a
+#: Chooser's first group, whose first runs pay for generating kernels and touching memory)
+HOPELESS = 1.5
 #: in a tuning, "the kernel's default" (a choice the calibration could not make)
 UNSET = -1
 #: how much faster the directions must run concurrently to be chosen so (run to run, the two schedules
@@ -135,6 +138,7 @@ class Chooser:
     #: what went wrong, one line each (failed candidates, disagreeing results, budget spent)
     notes: list[str] = field(default_factory=list)
     _start: float | None = None
+    _groups: int = 0
 
     def spent(self) -> float:
         if self._start is None:
@@ -167,6 +171,10 @@ class Chooser:
                 continue
             alive.append(c)
             best[c.name] = seconds
+        if self._groups > 0 and best:  # a candidate far behind after its first run is not run again
+            fastest = min(best.values())
+            alive = [c for c in alive if best[c.name] <= HOPELESS * fastest]
+        self._groups += 1
         for _ in range(self.repeats):
             if self.spent() >= self.budget_s:  # first runs only: a busy machine is not kept waiting
                 break
