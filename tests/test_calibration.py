@@ -154,8 +154,7 @@ def test_calibrate_chooses_what_was_fastest(monkeypatch):
     fake_costs(monkeypatch, clock, cost)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     tuning, report = calibration.calibrate(tiny_lstm(), None, "fp32", chooser=Chooser(clock=clock))
-    assert tuning == CpuTuning(lstm=(32, 0, 8), lstm_plain=(32, 0, 8), linear_gemv_rows=32, highway_gemv_rows=None,
-                               packed=False)
+    assert tuning == CpuTuning(lstm=(32, 0, 8), linear_gemv_rows=32, highway_gemv_rows=None, packed=False)
     assert report["notes"] == [] and set(report["lstm"]) == {1, 4, 16, 64}
     # the GEMV lost concurrently at 1 row: never timed concurrently again
     assert "plain/concurrent/gemv" not in report["lstm"][4]
@@ -167,7 +166,6 @@ def test_calibrate_packs_bf16_weights_when_that_is_faster(monkeypatch):
     fake_costs(monkeypatch, clock, lambda n, tuning, packed: (0.5 if packed else 1.0) * n * 1e-4)
     tuning, report = calibration.calibrate(tiny_lstm(), None, "bf16", chooser=Chooser(clock=clock))
     assert tuning.packed and tuning.linear_gemv_rows is None and report["scores"]["packed"] < report["scores"]["plain"]
-    assert tuning.lstm_plain is not None and tuning.lstm_plain != tuning.lstm  # the training op's: plain weights
     clock = FakeClock()
     fake_costs(monkeypatch, clock, lambda n, tuning, packed: (2.0 if packed else 1.0) * n * 1e-4)
     assert not calibration.calibrate(tiny_lstm(), None, "bf16", chooser=Chooser(clock=clock))[0].packed
@@ -195,13 +193,13 @@ def test_calibrate_falls_back_to_the_defaults(monkeypatch):
 
 
 def test_tuning_from_a_dict_is_checked():
-    t = CpuTuning(lstm=(0, 0, 9), lstm_plain=(128, 0, 9), linear_gemv_rows=128, highway_gemv_rows=32, packed=True)
+    t = CpuTuning(lstm=(0, 0, 9), linear_gemv_rows=128, highway_gemv_rows=32, packed=True)
     assert CpuTuning.from_dict(json.loads(json.dumps(t.to_dict()))) == t
     assert CpuTuning.from_dict(DEFAULT.to_dict()) == DEFAULT
     for bad in [None, [], {}, {**t.to_dict(), "lstm": [1, 2]}, {**t.to_dict(), "lstm": [1, 2, -2]},
                 {**t.to_dict(), "packed": 1}, {**t.to_dict(), "highway_gemv_rows": -1},
                 {**t.to_dict(), "linear_gemv_rows": True}, {**t.to_dict(), "extra": 1}, {**t.to_dict(), "lstm": "128"},
-                {**t.to_dict(), "lstm_plain": [0, 0]}]:
+                {**t.to_dict(), "lstm": [0, 0, None]}]:
         with pytest.raises(ValueError):
             CpuTuning.from_dict(bad)
 

@@ -62,31 +62,28 @@ class CpuTuning:
     """The CPU fast path's choices for one (model shape, precision, threads); None: the kernels' default.
 
     lstm:              ``[gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows]``, the ``tuning`` of
-                       :func:`~elmo_fast.bilm.ops.bilstm` (-1: that value's default)
-    lstm_plain:        the same for the weights as they are (not packed), which the training op
-                       (:func:`~elmo_fast.bilm.ops.lstm_layer`) takes; ``lstm`` itself unless ``packed``
+                       :func:`~elmo_fast.bilm.ops.bilstm` (-1: that value's default). The training op
+                       (:func:`~elmo_fast.bilm.ops.lstm_layer`, whose backward differs) is not measured here
+                       and keeps its defaults.
     linear_gemv_rows:  ``gemv_max_rows`` of layer 0's input gates (:func:`~elmo_fast.bilm.ops.linear`)
     highway_gemv_rows: ``gemv_max_rows`` of :func:`~elmo_fast.bilm.ops.highway`
     packed:            bf16: the GEMM weights packed for the BRGeMM micro-kernel
     """
 
     lstm: tuple[int, int, int] | None = None
-    lstm_plain: tuple[int, int, int] | None = None
     linear_gemv_rows: int | None = None
     highway_gemv_rows: int | None = None
     packed: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("lstm", "lstm_plain"):
-            d[k] = None if d[k] is None else list(d[k])
+        d["lstm"] = None if self.lstm is None else list(self.lstm)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "CpuTuning":
         """The tuning a :meth:`to_dict` wrote; ValueError for anything else (a cache file is never trusted)."""
-        if not isinstance(d, dict) or set(d) != {"lstm", "lstm_plain", "linear_gemv_rows", "highway_gemv_rows",
-                                                 "packed"}:
+        if not isinstance(d, dict) or set(d) != {"lstm", "linear_gemv_rows", "highway_gemv_rows", "packed"}:
             raise ValueError(f"not a CpuTuning: {d!r}")
 
         def count(v, name, low=0):
@@ -103,9 +100,8 @@ class CpuTuning:
 
         if not isinstance(d["packed"], bool):
             raise ValueError(f"CpuTuning.packed must be a bool, got {d['packed']!r}")
-        return cls(schedule(d["lstm"], "lstm"), schedule(d["lstm_plain"], "lstm_plain"),
-                   count(d["linear_gemv_rows"], "linear_gemv_rows"), count(d["highway_gemv_rows"], "highway_gemv_rows"),
-                   d["packed"])
+        return cls(schedule(d["lstm"], "lstm"), count(d["linear_gemv_rows"], "linear_gemv_rows"),
+                   count(d["highway_gemv_rows"], "highway_gemv_rows"), d["packed"])
 
 
 #: no measurement: every op's own default
@@ -329,7 +325,7 @@ def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: 
     # threshold (packed weights: the micro-kernel, whatever the rows). bf16 with plain weights computes
     # them in fp32, which this run did not time.
     linear = lstm[0] if precision == "fp32" and layout == "plain" and lstm[0] != UNSET else None
-    return CpuTuning(lstm=lstm, lstm_plain=choices["plain"], linear_gemv_rows=linear, highway_gemv_rows=highway_rows,
+    return CpuTuning(lstm=lstm, linear_gemv_rows=linear, highway_gemv_rows=highway_rows,
                      packed=layout == "packed"), report
 
 

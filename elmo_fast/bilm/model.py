@@ -425,8 +425,7 @@ class ElmoBiLm(nn.Module):
         if self._fast_gradients():
             vectors = self.token_embedder.forward_fast(distinct)
             outputs, h, c = ops.bilstm_train(vectors[token_index], lengths, enc.flat_weights(), enc.cell_clip,
-                                             enc.proj_clip, h0, c0, training=False,
-                                             tuning=self.cpu_tuning("fp32").lstm_plain)
+                                             enc.proj_clip, h0, c0, training=False)
         else:
             vectors = self.token_embedder.forward_reference(distinct)
             outputs, h, c = enc.forward_reference(enc.layer0_gates(vectors), token_index, lengths, h0, c0)

@@ -119,8 +119,7 @@ class BidirectionalLM(nn.Module):
         vectors = bilm.token_embedder(distinct)
         x = vectors[inverse].view(*ids.shape[:-1], -1)
         p = self.dropout if self.training else 0.0
-        outputs, h, c = bilm.encoder.forward_sequence(x, batch.lengths, h0, c0, bilm.encoder.input_masks(x, p),
-                                                      tuning=bilm.cpu_tuning("fp32").lstm_plain)
+        outputs, h, c = bilm.encoder.forward_sequence(x, batch.lengths, h0, c0, bilm.encoder.input_masks(x, p))
         top = outputs[-1]
         P = bilm.options.projection_dim
         fwd, bwd = top[..., :P], top[..., P:]
