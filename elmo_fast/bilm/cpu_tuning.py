@@ -31,6 +31,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..run_lock import RunLock, RunLocked
 from . import calibration, calibration_store
 from .calibration import DEFAULT, CpuTuning
 
@@ -101,11 +102,40 @@ def cpu_tuning(lstm_weights: Sequence[Tensor], highway: tuple | None, precision:
     with _lock:
         tuning = _memo.get(text)
         if tuning is None:
-            tuning = None if how == "refresh" else calibration_store.load(key)
-            if tuning is None:
+            if how == "refresh":
                 tuning = _calibrate(key, lstm_weights, highway, precision)
+            else:
+                tuning = calibration_store.load(key) or _calibrate_once(key, lstm_weights, highway, precision)
             _memo[text] = tuning
     return _forced(tuning, precision, lstm_weights)
+
+
+def _calibrate_once(key: dict, lstm_weights, highway, precision: str) -> CpuTuning:
+    """Calibrate, one process of the machine at a time: processes starting together (torchrun's ranks,
+    an embed's workers) would otherwise each measure while the others load the CPUs, and store what
+    that gave. The first takes a lock beside the store's file and measures; the others wait for its
+    result (up to a few budgets: a process stopped mid-measurement leaves no result, then they measure).
+    Without a usable store folder, every process measures."""
+    path = calibration_store.path_for(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return _calibrate(key, lstm_weights, highway, precision)
+    deadline = time.monotonic() + 3 * budget() + 2.0
+    while True:
+        try:
+            with RunLock(path.with_suffix(".lock"), "the CPU calibration", remove=True):
+                # another process may have measured while this one waited for the lock
+                return calibration_store.load(key) or _calibrate(key, lstm_weights, highway, precision)
+        except RunLocked as e:
+            if "is in use by another elmo-fast run" not in str(e):  # no lock here (a read-only folder)
+                return _calibrate(key, lstm_weights, highway, precision)
+        tuning = calibration_store.load(key)
+        if tuning is not None:
+            return tuning
+        if time.monotonic() > deadline:
+            return _calibrate(key, lstm_weights, highway, precision)
+        time.sleep(0.05)
 
 
 def packable(lstm_weights: Sequence[Tensor], precision: str) -> bool:
