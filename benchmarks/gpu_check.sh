@@ -38,7 +38,8 @@
 #               one training step (reference, fast fp32)                                         130 s
 #   optional, for the second command:
 #   sanitizer   compute-sanitizer memcheck and racecheck on benchmarks/sanitizer_case.py        100 s
-#   more_tests  the CUDA tests the first command left out (test_cuda.py, test_cuda_backward.py)  100 s
+#   more_tests  the CUDA tests the first command left out (test_cuda.py, test_cuda_backward.py; the
+#               self-check's fallback to each op's twin on CUDA tensors)                         100 s
 #   build       force a build here instead of the prebuilt extension                             330 s
 # Budgets are caps: the run keeps within GPU_CHECK_BUDGET seconds (default 480), each phase getting
 # at most what is left less 10 s for the summary. At its cap a phase gets SIGINT (pytest then prints
@@ -315,7 +316,8 @@ for name in doctor kernels model bench sanitizer more_tests; do
     model) phase model 110 model_tests "${MODEL_TESTS[@]}" ;;
     bench) phase bench 130 bench ;;
     sanitizer) phase sanitizer 100 sanitizer ;;
-    more_tests) phase more_tests 100 run_pytest tests/test_cuda.py tests/test_cuda_backward.py "${deselect[@]}" ;;
+    more_tests) phase more_tests 100 run_pytest tests/test_cuda.py tests/test_cuda_backward.py \
+      tests/test_doctor.py::test_fallen_back_ops_give_their_twins_values "${deselect[@]}" ;;
   esac
 done
 
