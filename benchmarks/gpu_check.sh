@@ -4,8 +4,8 @@
 # most 8 minutes that answers "are the kernels right?" and "how fast?", then an optional second one.
 #
 # HOW TO RUN IT (the exact steps; BENCHMARKS.md, GPU, says the same):
-#   1. here, before asking for the GPU (no GPU needed; ~1 h the first time on 2 cores, most of it the
-#      torch download and the CUDA build; minutes after a small change):
+#   1. here, before asking for the GPU (no GPU needed; 13 minutes the first time on 2 busy cores: 3.5 of
+#      torch download (4.7 GB venv), 9 of CUDA build; seconds to minutes after a change to csrc/):
 #          bash scripts/prepare_gpu_run.sh
 #      It builds elmo_fast._C with the CUDA kernels for sm_90 against the GPU machine's torch (2.11.0,
 #      CUDA 13.0, Python 3.12) into prebuilt/ (ignored), with the golden fixture.
