@@ -111,3 +111,13 @@ def test_the_check_can_fail(tmp_path):
 def test_the_docs_ship_in_the_sdist():
     manifest = (ROOT / "MANIFEST.in").read_text(encoding="utf-8")
     assert re.search(r"^graft docs$", manifest, re.M), "MANIFEST.in must graft docs/ (README.md links its pages)"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    """A page of docs/ that the README does not link is a page nobody finds."""
+    linked = {(ROOT / unquote(target.split("#")[0])).resolve() for _, target in links(ROOT / "README.md")
+              if target and "://" not in target}
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert pages, "no docs/*.md found"
+    missing = [p.name for p in pages if p.resolve() not in linked]
+    assert not missing, f"docs pages the README does not link: {missing}"
