@@ -208,6 +208,15 @@ def test_the_ray_room_is_a_leaf():
             assert not bad, f"{module} imports {sorted(bad)}"
 
 
+def test_only_the_cli_and_the_ray_room_import_the_server():
+    """elmo_fast.serve (the [serve] extra) is reached from the CLI (`elmo-fast serve`) and the Ray room (its
+    Ray Serve replicas run the same app) only: a core install need not have Starlette or uvicorn."""
+    for module, deps in _graph().items():
+        if module.startswith(("elmo_fast.serve", "elmo_fast.cli", "elmo_fast.ray")) or module == "elmo_fast.__main__":
+            continue
+        assert not any(d.startswith("elmo_fast.serve") for d in deps), f"{module} imports the server"
+
+
 def test_importing_elmo_fast_imports_no_ray():
     """``import elmo_fast`` (and the Ray room's door, and its batch embedder) import no Ray: a core install
     has none, and the actors Ray starts import it themselves."""
