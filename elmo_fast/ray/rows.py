@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..embedding.lines import Line
 from ..errors import InputError
-from ..sentences import as_tokens
+from ..sentences import SentenceTypeError, as_tokens
 
 PREFIX = "ElmoBatchEmbedder"
 
@@ -21,12 +21,13 @@ PREFIX = "ElmoBatchEmbedder"
 @dataclass
 class Row(Line):
     """One row of a batch as the embedding room's :class:`~elmo_fast.embedding.lines.Line`: ``index``
-    its place in the batch (from 0), ``text`` its text (tokens joined by spaces for a tokens column)."""
+    its place in the batch (from 0), ``text`` its text (tokens joined by spaces for a tokens column);
+    ``label(index)`` names it in messages."""
 
-    label: str = ""
+    label: Callable[[int], str] | None = None
 
     def where(self) -> str:
-        return self.label
+        return self.label(self.index) if self.label is not None else f"row {self.index + 1} of the batch"
 
 
 def columns_of(batch: Any) -> list[str]:
@@ -60,18 +61,28 @@ def _found(value: Any) -> str:
 
 def _labels(batch: Any, column: str, n: int) -> Callable[[int], str]:
     """Each row's name in messages: the column, its place in the batch, and up to three of its other
-    columns that hold short scalars (an id, a path)."""
-    others = []
-    for name in columns_of(batch):
-        if name == column or len(others) == 3:
-            continue
-        values = batch[name]
-        values = values.tolist() if hasattr(values, "tolist") else list(values)
-        if values and all(isinstance(v, (str, int, float)) and len(str(v)) <= 60 for v in values):
-            others.append((name, values))
+    columns that hold short scalars (an id, a path). Looked at only when a message needs it."""
+    found: list[tuple[str, list]] = []
+    looked: list[bool] = []
+
+    def others() -> list[tuple[str, list]]:
+        if looked:
+            return found
+        looked.append(True)
+        for name in columns_of(batch):
+            if name == column or len(found) == 3:
+                continue
+            values = batch[name]
+            values = values.to_numpy() if hasattr(values, "to_numpy") else values  # (pandas)
+            if getattr(values, "ndim", 1) != 1:  # vectors, not ids
+                continue
+            values = values.tolist() if hasattr(values, "tolist") else list(values)
+            if all(isinstance(v, (str, int, float)) and len(str(v)) <= 60 for v in values):
+                found.append((name, values))
+        return found
 
     def label(i: int) -> str:
-        extra = ", ".join(f"{name}={_short(values[i])}" for name, values in others)
+        extra = ", ".join(f"{name}={_short(values[i])}" for name, values in others())
         return f"{PREFIX}: column {column!r}, row {i + 1} of {n} in the batch" + (f" ({extra})" if extra else "")
 
     return label
@@ -97,7 +108,7 @@ def text_rows(batch: Any, column: str, parameter: str, tokenize: bool, max_line_
         if not tokens:
             raise InputError(f"{label(i)}: the text {_short(value)} is empty or all whitespace; every row needs "
                              f"at least one token (filter such rows out first)")
-        rows.append(Row(i, value, tokens, label=label(i)))
+        rows.append(Row(i, value, tokens, label=label))
     return rows
 
 
@@ -108,16 +119,18 @@ def token_rows(batch: Any, column: str, parameter: str, max_line_length: int | N
     label = _labels(batch, column, len(values))
     rows = []
     for i, value in enumerate(values):
-        where = label(i)
         if value is None:
-            raise InputError(f"{where}: expected a list of tokens, found None (a missing value)")
-        tokens = as_tokens(value, where)
+            raise InputError(f"{label(i)}: expected a list of tokens, found None (a missing value)")
+        try:
+            tokens = as_tokens(value, "row")
+        except SentenceTypeError:  # again, to name the row: labels are made only for messages
+            tokens = as_tokens(value, label(i))
         if not tokens:
-            raise InputError(f"{where}: the list of tokens is empty; every row needs at least one token (filter "
+            raise InputError(f"{label(i)}: the list of tokens is empty; every row needs at least one token (filter "
                              f"such rows out first)")
         text = " ".join(tokens)
         if max_line_length is not None and len(text) > max_line_length:
-            raise InputError(f"{where}: its {len(tokens):,} tokens hold {len(text):,} characters, over "
+            raise InputError(f"{label(i)}: its {len(tokens):,} tokens hold {len(text):,} characters, over "
                              f"max_line_length={max_line_length:,}")
-        rows.append(Row(i, text, tokens, label=where))
+        rows.append(Row(i, text, tokens, label=label))
     return rows
