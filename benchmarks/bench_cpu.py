@@ -222,7 +222,8 @@ def machine_info(threads: int) -> dict:
 
 
 def machine_key(info: dict) -> str:
-    return f"{info['cpu_model']} / {info['logical_cpus']} logical CPUs"
+    # the family and model tell apart hosts that report one name ("AMD EPYC": Zen 4 and Zen 5 VMs)
+    return f"{info['cpu_model']} ({info['cpu_family_model']}) / {info['logical_cpus']} logical CPUs"
 
 
 def bf16_support() -> tuple[bool, str]:
@@ -341,6 +342,11 @@ def run_one(cfg: dict) -> dict:
     rss_after_load = _peak_rss_mb()
     bilm = embedder.elmo_bilm
     bs, budget = cfg["batch_size"], cfg["seconds"]
+    # The CPU kernels' choices (measured at first use, or read from the calibration store): before
+    # the warm-up, so that a calibration's time is neither in the warm-up's nor in the row's.
+    start = time.perf_counter()
+    tuning = bilm.cpu_tuning() if hasattr(bilm, "cpu_tuning") else None
+    tuning_s = time.perf_counter() - start
 
     # Warm-up on other sentences (seed 1) than the measured ones (seed 0); one slow batch is enough.
     warm = make_sentences(cfg["warmup"] * bs, seed=1)
@@ -406,6 +412,8 @@ def run_one(cfg: dict) -> dict:
         "cache_entries": len(cache) if cache is not None else None,
         "rss_after_load_mb": rss_after_load,
         "peak_rss_mb": _peak_rss_mb(),
+        "tuning": None if tuning is None else tuning.to_dict(),
+        "tuning_s": tuning_s,
     }
 
 
@@ -539,9 +547,9 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                    f"highway {fl['highway'] / 1e6:.1f}, projection {fl['projection'] / 1e6:.1f}, "
                    f"LSTM {fl['lstm'] / 1e6:.1f})\n")
         out.append("| backend | dtype | batch | token cache | sentences | tokens/s | sentences/s | p50 ms | p90 ms "
-                   "| peak RSS MB | char CNN | highway | LSTM | other | GFLOP/s | % SGEMM | BW bound tokens/s | % bound "
-                   "| speedup |")
-        out.append("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+                   "| peak RSS MB | char CNN | highway | LSTM | other | GFLOP/s | % SGEMM | % bf16 GEMM | BW bound tokens/s "
+                   "| % bound | speedup |")
+        out.append("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for r in rows:
             if r["preset"] != preset:
                 continue
@@ -552,7 +560,7 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                 cache = f"on ({r['cache_hit_rate']:.0%} hits)"
             head = f"| {backend} | {r['dtype']} | {r['batch_size']} | {cache} |"
             if not r.get("ok"):
-                out.append(head + f" not measured: {r['error']} |" + " |" * 14)
+                out.append(head + f" not measured: {r['error']} |" + " |" * 15)
                 continue
             sp = r["time_split"]
             if r["resolved_backend"] == "reference":
@@ -569,6 +577,7 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                 f"{head} {sentences} | {_num(r['tokens_per_s'])}{mark} | {_num(r['sentences_per_s'])} "
                 f"| {r['latency_ms_p50']:.1f} | {r['latency_ms_p90']:.1f} | {r['peak_rss_mb']:.0f} {split}"
                 f" {_num(r['model_gflops'])} | {_f(r['fraction_of_sgemm'] and 100 * r['fraction_of_sgemm'], '{:.1f}%')} "
+                f"| {_f(r['fraction_of_bf16_gemm'] and 100 * r['fraction_of_bf16_gemm'], '{:.1f}%')} "
                 f"| {_f(r.get('bound_tokens_per_s') and _num(r['bound_tokens_per_s']), '{}')}"
                 f"{f' ({bw:.0f} GB/s)' if (bw := r.get('bound_tokens_per_s') and r.get('read_gbs')) else ''} "
                 f"| {_f(r.get('fraction_of_bound') and 100 * r['fraction_of_bound'], '{:.0f}%')} | {speedup} |")
@@ -578,6 +587,25 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                  f"(steal included); its numbers are not clean, run it again on a quiet machine."] + notes
     if notes:
         out.append("Notes: " + " ".join(notes) + "\n")
+    return "\n".join(out)
+
+
+def calibration_markdown(rows: list[dict], mode: str) -> str:
+    """What the CPU kernels' calibration chose for each preset and dtype (the fast rows' tunings), and
+    how long getting it took in the first row (a measurement, or a read of the calibration store)."""
+    seen: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("ok") and r.get("tuning") is not None and r["resolved_backend"] == "fast":
+            seen.setdefault((r["preset"], r["dtype"]), r)
+    if not seen:
+        return ""
+    out = [f"Calibration ({mode}; `tuning`: [GEMV rows in turn, GEMV rows concurrently, "
+           "directions concurrently from rows], -1 the kernel's default):", ""]
+    for (preset, dtype), r in seen.items():
+        t = r["tuning"]
+        out.append(f"- {preset} {dtype}: tuning {t['lstm']}, layer-0 gates GEMV rows {t['linear_gemv_rows']}, "
+                   f"highway GEMV rows {t['highway_gemv_rows']}, LSTM weights {'packed' if t['packed'] else 'plain'} "
+                   f"({r['tuning_s']:.2f} s in the first row)")
     return "\n".join(out)
 
 
@@ -593,7 +621,8 @@ one stage, so it shows "-". *GFLOP/s* is tokens/s times the nominal FLOPs per to
 above): useful work only, so padding, boundaries and recomputed duplicates are not credited, and
 the token cache (*on*: measured from a cold cache over the corpus, so the hit rate is the corpus's
 own reuse and grows with its length) can lift it past the GEMM rate. *% SGEMM* divides it by this
-machine's fp32 GEMM rate measured in the same run. *speedup* is tokens/s over the reference row of
+machine's fp32 GEMM rate measured in the same run, *% bf16 GEMM* (bf16 rows) by its bf16 GEMM rate
+(torch.matmul in bf16: oneDNN, on AMX tiles where the CPU has them). *speedup* is tokens/s over the reference row of
 the same preset, batch and dtype in the same run ("vs fp32": the reference is fp32 only, so bf16 rows
 compare with its fp32 row). *token cache off* still dedupes tokens within a batch.
 *BW bound tokens/s* (batch-1 fast rows) is what reading the row's weights at this machine's
@@ -626,6 +655,7 @@ def section_markdown(result: dict) -> str:
            f"- {result['bound_formula']}"] if g.get("read") else []),
         "",
         result["tables"],
+        *([result["calibration"], ""] if result.get("calibration") else []),
         HOW_TO_READ,
     ]
     return "\n".join(lines)
@@ -693,6 +723,11 @@ def parse_args(argv=None):
     p.add_argument("--retries", type=int, default=0,
                    help="run a configuration again, up to this many times, while other processes used over "
                         f"{100 * BUSY_MARK:.0f}%% of the CPUs during it; the least disturbed attempt is kept (default 0)")
+    p.add_argument("--calibration", choices=("on", "off", "refresh"),
+                   help="ELMO_FAST_CALIBRATION for the rows: measure the CPU kernels' choices at first use (on, "
+                        "elmo-fast's default; kept in its cache for later processes), use the kernels' defaults "
+                        "(off), or measure again for this run (refresh: each preset and dtype's first row "
+                        "measures into a store of the run's own, the others read it). Default: the environment's")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, finishes in well under a minute")
     p.add_argument("--json", type=Path, metavar="PATH", help="write every number, machine facts included, as JSON")
     p.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown tables")
@@ -738,6 +773,15 @@ def main(argv=None) -> int:
     # Children inherit the environment: their OpenMP/MKL pools start at this size.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
+    if args.calibration == "refresh":
+        # measured afresh once per preset and dtype for the run: its first row measures, the others
+        # read the result from a calibration store of the run's own
+        import tempfile
+
+        os.environ["ELMO_FAST_CACHE"] = tempfile.mkdtemp(prefix="bench_cpu_calibration_")
+        os.environ["ELMO_FAST_CALIBRATION"] = "on"
+    elif args.calibration is not None:
+        os.environ["ELMO_FAST_CALIBRATION"] = args.calibration
     torch.set_num_threads(args.threads)
     argv_shown = sys.argv[1:] if argv is None else argv
     script = os.path.relpath(Path(__file__).resolve(), Path.cwd())
@@ -820,11 +864,13 @@ def main(argv=None) -> int:
     wbytes = {(p, d): weight_bytes(PRESETS[p], d) for p in presets for d in dtypes}
     derive(rows, flops, gemm, wbytes)
     tables = markdown_tables(rows, flops, gemm, notes)
+    calibration = calibration_markdown(rows, "--calibration refresh: measured in this run" if args.calibration == "refresh"
+                                       else f"ELMO_FAST_CALIBRATION={os.environ.get('ELMO_FAST_CALIBRATION', 'on')}")
     result = {"machine": info, "command": command, "formula": FLOPS_FORMULA, "bound_formula": BOUND_FORMULA,
               "gemm": gemm, "weight_bytes": {f"{p} {d}": v for (p, d), v in wbytes.items()},
               "flops_per_token": flops, "settings": {k: getattr(args, k) for k in (
                   "seconds", "sentences", "warmup", "threads", "token_cache_mb", "quick")},
-              "rows": rows, "notes": notes, "tables": tables}
+              "rows": rows, "notes": notes, "tables": tables, "calibration": calibration}
 
     header = (f"{machine_key(info)}; torch {info['torch']}, MKL {info['mkl']}, oneDNN {info['onednn']}, "
               f"{args.threads} threads; {info['date']}\n"
@@ -833,6 +879,8 @@ def main(argv=None) -> int:
               + (f"read rate {_read(gemm['read'])}\n{BOUND_FORMULA}\n" if gemm.get("read") else ""))
     print(header)
     print(tables)
+    if calibration:
+        print(calibration)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     if args.markdown:

@@ -239,96 +239,101 @@ def main() -> int:
         "model-bf16": (model_fn("model-bf16", dtype=torch.bfloat16), False, "bf16"),
     }
     rows = []
-    for batch in batches:
-        # a few different batches in rotation, as a real corpus would give
-        groups = [corpus[i * batch:(i + 1) * batch] for i in range(4)]
-        cpu_sets = [batch_to_ids(g) for g in groups]
-        id_sets = [ids.to(dev) for ids in cpu_sets]
-        lengths = [[len(s) for s in g] for g in groups]
-        words = sum(sum(ls) for ls in lengths) / len(lengths)  # tokens per batch, boundaries not counted
-        flops = sum(model_flops(options, ls) for ls in lengths) / len(lengths)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        reference_out = [t.float() for t in bilm_ref(id_sets[0], w32)[0]]
-        ref_p50 = None
-        for name in configs:
-            fn, tf32, precision = runners[name]
-            row = {"config": name, "batch": batch, "words": words, "gflop": flops / 1e9}
-            if name.startswith(("fast", "model")) and not fast_ok:
-                row["skipped"] = "no CUDA kernels in elmo_fast._C"
-            elif name == "fast-bf16" and not bf16_ok:
-                row["skipped"] = "bf16 not supported on this GPU"
-            if "skipped" in row:
+    interrupted = False
+    try:  # SIGINT (gpu_check.sh's budget): the rows measured so far are still written
+        for batch in batches:
+            # a few different batches in rotation, as a real corpus would give
+            groups = [corpus[i * batch:(i + 1) * batch] for i in range(4)]
+            cpu_sets = [batch_to_ids(g) for g in groups]
+            id_sets = [ids.to(dev) for ids in cpu_sets]
+            lengths = [[len(s) for s in g] for g in groups]
+            words = sum(sum(ls) for ls in lengths) / len(lengths)  # tokens per batch, boundaries not counted
+            flops = sum(model_flops(options, ls) for ls in lengths) / len(lengths)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            reference_out = [t.float() for t in bilm_ref(id_sets[0], w32)[0]]
+            ref_p50 = None
+            for name in configs:
+                fn, tf32, precision = runners[name]
+                row = {"config": name, "batch": batch, "words": words, "gflop": flops / 1e9}
+                if name.startswith(("fast", "model")) and not fast_ok:
+                    row["skipped"] = "no CUDA kernels in elmo_fast._C"
+                elif name == "fast-bf16" and not bf16_ok:
+                    row["skipped"] = "bf16 not supported on this GPU"
+                if "skipped" in row:
+                    rows.append(row)
+                    continue
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                torch.backends.cudnn.allow_tf32 = tf32
+                try:
+                    row["max_abs_diff_vs_reference"] = max_diff(fn(id_sets[0], cpu_sets[0]), reference_out)
+                    counter = iter(range(10**9))
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                    # model-graphs: each batch of the rotation seen once, then captured, before timing
+                    times = time_it(lambda: fn(*(lambda k: (id_sets[k], cpu_sets[k]))(next(counter) % len(id_sets))),
+                                    args.budget, warmup=2 * len(id_sets) + 1 if name == "model-graphs" else 2)
+                except Exception as e:  # keep going: one failing config must not hide the others
+                    row["error"] = f"{type(e).__name__}: {e}"[:300]
+                    rows.append(row)
+                    print(f"bench_gpu: {name} batch {batch}: {row['error']}", flush=True)
+                    continue
+                p50, p90 = percentile(times, 0.5), percentile(times, 0.9)
+                row.update(p50_ms=p50 * 1e3, p90_ms=p90 * 1e3, iters=len(times), words_per_s=words / p50,
+                           peak_gb=torch.cuda.max_memory_allocated() / 2**30, tflops=flops / p50 / 1e12,
+                           ceiling_tflops=ceilings[precision])
+                row["pct_of_ceiling"] = 100 * row["tflops"] / row["ceiling_tflops"]
+                if name == "reference":
+                    ref_p50 = p50
+                if ref_p50 is not None:
+                    row["speedup_vs_reference"] = ref_p50 / p50
                 rows.append(row)
-                continue
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            torch.backends.cudnn.allow_tf32 = tf32
-            try:
-                row["max_abs_diff_vs_reference"] = max_diff(fn(id_sets[0], cpu_sets[0]), reference_out)
-                counter = iter(range(10**9))
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                # model-graphs: each batch of the rotation seen once, then captured, before timing
-                times = time_it(lambda: fn(*(lambda k: (id_sets[k], cpu_sets[k]))(next(counter) % len(id_sets))),
-                                args.budget, warmup=2 * len(id_sets) + 1 if name == "model-graphs" else 2)
-            except Exception as e:  # keep going: one failing config must not hide the others
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
-                rows.append(row)
-                print(f"bench_gpu: {name} batch {batch}: {row['error']}", flush=True)
-                continue
-            p50, p90 = percentile(times, 0.5), percentile(times, 0.9)
-            row.update(p50_ms=p50 * 1e3, p90_ms=p90 * 1e3, iters=len(times), words_per_s=words / p50,
-                       peak_gb=torch.cuda.max_memory_allocated() / 2**30, tflops=flops / p50 / 1e12,
-                       ceiling_tflops=ceilings[precision])
-            row["pct_of_ceiling"] = 100 * row["tflops"] / row["ceiling_tflops"]
-            if name == "reference":
-                ref_p50 = p50
-            if ref_p50 is not None:
-                row["speedup_vs_reference"] = ref_p50 / p50
-            rows.append(row)
-            print(f"bench_gpu: {name:10s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
-                  f"words/s, diff {row['max_abs_diff_vs_reference']:.2e}", flush=True)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+                print(f"bench_gpu: {name:10s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
+                      f"words/s, diff {row['max_abs_diff_vs_reference']:.2e}", flush=True)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
 
-    model_runners.clear()  # the models go before the training rows take the memory
-    train_batches = [int(b) for b in args.train_batches.split(",") if b]
-    train_configs = [c for c in args.train_configs.split(",") if c]
-    for batch in train_batches:
-        ref_p50 = None
-        for name in train_configs:
-            row = {"config": name, "batch": batch}
-            fast = name != "train-reference"
-            if fast and not ops.HAS_CUDA_BACKWARD:
-                row["skipped"] = "no CUDA training kernels in elmo_fast._C (ops.HAS_CUDA_BACKWARD)"
+        model_runners.clear()  # the models go before the training rows take the memory
+        train_batches = [int(b) for b in args.train_batches.split(",") if b]
+        train_configs = [c for c in args.train_configs.split(",") if c]
+        for batch in train_batches:
+            ref_p50 = None
+            for name in train_configs:
+                row = {"config": name, "batch": batch}
+                fast = name != "train-reference"
+                if fast and not ops.HAS_CUDA_BACKWARD:
+                    row["skipped"] = "no CUDA training kernels in elmo_fast._C (ops.HAS_CUDA_BACKWARD)"
+                    rows.append(row)
+                    continue
+                tf32 = name.endswith("tf32")
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                torch.backends.cudnn.allow_tf32 = tf32
+                try:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                    step, tokens = training_step_runner(options_file, weight_file, dev, "fast" if fast else "reference",
+                                                        corpus, batch)
+                    times = time_it(step, args.budget, min_iters=3, max_iters=20, warmup=2)
+                except Exception as e:  # keep going: one failing config must not hide the others
+                    row["error"] = f"{type(e).__name__}: {e}"[:300]
+                    rows.append(row)
+                    print(f"bench_gpu: {name} batch {batch}: {row['error']}", flush=True)
+                    continue
+                finally:
+                    step = None
+                p50, p90 = percentile(times, 0.5), percentile(times, 0.9)
+                row.update(words=tokens, p50_ms=p50 * 1e3, p90_ms=p90 * 1e3, iters=len(times), words_per_s=tokens / p50,
+                           peak_gb=torch.cuda.max_memory_allocated() / 2**30)
+                if name == "train-reference":
+                    ref_p50 = p50
+                if ref_p50 is not None:
+                    row["speedup_vs_reference"] = ref_p50 / p50
                 rows.append(row)
-                continue
-            tf32 = name.endswith("tf32")
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            torch.backends.cudnn.allow_tf32 = tf32
-            try:
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-                step, tokens = training_step_runner(options_file, weight_file, dev, "fast" if fast else "reference",
-                                                    corpus, batch)
-                times = time_it(step, args.budget, min_iters=3, max_iters=20, warmup=2)
-            except Exception as e:  # keep going: one failing config must not hide the others
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
-                rows.append(row)
-                print(f"bench_gpu: {name} batch {batch}: {row['error']}", flush=True)
-                continue
-            finally:
-                step = None
-            p50, p90 = percentile(times, 0.5), percentile(times, 0.9)
-            row.update(words=tokens, p50_ms=p50 * 1e3, p90_ms=p90 * 1e3, iters=len(times), words_per_s=tokens / p50,
-                       peak_gb=torch.cuda.max_memory_allocated() / 2**30)
-            if name == "train-reference":
-                ref_p50 = p50
-            if ref_p50 is not None:
-                row["speedup_vs_reference"] = ref_p50 / p50
-            rows.append(row)
-            print(f"bench_gpu: {name:16s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
-                  "tokens/s (training step)", flush=True)
+                print(f"bench_gpu: {name:16s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
+                      "tokens/s (training step)", flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("bench_gpu: interrupted (SIGINT): the rows measured so far follow", flush=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     tmp_dir.cleanup()
@@ -352,14 +357,15 @@ def main() -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(json.dumps({"machine": machine, "ceilings_tflops": ceilings,
-                                                     "preset": args.preset, "rows": rows}, indent=2))
+                                                     "preset": args.preset, "interrupted": interrupted,
+                                                     "rows": rows}, indent=2))
         (out / "bench.md").write_text(f"# bench_gpu ({args.preset})\n\n{json.dumps(machine)}\n\nmatmul ceilings "
                                       f"(TFLOP/s): {json.dumps({k: round(v, 1) for k, v in ceilings.items()})}\n\n"
                                       f"{table}\n")
     print(f"\nbench_gpu: {args.preset} on {props.name}, torch {torch.__version__}; ceilings (TFLOP/s) "
           + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.items()))
     print(table, flush=True)
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "packed_weight.h"
 
 namespace elmo_fast {
 
@@ -91,12 +92,12 @@ inline BilstmDims bilstm_dims(const at::Tensor& xg0, const at::Tensor& token_ind
   ELMO_CHECK(!weights.empty() && weights.size() % 8 == 0,
              "weights must hold 8 tensors per layer (w_ih, w_hh, bias, w_proj of the forward, then "
              "the backward direction), got ", weights.size());
-  ELMO_CHECK(weights[3].dim() == 2, "weights[3] (w_proj of layer 0, forward) must have 2 dims, got ",
-             weights[3].dim());
+  const std::vector<int64_t> proj = weight_sizes(weights[3]);  // a packed weight's [P, C] too
+  ELMO_CHECK(proj.size() == 2, "weights[3] (w_proj of layer 0, forward) must have 2 dims, got ", weights[3].dim());
   ELMO_CHECK_DIM(xg0, 3);
   ELMO_CHECK_DIM(token_index, 2);
-  return BilstmDims{static_cast<int64_t>(weights.size()) / 8, weights[3].size(0), weights[3].size(1),
-                    xg0.size(0), token_index.size(0), token_index.size(1)};
+  return BilstmDims{static_cast<int64_t>(weights.size()) / 8, proj[0], proj[1], xg0.size(0), token_index.size(0),
+                    token_index.size(1)};
 }
 
 // xg0: [U, 2, 4C]; token_index: [B, T] int64 on xg0's device; lengths: [B] int64 on the CPU or xg0's
@@ -105,11 +106,13 @@ inline BilstmDims bilstm_dims(const at::Tensor& xg0, const at::Tensor& token_ind
 // xg0's dtype; clips >= 0 or None. Every weight has dtype `wdtype` (the binding decides which are
 // allowed), a bias may also have xg0's dtype; weights, h0 and c0 live on xg0's device. The values of
 // lengths: bilstm_host_lengths; of token_index: the binding's (the CPU op checks them, the CUDA op
-// clamps them as the reference does, since reading them would cost a device sync).
+// clamps them as the reference does, since reading them would cost a device sync). With `packed_ok`
+// (the CPU op), w_ih, w_hh and w_proj may each be packed (packed_weight.h).
 inline void check_bilstm_args(const BilstmDims& dims, const at::Tensor& xg0, const at::Tensor& token_index,
                               const at::Tensor& lengths, at::TensorList weights, at::ScalarType wdtype,
                               std::optional<double> cell_clip, std::optional<double> proj_clip,
-                              const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
+                              const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt,
+                              bool packed_ok = false) {
   static constexpr char kOp[] = "bilstm";
   static constexpr const char* kWeightName[4] = {"w_ih", "w_hh", "bias", "w_proj"};
   const int64_t L = dims.L, P = dims.P, C = dims.C, U = dims.U, B = dims.B;
@@ -134,8 +137,12 @@ inline void check_bilstm_args(const BilstmDims& dims, const at::Tensor& xg0, con
                                           : k == 3 ? std::vector<int64_t>{P, C}
                                                    : std::vector<int64_t>{4 * C, P};
         const char* dir = d == 0 ? "forward" : "backward";
-        ELMO_CHECK(w.sizes() == at::IntArrayRef(want), "weights[", i, "] (", kWeightName[k], " of layer ", l, ", ",
-                   dir, ") expected shape ", at::IntArrayRef(want), ", got ", w.sizes());
+        const bool packed = is_packed_weight(w) && k != 2;
+        ELMO_CHECK(!packed || packed_ok, "weights[", i, "] (", kWeightName[k], " of layer ", l, ", ", dir,
+                   ") is packed (pack_weight): only the CPU op takes packed weights");
+        ELMO_CHECK(weight_sizes(w) == want, "weights[", i, "] (", kWeightName[k], " of layer ", l, ", ", dir,
+                   ") expected shape ", at::IntArrayRef(want), packed ? " (packed)" : "", ", got ",
+                   at::IntArrayRef(weight_sizes(w)));
         ELMO_CHECK(w.scalar_type() == wdtype || (k == 2 && w.scalar_type() == dtype), "weights[", i, "] (",
                    kWeightName[k], " of layer ", l, ", ", dir, ") must have the dtype of the other weights (",
                    dtype_name(wdtype), "), got ", dtype_name(w.scalar_type()));

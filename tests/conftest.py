@@ -4,6 +4,16 @@ from pathlib import Path
 
 import pytest
 
+# The CPU kernels' calibration (elmo_fast.bilm.cpu_tuning) picks kernels by timing them: the suite runs
+# the kernels' defaults, the same in every process and on every machine, and writes nothing under the
+# user's cache. tests/test_calibration.py turns it on where it tests it; subprocesses inherit this.
+os.environ.setdefault("ELMO_FAST_CALIBRATION", "off")
+
+# The first-use self-check (elmo_fast.bilm.selfcheck) falls back to an op's reference twin when its kernel
+# fails on a GPU: in the tests, that would let a wrong CUDA kernel pass every test through the twin. Strict
+# here, so that it fails them instead, naming the op (set before any test module imports elmo_fast).
+os.environ.setdefault("ELMO_FAST_SELFCHECK", "strict")
+
 #: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
 #: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).
 FIXTURE_DIR = Path(os.environ.get("ELMO_FAST_FIXTURE_DIR")

@@ -144,6 +144,13 @@ ALLOWED = {
     "elmo_fast.bilm.cuda_graphs": set(),
     "elmo_fast.bilm.legacy_keys": set(),
     "elmo_fast.bilm.vocab_cache": {"elmo_fast.errors"},
+    # the CPU kernels' choices: measured through the ops alone; remembered through the one write path;
+    # the orchestration knows the two and nothing of models
+    "elmo_fast.bilm.calibration": {"elmo_fast.bilm.ops"},
+    "elmo_fast.bilm.calibration_store": {"elmo_fast.bilm.calibration", "elmo_fast.durable",
+                                         "elmo_fast.pretrained.official"},
+    "elmo_fast.bilm.cpu_tuning": {"elmo_fast.bilm.calibration", "elmo_fast.bilm.calibration_store",
+                                  "elmo_fast.run_lock"},
     # which model a constructor was given: the formats, and the bundled model's directory
     "elmo_fast.model_source": {"elmo_fast.errors", "elmo_fast.formats.bilm_tf", "elmo_fast.formats.manylangs_dir",
                                "elmo_fast.formats.model_dir", "elmo_fast.pretrained.bundled"},
@@ -156,6 +163,8 @@ ALLOWED = {
     "elmo_fast.as_allennlp": {"elmo_fast.compat.allennlp09.finder"},
     "elmo_fast.compat.allennlp09.finder": {"elmo_fast.compat.allennlp09"},
     "elmo_fast.compat.allennlp09": set(),
+    # an op that failed its first-use self-check: its twin, called as the op is (nothing of the fast path)
+    "elmo_fast.bilm.fallback": {"elmo_fast.bilm.reference"},
 }
 
 

@@ -15,6 +15,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._inductor.utils import fresh_inductor_cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -425,6 +426,28 @@ def test_lstm_layer_gemm_paths_and_schedules(gemv_rows, schedule, threads, monke
         torch.set_num_threads(before)
 
 
+def test_lstm_layer_tuning_is_the_environments_choice(monkeypatch):
+    # tuning [gemv rows, gemv rows, concurrent from] runs what the environment's forcing runs, forward and
+    # backward (the autograd formula passes it on), bit for bit.
+    case = layer_case(11, 13, 37, 50, torch.float32, seed=12)
+    xg, lengths, w_hh, w_proj, h0, c0 = case
+
+    def run(tuning):
+        leaves_ = [t.detach().requires_grad_() for t in (xg.nan_to_num(), w_hh, w_proj, h0, c0)]
+        y, h, c = ops.lstm_layer(leaves_[0], lengths, *leaves_[1:3], 3.0, 3.0, *leaves_[3:], tuning=tuning)
+        grads = torch.autograd.grad((y * y).sum() + h.sum() + c.sum(), leaves_)
+        return (y, h, c, *grads)
+
+    for rows, mode, conc in [("0", "sequential", 0), ("1000", "directions", 1)]:
+        tuned = run([int(rows), int(rows), conc])
+        with monkeypatch.context() as m:
+            m.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", rows)
+            m.setenv("ELMO_FAST_BILSTM_THREADS", mode)
+            forced = run(None)
+        for a, b in zip(tuned, forced):
+            assert torch.equal(a, b), (rows, mode)
+
+
 def indexed_case(case, mode, seed):
     """case's gates as rows of xg [2, U, 4C] picked by token_index [B, T] (junk at padding positions):
     "packed" one row per real position, as bilstm_train passes them; "repeated" U = N / 2 random
@@ -616,7 +639,10 @@ def test_torch_compile_forward_and_backward(dynamic):
     compiled = torch.compile(f, fullgraph=True, dynamic=dynamic)
     inputs = [*differentiable(case), emb, ws[0], hw[0], hw[2]]
     a, b = leaves(inputs), leaves(inputs)
-    got = torch.autograd.grad(compiled(*b), b)
+    # A cache of its own: inductor's on-disk cache (/tmp/torchinductor_$USER) does not key on a custom op's
+    # schema, so code compiled by another checkout whose ops take other arguments would be reused here.
+    with fresh_inductor_cache():
+        got = torch.autograd.grad(compiled(*b), b)
     want = torch.autograd.grad(f(*a), a)
     for i, (g, w) in enumerate(zip(got, want)):
         assert_grad_close(g, w, what=f"compiled input {i}")

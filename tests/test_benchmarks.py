@@ -28,6 +28,11 @@ def test_bench_cpu(tmp_path):
     assert "| fast | fp32 | 2 | off |" in out and "| reference | fp32 | 2 |" in out
 
 
+def test_bench_lstm_step():
+    out = _run("bench_lstm_step.py", "--preset", "tiny", "--rows", "1,5", "--steps", "2", "--repeats", "1")
+    assert "| 5 | bf16 packed |" in out and "| 1 | fp32 BLAS |" in out
+
+
 def test_bench_train():
     out = _run("bench_train.py", "--presets", "tiny,default", "--batch", "4", "--vocab", "200",
                "--negative-samples", "16", "--repeats", "1", "--ref-repeats", "1")

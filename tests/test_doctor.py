@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,7 @@ from elmo_fast.bilm import ops, reference, selfcheck
 from elmo_fast.bilm.build_report import BuildReport, arch_mismatch, build_report
 from elmo_fast.bilm.selfcheck_cases import OPS
 from elmo_fast.cli import main
+from tolerances import assert_close, max_abs_error
 
 needs_extension = pytest.mark.skipif(not ops.HAS_EXTENSION,
                                      reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
@@ -187,19 +189,21 @@ def test_arch_mismatch():
 
 @pytest.fixture
 def first_use(request):
-    """The self-check enabled in this process with the mode given by the test; off again after."""
+    """The self-check enabled in this process with the mode given by the test; as before after."""
+    before = (selfcheck._mode, selfcheck._strict)
+
     def enable(mode):
         selfcheck.forget_checked()
         selfcheck.enable(mode)
 
     yield enable
-    selfcheck.enable(None)
+    selfcheck.enable(None if before[0] is None else before[0] + (",strict" if before[1] else ""))
     selfcheck.forget_checked()
 
 
 @needs_extension
-def test_first_use_catches_a_broken_op_with_one_line(monkeypatch, first_use):
-    first_use("all")  # CPU ops too, so that the mechanism is tested without a GPU
+def test_first_use_strict_raises_one_line(monkeypatch, first_use):
+    first_use("all,strict")  # CPU ops too, so that the mechanism is tested without a GPU
     projected, x = torch.randn(5, 6), torch.randn(5, 3)
     good = ops.highway_gate(projected, x)  # checked on its first use: right
     assert ("highway_gate", "cpu") in selfcheck._checked
@@ -210,15 +214,49 @@ def test_first_use_catches_a_broken_op_with_one_line(monkeypatch, first_use):
         ops.highway_gate(projected, x)
     message = str(error.value)
     assert "\n" not in message
-    assert message.startswith("elmo-fast self-check (ELMO_FAST_SELFCHECK=")
-    assert "highway_gate gives wrong results" in message and "highway_gate_ref" in message
+    assert message.startswith("elmo-fast self-check (ELMO_FAST_SELFCHECK=all,strict): ")
+    assert "highway_gate gives wrong results on cpu" in message and "highway_gate_ref" in message
     assert "highway_gate on cpu, float32 forward: max error 0.01" in message
-    assert "elmo-fast doctor" in message
+    assert "raising, as strict asks" in message and "elmo-fast doctor" in message
     with pytest.raises(selfcheck.SelfCheckError, match="highway_gate gives wrong results"):
         ops.highway_gate(projected, x)  # failed: every later call says so too (checked once)
     assert len(selfcheck._checked) == 1
     selfcheck.enable(None)  # off: the op runs, wrong as it is
     assert torch.allclose(ops.highway_gate(projected, x) - 0.01, good)
+
+
+@needs_extension
+def test_first_use_falls_back_to_the_twin_with_one_warning(monkeypatch, first_use):
+    """A failed check: one warning naming the op, its error and the bound; from then on the op's
+    results are its twin's (and differentiable); the doctor's checks still see the broken kernel."""
+    first_use("all")
+    break_kernel(monkeypatch, "highway_gate", lambda real, *a: real(*a) + 0.01)
+    projected, x = torch.randn(5, 6), torch.randn(5, 3)
+    with pytest.warns(selfcheck.SelfCheckWarning) as caught:
+        got = ops.highway_gate(projected, x)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "\n" not in message
+    assert message.startswith("elmo-fast self-check (ELMO_FAST_SELFCHECK=all): highway_gate gives wrong results on cpu")
+    assert "highway_gate on cpu, float32 forward: max error 0.01 against the bound 1e-05" in message
+    assert "elmo_fast.bilm.reference.highway_gate_ref runs instead on cpu for the rest of this process" in message
+    assert caught[0].filename == __file__  # pointed at the caller of the op
+    assert torch.equal(got, reference.highway_gate_ref(projected, x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one warning per op and device: none now
+        p = projected.clone().requires_grad_()
+        again = ops.highway_gate(p, x)
+        again.sum().backward()
+    assert torch.equal(again, reference.highway_gate_ref(projected, x))
+    p_ref = projected.clone().requires_grad_()
+    reference.highway_gate_ref(p_ref, x).sum().backward()
+    assert torch.equal(p.grad, p_ref.grad)
+    low = ops.highway_gate(projected.bfloat16(), x.bfloat16())  # the twin in fp32, the op's dtype back
+    assert low.dtype == torch.bfloat16
+    assert torch.equal(low, reference.highway_gate_ref(projected.bfloat16().float(), x.bfloat16().float()).bfloat16())
+    # the doctor (and any check) runs the kernel itself, not the twin the process now uses
+    assert any(r.status == "FAIL" for r in selfcheck.check_op("highway_gate", "cpu", checks=("forward",)))
+    assert ("highway_gate", "cpu") not in selfcheck._passed
 
 
 @needs_extension
@@ -237,22 +275,48 @@ def test_first_use_check_runs_inside_inference_mode_and_leaves_settings(first_us
         with torch.inference_mode():
             ops.lstm_layer(torch.randn(2, 1, 3, 8), torch.tensor([3]), torch.randn(2, 8, 2), torch.randn(2, 2, 2),
                            None, None)
-        assert ("lstm_layer", "cpu") in selfcheck._checked
+        assert ("lstm_layer", "cpu") in selfcheck._passed
         assert torch.backends.cuda.matmul.allow_tf32 is True
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
 
 
-def test_unset_variable_installs_no_hook():
-    assert os.environ.get(selfcheck.ENV_VAR) is None or pytest.skip(f"{selfcheck.ENV_VAR} is set in this environment")
-    assert ops._first_use_hook is None
+@pytest.mark.parametrize("value,mode", [("0", (None, False)), ("off", (None, False)), ("", (None, False)),
+                                        ("1", ("cuda", False)), ("cuda", ("cuda", False)), ("all", ("all", False)),
+                                        ("strict", ("cuda", True)), ("all,strict", ("all", True)),
+                                        ("STRICT+all", ("all", True)), ("1,strict", ("cuda", True))])
+def test_selfcheck_values(value, mode):
+    assert selfcheck.parse_mode(value) == mode
 
 
-def test_unknown_value_warns_and_stays_off(monkeypatch):
-    monkeypatch.setenv(selfcheck.ENV_VAR, "sometimes")
-    with pytest.warns(RuntimeWarning, match="ELMO_FAST_SELFCHECK='sometimes': expected 1"):
-        selfcheck.enable_from_environment()
-    assert ops._first_use_hook is None
+@pytest.mark.parametrize("value", ["sometimes", "cuda,all", "0,strict2"])
+def test_selfcheck_values_it_does_not_know(value):
+    with pytest.raises(ValueError, match="expected 1 .*all: ops on every device; strict"):
+        selfcheck.parse_mode(value)
+
+
+def _mode_in_a_fresh_process(value):
+    code = "from elmo_fast.bilm import ops, selfcheck; print(selfcheck._mode, selfcheck._strict, ops._first_use_hook is not None)"
+    env = {k: v for k, v in os.environ.items() if k != selfcheck.ENV_VAR}
+    if value is not None:
+        env[selfcheck.ENV_VAR] = value
+    out = subprocess.run([sys.executable, "-W", "always", "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip(), out.stderr
+
+
+def test_unset_variable_checks_cuda_ops_and_falls_back():
+    """On by default, until a GPU run has verified the kernels: CUDA ops, falling back."""
+    assert _mode_in_a_fresh_process(None)[0] == "cuda False True"
+    assert _mode_in_a_fresh_process("0")[0] == "None False False"
+    assert _mode_in_a_fresh_process("all,strict")[0] == "all True True"
+
+
+def test_unknown_value_warns_and_the_default_applies():
+    mode, stderr = _mode_in_a_fresh_process("sometimes")
+    assert mode == "cuda False True"
+    assert "ELMO_FAST_SELFCHECK='sometimes': expected 1" in stderr and "the default (cuda) applies" in stderr
 
 
 @needs_extension
@@ -263,6 +327,163 @@ def test_variable_read_at_import():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[('highway_gate', 'cpu')]"
+
+
+@needs_extension
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS), reason="no CUDA GPU, or no CUDA kernels in this build"))])
+def test_fallen_back_ops_give_their_twins_values(first_use, device):
+    """Every op marked failed on the device runs its twin through elmo_fast.bilm.fallback, on the
+    self-check's own cases (awkward shapes, the dtypes each device takes, lengths on the CPU beside
+    device tensors, the CPU's bf16 weights beside fp32 gates): within the table's bound of the float64
+    twin, in the op's dtype."""
+    from elmo_fast.bilm.selfcheck_cases import OPS as cases
+    from elmo_fast.bilm.tolerances import tolerance_ratio
+
+    first_use("all")
+    dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
+    for name in cases:
+        selfcheck._checked.add((name, str(dev)))
+        selfcheck._failed[(name, str(dev))] = f"{name}: marked failed by the test"
+    gen = torch.Generator().manual_seed(3)
+    for name, spec in cases.items():
+        for dtype in spec.forward[dev.type]:
+            for shape in range(spec.shapes):
+                case = spec.build(gen, shape, dev, dtype)
+                with torch.no_grad():
+                    got = case.fast(*case.leaves)
+                    want = case.reference(*[t.double() for t in case.leaves])
+                got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+                for g, w in zip(got, want):
+                    assert g.device == dev and g.dtype == case.leaves[0].dtype, (name, dtype, shape)
+                    assert tolerance_ratio(g, w, dtype) <= 1.0, f"{name} {dtype} shape {shape}: the twin's values"
+
+
+@needs_extension
+def test_fallen_back_lstm_layer_reads_packed_gates(first_use):
+    """lstm_layer's gates packed by token_index ([2, U, 4C]): the twin unpacks them."""
+    first_use("all")
+    gen = torch.Generator().manual_seed(4)
+    B, T, P, C, U = 3, 5, 4, 6, 7
+    lengths = torch.tensor([5, 0, 2])
+    token_index = torch.randint(0, U, (B, T), generator=gen)
+    xg = torch.randn(2, U, 4 * C, generator=gen)
+    w_hh, w_proj = torch.randn(2, 4 * C, P, generator=gen) * 0.3, torch.randn(2, P, C, generator=gen) * 0.5
+    kernel = ops.lstm_layer(xg, lengths, w_hh, w_proj, 3.0, 3.0, token_index=token_index)
+    selfcheck._failed[("lstm_layer", "cpu")] = "lstm_layer: marked failed by the test"
+    twin = ops.lstm_layer(xg, lengths, w_hh, w_proj, 3.0, 3.0, token_index=token_index)
+    for k, t in zip(kernel, twin):
+        assert max_abs_error(t, k) <= 1e-5
+
+
+@needs_extension
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fallen_back_ops_take_packed_weights(first_use, dtype):
+    """linear and bilstm with weights packed for the CPU's BRGeMM (ops.pack_weight, what the calibration
+    may choose): their twins unpack them, and give the kernels' values."""
+    from elmo_fast.bilm.fallback import unpack_weight
+
+    first_use("all")
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(48, 10, generator=gen).to(dtype)
+    assert torch.equal(unpack_weight(ops.pack_weight(w)), w)
+    x, bias = torch.randn(3, 10, generator=gen), torch.randn(48, generator=gen)
+    kernel = ops.linear(x, ops.pack_weight(w), bias)
+    selfcheck._failed[("linear", "cpu")] = "linear: marked failed by the test"
+    twin = ops.linear(x, ops.pack_weight(w), bias)
+    bound = 1e-5 if dtype == torch.float32 else 2e-2
+    assert twin.shape == kernel.shape and max_abs_error(twin, kernel) <= bound * kernel.abs().max()
+
+    L, B, T, P, C, U = 2, 3, 4, 16, 32, 6
+    lengths = torch.tensor([4, 1, 0])
+    token_index = torch.randint(0, U, (B, T), generator=gen)
+    xg0 = torch.randn(U, 2, 4 * C, generator=gen)
+    plain = []
+    for _layer in range(L):
+        for _direction in range(2):
+            plain += [(torch.randn(4 * C, P, generator=gen) * 0.3).to(dtype), (torch.randn(4 * C, P, generator=gen)
+                      * 0.3).to(dtype), torch.randn(4 * C, generator=gen), (torch.randn(P, C, generator=gen) * 0.3)
+                      .to(dtype)]
+    # every GEMM weight packed: w_hh and w_proj, and w_ih of layers >= 1 (layer 0's is folded into xg0)
+    packed = [w if k % 4 == 2 or (k < 8 and k % 4 == 0) else ops.pack_weight(w) for k, w in enumerate(plain)]
+    kernel = ops.bilstm(xg0, token_index, lengths, packed, 3.0, 3.0)
+    selfcheck._failed[("bilstm", "cpu")] = "bilstm: marked failed by the test"
+    twin = ops.bilstm(xg0, token_index, lengths, packed, 3.0, 3.0)
+    for k, t in zip(kernel, twin):
+        assert t.shape == k.shape and max_abs_error(t, k) <= 5 * bound * max(1.0, k.abs().max().item())
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """The CUDA kernels compiled for the CPU (tests/cuda_emulation), as torch.ops.elmo_fast_emu."""
+    from cuda_emulation.build import cuda_include_dir, load_emulation
+
+    if cuda_include_dir() is None:
+        pytest.skip("the CPU emulation of the CUDA kernels needs the CUDA headers (cuda_runtime_api.h); set CUDA_HOME")
+    load_emulation()
+    return torch.ops.elmo_fast_emu
+
+
+def _last_column_unwritten(emu, ids, emb, weights, biases, activation):
+    """The emulated CUDA char CNN with a kernel whose filter loop stops one short: each convolution's
+    last column left as the zeroed output had it."""
+    out = emu.char_cnn.default(ids, emb, weights, biases, activation)
+    ends = torch.tensor([w.shape[0] for w in weights]).cumsum(0) - 1
+    return out.index_fill(1, ends, 0.0)
+
+
+def _bf16_table(emu, ids, emb, weights, biases, activation):
+    """The emulated CUDA char CNN with its inputs read in bf16 (a kernel keeping its folded table in bf16:
+    errors ~1e-3, a hundred times the fp32 bar, invisible to the eye)."""
+    if emb.dtype != torch.float32:
+        return emu.char_cnn.default(ids, emb, weights, biases, activation)
+    low = [t.bfloat16().float() for t in [emb, *weights]]
+    return emu.char_cnn.default(ids, low[0], low[1:], biases, activation)
+
+
+@needs_extension
+@pytest.mark.filterwarnings("ignore:elmo_fast_emu.*an autograd kernel was not registered")
+@pytest.mark.parametrize("wrong", [_last_column_unwritten, _bf16_table], ids=["unwritten_column", "bf16_table"])
+def test_first_use_catches_a_wrong_emulated_cuda_kernel_in_the_model(monkeypatch, first_use, emulator,
+                                                                      random_models, wrong):
+    """The proof on the emulator: the model's char CNN run by the CUDA kernel, made wrong on purpose,
+    compiled for the CPU (so the check runs in mode `all`: the emulated GPU is the CPU). Unchecked, the
+    vectors are off; checked, its first use gives one warning naming char_cnn, its error and the bound,
+    and the vectors then equal the reference's (fp32 bar), batch after batch, with no other warning."""
+    from elmo_fast import ElmoBiLm, batch_to_ids
+
+    files = random_models("tiny", exercise_clips=True)
+    sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["über", "東京", "antidisestablishmentarianism"], ["a"]]
+    ids = batch_to_ids(sentences)
+    want = ElmoBiLm(*files, backend="reference")(ids)
+    monkeypatch.setattr(torch.ops.elmo_fast, "char_cnn",
+                        SimpleNamespace(default=lambda *a: wrong(emulator, *a)))
+    first_use(None)
+    bilm = ElmoBiLm(*files, backend="fast")
+    broken = bilm(ids)
+    mask = want["mask"]
+    off = max(max_abs_error(g[mask], w[mask]) for g, w in zip(broken["activations"], want["activations"]))
+    assert off > 1e-4, f"the wrong kernel must move the vectors: {off:.3g}"
+
+    first_use("all")
+    with pytest.warns(selfcheck.SelfCheckWarning) as record:
+        got = bilm(ids)
+    # (the check's gradient rows also meet torch's warning that the stand-in has no autograd kernel)
+    caught = [w for w in record if issubclass(w.category, selfcheck.SelfCheckWarning)]
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    message = str(caught[0].message)
+    assert re.search(r"char_cnn gives wrong results on cpu: char_cnn on cpu, float32 forward: max error "
+                     r"\S+ against the bound 1e-05 \(\S+x its bound\)", message), message
+    assert "elmo_fast.bilm.reference.char_cnn_ref runs instead on cpu for the rest of this process" in message
+    assert ("char_cnn", "cpu") in selfcheck._failed
+    assert {("highway", "cpu"), ("bilstm", "cpu")} <= selfcheck._passed  # the real CPU kernels pass theirs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = bilm(batch_to_ids(sentences[::-1]))
+    for out, batch in ((got, want), (again, ElmoBiLm(*files, backend="reference")(batch_to_ids(sentences[::-1])))):
+        assert torch.equal(out["mask"], batch["mask"])
+        for k, (g, w) in enumerate(zip(out["activations"], batch["activations"])):
+            assert_close(g, w, torch.float32, what=f"layer {k} after the fallback")
 
 
 # --- the doctor's CUDA rows, before any GPU: on the CPU emulator of the CUDA kernels ---------------

@@ -101,3 +101,39 @@ def test_layer0_gates_matches_reference(U, P, C):
     assert got.shape == (U, 2, 4 * C)
     want = layer0_gates_ref(tokens.double(), [None if w is None else w.double() for w in weights])
     assert_close(got, want, dtype=torch.float32, what=f"layer0_gates U={U} P={P} C={C}")
+
+
+# A packed weight (ops.pack_weight, CPU): x and the weight rounded to bf16, float sums, a float32 result.
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("n,K,N", [(0, 4, 16), (1, 2, 16), (5, 48, 80), (33, 64, 128), (70, 10, 48)])
+def test_linear_packed_weight(n, K, N, dtype):
+    x, w, b = linear_case(n, K, N, torch.float32, seed=n + K + N)
+    w = w.to(dtype)
+    got = ops.linear(x, ops.pack_weight(w), b)
+    assert got.dtype == torch.float32 and got.shape == (n, N)
+    want = linear_ref(x.to(dtype).double(), w.double(), b.double())
+    assert_close(got, want, dtype=torch.float32, what=f"linear packed {dtype} n={n} K={K} N={N}")
+    gates = ops.layer0_gates_packed(x, [ops.pack_weight(w), ops.pack_weight(-w)], [b, -b])
+    assert gates.shape == (n, 2, N) and torch.equal(gates[:, 0], got)
+
+
+def test_linear_packed_weight_refuses_in_one_line():
+    x, w, b = linear_case(3, 4, 16, torch.float32, seed=0)
+    p = ops.pack_weight(w.bfloat16())
+    with pytest.raises(RuntimeError, match=r"linear: x \[n, K\] and weight \[N, K\] \(packed\) must have the same K, "
+                                           r"got x \[3, 6\] and weight \[16, 4\]"):
+        ops.linear(torch.randn(3, 6), p, b)
+    with pytest.raises(RuntimeError, match="linear: with a packed weight x must have dtype float32, got float64"):
+        ops.linear(x.double(), p, b)
+    with pytest.raises(RuntimeError, match="linear: bias must have dtype float32, got bfloat16"):
+        ops.linear(x, p, b.bfloat16())
+
+
+def test_linear_gemv_rows_is_the_callers_choice():
+    # Every row count through either kernel: the same values to fp32 rounding; a bad value in one line.
+    x, w, b = linear_case(40, 33, 70, torch.float32, seed=7)
+    gemv, gemm = ops.linear(x, w, b, 1000), ops.linear(x, w, b, 0)
+    assert_close(gemv, gemm, dtype=torch.float32, what="linear gemv vs gemm")
+    assert torch.equal(ops.linear(x, w, b, 32), ops.linear(x, w, b))  # 32: the default for small weights
+    with pytest.raises(RuntimeError, match="linear: gemv_max_rows must be >= 0 or None, got -1"):
+        ops.linear(x, w, b, -1)

@@ -268,6 +268,10 @@ def test_bilstm_opcheck_bf16_weights():
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(5, 7, 2, 16, 64, seed=8)
     torch.library.opcheck(torch.ops.elmo_fast.bilstm.default,
                           (xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0))
+    packed_weights = [w if k % 4 == 2 else ops.pack_weight(w) for k, w in enumerate(weights)]
+    torch.library.opcheck(torch.ops.elmo_fast.bilstm.default,
+                          (xg0, token_index, lengths, packed_weights, CLIP, CLIP, h0, c0, [0, 0, 1]))
+    torch.library.opcheck(torch.ops.elmo_fast.pack_weight.default, (weights[1],))
 
 
 # --- bfloat16 weights: GEMMs in bf16 with fp32 accumulation; states, gates and outputs in fp32 -----
@@ -348,6 +352,131 @@ def test_bilstm_bf16_stack_no_worse_than_pytorch_bf16(B, T, L, P, C, gemv_rows, 
         assert max_abs_error(g, w) <= max_abs_error(t, w), f"bilstm bf16 L={L} {name}"
     padding = torch.arange(T)[None, :] >= lengths[:, None]
     assert torch.all(got[0][:, padding] == 0)
+
+
+# --- bfloat16 weights packed (ops.pack_weight) for oneDNN's BRGeMM micro-kernel: float results ---------
+
+
+def packed(weights):
+    """bf16_case's weights with every GEMM weight the op reads packed (layer 0's w_ih too: it is not read)."""
+    return [w if k % 4 == 2 else ops.pack_weight(w) for k, w in enumerate(weights)]
+
+
+@needs_extension
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_pack_weight_layout(dtype):
+    # packed[j, k // g, c, k % g] = w[j * nb + c, k], nb the widest of 64, 32, 16 dividing N, g = 2 in bf16
+    g = 2 if dtype == torch.bfloat16 else 1
+    for N, K, nb in [(16, 2, 16), (48, 6, 16), (96, 10, 32), (128, 4, 64)]:
+        w = torch.randn(N, K, generator=torch.Generator().manual_seed(N + K)).to(dtype)
+        p = ops.pack_weight(w)
+        assert p.shape == (N // nb, K // g, nb, g) and p.dtype == dtype and p.is_contiguous()
+        for j, k, c in [(0, 0, 0), (N // nb - 1, K - 1, nb - 1), (N // nb // 2, K // 2, nb // 2)]:
+            assert p[j, k // g, c, k % g] == w[j * nb + c, k]
+    assert ops.pack_weight(torch.randn(32, 5)).shape == (1, 5, 32, 1)  # odd K: float32 only
+
+
+@needs_extension
+@pytest.mark.parametrize("shape,dtype,match", [
+    ((24, 4), torch.float32, r"pack_weight: weight \[N, K\] must have N a multiple of 16 to be packed, got \[24, 4\]"),
+    ((32, 5), torch.bfloat16, r"pack_weight: weight \[N, K\] must have N a multiple of 16 and K even to be packed, "
+                              r"got \[32, 5\]"),
+    ((32,), torch.float32, r"pack_weight: weight must have 2 dims \[N, K\], got 1"),
+    ((32, 4), torch.float64, "pack_weight: weight has dtype float64; supported: float32, bfloat16"),
+])
+def test_pack_weight_refuses_in_one_line(shape, dtype, match):
+    with pytest.raises(RuntimeError, match=match):
+        ops.pack_weight(torch.randn(*shape).to(dtype))
+
+
+@needs_extension
+@pytest.mark.parametrize("tuning", [None, [0, 0, 1]])
+@pytest.mark.parametrize("B,T,L,P,C", [(1, 1, 1, 16, 4), (37, 9, 2, 16, 64), (3, 19, 3, 32, 12)])
+def test_bilstm_packed_float32_weights(B, T, L, P, C, tuning):
+    # float32 packed weights: every GEMM through the micro-kernel, the float32 bar against the oracle
+    xg0, token_index, lengths, weights, h0, c0 = lstm_case(B, T, L, P, C, torch.float32, seed=B + C)
+    got = ops.bilstm(xg0, token_index, lengths, packed(weights), CLIP, CLIP, h0, c0, tuning)
+    want = reference(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
+    for name, g, w in zip(("outputs", "h", "c"), got, want):
+        assert_close(g, w, dtype=torch.float32, what=f"bilstm packed float32 B={B} L={L} {name}")
+
+
+# Shapes that packing takes (4C and P multiples of 16, P and C even): P = 48 and C = 20 leave column
+# blocks of 16; B = 37 a tail of rows after a block of 32, T = 1 a single step.
+@needs_extension
+@pytest.mark.parametrize("tuning", [None, [0, 0, 0], [0, 0, 1], [-1, -1, -1]])
+@pytest.mark.parametrize("B,T,L,P,C", [(1, 1, 1, 16, 4), (5, 7, 1, 48, 20), (37, 9, 2, 16, 64), (3, 19, 3, 32, 8)])
+def test_bilstm_packed_weights(B, T, L, P, C, tuning):
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(B, T, L, P, C, seed=3 * B + T, bias_dtype=torch.float32)
+    got = ops.bilstm(xg0, token_index, lengths, packed(weights), CLIP, CLIP, h0, c0, tuning)
+    assert all(t.dtype == torch.float32 for t in got)
+    want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
+    torch_bf16 = bilstm_ref(xg0.bfloat16(), token_index, lengths, [w.bfloat16() for w in weights], CLIP, CLIP,
+                            h0.bfloat16(), c0.bfloat16())
+    what = f"bilstm packed B={B} T={T} L={L} tuning={tuning}"
+    for name, g, w, t in zip(("outputs", "h", "c"), got, want, torch_bf16):
+        if L == 1:  # one layer: bf16 GEMM inputs, float results: the bf16 row of TOL
+            assert_close(g, w, dtype=torch.bfloat16, what=f"{what} {name}")
+        # a stack: no worse than torch's own bf16
+        assert max_abs_error(g, w) <= max(max_abs_error(t, w), 1e-3), f"{what} {name}"
+    padding = torch.arange(T)[None, :] >= lengths[:, None]
+    assert torch.all(got[0][:, padding] == 0), f"{what}: padding must be exactly 0"
+    # the schedule changes nothing but the order of float sums
+    other_schedule = [0, 0, 1 - (tuning or [0, 0, 0])[2] % 2]
+    other = ops.bilstm(xg0, token_index, lengths, packed(weights), CLIP, CLIP, h0, c0, other_schedule)
+    for g, o in zip(got, other):
+        assert_close(g, o, dtype=torch.float32, what=f"{what}, other schedule")
+
+
+@needs_extension
+def test_bilstm_packed_weights_refused_where_they_cannot_be_used():
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(3, 4, 2, 16, 8, seed=1, bias_dtype=torch.float32)
+    p = packed(weights)
+    some = weights[:9] + [p[9]] + weights[10:]
+    with pytest.raises(RuntimeError, match=r"bilstm: the GEMM weights \(w_hh, w_proj, and w_ih of layers >= 1\) "
+                                           r"must be all packed or none, got 1 of 10 packed"):
+        ops.bilstm(xg0, token_index, lengths, some, CLIP, CLIP, h0, c0)
+    w32 = [w.float() for w in weights]
+    with pytest.raises(RuntimeError, match=r"bilstm: weights\[3\] \(w_proj of layer 0, forward\) must have the dtype "
+                                           r"of the other weights \(bfloat16\), got float32"):
+        ops.bilstm(xg0, token_index, lengths, w32[:1] + [p[1]] + w32[2:], CLIP, CLIP, h0, c0)
+    wrong = list(p)
+    wrong[13] = ops.pack_weight(torch.randn(48, 16))  # w_hh must be [4C, P] = [32, 16]
+    with pytest.raises(RuntimeError, match=r"bilstm: weights\[13\] \(w_hh of layer 1, backward\) expected shape "
+                                           r"\[32, 16\] \(packed\), got \[48, 16\]"):
+        ops.bilstm(xg0, token_index, lengths, wrong, CLIP, CLIP, h0, c0)
+
+
+@needs_extension
+@pytest.mark.parametrize("tuning,match", [
+    ([1, 2], r"bilstm: tuning must hold 3 values \[gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows\] "
+             r"or be None, got 2 values"),
+    ([0, -2, 0], r"bilstm: tuning values must be >= 0, or -1 for the default, got \[0, -2, 0\]"),
+])
+def test_bilstm_tuning_checked_in_one_line(tuning, match):
+    xg0, token_index, lengths, weights, h0, c0 = lstm_case(3, 4, 1, 3, 5, torch.float32, seed=0)
+    with pytest.raises(RuntimeError, match=match):
+        ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0, tuning)
+
+
+@needs_extension
+@pytest.mark.parametrize("B", [1, 9, 40])
+def test_bilstm_tuning_is_the_environments_choice(B, monkeypatch):
+    # tuning [gemv rows, gemv rows, concurrent from] computes what the environment's forcing computes,
+    # bit for bit: the same kernels; -1 is the default, as no tuning.
+    case = lstm_case(B, 6, 2, 16, 64, torch.float32, seed=B)
+    for rows, mode, conc in [("0", "sequential", 0), ("1000", "sequential", 0), ("1000", "directions", 1),
+                             ("0", "directions", 1)]:
+        tuned = ops.bilstm(*case[:4], CLIP, CLIP, *case[4:], [int(rows), int(rows), conc])
+        with monkeypatch.context() as m:
+            m.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", rows)
+            m.setenv("ELMO_FAST_BILSTM_THREADS", mode)
+            forced = ops.bilstm(*case[:4], CLIP, CLIP, *case[4:])
+        for a, b in zip(tuned, forced):
+            assert torch.equal(a, b), (rows, mode)
+    unset = ops.bilstm(*case[:4], CLIP, CLIP, *case[4:], [-1, -1, -1])
+    for a, b in zip(unset, ops.bilstm(*case[:4], CLIP, CLIP, *case[4:])):
+        assert torch.equal(a, b)
 
 
 def _error_case():

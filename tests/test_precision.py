@@ -210,6 +210,30 @@ def test_training_precision(tmp_path):
     assert _with_precision({"precision": "fp32"}) == {"precision": "fp32"}
 
 
+@needs_fast
+def test_bf16_training_steps_run_and_track_fp32(tmp_path):
+    # bf16 training (the forward under autocast: its GEMMs in bf16, weights and Adagrad fp32) on the fast
+    # CPU ops: the highway's gate and the LSTM's recurrence take autocast's bf16 GEMM results in their
+    # own dtype. A few steps from the same seed give nearly fp32's losses.
+    import json
+
+    from elmo_fast.cli import main
+
+    sentences = [" ".join(f"w{(i * 7 + j * 3) % 23}" for j in range(3 + i % 9)) for i in range(64)]
+    (tmp_path / "train.txt").write_text("\n".join(sentences) + "\n")
+    (tmp_path / "vocab.txt").write_text("\n".join(["<S>", "</S>", "<UNK>"] + [f"w{i}" for i in range(23)]) + "\n")
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision
+        assert main(["train", "--train", str(tmp_path / "train.txt"), "--vocab", str(tmp_path / "vocab.txt"), "--out",
+                     str(out), "--preset", "tiny", "--max-steps", "4", "--batch-size", "16", "--log-every", "1",
+                     "--backend", "fast", "--precision", precision, "--quiet"]) == 0
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        losses[precision] = [r["loss"] for r in rows if "loss" in r]
+    assert len(losses["bf16"]) == 4 and all(np.isfinite(losses["bf16"]))
+    assert np.allclose(losses["bf16"], losses["fp32"], rtol=0.02), losses
+
+
 # --- the command line: embed --precision -------------------------------------------------------------------
 
 

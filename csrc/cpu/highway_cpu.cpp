@@ -14,11 +14,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <tuple>
 
 #include "checks.h"
 #include "highway_args.h"
 #include "cpu/lstm_common.h"  // linear_nt: the GEMV of few rows
+#include "cpu/tuning.h"
 #include "cpu/vec_math.h"
 
 namespace elmo_fast {
@@ -187,12 +189,15 @@ std::tuple<at::Tensor, at::Tensor> highway_gate_backward_cpu(const at::Tensor& g
 
 // out = x w^T + bias. Few float rows (one sentence's distinct tokens) against large weights take the
 // LSTM steps' GEMV, which streams w once where MKL's sgemm reads it several times slower (27 rows,
-// 'original': 2 x 33.5 MB of highway weights); the rest ATen's addmm.
-void affine_cpu(at::Tensor& out, const at::Tensor& bias, const at::Tensor& x, const at::Tensor& w) {
+// 'original': 2 x 33.5 MB of highway weights), up to gemv_max_rows rows (the caller's measured choice;
+// None: the default for w's size); the rest ATen's addmm.
+void affine_cpu(at::Tensor& out, const at::Tensor& bias, const at::Tensor& x, const at::Tensor& w,
+                std::optional<int64_t> gemv_max_rows) {
+  static constexpr char kOp[] = "highway";
   const int64_t n = x.size(0);
-  const int64_t w_bytes = w.numel() * static_cast<int64_t>(w.element_size());
-  if (x.scalar_type() == at::kFloat && n > 0 && n <= lstm_cpu::gemv_max_rows_for(w_bytes) && w.is_contiguous() &&
-      x.stride(1) == 1) {
+  const int64_t gemv_rows =
+      lstm_cpu::linear_gemv_rows(kOp, gemv_max_rows, w.numel() * static_cast<int64_t>(w.element_size()));
+  if (x.scalar_type() == at::kFloat && n > 0 && n <= gemv_rows && w.is_contiguous() && x.stride(1) == 1) {
     lstm_cpu::linear_nt(out, x, lstm_cpu::Weight{w, w.t()}, n);
     out.add_(bias);
   } else {
@@ -202,13 +207,16 @@ void affine_cpu(at::Tensor& out, const at::Tensor& bias, const at::Tensor& x, co
 
 // x: [N, F]; highway_weights: L x [2F, F]; highway_biases: L x [2F]; proj_weight: [P, F];
 // proj_bias: [P] -> [N, P]. One [N, 2F] buffer serves every layer's GEMM output.
+// gemv_max_rows: for every GEMM; None: each GEMM's default for its weight's size.
 at::Tensor highway_cpu(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
-                       const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
+                       const at::Tensor& proj_weight, const at::Tensor& proj_bias, std::optional<int64_t> gemv_max_rows) {
   static constexpr char kOp[] = "highway";
   ELMO_CHECK_DIM(x, 2);
   ELMO_CHECK_CPU(x);
   check_highway_args(x, highway_weights, highway_biases, proj_weight, proj_bias);
-  return highway_stack(x, highway_weights, highway_biases, proj_weight, proj_bias, highway_gate_cpu, affine_cpu);
+  const auto affine = [gemv_max_rows](at::Tensor& out, const at::Tensor& bias, const at::Tensor& xs,
+                                      const at::Tensor& w) { affine_cpu(out, bias, xs, w, gemv_max_rows); };
+  return highway_stack(x, highway_weights, highway_biases, proj_weight, proj_bias, highway_gate_cpu, affine);
 }
 
 }  // namespace

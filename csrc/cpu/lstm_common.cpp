@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "cpu/lstm_gemv.h"
+#include "cpu/packed_gemm.h"
+#include "packed_weight.h"
 
 namespace elmo_fast {
 namespace lstm_cpu {
@@ -59,6 +61,12 @@ at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) 
 }
 
 void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows) {
+  if (is_packed_weight(w.w)) {  // float32 packed (bf16 packed weights take bilstm's own step)
+    TORCH_INTERNAL_ASSERT(w.w.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat && a.stride(1) == 1);
+    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), out.stride(0), a.const_data_ptr<float>(), a.stride(0),
+                        a.size(0), w.w);
+    return;
+  }
   const int64_t n = a.size(0);
   const int64_t N = w.w.size(0);
   const int64_t K = w.w.size(1);
@@ -103,55 +111,6 @@ void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t ge
   }
   TORCH_INTERNAL_ASSERT(!bf16, "bilstm: bf16 weights take the oneDNN step");
   at::mm_out(out, a, w.w_t);
-}
-
-// Tuned on a 2-core AMD Zen 4 (32 MB L3), 'original' shapes (P = 512, C = 4096), T = 27; see
-// benchmarks/bench_lstm.py and the commit messages for the measurements.
-//
-// Steps with at most this many active rows use gemv_nt rather than BLAS. float: gemv_nt streams
-// W_hh once per step, so it wins where the weights come from memory: with 'original' (W_hh 32 MB)
-// the 4x4-blocked gemv_nt beat MKL sgemm at every n measured (1..128; e.g. B = 64: 1466 vs 1614 ms
-// per call), so BLAS only takes larger batches. Weights that stay in the caches favour BLAS's reuse
-// from a few dozen rows on (bench_lstm.py --ragged, ms per call at B = 64 with 128 / 32 / 0 rows:
-// 'small' (W_hh 2 MB) 69.4 / 60.5 / 58.0, 'medium' (8 MB) 260 / 241 / 258, 'original' 883 / 1021
-// at 128 / 32; at B = 16 32 rows match 128 and beat 0): 32 rows below 16 MB of W_hh.
-// bf16: gemv_nt widens the weights and computes in fp32, which oneDNN's bf16 dot products outrun
-// from n = 4 on; it keeps n <= 2 (B = 1: 62 vs 102 ms).
-// ELMO_FAST_BILSTM_GEMV_ROWS overrides, for benchmarking and tests.
-int64_t gemv_max_rows(bool bf16_weights, int64_t proj, int64_t cell) {
-  const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS");
-  if (env != nullptr) {
-    return std::atoll(env);
-  }
-  if (bf16_weights) {
-    return 2;
-  }
-  return gemv_max_rows_for(4 * cell * proj * static_cast<int64_t>(sizeof(float)));
-}
-
-int64_t gemv_max_rows_for(int64_t weight_bytes) {
-  return weight_bytes >= (int64_t{16} << 20) ? 128 : 32;
-}
-
-// How the two directions share the threads: concurrently, one each with single-threaded GEMMs
-// (true), or in turn, each GEMM and pass on all threads (false). Small batches are bound by
-// reading the weights: in turn, one (layer, direction)'s weights are read by both threads and, in
-// bf16 (20 MB), stay in L3 from step to step (B = 1 fp32: 102 vs 155 ms; bf16: 62 vs 136 ms).
-// Larger batches are compute-bound and single-threaded GEMMs run closer to peak (B = 16 fp32: 483
-// vs 545 ms; bf16 from B = 64: 814 vs 886 ms).
-// ELMO_FAST_BILSTM_THREADS=sequential|directions overrides, for benchmarking.
-bool directions_in_parallel(int64_t rows, bool bf16_weights) {
-  if (at::get_num_threads() < 2 || at::in_parallel_region()) {
-    return false;
-  }
-  const char* env = std::getenv("ELMO_FAST_BILSTM_THREADS");
-  if (env != nullptr && std::string(env) == "sequential") {
-    return false;
-  }
-  if (env != nullptr && std::string(env) == "directions") {
-    return true;
-  }
-  return rows > (bf16_weights ? 32 : 8);
 }
 
 }  // namespace lstm_cpu

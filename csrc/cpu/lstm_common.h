@@ -2,8 +2,8 @@
 // layer `lstm_layer_forward` / `lstm_layer_backward` (lstm_layer_cpu.cpp):
 //   * the per-ISA compilation of float kernels and the choice of level (kernel_isa),
 //   (the plan, rows sorted by length and stored packed step after step, is both backends': lstm_plan.h)
-//   * the GEMMs of one step (linear_nt: the op's own GEMV for few rows, else BLAS) and the tuning
-//     of that crossover and of how the two directions share the threads.
+//   * the GEMMs of one step (linear_nt: the op's own GEMV for few rows, else BLAS) and how the two
+//     directions share the threads (for_each_direction); which of these runs is tuning.h's choice.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -79,18 +79,10 @@ inline at::Tensor front(const at::Tensor& flat, int64_t rows, int64_t cols) {
 }
 
 // out[n, N] = a[n, K] @ w^T, all in the states' dtype but w, which may be bf16. Few rows (float
-// states): gemv_nt, which streams w once and keeps a in fp32 even for bf16 weights; else BLAS.
+// states): gemv_nt, which streams w once and keeps a in fp32 even for bf16 weights; else BLAS. A
+// float32 packed w (packed_weight.h): oneDNN's BRGeMM micro-kernel at any row count.
 // a and out: rows contiguous (any row stride).
 void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows);
-
-// Steps with at most this many active rows take gemv_nt (see lstm_common.cpp for the tuning).
-int64_t gemv_max_rows(bool bf16_weights, int64_t proj, int64_t cell);
-// The same for any float GEMM out = a @ w^T with w of this many bytes (no environment override).
-int64_t gemv_max_rows_for(int64_t weight_bytes);
-
-// Whether the two directions run concurrently, one thread each with single-threaded GEMMs, or in
-// turn with multi-threaded GEMMs; rows: the batch rows of the first step.
-bool directions_in_parallel(int64_t rows, bool bf16_weights);
 
 // run(d) for d = 0, 1: concurrently on two threads, or in turn.
 template <typename Fn>

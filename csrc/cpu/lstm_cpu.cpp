@@ -12,19 +12,22 @@
 //   * Per step: recurrent GEMM h[:n_s] W_hh^T -> one fused pass (input gates, gate
 //     nonlinearities, cell update and clip, o * tanh(c)) -> projection GEMM -> a pass for the
 //     projection clip, the skip connection and the packed output. The recurrent and projection
-//     GEMMs of steps with at most gemv_max_rows() rows (fp32: 128 for weights that come from memory,
-//     32 for cache-resident ones; bf16: 2)
-//     run in gemv_nt (lstm_gemv.h), the others and the input GEMMs in ATen (BLAS / oneDNN).
-//   * Weights in bfloat16 (states, gates, outputs float32): gemv_nt steps widen the weights and keep
-//     the activations in fp32; other GEMMs are oneDNN's (at::mm in bf16): inputs rounded to bf16,
-//     fp32 accumulation, a bf16 result that the pointwise passes widen as they read it. ATen has
-//     no fast CPU GEMM with bf16 inputs and an fp32 result: aten::mm.dtype has no CPU kernel,
-//     at::native::mkldnn_matmul wants the result in the inputs' dtype, and cpublas' bf16 -> fp32
-//     GEMM (MKL gemm_bf16bf16f32, reachable through cpublas::brgemm(is_vnni=false)) ran no faster
-//     than fp32 sgemm on the AMD Zen 4 this was tuned on (~55 vs ~160 GFLOP/s for oneDNN bf16).
+//     GEMMs of steps with few rows (the tuning's threshold, tuning.h) run in gemv_nt (lstm_gemv.h),
+//     the others and the input GEMMs in ATen (BLAS / oneDNN).
+//   * float32 weights may be packed (pack_weight): every GEMM of the float path is then oneDNN's BRGeMM
+//     micro-kernel on the weights as packed once at load (packed_gemm.h), instead of gemv_nt or BLAS.
+//   * Weights in bfloat16 (states, gates, outputs float32), two ways, chosen by the weights given:
+//     - packed (pack_weight): every GEMM is oneDNN's BRGeMM micro-kernel (packed_gemm.h; AMX or
+//       AVX512-BF16) on the weights as packed once at load, with bf16 inputs written by the
+//       pointwise passes themselves (hc by the cell pass, h by the projection pass) and a float
+//       result the next pass reads;
+//     - plain [N, K]: gemv_nt steps widen the weights and keep the activations in fp32; other GEMMs
+//       are oneDNN's matmul (at::mm in bf16), which reorders the weights on every call: inputs
+//       rounded to bf16, fp32 accumulation, a bf16 result that the pointwise passes widen.
+//     Which is faster depends on the CPU: the calibration measures both (elmo_fast/bilm/calibration.py).
 //   * The forward and backward stacks never read each other, so with >= 2 threads they can run
 //     concurrently, one per thread, each with single-threaded GEMMs (BLAS runs one thread inside a
-//     parallel region), or in turn with multi-threaded GEMMs: see directions_in_parallel().
+//     parallel region), or in turn with multi-threaded GEMMs: the tuning says which (tuning.h).
 //   * Every buffer is allocated once per call.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -49,7 +52,10 @@
 #include "checks.h"
 #include "cpu/lstm_common.h"
 #include "cpu/lstm_pointwise.h"
+#include "cpu/packed_gemm.h"
+#include "cpu/tuning.h"
 #include "lstm_args.h"
+#include "packed_weight.h"
 
 namespace elmo_fast {
 namespace {
@@ -61,12 +67,14 @@ using CellF32 = lstm::CellParams<float>;
 using CellBf16Rec = lstm::CellParams<float, float, uint16_t, uint16_t>;       // layer 0, oneDNN step
 using CellBf16 = lstm::CellParams<float, uint16_t, uint16_t, uint16_t>;       // layers >= 1, oneDNN step
 using CellBf16Gates = lstm::CellParams<float, uint16_t, float, float>;        // layers >= 1, gemv_nt step
+using CellPacked = lstm::CellParams<float, float, float, uint16_t>;           // packed weights
 using ProjF32 = lstm::ProjParams<float>;
 using ProjBf16 = lstm::ProjParams<float, uint16_t>;
 ELMO_FAST_ISA_DISPATCHED(cell_rows_f32, CellF32, lstm::cell_rows)
 ELMO_FAST_ISA_DISPATCHED(cell_rows_bf16_rec, CellBf16Rec, lstm::cell_rows)
 ELMO_FAST_ISA_DISPATCHED(cell_rows_bf16, CellBf16, lstm::cell_rows)
 ELMO_FAST_ISA_DISPATCHED(cell_rows_bf16_gates, CellBf16Gates, lstm::cell_rows)
+ELMO_FAST_ISA_DISPATCHED(cell_rows_packed, CellPacked, lstm::cell_rows)
 ELMO_FAST_ISA_DISPATCHED(proj_elems_f32, ProjF32, lstm::proj_elems)
 ELMO_FAST_ISA_DISPATCHED(proj_elems_bf16, ProjBf16, lstm::proj_elems)
 
@@ -74,6 +82,7 @@ void cell_rows_any(const CellF32& p, int64_t b, int64_t e) { cell_rows_f32(p, b,
 void cell_rows_any(const CellBf16Rec& p, int64_t b, int64_t e) { cell_rows_bf16_rec(p, b, e); }
 void cell_rows_any(const CellBf16& p, int64_t b, int64_t e) { cell_rows_bf16(p, b, e); }
 void cell_rows_any(const CellBf16Gates& p, int64_t b, int64_t e) { cell_rows_bf16_gates(p, b, e); }
+void cell_rows_any(const CellPacked& p, int64_t b, int64_t e) { cell_rows_packed(p, b, e); }
 void cell_rows_any(const lstm::CellParams<double>& p, int64_t b, int64_t e) { lstm::cell_rows(p, b, e); }
 void proj_elems_any(const ProjF32& p, int64_t b, int64_t e) { proj_elems_f32(p, b, e); }
 void proj_elems_any(const ProjBf16& p, int64_t b, int64_t e) { proj_elems_bf16(p, b, e); }
@@ -89,7 +98,8 @@ struct Problem {
   std::vector<Weight> w_ih, w_hh, w_proj;      // [2L]: [4C, P], [4C, P], [P, C] (w_ih undefined for l = 0)
   std::vector<at::Tensor> bias;                // [2L]: [4C] in scalar_t (undefined for l = 0)
   const scalar_t* zeros;                       // [4C] the bias of gates that already hold theirs
-  int64_t gemv_max_rows;                       // steps with at most this many rows use gemv_nt
+  int64_t gemv_max_rows;                       // GEMMs of at most this many rows use gemv_nt
+  bool packed16;                               // the GEMM weights are packed bf16 (float states)
   const scalar_t* h0;                          // [L, B, 2P] contiguous, or nullptr (zeros)
   const scalar_t* c0;                          // [L, B, 2C] contiguous, or nullptr (zeros)
   scalar_t cell_clip, proj_clip;               // +inf: none
@@ -111,7 +121,8 @@ struct Workspace {
   at::Tensor in16;     // [n_0 * max(P, C)] a GEMM's input rounded to bf16
   at::Tensor out16;    // [n_0 * 4C] a GEMM's bf16 result
   at::Tensor x16;      // [packed rows, P] the layer input rounded to bf16 (L > 1)
-  at::Tensor gates16;  // [packed rows, 4C] x W_ih^T in bf16, without the bias (L > 1)
+  at::Tensor gates16;  // [packed rows, 4C] x W_ih^T in bf16, without the bias (L > 1, plain weights)
+  at::Tensor h16;      // [B, P] h rounded to bf16 (packed weights): the recurrent GEMM's input
 };
 
 // uint16_t view of a bf16 tensor's data, for the kernels (which know bf16 as raw bits).
@@ -143,13 +154,22 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
         std::fill_n(c + j * C, C, scalar_t(0));
       }
     }
+    if (pb.packed16) {
+      ws.h16.copy_(ws.h);  // the first step's GEMM input; the projection pass writes the next ones
+    }
     if (l > 0 && S > 0) {
-      if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
+      if (pb.packed16) {
+        ws.x16.copy_(ws.x);
+        // float gates without the bias (the cell pass adds it)
+        cpu_gemm::packed_mm(ws.gates.mutable_data_ptr<float>(), 4 * C, ws.x16.const_data_ptr<at::BFloat16>(), P,
+                            sc.total(), pb.w_ih[ld].w);
+      } else if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
         ws.x16.copy_(ws.x);
         at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);  // the cell pass adds the fp32 bias
       } else if (ws.x.scalar_type() == at::kFloat &&
-                 sc.total() <= gemv_max_rows_for(pb.w_ih[ld].w.numel() * static_cast<int64_t>(sizeof(float)))) {
-        // Few rows (short batches): one pass over W_ih in gemv_nt, as the steps' GEMMs.
+                 (sc.total() <= pb.gemv_max_rows || is_packed_weight(pb.w_ih[ld].w))) {
+        // Few rows (short batches): one pass over W_ih in gemv_nt, as the steps' GEMMs (W_ih has
+        // W_hh's shape: the same threshold); or float32 packed weights, at any row count.
         linear_nt(ws.gates, ws.x, pb.w_ih[ld], sc.total());
         ws.gates.add_(pb.bias[ld]);
       } else {
@@ -160,12 +180,13 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       const int64_t n = sc.running[s];
       const int64_t off = sc.offset[s];
       // Input gates: layer 0's from xg0; later layers' from the packed GEMM result (bf16 weights:
-      // in bf16, without the bias).
+      // without the bias; plain ones: in bf16).
       const bool gates16 = l > 0 && ws.gates16.defined();
       const scalar_t* xg = l == 0 ? pb.xg0 : gates16 ? nullptr : ws.gates.const_data_ptr<scalar_t>() + off * 4 * C;
       const uint16_t* xg16 = gates16 ? bf16_bits(ws.gates16) + off * 4 * C : nullptr;
       const int64_t* xg_offset = l == 0 ? pb.xg0_offset + d * sc.total() + off : nullptr;
-      const scalar_t* bias = gates16 ? pb.bias[ld].template const_data_ptr<scalar_t>() : pb.zeros;
+      const bool add_bias = gates16 || (pb.packed16 && l > 0);
+      const scalar_t* bias = add_bias ? pb.bias[ld].template const_data_ptr<scalar_t>() : pb.zeros;
       const auto cell = [&](auto cp, auto rec, auto hc) {
         if constexpr (std::is_same_v<decltype(cp.xg), const uint16_t*>) {
           cp.xg = xg16;
@@ -194,7 +215,19 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       at::Tensor h_active = ws.h.narrow(0, 0, n);
       bool done = false;
       if constexpr (std::is_same_v<scalar_t, float>) {
-        if (pb.w_hh[ld].w.scalar_type() == at::kBFloat16 && n > pb.gemv_max_rows) {
+        if (pb.packed16) {
+          // BRGeMM on the packed weights: bf16 in (h16, hc16), float out.
+          at::Tensor rec = ws.rec.narrow(0, 0, n);
+          cpu_gemm::packed_mm(rec.mutable_data_ptr<float>(), 4 * C, ws.h16.const_data_ptr<at::BFloat16>(), P, n,
+                              pb.w_hh[ld].w);
+          uint16_t* hc16 = bf16_bits(ws.in16);  // [n, C]
+          cell(CellPacked{}, rec.const_data_ptr<float>(), hc16);
+          cpu_gemm::packed_mm(h, P, reinterpret_cast<const at::BFloat16*>(hc16), C, n, pb.w_proj[ld].w);
+          lstm::ProjParams<float> pp;
+          pp.h16 = bf16_bits(ws.h16);
+          proj(pp, static_cast<const float*>(h));  // in place
+          done = true;
+        } else if (pb.w_hh[ld].w.scalar_type() == at::kBFloat16 && n > pb.gemv_max_rows) {
           // oneDNN's bf16 GEMMs, with bf16 in and out; the pointwise passes convert on the fly.
           at::Tensor h16 = front(ws.in16, n, P);
           at::Tensor rec16 = front(ws.out16, n, 4 * C);
@@ -266,7 +299,8 @@ void run_bilstm(const Problem<scalar_t>& pb, Workspace* ws, bool concurrent_dire
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
     const at::Tensor& xg0, const at::Tensor& token_index, const at::Tensor& lengths,
     at::TensorList weights, std::optional<double> cell_clip, std::optional<double> proj_clip,
-    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
+    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt,
+    std::optional<at::IntArrayRef> tuning_opt) {
   static constexpr char kOp[] = "bilstm";
   const BilstmDims dims = bilstm_dims(xg0, token_index, weights);
   const int64_t L = dims.L, P = dims.P, C = dims.C, U = dims.U, B = dims.B, T = dims.T;
@@ -279,7 +313,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   ELMO_CHECK(wdtype == dtype || (dtype == at::kFloat && wdtype == at::kBFloat16), "weights[1] (w_hh of ",
              "layer 0, forward) has dtype ", dtype_name(wdtype), "; with xg0 of dtype ", dtype_name(dtype),
              " the weights must be ", dtype_name(dtype), dtype == at::kFloat ? " or bfloat16" : "");
-  check_bilstm_args(dims, xg0, token_index, lengths, weights, wdtype, cell_clip, proj_clip, h0_opt, c0_opt);
+  check_bilstm_args(dims, xg0, token_index, lengths, weights, wdtype, cell_clip, proj_clip, h0_opt, c0_opt,
+                    /*packed_ok=*/wdtype == at::kBFloat16 || wdtype == at::kFloat);
+  // Packed weights (bf16 only): all the GEMM weights the op reads, or none.
+  int64_t gemm_weights = 0, packed_weights = 0;
+  for (const auto ld : c10::irange(2 * L)) {
+    for (const int64_t k : {0, 1, 3}) {
+      if (ld >= 2 || k != 0) {  // layer 0's w_ih is not read
+        ++gemm_weights;
+        packed_weights += is_packed_weight(weights[4 * ld + k]) ? 1 : 0;
+      }
+    }
+  }
+  ELMO_CHECK(packed_weights == 0 || packed_weights == gemm_weights, "the GEMM weights (w_hh, w_proj, and w_ih of ",
+             "layers >= 1) must be all packed or none, got ", packed_weights, " of ", gemm_weights, " packed");
+  // bf16 packed weights take the step of their own (h and hc rounded to bf16 by the passes); float32
+  // packed ones the float step, through linear_nt.
+  const bool packed = packed_weights > 0 && wdtype == at::kBFloat16;
+  const LstmTuning tuning = lstm_tuning(kOp, tuning_opt, wdtype == at::kBFloat16, 4 * C * P * int64_t{sizeof(float)});
   const at::Tensor lengths_c = bilstm_host_lengths(dims, lengths);
   const at::Tensor index_c = token_index.contiguous();
   const int64_t* len_p = lengths_c.const_data_ptr<int64_t>();
@@ -291,6 +342,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   const LstmPlan plan = make_lstm_plan(len_p, B, T);
   const int64_t N = plan.total();
   const int64_t n0 = plan.first_running();
+  const bool concurrent = directions_concurrent(tuning, n0);
 
   // Layer 0 reads its gates from xg0 in place: the element offset of each packed row, per direction.
   std::vector<int64_t> xg0_offset(2 * N);
@@ -311,20 +363,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   Workspace ws[2];
   for (auto& w : ws) {
     w.x = at::empty({N, P}, opts);
-    if (L > 1 && wdtype != at::kBFloat16) {
+    if (L > 1 && (wdtype != at::kBFloat16 || packed)) {
       w.gates = at::empty({N, 4 * C}, opts);
     }
     w.rec = at::empty({n0, 4 * C}, opts);
-    w.hc = at::empty({n0, C}, opts);
+    if (!packed) {
+      w.hc = at::empty({n0, C}, opts);
+    }
     w.h = at::empty({B, P}, opts);
     w.c = at::empty({B, C}, opts);
     if (wdtype == at::kBFloat16) {
       const auto opts16 = opts.dtype(at::kBFloat16);
       w.in16 = at::empty({n0 * std::max(P, C)}, opts16);
-      w.out16 = at::empty({n0 * 4 * C}, opts16);
+      if (packed) {
+        w.h16 = at::empty({B, P}, opts16);
+      } else {
+        w.out16 = at::empty({n0 * 4 * C}, opts16);
+      }
       if (L > 1) {
         w.x16 = at::empty({N, P}, opts16);
-        w.gates16 = at::empty({N, 4 * C}, opts16);
+        if (!packed) {
+          w.gates16 = at::empty({N, 4 * C}, opts16);
+        }
       }
     }
   }
@@ -339,7 +399,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
     pb.xg0_offset = xg0_offset.data();
     const auto weight = [](const at::Tensor& t) {
       at::Tensor w = t.contiguous();
-      return Weight{w, w.t()};
+      return is_packed_weight(w) ? Weight{w, at::Tensor()} : Weight{w, w.t()};
     };
     for (const auto ld : c10::irange(2 * L)) {
       const bool first = ld < 2;
@@ -348,7 +408,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
       pb.bias.push_back(first ? at::Tensor() : weights[4 * ld + 2].to(dtype).contiguous());
       pb.w_proj.push_back(weight(weights[4 * ld + 3]));
     }
-    pb.gemv_max_rows = gemv_max_rows(wdtype == at::kBFloat16, P, C);
+    pb.gemv_max_rows = gemv_rows(tuning, concurrent);
+    pb.packed16 = packed;
     pb.zeros = zeros.const_data_ptr<scalar_t>();
     pb.h0 = h0_c.defined() ? h0_c.const_data_ptr<scalar_t>() : nullptr;
     pb.c0 = c0_c.defined() ? c0_c.const_data_ptr<scalar_t>() : nullptr;
@@ -357,7 +418,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
     pb.out = out.mutable_data_ptr<scalar_t>();
     pb.h_out = h_out.mutable_data_ptr<scalar_t>();
     pb.c_out = c_out.mutable_data_ptr<scalar_t>();
-    run_bilstm(pb, ws, directions_in_parallel(n0, wdtype == at::kBFloat16));
+    run_bilstm(pb, ws, concurrent);
   });
   return {out, h_out, c_out};
 }

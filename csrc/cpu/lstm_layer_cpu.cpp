@@ -42,6 +42,7 @@
 #include "checks.h"
 #include "cpu/lstm_common.h"
 #include "cpu/lstm_layer_pointwise.h"
+#include "cpu/tuning.h"
 #include "lstm_args.h"
 
 namespace elmo_fast {
@@ -121,7 +122,8 @@ at::Tensor unit_last_stride(const at::Tensor& t) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cpu(
     const at::Tensor& xg, const at::Tensor& lengths, const at::Tensor& w_hh, const at::Tensor& w_proj,
     std::optional<double> cell_clip, std::optional<double> proj_clip, const std::optional<at::Tensor>& h0_opt,
-    const std::optional<at::Tensor>& c0_opt, const std::optional<at::Tensor>& token_index) {
+    const std::optional<at::Tensor>& c0_opt, const std::optional<at::Tensor>& token_index,
+    std::optional<at::IntArrayRef> tuning_opt) {
   static constexpr char kOp[] = "lstm_layer_forward";
   ELMO_CHECK_CPU(xg);
   const LstmLayerArgs args =
@@ -146,7 +148,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
   const at::Tensor c0_c = c0_opt.has_value() ? c0_opt->contiguous() : at::Tensor();
   const at::Tensor w_hh_c = w_hh.contiguous();
   const at::Tensor w_proj_c = w_proj.contiguous();
-  const int64_t gemv_rows = gemv_max_rows(false, P, C);
+  const LstmTuning tuning = lstm_tuning(kOp, tuning_opt, false, 4 * C * P * int64_t{sizeof(float)});
+  const bool concurrent = directions_concurrent(tuning, n0);
+  const int64_t gemv_rows = lstm_cpu::gemv_rows(tuning, concurrent);
 
   // Per direction: h [N, P] packed (each step's h, read by the next step's GEMM), the sorted
   // initial h, the cell state [B, C].
@@ -224,7 +228,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cp
         std::memcpy(c_out.mutable_data_ptr<scalar_t>() + (d * B + b) * C, c + j * C, C * sizeof(scalar_t));
       }
     };
-    for_each_direction(directions_in_parallel(n0, false), run);
+    for_each_direction(concurrent, run);
   });
   return {y, h_out, c_out, saved};
 }
@@ -238,7 +242,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
     const std::optional<at::Tensor>& grad_c_opt, const at::Tensor& saved, const at::Tensor& lengths,
     const std::optional<at::Tensor>& token_index, at::IntArrayRef xg_size, const at::Tensor& w_hh,
     const at::Tensor& w_proj, std::optional<double> cell_clip, std::optional<double> proj_clip,
-    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
+    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt,
+    std::optional<at::IntArrayRef> tuning_opt) {
   static constexpr char kOp[] = "lstm_layer_backward";
   ELMO_CHECK_CPU(saved);
   const LstmLayerArgs args = check_lstm_layer_backward_args(grad_y_opt, grad_h_opt, grad_c_opt, saved, lengths,
@@ -283,7 +288,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
   const at::Tensor c0_c = c0_opt.has_value() ? c0_opt->contiguous() : at::Tensor();
   const at::Tensor w_hh_c = w_hh.contiguous();
   const at::Tensor w_proj_c = w_proj.contiguous();
-  const int64_t gemv_rows = gemv_max_rows(false, P, C);
+  const LstmTuning tuning = lstm_tuning(kOp, tuning_opt, false, 4 * C * P * int64_t{sizeof(float)});
+  const bool concurrent = directions_concurrent(tuning, n0);
+  const int64_t gemv_rows = lstm_cpu::gemv_rows(tuning, concurrent);
 
   // Per direction: dh [B, P] / dc [B, C] (sorted rows: the gradient of the state that each row's
   // next step backwards produced), dp [N, P], dgates ([N, 4C] packed, or one step's [n_0, 4C]),
@@ -417,7 +424,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
         std::memcpy(grad_c0.mutable_data_ptr<scalar_t>() + (d * B + b) * C, dc + j * C, C * sizeof(scalar_t));
       }
     };
-    for_each_direction(directions_in_parallel(n0, false), run);
+    for_each_direction(concurrent, run);
   });
   return {grad_xg, grad_w_hh, grad_w_proj, grad_h0, grad_c0};
 }

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/vec_math.h"
 
@@ -142,6 +143,7 @@ struct ProjParams {
   int64_t numel;        // n * P
   bool skip;            // x += h (layers >= 1) instead of x = h
   scalar_t proj_clip;   // +inf: none
+  uint16_t* h16 = nullptr;  // [n, P] out, or nullptr: h in bf16, the next step's GEMM input (packed weights)
 };
 
 template <typename scalar_t, typename in_t>
@@ -161,6 +163,15 @@ C10_ALWAYS_INLINE void proj_elems(const ProjParams<scalar_t, in_t>& p, int64_t b
       const scalar_t v = clip_to(static_cast<scalar_t>(widen(in[e])), clip);
       h[e] = v;
       x[e] = v;
+    }
+  }
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    if (p.h16 != nullptr) {  // a second loop over the same (cached) elements: a branch inside would not vectorize
+      uint16_t* C10_RESTRICT h16 = p.h16;
+      const float* C10_RESTRICT hr = h;
+      for (int64_t e = begin; e < end; ++e) {
+        h16[e] = to_bf16_bits(hr[e]);
+      }
     }
   }
 }

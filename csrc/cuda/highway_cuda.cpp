@@ -5,6 +5,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <tuple>
 
 #include "checks.h"
@@ -83,9 +84,11 @@ std::tuple<at::Tensor, at::Tensor> highway_gate_backward_cuda(const at::Tensor& 
 }
 
 // x: [N, F]; highway_weights: L x [2F, F]; highway_biases: L x [2F]; proj_weight: [P, F];
-// proj_bias: [P] -> [N, P]. One [N, 2F] buffer serves every layer's GEMM output.
+// proj_bias: [P] (gemv_max_rows: the CPU op's, ignored) -> [N, P]. One [N, 2F] buffer serves every
+// layer's GEMM output.
 at::Tensor highway_cuda(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
-                        const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
+                        const at::Tensor& proj_weight, const at::Tensor& proj_bias,
+                        std::optional<int64_t> /*gemv_max_rows: the CPU op's*/) {
   static constexpr char kOp[] = "highway";
   ELMO_CHECK_DIM(x, 2);
   ELMO_CHECK_GPU(x);

@@ -56,14 +56,14 @@ at::Tensor stack_pair(const at::Tensor& forward, const at::Tensor& backward) {
 
 // xg0: [U, 2, 4C]; token_index: [B, T] int64; lengths: [B] int64 (CPU or CUDA); weights: 8L tensors
 // (see the schema); cell_clip, proj_clip: None or 0 (no clip) or > 0; h0: [L, B, 2P], c0: [L, B, 2C]
-// or None -> outputs [L, B, T, 2P] (zero at padding), h [L, B, 2P], c [L, B, 2C].
+// or None (tuning: the CPU op's, ignored) -> outputs [L, B, T, 2P] (zero at padding), h [L, B, 2P], c [L, B, 2C].
 // Floating tensors share one dtype (float32, float64, bfloat16, float16) and one CUDA device; the
 // cell state is kept in float32 (float64 for float64). token_index is clamped to [0, U) as the
 // reference does (an out-of-range index is not an error here: checking would cost a device sync).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
     const at::Tensor& xg0, const at::Tensor& token_index, const at::Tensor& lengths, at::TensorList weights,
     std::optional<double> cell_clip, std::optional<double> proj_clip, const std::optional<at::Tensor>& h0,
-    const std::optional<at::Tensor>& c0) {
+    const std::optional<at::Tensor>& c0, std::optional<at::IntArrayRef> /*tuning: the CPU op's*/) {
   static constexpr char kOp[] = "bilstm";
   const BilstmDims dims = bilstm_dims(xg0, token_index, weights);
   const int64_t L = dims.L, P = dims.P, C = dims.C, U = dims.U, B = dims.B, T = dims.T;

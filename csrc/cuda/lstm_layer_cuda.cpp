@@ -61,7 +61,8 @@ at::Tensor sorted_or_zeros(const std::optional<at::Tensor>& state, const at::Ten
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_layer_forward_cuda(
     const at::Tensor& xg, const at::Tensor& lengths, const at::Tensor& w_hh, const at::Tensor& w_proj,
     std::optional<double> cell_clip, std::optional<double> proj_clip, const std::optional<at::Tensor>& h0_opt,
-    const std::optional<at::Tensor>& c0_opt, const std::optional<at::Tensor>& token_index) {
+    const std::optional<at::Tensor>& c0_opt, const std::optional<at::Tensor>& token_index,
+    std::optional<at::IntArrayRef> /*tuning: the CPU op's*/) {
   static constexpr char kOp[] = "lstm_layer_forward";
   ELMO_CHECK_GPU(xg);
   gpu::check_host_plan_under_capture(kOp, "lengths", lengths);
@@ -165,7 +166,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
     const std::optional<at::Tensor>& grad_c_opt, const at::Tensor& saved, const at::Tensor& lengths,
     const std::optional<at::Tensor>& token_index, at::IntArrayRef xg_size, const at::Tensor& w_hh,
     const at::Tensor& w_proj, std::optional<double> cell_clip, std::optional<double> proj_clip,
-    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt) {
+    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt,
+    std::optional<at::IntArrayRef> /*tuning: the CPU op's*/) {
   static constexpr char kOp[] = "lstm_layer_backward";
   ELMO_CHECK_GPU(saved);
   gpu::check_host_plan_under_capture(kOp, "lengths", lengths);

@@ -18,7 +18,8 @@
 * :mod:`~elmo_fast.bilm.scalar_mix`       ``ScalarMix``: learned mixes of the layers
 * :mod:`~elmo_fast.bilm.tolerances`       the one table of per-op bounds, fast vs reference (tests, doctor, self-check)
 * :mod:`~elmo_fast.bilm.selfcheck`        each op against its twin on this machine (``elmo-fast doctor``,
-                                          ``ELMO_FAST_SELFCHECK``); its inputs in ``selfcheck_cases``
+                                          ``ELMO_FAST_SELFCHECK``, on for CUDA ops by default); its inputs in
+                                          ``selfcheck_cases``; an op that failed it runs its twin via ``fallback``
 * :mod:`~elmo_fast.bilm.build_report`     what was built: version, torch, backends, CUDA archs (``--version``)
 """
 from . import selfcheck
@@ -26,6 +27,6 @@ from .char_ids import batch_to_ids
 from .model import ElmoBiLm
 from .scalar_mix import ScalarMix
 
-selfcheck.enable_from_environment()  # ELMO_FAST_SELFCHECK: check each op on its first use
+selfcheck.enable_from_environment()  # ELMO_FAST_SELFCHECK (default: CUDA ops): check each op on its first use
 
 __all__ = ["batch_to_ids", "ElmoBiLm", "ScalarMix"]

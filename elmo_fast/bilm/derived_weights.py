@@ -57,20 +57,23 @@ class DerivedWeights:
         return self._token_embedder[1]
 
     def lstm_op_weights(self, flat: list[Tensor], device: torch.device, dtype: torch.dtype,
-                        key: Callable[[], tuple]) -> list[Tensor]:
+                        key: Callable[[], tuple], pack: Callable[[Tensor], Tensor] | None = None) -> list[Tensor]:
         """The bilstm op's flat weight list (``flat``, the encoder's parameters) in ``dtype``,
         detached: the parameters themselves (fp32 on a CPU), or copies made once per (device,
         dtype): low-precision copies of the GEMM weights (biases stay fp32 on a CPU; on CUDA, whose
         op takes one dtype, they are cast too), and on :data:`STACKED_LSTM_DEVICES` each layer's
         w_hh and w_proj stacked, both directions, the list holding views of the two halves (which
         the op uses in place). ``key()`` gives the weights' key, asked for only when a copy is
-        involved (the plain fp32 list needs none, and so stays traceable by torch.compile)."""
+        involved (the plain fp32 list needs none, and so stays traceable by torch.compile). ``pack``
+        (the CPU, when the calibration chose it): applied to every GEMM weight, w_ih, w_hh and w_proj,
+        in ``dtype`` (ops.pack_weight), the copies then held being the packed ones (in fp32 a copy
+        the size of the LSTM's weights)."""
         lowp = dtype != torch.float32
         stacked = device.type in STACKED_LSTM_DEVICES
-        if not (lowp or stacked):
+        if not (lowp or stacked or pack is not None):
             self._lstm = {}
             return [w.detach() for w in flat]
-        slot = (device.type, device.index, dtype)
+        slot = (device.type, device.index, dtype, pack is not None)
         key = key()
         entry = self._lstm.get(slot)
         if entry is not None and entry[0] == key:
@@ -80,7 +83,8 @@ class DerivedWeights:
 
         def cast(w: Tensor, k: int) -> Tensor:
             keep_fp32 = k == 2 and not stacked  # a bias, on the CPU
-            return w.detach().to(dtype) if lowp and not keep_fp32 else w.detach()
+            w = w.detach().to(dtype) if lowp and not keep_fp32 else w.detach()
+            return pack(w) if pack is not None and k != 2 else w
 
         out = [cast(w, i % 4) for i, w in enumerate(flat)]
         if stacked:

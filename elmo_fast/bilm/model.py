@@ -27,7 +27,10 @@ from ..formats.manylangs_dir import ManyLangsConfig, ManyLangsWeights
 from ..model_source import resolve_model
 from . import ops, reference
 from .backends import BACKENDS, fast_gradients, resolve_backend  # noqa: F401  (BACKENDS: public here too)
+from .calibration import DEFAULT as DEFAULT_TUNING
+from .calibration import CpuTuning
 from .char_ids import AllenNlpCharIds
+from .cpu_tuning import cpu_tuning, tuning_environment
 from .cuda_graphs import CudaGraphCache
 from .derived_weights import DerivedWeights, weights_key
 from .distinct_rows import distinct_rows
@@ -463,8 +466,29 @@ class ElmoBiLm(nn.Module):
 
     def _weights_key(self) -> tuple:
         """What the caches derived from the weights are checked against (:func:`weights_key`, with the
-        precision): fine-tuning never leaves a stale copy behind."""
-        return weights_key(self, self.precision.name)
+        precision and whether the GEMM weights are packed): fine-tuning never leaves a stale copy behind."""
+        return weights_key(self, self.precision.name, self.cpu_tuning().packed)
+
+    def cpu_tuning(self, precision: str | None = None) -> CpuTuning:
+        """The CPU kernels' choices for this model in ``precision`` (default: its own) at torch's
+        current thread count, measured on this machine at first use and cached
+        (:mod:`~elmo_fast.bilm.cpu_tuning`); the kernels' defaults off the CPU or the fast backend, and
+        inside torch.compile (which cannot trace a measurement)."""
+        if self.device.type != "cpu" or self.backend != "fast" or not ops.HAS_EXTENSION \
+                or torch.compiler.is_compiling():
+            return DEFAULT_TUNING
+        precision = precision or self.precision.name
+        # asked several times a forward: remembered per (precision, threads, environment)
+        slot = (precision, torch.get_num_threads(), tuning_environment())
+        memo = self.__dict__.setdefault("_tunings", {})
+        tuning = memo.get(slot)
+        if tuning is None:
+            emb = self.token_embedder
+            highway = None
+            if isinstance(emb, CharTokenEmbedder):
+                highway = (emb.highways.weights(), emb.highways.biases(), emb.projection.weight, emb.projection.bias)
+            tuning = memo[slot] = cpu_tuning(self.encoder.flat_weights(), highway, precision)
+        return tuning
 
     def _token_results(self, distinct: Tensor) -> tuple[Tensor, Tensor]:
         """Token vectors [U, P] and layer-0 gates [U, 2, 4C] on the model's device of the distinct
@@ -490,18 +514,24 @@ class ElmoBiLm(nn.Module):
         with self._stage("char_cnn"):
             cnn = emb.char_features_fast(distinct_ids)
         with self._stage("highway"):
-            return emb.project_fast(cnn, self._lowp_weights(), distinct_ids)
+            return emb.project_fast(cnn, self._lowp_weights(), distinct_ids, self.cpu_tuning().highway_gemv_rows)
 
     def _layer0_gates(self, vectors: Tensor) -> Tensor:
-        # fp32 in every mode: once per distinct token (and cached), a small share of the work
+        # fp32 gates in every mode: once per distinct token (and cached). With packed bf16 weights (the
+        # CPU's BRGeMM kernel), a bf16 GEMM with an fp32 result; else an fp32 one.
+        tuning = self.cpu_tuning()
         with self._stage("lstm"):
-            return self.encoder.layer0_gates_fast(vectors)
+            if tuning.packed:
+                w = self._flat_lstm()
+                return ops.layer0_gates_packed(vectors, [w[0], w[4]], [w[2], w[6]])
+            return self.encoder.layer0_gates_fast(vectors, tuning.linear_gemv_rows)
 
     def _flat_lstm(self) -> list[Tensor]:
-        """The bilstm op's flat weight list in the precision's dtype (see
-        :meth:`~elmo_fast.bilm.derived_weights.DerivedWeights.lstm_op_weights`)."""
+        """The bilstm op's flat weight list in the precision's dtype, packed where the calibration chose
+        it (see :meth:`~elmo_fast.bilm.derived_weights.DerivedWeights.lstm_op_weights`)."""
+        pack = ops.pack_weight if self.cpu_tuning().packed else None
         return self._derived.lstm_op_weights(self.encoder.flat_weights(), self.device, self.compute_dtype,
-                                             self._weights_key)
+                                             self._weights_key, pack)
 
     def _contextualize(self, vectors: Tensor, gates: Tensor, token_index: Tensor, mask: Tensor,
                        h0: Tensor | None, c0: Tensor | None,
@@ -518,7 +548,8 @@ class ElmoBiLm(nn.Module):
             gates = gates.to(self.compute_dtype)
         with self._stage("lstm"):
             lengths = mask.sum(dim=1) if lengths is None else lengths
-            outputs, h, c = self.encoder.forward_fast(gates, token_index, lengths, h0, c0, weights)
+            outputs, h, c = self.encoder.forward_fast(gates, token_index, lengths, h0, c0, weights,
+                                                      self.cpu_tuning().lstm)
             outputs = outputs.float()
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], h, c

@@ -32,13 +32,14 @@ HAS_BACKWARD = HAS_EXTENSION
 HAS_CUDA_BACKWARD = HAS_CUDA_KERNELS and _extension_status.has_kernels("CUDA")
 
 
-#: Called as ``hook(op, tensor)`` (the op's name, one of its inputs) at every op call when set: the
-#: first-use self-check of :mod:`elmo_fast.bilm.selfcheck` (ELMO_FAST_SELFCHECK). Unset, it costs
-#: each call one ``is None`` test.
-_first_use_hook: Callable[[str, Tensor], None] | None = None
+#: Called as ``hook(op, tensor)`` (the op's name, its main input) at every op call when set: the
+#: first-use self-check of :mod:`elmo_fast.bilm.selfcheck` (ELMO_FAST_SELFCHECK, on for CUDA ops by
+#: default). It returns None (run the kernel) or, for an op that failed its check on that device, a
+#: callable taking the op's arguments (its reference twin) whose result the op returns instead.
+_first_use_hook: Callable[[str, Tensor], Callable | None] | None = None
 
 
-def set_first_use_hook(hook: Callable[[str, Tensor], None] | None) -> None:
+def set_first_use_hook(hook: Callable[[str, Tensor], Callable | None] | None) -> None:
     """Install (or, with None, remove) the hook every op calls first (see ``_first_use_hook``)."""
     global _first_use_hook
     _first_use_hook = hook
@@ -80,61 +81,84 @@ def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
     Differentiable (CPU; CUDA where :data:`HAS_CUDA_BACKWARD`): the backward is one fused pass
     (``highway_gate_backward``).
     """
-    if _first_use_hook is not None:
-        _first_use_hook("highway_gate", x)
+    if _first_use_hook is not None and (twin := _first_use_hook("highway_gate", x)) is not None:
+        return twin(projected, x)
     _require_kernels_for(projected, x)
     return torch.ops.elmo_fast.highway_gate.default(projected, x)
 
 
 def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tensor], proj_weight: Tensor,
-            proj_bias: Tensor) -> Tensor:
+            proj_bias: Tensor, gemv_max_rows: int | None = None) -> Tensor:
     """Highway stack and projection (twin of :func:`elmo_fast.bilm.reference.highway_ref`).
 
     x:               [N, F] char CNN output.
     highway_weights: L tensors [2F, F] ([W_transform; -W_carry]); highway_biases: L tensors [2F].
     proj_weight:     [P, F]; proj_bias: [P]. All of x's dtype and device.
+    gemv_max_rows:   CPU, float32: GEMMs of at most this many rows take the op's own GEMV (None: a
+                     default from the weights' size; :mod:`elmo_fast.bilm.calibration` measures it).
     returns          [N, P]: GEMMs through ATen's BLAS, each layer's gating one fused pass.
 
     Differentiable: with gradients needed, the steps run one by one under autograd (the same
     kernels and values), and the gates' backward is one fused pass each.
     """
-    if _first_use_hook is not None:
-        _first_use_hook("highway", x)
+    if _first_use_hook is not None and (twin := _first_use_hook("highway", x)) is not None:
+        return twin(x, highway_weights, highway_biases, proj_weight, proj_bias)
     _require_kernels_for(x)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, *highway_weights, *highway_biases, proj_weight,
                                                                    proj_bias)):
         # Training: the op's own steps (the same GEMMs and fused gate, hence the same values), one by one,
         # so that autograd keeps every layer's [transform | gate] for the gate's fused backward
         # (highway_gate_backward); the op's own backward would have to recompute them.
+        # Under autocast (bf16 training) F.linear gives bf16: the gate, elementwise, runs in x's dtype.
         for w, b in zip(highway_weights, highway_biases):
-            x = highway_gate(F.linear(x, w, b), x)
+            x = highway_gate(F.linear(x, w, b).to(x.dtype), x)
         return F.linear(x, proj_weight, proj_bias)
-    return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias)
+    return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias,
+                                               gemv_max_rows)
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gemv_max_rows: int | None = None) -> Tensor:
     """``x @ weight.T + bias`` (twin of :func:`elmo_fast.bilm.reference.linear_ref`, i.e. ``F.linear``).
 
     x: [n, K]; weight: [N, K]; bias: [N] or None; one dtype. returns [n, N].
-    On the CPU in float32, few rows against large weights (up to 128 rows for weights of 16 MB and
-    more, else 32) take the LSTM steps' GEMV, which reads the weights once at memory speed where
-    BLAS's GEMM reads them several times slower; the rest, and other devices, take ATen's GEMM.
+    On the CPU in float32, few rows against large weights (up to ``gemv_max_rows``; None: 128 rows
+    for weights of 16 MB and more, else 32) take the LSTM steps' GEMV, which reads the weights once
+    at memory speed where BLAS's GEMM reads them several times slower; the rest, and other devices,
+    take ATen's GEMM. On the CPU, ``weight`` may also be packed (:func:`pack_weight`) with float32
+    x and bias: a GEMM in the packed weight's dtype with a float32 result (inference only).
     Differentiable (the usual formulas, through ATen).
     """
-    if _first_use_hook is not None:
-        _first_use_hook("linear", x)
+    if _first_use_hook is not None and (twin := _first_use_hook("linear", x)) is not None:
+        return twin(x, weight, bias)
     if x.device.type != "cpu":
         return F.linear(x, weight, bias)
     require_extension()
-    return torch.ops.elmo_fast.linear.default(x, weight, bias)
+    return torch.ops.elmo_fast.linear.default(x, weight, bias, gemv_max_rows)
 
 
-def layer0_gates(tokens: Tensor, weights: list[Tensor]) -> Tensor:
+def pack_weight(weight: Tensor) -> Tensor:
+    """A GEMM weight [N, K] (float32, or bfloat16 with K even; N a multiple of 16) packed, in its dtype,
+    for the CPU's BRGeMM micro-kernels (oneDNN's: AMX tiles or AVX512-BF16 for bf16, FMAs for float32):
+    [N / nb, K / g, nb, g], ``packed[j, k // g, c, k % g] = weight[j * nb + c, k]``, g = 2 for bf16, 1
+    for float32 (csrc/packed_weight.h). :func:`linear` and :func:`bilstm` take it in place of the plain
+    weight, on the CPU; made once per model."""
+    require_extension()
+    return torch.ops.elmo_fast.pack_weight.default(weight)
+
+
+def layer0_gates_packed(tokens: Tensor, packed: list[Tensor], biases: list[Tensor]) -> Tensor:
+    """Layer 0's input gates [U, 2, 4C] of token vectors [U, P] with both directions' w_ih packed
+    (:func:`pack_weight`) and their float32 biases: GEMMs in the packed weights' dtype, a float32 result
+    (see :func:`layer0_gates`; each GEMM is a :func:`linear`, checked as one)."""
+    return torch.stack([linear(tokens, packed[d], biases[d]) for d in range(2)], dim=1)
+
+
+def layer0_gates(tokens: Tensor, weights: list[Tensor], gemv_max_rows: int | None = None) -> Tensor:
     """Layer 0's input gates of distinct tokens, both directions: [U, P] -> [U, 2, 4C] (twin of
     :func:`elmo_fast.bilm.reference.layer0_gates_ref`), each direction one :func:`linear`."""
-    if _first_use_hook is not None:
-        _first_use_hook("layer0_gates", tokens)
-    return torch.stack([linear(tokens, weights[4 * d], weights[4 * d + 2]) for d in range(2)], dim=1)
+    if _first_use_hook is not None and (twin := _first_use_hook("layer0_gates", tokens)) is not None:
+        return twin(tokens, weights)
+    return torch.stack([linear(tokens, weights[4 * d], weights[4 * d + 2], gemv_max_rows) for d in range(2)], dim=1)
 
 
 def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor], conv_biases: list[Tensor],
@@ -157,16 +181,16 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
     one takes it; windows that hold the same ids (ELMo's padding) give the same gradient whichever
     takes it, as the reference's amax, which shares it among them.
     """
-    if _first_use_hook is not None:
-        _first_use_hook("char_cnn", char_embedding)
+    if _first_use_hook is not None and (twin := _first_use_hook("char_cnn", char_embedding)) is not None:
+        return twin(char_ids, char_embedding, conv_weights, conv_biases, activation)
     _require_kernels_for(char_ids, char_embedding)
     return torch.ops.elmo_fast.char_cnn.default(char_ids, char_embedding, list(conv_weights), list(conv_biases),
                                                 activation)
 
 
 def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
-           proj_clip: float | None, h0: Tensor | None = None,
-           c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+           proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
+           tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """ELMo's stacked projected biLSTM, fused: the whole stack and time loop in C++.
 
     Same semantics as :func:`elmo_fast.bilm.reference.bilstm_ref`.
@@ -184,16 +208,21 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
                  GEMMs run in bf16 with fp32 accumulation while states, gates and outputs stay fp32.
                  On CUDA, each layer's forward and backward w_hh (and w_proj) given as the two halves of
                  one [2, ...] tensor are used in place; separate tensors are stacked (copied) per call.
+                 On the CPU the GEMM weights may all be packed (:func:`pack_weight`): bfloat16 ones, or
+                 float32 ones with a float32 ``xg0``.
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:      [L, B, 2P], [L, B, 2C] initial states ([forward | backward]), or None (zeros).
+    tuning:      CPU: ``[gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows]``, how the kernel
+                 runs its GEMMs and threads (csrc/cpu/tuning.h; :mod:`elmo_fast.bilm.calibration`
+                 measures it), None for the defaults. The same values either way, to float rounding.
     returns      outputs [L, B, T, 2P] (exactly 0 at t >= lengths[b]), h [L, B, 2P], c [L, B, 2C]
                  (each row's state after its last step; a row of length 0 keeps its initial state).
     """
-    if _first_use_hook is not None:
-        _first_use_hook("bilstm", xg0)
+    if _first_use_hook is not None and (twin := _first_use_hook("bilstm", xg0)) is not None:
+        return twin(xg0, token_index, lengths, weights, cell_clip, proj_clip, h0, c0)
     _require_kernels_for(xg0, token_index)
     return torch.ops.elmo_fast.bilstm.default(xg0, token_index, lengths, list(weights), cell_clip, proj_clip,
-                                              h0, c0)
+                                              h0, c0, tuning)
 
 
 def _require_training_kernels(op: str, *tensors: Tensor | None) -> None:
@@ -234,7 +263,7 @@ def to_device_async(t: Tensor, device: torch.device) -> Tensor:
 
 def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
                proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
-               token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+               token_index: Tensor | None = None, tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One projected LSTM layer, both directions in one call, differentiable (CPU and CUDA).
 
     Twin of :func:`elmo_fast.bilm.reference.lstm_layer_pair_ref` (same semantics and signature); its
@@ -255,17 +284,18 @@ def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_c
              xg's row token_index[b, t] (as :func:`bilstm`'s xg0; rows may repeat). A training stack
              passes its gates packed this way, one row per real token, with no padded copy; the
              gradient of xg then has that shape too.
+    tuning:  as :func:`bilstm`'s (CPU; the forward's also serves its backward).
     returns  y [2, B, T, P] (exactly 0 at padding), h [2, B, P], c [2, B, C] (each row's state after
              its last step; a row of length 0 keeps its initial state).
 
     The forward keeps what the backward reads (~(6C + P) values per token and direction), also
     under no_grad: for inference, :func:`bilstm` is the fast path.
     """
-    if _first_use_hook is not None:
-        _first_use_hook("lstm_layer", xg)
+    if _first_use_hook is not None and (twin := _first_use_hook("lstm_layer", xg)) is not None:
+        return twin(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index)
     _require_training_kernels("lstm_layer", xg, w_hh, w_proj, h0, c0)
     y, h, c, _saved = torch.ops.elmo_fast.lstm_layer_forward.default(xg, lengths, w_hh, w_proj, cell_clip, proj_clip,
-                                                                     h0, c0, token_index)
+                                                                     h0, c0, token_index, tuning)
     return y, h, c
 
 
@@ -280,7 +310,7 @@ def dropout_masks(shape: tuple[int, ...] | torch.Size, num_layers: int, dropout:
 
 def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None, proj_clip: float | None,
                  h0: Tensor | None = None, c0: Tensor | None = None, dropout: float = 0.0, training: bool = True,
-                 masks: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                 masks: list[Tensor] | None = None, tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """ELMo's stacked biLSTM for training (twin of :func:`elmo_fast.bilm.reference.bilstm_train_ref`).
 
     The recurrence of every layer is :func:`lstm_layer` (both directions, backward in C++); the input
@@ -302,11 +332,12 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
     dropout:  the probability of dropping an input element, when ``training``.
     masks:    L tensors [2, B, T, P] multiplying each layer's input (0 or 1 / (1 - dropout), see
               :func:`dropout_masks`) instead of fresh random ones; for tests and replays.
+    tuning:   :func:`lstm_layer`'s, for every layer (CPU).
     returns   outputs [L, B, T, 2P] (0 at padding), h [L, B, 2P], c [L, B, 2C] (each row's state after
               its last step), as :func:`bilstm`.
     """
-    if _first_use_hook is not None:
-        _first_use_hook("bilstm_train", x)
+    if _first_use_hook is not None and (twin := _first_use_hook("bilstm_train", x)) is not None:
+        return twin(x, lengths, weights, cell_clip, proj_clip, h0, c0, dropout, training, masks)
     num_layers = len(weights) // 8
     P, C = weights[3].shape
     B, T = x.shape[-3], x.shape[-2]
@@ -332,9 +363,10 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
         packed = layer_in.reshape(2, B * T, P).index_select(1, rows)  # [2, N, P]
         gates = torch.baddbmm(torch.stack([w[2], w[6]]).unsqueeze(1), packed,
                               torch.stack([w[0], w[4]]).transpose(1, 2))  # [2, N, 4C]
+        gates = gates.to(w[1].dtype)  # under autocast (bf16 training): the recurrence keeps the weights' dtype
         y, h, c = lstm_layer(gates, lengths, torch.stack([w[1], w[5]]), torch.stack([w[3], w[7]]), cell_clip,
                              proj_clip, None if h0 is None else h0[layer].view(B, 2, P).transpose(0, 1),
-                             None if c0 is None else c0[layer].view(B, 2, C).transpose(0, 1), token_index)
+                             None if c0 is None else c0[layer].view(B, 2, C).transpose(0, 1), token_index, tuning)
         if layer > 0:
             y = y + layer_in
         inputs = y
@@ -349,22 +381,41 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
 if HAS_EXTENSION:
 
     @torch.library.register_fake("elmo_fast::highway")
-    def _highway_fake(x, highway_weights, highway_biases, proj_weight, proj_bias):
+    def _highway_fake(x, highway_weights, highway_biases, proj_weight, proj_bias, gemv_max_rows=None):
         torch._check(x.dim() == 2, lambda: "highway: x must have 2 dims")
         torch._check(proj_weight.dim() == 2 and proj_weight.shape[1] == x.shape[1],
                      lambda: "highway: proj_weight must be [P, F]")
         return x.new_empty((x.shape[0], proj_weight.shape[0]))
 
     @torch.library.register_fake("elmo_fast::linear")
-    def _linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        torch._check(x.dim() == 2 and weight.dim() == 2, lambda: "linear: x and weight must have 2 dims")
-        torch._check(x.shape[1] == weight.shape[1], lambda: "linear: x [n, K] and weight [N, K] must have the same K")
-        torch._check(x.dtype == weight.dtype, lambda: "linear: x and weight must have the same dtype")
-        torch._check(bias is None or tuple(bias.shape) == (weight.shape[0],), lambda: "linear: bias must be [N]")
-        return x.new_empty((x.shape[0], weight.shape[0]))
+    def _linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None, gemv_max_rows: int | None = None) -> Tensor:
+        packed = weight.dim() == 4 and weight.shape[3] == (2 if weight.dtype == torch.bfloat16 else 1)
+        N, K = (weight.shape[0] * weight.shape[2], weight.shape[1] * weight.shape[3]) if packed else tuple(weight.shape)
+        torch._check(x.dim() == 2 and (packed or weight.dim() == 2), lambda: "linear: x and weight must have 2 dims")
+        torch._check(x.shape[1] == K, lambda: "linear: x [n, K] and weight [N, K] must have the same K")
+        torch._check(packed or x.dtype == weight.dtype, lambda: "linear: x and weight must have the same dtype")
+        torch._check(bias is None or tuple(bias.shape) == (N,), lambda: "linear: bias must be [N]")
+        return x.new_empty((x.shape[0], N))
+
+    @torch.library.register_fake("elmo_fast::pack_weight")
+    def _pack_weight_fake(weight: Tensor) -> Tensor:
+        g = 2 if weight.dtype == torch.bfloat16 else 1
+        torch._check(weight.dim() == 2 and weight.shape[0] % 16 == 0 and weight.shape[1] % g == 0,
+                     lambda: "pack_weight: weight [N, K] must have N a multiple of 16 (and K even in bfloat16)")
+        N, K = weight.shape
+        nb = 64 if N % 64 == 0 else 32 if N % 32 == 0 else 16
+        return weight.new_empty((N // nb, K // g, nb, g))
+
+    # backward returns one value per argument the op was called with, and the dispatcher drops
+    # trailing arguments equal to their defaults (setup_context sees them filled back in): the
+    # formulas below give their gradients for the leading arguments, padded or cut to the arguments
+    # given, which ctx.needs_input_grad has one entry for.
+    def _grads(ctx, *grads):
+        given = len(ctx.needs_input_grad)
+        return (*grads, *[None] * (given - len(grads)))[:given]
 
     def _linear_setup_context(ctx, inputs, output) -> None:
-        x, weight, bias = inputs
+        x, weight, bias = inputs[:3]
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
 
@@ -373,7 +424,7 @@ if HAS_EXTENSION:
         grad_x = grad.mm(weight) if ctx.needs_input_grad[0] else None
         grad_weight = grad.t().mm(x) if ctx.needs_input_grad[1] else None
         grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_x, grad_weight, grad_bias
+        return _grads(ctx, grad_x, grad_weight, grad_bias)
 
     torch.library.register_autograd("elmo_fast::linear", _linear_backward, setup_context=_linear_setup_context)
 
@@ -413,13 +464,14 @@ if HAS_EXTENSION:
     @torch.library.register_fake("elmo_fast::bilstm")
     def _bilstm_fake(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor],
                      cell_clip: float | None, proj_clip: float | None, h0: Tensor | None,
-                     c0: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+                     c0: Tensor | None, tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         torch._check(len(weights) > 0 and len(weights) % 8 == 0,
                      lambda: "bilstm: weights must hold 8 tensors per layer")
         torch._check(xg0.dim() == 3 and token_index.dim() == 2 and lengths.dim() == 1,
                      lambda: "bilstm: xg0, token_index and lengths must have 3, 2 and 1 dims")
         num_layers = len(weights) // 8
-        P, C = weights[3].shape
+        w = weights[3]
+        P, C = (w.shape[0] * w.shape[2], w.shape[1] * w.shape[3]) if w.dim() == 4 else w.shape
         B, T = token_index.shape
         torch._check(xg0.shape[1] == 2 and xg0.shape[2] == 4 * C, lambda: "bilstm: xg0 must be [U, 2, 4C]")
         torch._check(lengths.shape[0] == B, lambda: "bilstm: lengths must be [B]")
@@ -429,7 +481,8 @@ if HAS_EXTENSION:
     @torch.library.register_fake("elmo_fast::lstm_layer_forward")
     def _lstm_layer_forward_fake(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
                                  proj_clip: float | None, h0: Tensor | None, c0: Tensor | None,
-                                 token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                                 token_index: Tensor | None = None,
+                                 tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         torch._check(w_proj.dim() == 3 and w_proj.shape[0] == 2, lambda: "lstm_layer_forward: w_proj must be [2, P, C]")
         P, C = w_proj.shape[1], w_proj.shape[2]
         torch._check(lengths.dim() == 1, lambda: "lstm_layer_forward: lengths must be [B]")
@@ -453,7 +506,8 @@ if HAS_EXTENSION:
     def _lstm_layer_backward_fake(grad_y: Tensor | None, grad_h: Tensor | None, grad_c: Tensor | None, saved: Tensor,
                                   lengths: Tensor, token_index: Tensor | None, xg_size: list[int], w_hh: Tensor,
                                   w_proj: Tensor, cell_clip: float | None, proj_clip: float | None, h0: Tensor | None,
-                                  c0: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                                  c0: Tensor | None,
+                                  tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         torch._check(saved.dim() == 3 and saved.shape[0] == 2, lambda: "lstm_layer_backward: saved must be [2, N, 6C + P]")
         B = lengths.shape[0]
         P, C = w_proj.shape[1], w_proj.shape[2]
@@ -461,24 +515,28 @@ if HAS_EXTENSION:
                 saved.new_empty(2, B, P), saved.new_empty(2, B, C))
 
     def _lstm_layer_setup_context(ctx, inputs, output) -> None:
-        xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index = inputs
+        xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0 = inputs[:8]
+        token_index = inputs[8] if len(inputs) > 8 else None
+        tuning = inputs[9] if len(inputs) > 9 else None
         saved = output[3]
         ctx.mark_non_differentiable(saved)
         # An unused y, h or c comes as None, not as a tensor of zeros to be read.
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(saved, lengths, w_hh, w_proj, h0, c0, token_index)
         ctx.clips = (cell_clip, proj_clip)
+        ctx.tuning = tuning
         ctx.xg_size = xg.shape
 
     def _lstm_layer_backward(ctx, grad_y, grad_h, grad_c, _grad_saved):
         saved, lengths, w_hh, w_proj, h0, c0, token_index = ctx.saved_tensors
         _no_cuda_backward("lstm_layer", saved)
         grad_xg, grad_w_hh, grad_w_proj, grad_h0, grad_c0 = torch.ops.elmo_fast.lstm_layer_backward.default(
-            grad_y, grad_h, grad_c, saved, lengths, token_index, ctx.xg_size, w_hh, w_proj, *ctx.clips, h0, c0)
+            grad_y, grad_h, grad_c, saved, lengths, token_index, ctx.xg_size, w_hh, w_proj, *ctx.clips, h0, c0,
+            ctx.tuning)
         need = ctx.needs_input_grad
-        return (grad_xg if need[0] else None, None, grad_w_hh if need[2] else None,
-                grad_w_proj if need[3] else None, None, None, grad_h0 if need[6] else None,
-                grad_c0 if need[7] else None, None)
+        return _grads(ctx, grad_xg if need[0] else None, None, grad_w_hh if need[2] else None,
+                      grad_w_proj if need[3] else None, None, None, grad_h0 if need[6] else None,
+                      grad_c0 if need[7] else None)
 
     torch.library.register_autograd("elmo_fast::lstm_layer_forward", _lstm_layer_backward,
                                     setup_context=_lstm_layer_setup_context)
@@ -537,7 +595,7 @@ if HAS_EXTENSION:
                                     setup_context=_highway_gate_setup_context)
 
     def _highway_setup_context(ctx, inputs, output) -> None:
-        x, highway_weights, highway_biases, proj_weight, proj_bias = inputs
+        x, highway_weights, highway_biases, proj_weight, proj_bias = inputs[:5]
         ctx.save_for_backward(x, *highway_weights, *highway_biases, proj_weight, proj_bias)
         ctx.num_layers = len(highway_weights)
 
@@ -561,6 +619,6 @@ if HAS_EXTENSION:
             grad_weights[k] = grad_projected.t().mm(layer_inputs[k])
             grad_biases[k] = grad_projected.sum(0)
             g = grad_x.addmm_(grad_projected, weights[k])
-        return g, grad_weights, grad_biases, grad_proj_weight, grad_proj_bias
+        return _grads(ctx, g, grad_weights, grad_biases, grad_proj_weight, grad_proj_bias)
 
     torch.library.register_autograd("elmo_fast::highway", _highway_backward, setup_context=_highway_setup_context)

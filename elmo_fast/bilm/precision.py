@@ -12,8 +12,10 @@ tf32    CUDA: fp32 GEMMs on TF32 tensor cores (inputs rounded to a   max <= 1% o
         10-bit mantissa, fp32 accumulation). CPU: exactly fp32       RMS <= 0.25% of its RMS
         (CPUs have no TF32)
 bf16    GEMMs in bf16 with fp32 accumulation. CPU: char CNN, cell    max <= 5% of a layer's max |value|,
-        state, gates and everything elementwise stay fp32; CUDA:     RMS <= 1% of its RMS
-        the bilstm op takes one dtype, its gates and states are bf16
+        state, gates and everything elementwise stay fp32 (the       RMS <= 1% of its RMS
+        weights packed for oneDNN's BRGeMM kernel, fp32 results,
+        where the calibration finds it faster); CUDA: the bilstm
+        op takes one dtype, its gates and states are bf16
 fp16    CUDA only (the CPU kernels have no fp16 GEMMs; a CPU model   max <= 1% of a layer's max |value|,
         refuses it in one line): as bf16 on CUDA, in fp16            RMS <= 0.25% of its RMS
 ======  ===========================================================  =====================================

@@ -16,28 +16,40 @@ project's bounds (:mod:`elmo_fast.bilm.tolerances`), the twin computing in float
                  small random model, in each precision (fp32, bf16; on CUDA also tf32 and fp16)
                  within its stated bound (:mod:`elmo_fast.bilm.precision`).
 
-``ELMO_FAST_SELFCHECK=1`` (or ``cuda``): the first call of each op on each CUDA device first runs
-that op's checks on that device, and raises :class:`SelfCheckError`, one line naming the op and its
-error, when one fails (and at every later call of it on that device); ``all``: on the CPU too. The
-variable is read when :mod:`elmo_fast.bilm` is imported (:func:`enable` sets the mode later); unset,
-an op call pays one ``is None`` test.
+``ELMO_FAST_SELFCHECK`` (read when :mod:`elmo_fast.bilm` is imported; :func:`enable` sets it later):
+the first call of each op on each device runs that op's checks above on that device first (a few
+milliseconds of small cases; benchmarks/bench_selfcheck.py measures it). On by default for CUDA ops, until a
+GPU run has verified the kernels on the hardware; an op that fails its check gives ONE warning
+(:class:`SelfCheckWarning`, naming the op, its error and the bound) and runs its reference twin
+(:mod:`elmo_fast.bilm.fallback`: slower, right) on that device for the rest of the process.
+
+* unset, ``1`` or ``cuda``: ops on CUDA tensors are checked (the default);
+* ``all``: ops on CPU tensors too;
+* ``strict`` (with ``all``: ``all,strict``): a failed check raises :class:`SelfCheckError`, one line
+  naming the op and its error, at that call and every later one, instead of falling back;
+* ``0`` (``off``): no check; an op call then pays one ``is None`` test.
+
+When on, an op call on a device the mode does not check pays one Python call; on a checked device,
+one set lookup after its first use. The checks themselves (and the doctor's) run the real kernels
+whatever earlier checks decided, never a twin, and check nothing again on the way.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 from ..durable import scratch_dir
-from . import ops
+from . import fallback, ops
 from .precision import FP32, PRECISIONS, Precision, tf32_switch
 from .selfcheck_cases import OPS, Case, OpSpec
 from .tolerances import GRAD_RTOL, GRADCHECK, TOL, max_abs_error, tolerance_ratio
@@ -118,6 +130,21 @@ def _exact_arithmetic(device: torch.device) -> Iterator[None]:
     with FP32.gemm_mode(device), _cudnn_tf32_off(device), torch.inference_mode(False), torch.enable_grad(), \
             torch.autocast(device.type, enabled=False):
         yield
+
+
+#: per thread: inside a check (check_op, check_model), ops run their real kernels, unchecked
+_local = threading.local()
+
+
+@contextmanager
+def _real_kernels() -> Iterator[None]:
+    """Ops called in this block (by this thread) run their kernels: neither checked nor fallen back."""
+    before = getattr(_local, "bypass", False)
+    _local.bypass = True
+    try:
+        yield
+    finally:
+        _local.bypass = before
 
 
 # --- the three checks of an op ---------------------------------------------------------------------
@@ -223,7 +250,7 @@ def check_op(name: str, device: torch.device | str = "cpu", seed: int | None = N
     if spec.differentiable:
         plan += [(c, d) for c, d in (("grad", torch.float32), ("gradcheck", torch.float64)) if c in checks]
     results = []
-    with _exact_arithmetic(device):
+    with _exact_arithmetic(device), _real_kernels():
         for check, dtype in plan:
             row = _row(spec, device, dtype, check)
             results.append(row)
@@ -322,7 +349,7 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
     what = f"'tiny' random model, {len(sentences)} sentences of {sorted(len(s) for s in sentences)} tokens"
     try:
         # fork_rng: building the modules draws their (then replaced) initial weights from torch's RNG
-        with scratch_dir("elmo-fast-selfcheck-") as tmp, _exact_arithmetic(device), \
+        with scratch_dir("elmo-fast-selfcheck-") as tmp, _exact_arithmetic(device), _real_kernels(), \
                 torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             files = random_model("tiny", tmp, seed=int(torch.randint(0, 2**31, (1,), generator=gen)),
                                  exercise_clips=True)
@@ -370,69 +397,115 @@ def run_all(devices: Sequence[torch.device | str] | None = None, seed: int | Non
 
 # --- the first-use self-check (ELMO_FAST_SELFCHECK) -------------------------------------------------
 
+#: the mode when the variable is unset: CUDA ops checked, a failure falls back (until a GPU run has
+#: verified the kernels on the hardware)
+DEFAULT_MODE = "cuda"
+
+
+class SelfCheckWarning(RuntimeWarning):
+    """An op failed its first-use self-check on a device and runs its reference twin there from now on."""
+
+
+#: (op, device) pairs whose check has begun (and maybe ended)
 _checked: set[tuple[str, str]] = set()
-#: (op, device) -> the error of a failed check: raised again at every call, the op's results being wrong
+#: (op, device) pairs whose check passed: the hook's fast path
+_passed: set[tuple[str, str]] = set()
+#: (op, device) -> the one line saying what failed (raised in strict mode, warned once otherwise)
 _failed: dict[tuple[str, str], str] = {}
 _lock = threading.RLock()
+#: None (off), "cuda" or "all": which devices are checked
 _mode: str | None = None
+_strict = False
 
 
-def _on_first_use(op: str, tensor: Tensor) -> None:
-    """ops' hook, called before each op call with one of its inputs: runs the op's checks on that
-    device the first time, raises SelfCheckError if one fails."""
-    if torch.compiler.is_compiling():  # traced by torch.compile: the eager calls are checked
-        return
+def _failure_line(op: str, device: torch.device, results: list[Result], seconds: float) -> str:
+    failed = [r for r in results if r.failed]
+    setting = f"{ENV_VAR}={_mode}{',strict' if _strict else ''}"  # the mode in effect, however it was set
+    then = ("raising, as strict asks" if _strict else
+            f"elmo_fast.bilm.reference.{failed[0].twin} runs instead on {device} for the rest of this process "
+            f"(right, slower; {ENV_VAR}=strict makes this an error, 0 turns the check off)")
+    return (f"elmo-fast self-check ({setting}): {op} gives wrong results on {device}: {failed[0].one_line()} "
+            f"(against elmo_fast.bilm.reference.{failed[0].twin}; {len(failed)} of {len(results)} checks failed, "
+            f"{seconds * 1e3:.0f} ms); {then}. Run `elmo-fast doctor` for every op, and report its output")
+
+
+def _on_first_use(op: str, tensor: Tensor) -> Callable[..., object] | None:
+    """ops' hook, called before each op call with its main input: the first time an op runs on a
+    device the mode checks, runs its checks there; returns None (run the kernel), or, for an op that
+    failed them, the twin to call instead (strict: raises SelfCheckError)."""
+    if tensor.is_cuda:
+        if not ops.HAS_CUDA_KERNELS:  # nothing to check: the op says how to build them
+            return None
+    elif _mode != "all":
+        return None
     device = tensor.device
-    if device.type not in ("cpu", "cuda") or (_mode == "cuda" and device.type != "cuda"):
-        return
     key = (op, str(device))
-    if key in _checked and key not in _failed:
-        return
+    if key in _passed or getattr(_local, "bypass", False) or device.type not in ("cpu", "cuda"):
+        return None
+    if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        # traced or captured: no check can run now (the eager calls are checked); a failed op falls back
+        return _twin(op, key, tensor)
     with _lock:
         if key not in _checked:
-            _checked.add(key)  # first: the check calls the op itself
+            _checked.add(key)
             start = time.perf_counter()
             results = check_op(op, device)
-            failed = [r for r in results if r.failed]
-            if failed:
-                _failed[key] = (
-                    f"elmo-fast self-check ({ENV_VAR}={os.environ.get(ENV_VAR, _mode)}): {op} gives wrong results on "
-                    f"this machine: {failed[0].one_line()} (against elmo_fast.bilm.reference.{failed[0].twin}; "
-                    f"{len(failed)} of {len(results)} checks failed, in {time.perf_counter() - start:.2f} s). Run "
-                    "`elmo-fast doctor` for every op, and report its output")
-        if key in _failed:
-            raise SelfCheckError(_failed[key])
+            if any(r.failed for r in results):
+                _failed[key] = _failure_line(op, device, results, time.perf_counter() - start)
+                if not _strict:
+                    warnings.warn(_failed[key], SelfCheckWarning, stacklevel=3)
+            else:
+                _passed.add(key)
+    return _twin(op, key, tensor)
+
+
+def _twin(op: str, key: tuple[str, str], tensor: Tensor) -> Callable[..., object] | None:
+    if key not in _failed:
+        return None
+    if _strict:
+        raise SelfCheckError(_failed[key])
+    return functools.partial(fallback.call_twin, op, tensor)
+
+
+def parse_mode(value: str | None) -> tuple[str | None, bool]:
+    """(devices: None, "cuda" or "all"; strict) from a value of ELMO_FAST_SELFCHECK: 0/off, 1/cuda,
+    all, strict, or all,strict. None or "" is off (the variable's default is applied by
+    :func:`enable_from_environment`)."""
+    words = {w for w in (value or "").strip().lower().replace("+", ",").replace(" ", ",").split(",") if w}
+    if not words or words <= {"0", "off", "false", "no"}:
+        return None, False
+    strict = "strict" in words
+    words.discard("strict")
+    words = {"cuda" if w in ("1", "on", "true", "yes") else w for w in words} or {"cuda"}
+    if len(words) != 1 or not words <= {"cuda", "all"}:
+        raise ValueError(f"{ENV_VAR}={value!r}: expected 1 (or cuda): check each CUDA op on its first use and fall "
+                         "back to its reference twin if it fails; all: ops on every device; strict (or all,strict): "
+                         "a failed check is an error; 0: off")
+    return words.pop(), strict
 
 
 def enable(mode: str | None) -> None:
-    """Set the first-use self-check: "cuda" (or "1"): ops on CUDA tensors; "all": on every device;
-    None, "" or "0": off. Ops already checked in this process are not checked again."""
-    global _mode
-    mode = (mode or "").strip().lower()
-    if mode in ("", "0", "off", "false", "no"):
-        _mode = None
-        ops.set_first_use_hook(None)
-        return
-    if mode in ("1", "on", "true", "yes"):
-        mode = "cuda"
-    if mode not in ("cuda", "all"):
-        raise ValueError(f"{ENV_VAR}={mode!r}: expected 1 (or cuda): check each CUDA op on its first use; all: each "
-                         "op on every device; 0: off")
-    _mode = mode
-    ops.set_first_use_hook(_on_first_use)
+    """Set the first-use self-check, as ELMO_FAST_SELFCHECK (:func:`parse_mode`); None, "" or "0":
+    off. Ops already checked in this process are not checked again (:func:`forget_checked`)."""
+    global _mode, _strict
+    _mode, _strict = parse_mode(mode)
+    ops.set_first_use_hook(None if _mode is None else _on_first_use)
 
 
 def enable_from_environment() -> None:
-    """:func:`enable` with ``$ELMO_FAST_SELFCHECK`` (run when elmo_fast.bilm is imported); a value it
-    does not know is said in a warning, and leaves the check off."""
+    """:func:`enable` with ``$ELMO_FAST_SELFCHECK``, DEFAULT_MODE when it is unset (run when
+    elmo_fast.bilm is imported); a value it does not know is said in a warning, and the default applies."""
+    value = os.environ.get(ENV_VAR)
     try:
-        enable(os.environ.get(ENV_VAR))
+        enable(DEFAULT_MODE if value is None else value)
     except ValueError as exc:
-        warnings.warn(f"{exc}; the self-check stays off", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"{exc}; the default ({DEFAULT_MODE}) applies", RuntimeWarning, stacklevel=2)
+        enable(DEFAULT_MODE)
 
 
 def forget_checked() -> None:
     """Check every op again on its next use (for tests)."""
     with _lock:
         _checked.clear()
+        _passed.clear()
         _failed.clear()

@@ -162,14 +162,16 @@ class CharTokenEmbedder(Stage):
                 "proj_weight": self.projection.weight.detach().to(dtype),
                 "proj_bias": self.projection.bias.detach().to(dtype)}
 
-    def project_fast(self, cnn: Tensor, lowp: dict | None = None, ids: Tensor | None = None) -> Tensor:
+    def project_fast(self, cnn: Tensor, lowp: dict | None = None, ids: Tensor | None = None,
+                     gemv_max_rows: int | None = None) -> Tensor:
         """The highways and the projection of char CNN outputs [N, F] -> [N, P], as one op
-        (``ids`` unused: the signature of every token embedder's second half)."""
+        (``ids`` unused: the signature of every token embedder's second half; ``gemv_max_rows``: the
+        op's, measured by :mod:`~elmo_fast.bilm.calibration`)."""
         if lowp is not None:
             return ops.highway(cnn.to(lowp["proj_weight"].dtype), lowp["highway_weights"], lowp["highway_biases"],
                                lowp["proj_weight"], lowp["proj_bias"]).float()
         return ops.highway(cnn, self.highways.weights(), self.highways.biases(), self.projection.weight,
-                           self.projection.bias)
+                           self.projection.bias, gemv_max_rows)
 
     def forward_reference(self, char_ids: Tensor) -> Tensor:
         return reference.highway_ref(self.char_cnn.forward_reference(char_ids), self.highways.weights(),
@@ -212,9 +214,11 @@ class WordCharTokenEmbedder(Stage):
             return None
         return self.char_cnn.forward_fast(ids[:, 0 if self.word_embedding is None else 1:])
 
-    def project_fast(self, cnn: Tensor | None, lowp: dict | None = None, ids: Tensor | None = None) -> Tensor:
+    def project_fast(self, cnn: Tensor | None, lowp: dict | None = None, ids: Tensor | None = None,
+                     gemv_max_rows: int | None = None) -> Tensor:
         """Highways over the char CNN output, the word embedding of ``ids``, the projection: [N, P].
-        ``lowp`` (low-precision copies from :meth:`lowp_weights`) runs the GEMMs in their dtype."""
+        ``lowp`` (low-precision copies from :meth:`lowp_weights`) runs the GEMMs in their dtype
+        (``gemv_max_rows`` unused: its GEMMs are ATen's)."""
         parts = []
         if self.word_embedding is not None:
             parts.append(self.word_embedding[ids[:, 0]])
@@ -379,10 +383,10 @@ class BiLstmEncoder(Stage):
         so computed once per distinct token; fp32 in every mode)."""
         return reference.layer0_gates_ref(vectors, self.flat_weights())
 
-    def layer0_gates_fast(self, vectors: Tensor) -> Tensor:
+    def layer0_gates_fast(self, vectors: Tensor, gemv_max_rows: int | None = None) -> Tensor:
         """:meth:`layer0_gates` through :func:`~elmo_fast.bilm.ops.layer0_gates` (the same values to
-        float32 rounding; a few rows read the weights once on the CPU)."""
-        return ops.layer0_gates(vectors, self.flat_weights())
+        float32 rounding; up to ``gemv_max_rows`` rows read the weights once on the CPU)."""
+        return ops.layer0_gates(vectors, self.flat_weights(), gemv_max_rows)
 
     def input_masks(self, x: Tensor, dropout: float) -> list[Tensor] | None:
         """Fresh dropout masks for every layer's input: L tensors [2, B, T, P], one per direction,
@@ -396,22 +400,25 @@ class BiLstmEncoder(Stage):
                 for _ in range(self.num_layers)]
 
     def forward_sequence(self, x: Tensor, lengths: Tensor, h0: Tensor | None = None, c0: Tensor | None = None,
-                         masks: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                         masks: list[Tensor] | None = None,
+                         tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """The stack over per-position inputs, for training: x [B, T, P] read by both directions, or
         [2, B, T, P] one per direction (bilm-tf's unrolled scheme reads two streams); ``masks`` from
         :meth:`input_masks`. Layer 0's input gates are computed per position, gradients reach every
         weight (fast: :func:`~elmo_fast.bilm.ops.bilstm_train`, whose recurrence backpropagates in
-        C++). Returns outputs [L, B, T, 2P], h [L, B, 2P], c [L, B, 2C]."""
+        C++; ``tuning``: its, see :func:`~elmo_fast.bilm.ops.bilstm`). Returns outputs [L, B, T, 2P],
+        h [L, B, 2P], c [L, B, 2C]."""
         if self.backend == "fast":
             return ops.bilstm_train(x, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0,
-                                    training=masks is not None, masks=masks)
+                                    training=masks is not None, masks=masks, tuning=tuning)
         return reference.bilstm_train_ref(x, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0,
                                           training=masks is not None, masks=masks)
 
     def forward_fast(self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None,
-                     c0: Tensor | None = None, weights: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                     c0: Tensor | None = None, weights: list[Tensor] | None = None,
+                     tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         weights = self.flat_weights() if weights is None else weights
-        return ops.bilstm(xg0, token_index, lengths, weights, self.cell_clip, self.proj_clip, h0, c0)
+        return ops.bilstm(xg0, token_index, lengths, weights, self.cell_clip, self.proj_clip, h0, c0, tuning)
 
     def forward_reference(self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None,
                           c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:

@@ -1,0 +1,93 @@
+"""What the first-use self-check (ELMO_FAST_SELFCHECK, elmo_fast.bilm.selfcheck) costs.
+
+    python benchmarks/bench_selfcheck.py [--device cpu] [--repeats 5]
+
+* first use: each op's checks on the device (what its first call in a process pays once: check_op),
+  the median of --repeats fresh runs, per op and in all;
+* every later call: an op call with the hook installed but nothing to check (a CPU op in the default
+  mode, cuda; a checked op in mode all) against the hook off, on the smallest input (highway_gate on
+  [2, 2]), the median of many calls, so that the hook's own cost shows.
+Prints the CPU (lscpu's model name), torch's threads and the load with the table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from elmo_fast.bilm import ops, selfcheck  # noqa: E402
+from elmo_fast.bilm.selfcheck_cases import OPS  # noqa: E402
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return platform.processor() or "?"
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
+
+
+def per_call_us(fn, calls: int = 20000) -> float:
+    for _ in range(200):
+        fn()
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        runs.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(runs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    ops.require_extension()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"bench_selfcheck: {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"load {load:.1f}, device {args.device}")
+
+    rows = []
+    for name in OPS:
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            results = selfcheck.check_op(name, args.device)
+            times.append(time.perf_counter() - start)
+            assert not any(r.failed for r in results), [r.one_line() for r in results if r.failed]
+        rows.append((name, statistics.median(times) * 1e3, len(results)))
+    print(f"\nfirst use (each op's checks on {args.device}, median of {args.repeats}):")
+    print(f"  {'op':14s} {'ms':>8s} {'checks':>7s}")
+    for name, ms, n in rows:
+        print(f"  {name:14s} {ms:8.1f} {n:7d}")
+    print(f"  {'all ops':14s} {sum(ms for _, ms, _ in rows):8.1f}")
+
+    projected, x = torch.randn(2, 4), torch.randn(2, 2)
+    call = lambda: ops.highway_gate(projected, x)  # noqa: E731
+    selfcheck.enable(None)
+    off = per_call_us(call)
+    selfcheck.enable("cuda")
+    cuda_mode = per_call_us(call)
+    selfcheck.forget_checked()
+    selfcheck.enable("all")
+    call()  # checked once
+    all_mode = per_call_us(call)
+    selfcheck.enable(None)
+    print(f"\nevery later call (highway_gate on [2, 2], µs per call): hook off {off:.2f}; default mode (cuda), a CPU op "
+          f"{cuda_mode:.2f} (+{cuda_mode - off:.2f}); mode all, a checked op {all_mode:.2f} (+{all_mode - off:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+// GEMMs against packed weights (see packed_gemm.h) and the op `pack_weight`.
+#include "cpu/packed_gemm.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "checks.h"
+#include "packed_weight.h"
+
+namespace elmo_fast {
+namespace cpu_gemm {
+
+namespace {
+
+// Rows of `a` per micro-kernel call. oneDNN generates (and caches, per thread) one kernel per
+// distinct (M, N, K, ld*); a fixed block keeps the variety to the block and the tails of a batch.
+constexpr int64_t kRowBlock = 32;
+
+// The widest block of output columns dividing N that AMX's kernels take (16, 32, 48 or 64; 48 only
+// when nothing else divides N is never needed: N a multiple of 16 has one of 64, 32, 16).
+int64_t column_block(int64_t N) {
+  return N % 64 == 0 ? 64 : N % 32 == 0 ? 32 : 16;
+}
+
+}  // namespace
+
+at::Tensor pack_weight(const at::Tensor& w) {
+  static constexpr char kOp[] = "pack_weight";
+  ELMO_CHECK(w.dim() == 2, "weight must have 2 dims [N, K], got ", w.dim());
+  ELMO_CHECK(w.device().is_cpu(), "weight must be a CPU tensor, got ", w.device());
+  const at::ScalarType dtype = w.scalar_type();
+  ELMO_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "weight has dtype ", dtype_name(dtype),
+             "; supported: float32, bfloat16");
+  const int64_t N = w.size(0), K = w.size(1), g = dtype == at::kBFloat16 ? 2 : 1;
+  ELMO_CHECK(N > 0 && N % 16 == 0 && K > 0 && K % g == 0, "weight [N, K] must have N a multiple of 16",
+             g == 2 ? " and K even" : "", " to be packed, got ", w.sizes());
+  const int64_t nb = column_block(N);
+  // packed[j, k / g, c, k % g] = w[j nb + c, k]
+  return w.contiguous().view({N / nb, nb, K / g, g}).permute({0, 2, 1, 3}).contiguous();
+}
+
+namespace {
+
+template <typename scalar_t>
+void packed_mm_impl(float* out, int64_t ldo, const scalar_t* a, int64_t lda, int64_t n, const at::Tensor& packed) {
+  constexpr bool kVnni = std::is_same_v<scalar_t, c10::BFloat16>;
+  TORCH_INTERNAL_ASSERT(is_packed_weight(packed) && packed.scalar_type() == c10::CppTypeToScalarType<scalar_t>::value,
+                        "packed_mm: the weight is not packed in the activations' dtype");
+  const int64_t blocks = packed.size(0), K = packed.size(1) * packed.size(3), nb = packed.size(2);
+  const scalar_t* w = packed.const_data_ptr<scalar_t>();
+  if (n <= 0) {
+    return;
+  }
+  const int64_t row_blocks = (n + kRowBlock - 1) / kRowBlock;
+  // Tasks column block major: a thread's consecutive tasks share a block of weights (in L1/L2).
+  at::parallel_for(0, blocks * row_blocks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t j = t / row_blocks, r0 = (t % row_blocks) * kRowBlock;
+      const int64_t m = std::min(kRowBlock, n - r0);
+      at::native::cpublas::brgemm(m, nb, K, lda, nb, ldo, /*add_C=*/false, a + r0 * lda, w + j * K * nb,
+                                  out + r0 * ldo + j * nb, /*is_vnni=*/kVnni);
+    }
+    at::native::cpublas::brgemm_release(/*is_vnni=*/kVnni);  // AMX: give the tile state back
+  });
+}
+
+}  // namespace
+
+void packed_mm(float* out, int64_t ldo, const c10::BFloat16* a, int64_t lda, int64_t n, const at::Tensor& packed) {
+  packed_mm_impl(out, ldo, a, lda, n, packed);
+}
+
+void packed_mm(float* out, int64_t ldo, const float* a, int64_t lda, int64_t n, const at::Tensor& packed) {
+  packed_mm_impl(out, ldo, a, lda, n, packed);
+}
+
+}  // namespace cpu_gemm
+}  // namespace elmo_fast
+
+TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
+  m.impl("pack_weight", &elmo_fast::cpu_gemm::pack_weight);
+}
