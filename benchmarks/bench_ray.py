@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -80,6 +81,7 @@ def ray_run(label: str, corpus: Path, model: Path, out: Path, actors: int, batch
     for _ in range(repeats):
         log = out.with_suffix(".calls.jsonl")
         log.unlink(missing_ok=True)
+        shutil.rmtree(out, ignore_errors=True)  # write_parquet adds files beside an earlier run's
         cmd = [sys.executable, str(Path(__file__).resolve()), "--ray-driver", json.dumps(
             {"corpus": str(corpus), "model": str(model), "out": str(out), "actors": actors,
              "batch_size": batch_size, "log": str(log)})]
