@@ -15,6 +15,8 @@ embedding, writing). The embed runs report their own phases (the closing lines);
 ``ray.init``, and the actors time each call (a subclass of ElmoBatchEmbedder, appending to a log), so
 that Ray's own share shows: its start, the actors' start (process, imports, model) before their first
 call, and what is neither embedding nor start (scheduling, moving blocks, reading, writing parquet).
+"Other work during the run" is the machine's CPU time not spent by the run's processes (the actors
+report theirs): for the Ray run it includes Ray's daemons (raylet, GCS, the object store).
 
     python benchmarks/bench_ray.py --sentences 4000 --repeats 2
 """
@@ -31,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -39,9 +42,11 @@ from bench_distributed import _cpu_jiffies, cpu_name, parse, wait_quiet  # noqa:
 from corpus import make_sentences  # noqa: E402
 
 
-def _timed(cmd: list[str], env: dict, quiet_s: float) -> tuple[subprocess.CompletedProcess, float, float, float]:
+def _timed(cmd: list[str], env: dict, quiet_s: float, detached_cpu: Callable[[], float] = lambda: 0.0
+           ) -> tuple[subprocess.CompletedProcess, float, float, float]:
     """Run a command after waiting for a quiet machine: its result, wall seconds, the share of the
-    machine other work took meanwhile, and the share busy before it started."""
+    machine other work took meanwhile, and the share busy before it started. ``detached_cpu()``: CPU
+    seconds the command's processes spent that are not its children's (Ray's actors)."""
     busy = wait_quiet(quiet_s)
     all0, idle0 = _cpu_jiffies()
     ours0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -54,9 +59,9 @@ def _timed(cmd: list[str], env: dict, quiet_s: float) -> tuple[subprocess.Comple
         raise SystemExit(f"{' '.join(cmd[:6])} ... failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     ticks = os.sysconf("SC_CLK_TCK")
     used = ((all1 - idle1) - (all0 - idle0)) / ticks
-    ours = (ours1.ru_utime + ours1.ru_stime) - (ours0.ru_utime + ours0.ru_stime)
-    # Ray's own daemons are not our children when they outlive the driver's wait: counted as ours by
-    # the driver's shutdown, which waits for them (ray.shutdown)
+    ours = (ours1.ru_utime + ours1.ru_stime) - (ours0.ru_utime + ours0.ru_stime) + detached_cpu()
+    # Ray's actors are the raylet's children, not ours: they report their own CPU time. Ray's daemons
+    # (raylet, GCS, the object store's) are counted as other work, a share that is Ray's own cost
     others = max(0.0, used - ours) / max((all1 - all0) / ticks, 1e-9)
     return r, wall, others, busy
 
@@ -75,6 +80,15 @@ def embed_run(label: str, cmd: list[str], env: dict, output: Path, repeats: int,
     return best
 
 
+def _actors_cpu(log: Path) -> float:
+    """The actors' CPU seconds (user and system) at their last call, from the calls' log."""
+    last: dict[int, float] = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        c = json.loads(line)
+        last[c["pid"]] = max(last.get(c["pid"], 0.0), c["cpu"])
+    return sum(last.values())
+
+
 def ray_run(label: str, corpus: Path, model: Path, out: Path, actors: int, batch_size: int, env: dict,
             repeats: int, quiet_s: float) -> dict:
     best = None
@@ -85,7 +99,7 @@ def ray_run(label: str, corpus: Path, model: Path, out: Path, actors: int, batch
         cmd = [sys.executable, str(Path(__file__).resolve()), "--ray-driver", json.dumps(
             {"corpus": str(corpus), "model": str(model), "out": str(out), "actors": actors,
              "batch_size": batch_size, "log": str(log)})]
-        r, wall, others, busy = _timed(cmd, env, quiet_s)
+        r, wall, others, busy = _timed(cmd, env, quiet_s, lambda: _actors_cpu(log))
         report = json.loads(r.stdout.strip().splitlines()[-1])
         calls = [json.loads(line) for line in log.read_text().splitlines()]
         by_actor: dict[int, list[dict]] = {}
@@ -128,9 +142,10 @@ def ray_driver(spec: dict) -> None:
             out = super().__call__(batch)
             end = time.time()
             tokens = sum(len(t.split()) for t in batch["text"])
+            cpu = resource.getrusage(resource.RUSAGE_SELF)
             with open(self.log, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"pid": os.getpid(), "start": start, "end": end, "rows": len(batch["text"]),
-                                    "tokens": tokens}) + "\n")
+                                    "tokens": tokens, "cpu": cpu.ru_utime + cpu.ru_stime}) + "\n")
             return out
 
     init0 = time.perf_counter()
@@ -216,8 +231,7 @@ def main() -> None:
           f"runs each; embed --window {args.window}; Ray: read_text ({4 * 2} blocks) -> "
           f"map_batches(batch_size={args.ray_batch_size}) -> write_parquet")
     print()
-    print("| run | tokens/s, whole run | wall s | start s | reading, embedding, writing s | steady tokens/s | "
-          "other work during the run |")
+    print("| run | tokens/s, whole run | wall s | start s | read, embed, write s | steady tokens/s | other work |")
     print("|---|--:|--:|--:|--:|--:|--:|")
     for r in rows:
         steady = f"{r['steady']:,.0f}" if r["steady"] is not None else "-"
