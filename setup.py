@@ -51,6 +51,10 @@ CSRC = "csrc"
 CXX_STD = "-std=c++20"
 EXT_NAME = "elmo_fast._C"
 SERVE_REQUIRES = ["starlette>=0.40", "uvicorn>=0.30", "httptools>=0.6", "orjson>=3.9"]
+# [ray]: elmo_fast.ray (Ray Data's ElmoBatchEmbedder, the Ray Serve app): from 2.60, the release tested (older
+# ones are not), which the tests pin. A cluster's Ray and its clients' must be one release: no upper bound here.
+RAY_REQUIRES = ["ray[data,serve]>=2.60.0", *SERVE_REQUIRES]
+RAY_TESTED = "ray[data,serve]==2.60.0"
 BUILD_INFO = "_build_info.py"
 
 
@@ -217,8 +221,9 @@ setup(
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],
     # [serve]: `elmo-fast serve` (Starlette on uvicorn, httptools for uvicorn's fast HTTP parser, orjson for
-    # the vectors); in [test] too, so that CI runs the server's tests
-    extras_require={"serve": SERVE_REQUIRES, "test": ["pytest", "hypothesis", *SERVE_REQUIRES]},
+    # the vectors); in [test] too, so that CI runs the server's tests; and Ray, for the Ray room's
+    extras_require={"serve": SERVE_REQUIRES, "ray": RAY_REQUIRES,
+                    "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED]},
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],
     cmdclass={"build_ext": BuildExt, **CMDCLASS},

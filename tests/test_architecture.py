@@ -202,6 +202,45 @@ def test_only_the_cli_and_main_import_the_cli():
             assert not any(d.startswith("elmo_fast.cli") for d in deps), f"{module} imports the CLI"
 
 
+def test_the_ray_room_is_a_leaf():
+    """elmo_fast.ray (the [ray] extra) imports the core, never the other way: nothing else in the package
+    imports it, and it imports neither the CLI nor the compatibility fronts."""
+    graph = _graph()
+    assert "elmo_fast.ray.batch_embedder" in graph  # the rule below must not be checking an empty room
+    for module, deps in graph.items():
+        inside = module == "elmo_fast.ray" or module.startswith("elmo_fast.ray.")
+        if not inside:
+            assert not any(d == "elmo_fast.ray" or d.startswith("elmo_fast.ray.") for d in deps), \
+                f"{module} imports the Ray room"
+        else:
+            bad = {d for d in deps if _room(d) in ("cli", "compat")}
+            assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_only_the_cli_and_the_ray_room_import_the_server():
+    """elmo_fast.serve (the [serve] extra) is reached from the CLI (`elmo-fast serve`) and the Ray room (its
+    Ray Serve replicas run the same app) only: a core install need not have Starlette or uvicorn."""
+    for module, deps in _graph().items():
+        if module.startswith(("elmo_fast.serve", "elmo_fast.cli", "elmo_fast.ray")) or module == "elmo_fast.__main__":
+            continue
+        assert not any(d.startswith("elmo_fast.serve") for d in deps), f"{module} imports the server"
+
+
+def test_importing_elmo_fast_imports_no_ray():
+    """``import elmo_fast`` (and the Ray room's door, and its batch embedder) import no Ray: a core install
+    has none, and the actors Ray starts import it themselves."""
+    import subprocess
+    import sys
+
+    code = ("import sys, elmo_fast, elmo_fast.ray\n"
+            "from elmo_fast import ElmoEmbedder\n"
+            "from elmo_fast.ray import ElmoBatchEmbedder\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"Ray modules imported: {proc.stdout.strip()}"
+
+
 def test_kernels_know_nothing_of_python():
     """csrc/: no Python.h outside the module stub, no reference to files or the CLI."""
     csrc = PACKAGE.parent / "csrc"
@@ -288,7 +327,7 @@ def test_package_doors_load_nothing_eagerly():
     .pth hook imports elmo_fast at every interpreter start where it is asked for, so the door must be light."""
     import ast as _ast
 
-    for door in (PACKAGE / "__init__.py", PACKAGE / "compat" / "__init__.py"):
+    for door in (PACKAGE / "__init__.py", PACKAGE / "compat" / "__init__.py", PACKAGE / "ray" / "__init__.py"):
         tree = _ast.parse(door.read_text())
         eager = [n for n in tree.body if isinstance(n, (_ast.Import, _ast.ImportFrom))
                  and not (isinstance(n, _ast.ImportFrom) and n.module == "__future__")

@@ -56,3 +56,10 @@ def test_bench_serve():
     assert "| server, batching | 4 | " in out and "| batch 64: " in out
     assert "| server, batching off | 2 | " in out and "output all as .npy | 1 | " in out
     assert "| orjson (the server) |" in out and "errors)" not in out
+
+
+def test_bench_ray(tmp_path):
+    pytest.importorskip("ray", reason='Ray is not installed: pip install "elmo-fast[ray]"')
+    out = _run("bench_ray.py", "--sentences", "40", "--preset", "tiny", "--repeats", "1", "--wait-quiet", "0",
+               "--runs", "ray", "--ray-batch-size", "10", "--dir", tmp_path)
+    assert "| Ray Data, 2 actors x 1 thread | " in out and "Ray's run: ray.init " in out

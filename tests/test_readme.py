@@ -2,7 +2,8 @@
 in a ```bash block is accepted by the argument parser.
 
 A block that imports ``elmo_fast.as_allennlp`` runs in a child process (the allennlp import path is per
-process), and skips, saying so, when a library it imports (flair, ...) is not installed.
+process), and so does a block that imports ``ray`` (it starts a Ray of its own and shuts it down); each
+skips, saying so, when a library it imports (flair, ray, ...) is not installed.
 
 Each python block runs alone, in a namespace of its own (a reader copies one block, not the ones
 before it), in a fresh working directory holding what the snippets name: ``options.json`` and
@@ -26,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
+_IMPORTS_RAY = re.compile(r"^\s*(?:from|import) ray\b", re.M)
+#: how to install what a block imports, for its skip message (the peers: tests/install_peers.sh)
+_INSTALL = {"ray": 'pip install "elmo-fast[ray]"', "pyarrow": 'pip install "elmo-fast[ray]"'}
 _SHAPE_COMMENT = re.compile(r"^(?P<name>\w+) = .*#[^#]*?\b(np\.ndarray|Tensor|LongTensor) \((?P<shape>[^)]*)\)")
 
 
@@ -81,7 +85,7 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
     monkeypatch.setenv("ELMO_FAST_BASE_URL", "http://127.0.0.1:9")  # discard: nothing listens there
     checked = [(m["name"], m["shape"], statement) for statement in code.splitlines()
                if (m := _SHAPE_COMMENT.match(statement))]
-    if "elmo_fast.as_allennlp" in code:
+    if "elmo_fast.as_allennlp" in code or _IMPORTS_RAY.search(code):
         shapes = _run_in_a_child(line, code, [name for name, _, _ in checked], tmp_path)
     else:
         namespace: dict = {"__name__": "__readme__"}
@@ -103,13 +107,15 @@ def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path) -> dict:
 
     from shim_runs import child_env, require_no_real_allennlp
 
-    require_no_real_allennlp()
+    if "elmo_fast.as_allennlp" in code:
+        require_no_real_allennlp()
     for library in sorted(set(re.findall(r"^\s*(?:from|import) (\w+)", code, re.M)) - {"elmo_fast"}):
         if importlib.util.find_spec(library) is None:
-            pytest.skip(f"{line} needs {library}, which is not installed (bash tests/install_peers.sh)")
+            how = _INSTALL.get(library, "bash tests/install_peers.sh")
+            pytest.skip(f"{line} needs {library}, which is not installed ({how})")
     report = f"\nimport json as _json\nprint(_json.dumps({{n: list(globals()[n].shape) for n in {names!r}}}))\n"
     proc = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, cwd=cwd,
-                          env=child_env(), timeout=600)
+                          env=child_env(RAY_USAGE_STATS_ENABLED="0"), timeout=600)
     assert proc.returncode == 0, f"{line} failed in a child process:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

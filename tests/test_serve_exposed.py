@@ -53,6 +53,30 @@ def test_bearer_matches_compares_in_constant_time(monkeypatch):
         guards.Guards(lambda *a: None, api_key="")
 
 
+def test_the_open_routes_are_open_under_a_prefix_too():
+    """A server that mounts the app under a prefix (a Ray Serve route_prefix) passes the whole path and
+    the prefix as root_path: /health stays open there, and nothing else does."""
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def status(path: str, root_path: str = "") -> int:
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        await guards.Guards(app, api_key=KEY)({"type": "http", "path": path, "root_path": root_path, "headers": []},
+                                              None, send)
+        return sent[0]["status"]
+
+    assert asyncio.run(status("/health")) == 200 and asyncio.run(status("/elmo/health", "/elmo")) == 200
+    for path, root in (("/embed", ""), ("/elmo/embed", "/elmo"), ("/elmo/health", ""), ("/elmohealth", "/elmo"),
+                       ("/elmo/health/x", "/elmo")):
+        assert asyncio.run(status(path, root)) == 401, (path, root)
+    assert guards.route_path({"path": "/elmo", "root_path": "/elmo"}) == "/"
+
+
 def test_a_body_that_stalls_is_answered_408_and_the_app_sees_a_disconnect():
     seen = []
 

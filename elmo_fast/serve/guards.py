@@ -41,6 +41,15 @@ def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
+def route_path(scope: dict) -> str:
+    """The request's path within the app: without the ``root_path`` of a server that mounts the app
+    under a prefix (a Ray Serve ``route_prefix``, a proxy's), as the app's router matches it."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root):] or "/"
+    return path
+
+
 def _header(scope: dict, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
@@ -80,7 +89,7 @@ class Guards:
         if scope["type"] != "http":  # lifespan (and websockets, which the app has none of)
             await self.app(scope, receive, send)
             return
-        if self.api_key is not None and scope.get("path") not in self.open_paths and not bearer_matches(
+        if self.api_key is not None and route_path(scope) not in self.open_paths and not bearer_matches(
                 _header(scope, b"authorization"), self.api_key):
             self.refused("unauthorized")
             await send_error(send, 401, "unauthorized", "this server needs an API key: send the header "

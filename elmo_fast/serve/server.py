@@ -19,10 +19,8 @@ from typing import Callable
 import uvicorn
 
 from ..errors import ElmoFastError
-from .app import ModelInfo, create_app
-from .batcher import Batcher, Limits
-from .guards import Guards
-from .metrics import Metrics
+from .batcher import Limits
+from .composition import compose
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 
@@ -136,24 +134,11 @@ class EmbeddingServer:
         scheme = "https" if exposure.ssl_certfile else "http"
         self.url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
         self.limits = limits
-        self.metrics = Metrics()
-        self.info = info = ModelInfo(name)
-
-        def load_and_measure():
-            embedder = load()
-            info.dim = dim_of(embedder)
-            return embedder
-
-        self.batcher = batcher = Batcher(load_and_measure, limits, self.metrics)
-        self.metrics.gauges.update({
-            "queue_depth": ("Requests waiting for a batch.", batcher.queue_depth),
-            "queued_sentences": ("Sentences waiting for a batch.", batcher.queued_sentences),
-            "ready": ("1 once the model is loaded and warm.", lambda: float(batcher.ready.is_set())),
-            "model_busy": ("1 while the model thread runs a batch.", lambda: float(batcher.busy)),
-        })
-        app = Guards(create_app(batcher, self.metrics, info, max_request_tokens, self._failed, self._ready),
-                     api_key=exposure.api_key, max_connections=exposure.max_connections,
-                     read_timeout=exposure.read_timeout, refused=self.metrics.error)
+        served = compose(load, name, dim_of, limits, max_request_tokens, self._failed, self._ready,
+                         api_key=exposure.api_key, max_connections=exposure.max_connections,
+                         read_timeout=exposure.read_timeout)
+        self.metrics, self.info, self.batcher = served.metrics, served.info, served.batcher
+        app = served.app
         http = "auto" if exposure.read_timeout is None else _header_deadline(exposure.read_timeout)
         config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", http=http,
                                 timeout_graceful_shutdown=None, timeout_keep_alive=30,
