@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Record simple_elmo 0.9.2's outputs (on TensorFlow) for the cases of tests/simple_elmo_models.py
+"""Record simple_elmo 0.9.2's outputs (on TensorFlow) for the cases of tests/support/simple_elmo_models.py
 into tests/fixtures/simple_elmo_0.9.2.npz, which tests/test_simple_elmo.py compares elmo-fast with.
 
 Run once, with the project's environment (it builds the random-weight archives with elmo-fast's
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]
 
 from simple_elmo_models import CASES, FIXTURE, PEER_PYTHON, run_peer, weights_digest  # noqa: E402
 

@@ -1,8 +1,19 @@
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# The tests sit in room folders (tests/<room>/test_*.py, rooted like elmo_fast/'s rooms); what they share
+# (case builders, tolerances, peers, fault injection, the CUDA targets) lives in tests/support/, imported
+# by module name (`from tolerances import TOL`): on sys.path for every test and its subprocesses' -c code.
+# tests/ itself holds the package of the CUDA kernels' CPU emulator (`from cuda_emulation.build import ...`).
+TESTS = Path(__file__).resolve().parent
+SUPPORT = TESTS / "support"
+for _path in (TESTS, SUPPORT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 # The CPU kernels' calibration (elmo_fast.bilm.cpu_tuning) picks kernels by timing them: the suite runs
 # the kernels' defaults, the same in every process and on every machine, and writes nothing under the

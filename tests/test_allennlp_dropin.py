@@ -14,7 +14,7 @@ from elmo_fast import Elmo, ElmoBiLm, ElmoEmbedder, ElmoFastError, ModelFileErro
 from elmo_fast.bilm.stages import BiLstmEncoder, CharTokenEmbedder
 from elmo_fast.compat import ConfigurationError
 from peers import allennlp_elmo
-from test_reference import _sentences
+from bilm_cases import _sentences
 from tolerances import TOL, max_abs_error
 
 FP32 = TOL[torch.float32]["atol"]

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "elmo_fast"
+from repo_paths import REPO
+
+PACKAGE = REPO / "elmo_fast"
 
 
 def _module_name(path: Path) -> str:

@@ -1,6 +1,6 @@
 """elmo-fast's allennlp import path (elmo_fast.as_allennlp, ELMO_FAST_AS_ALLENNLP=1): opt-in, never over a
 real allennlp, ELMo's path only, the official models' URLs made local; the classes behind it against
-allennlp 0.9 itself (tests/allennlp09_peer.py) and allennlp 2.10.1's helpers."""
+allennlp 0.9 itself (tests/support/allennlp09_peer.py) and allennlp 2.10.1's helpers."""
 from __future__ import annotations
 
 import hashlib
@@ -24,9 +24,10 @@ from elmo_fast.compat.allennlp09.nn_util import add_sentence_boundary_token_ids,
 from elmo_fast.errors import DownloadError, ElmoFastError
 from elmo_fast.pretrained import official
 from peers import PEERS, allennlp_elmo
-from shim_runs import ROOT, child_env, last_json, require_no_real_allennlp, run_python
+from shim_runs import child_env, last_json, require_no_real_allennlp, run_python
+from repo_paths import SUPPORT
 
-PEER_SCRIPT = ROOT / "tests" / "allennlp09_peer.py"
+PEER_SCRIPT = SUPPORT / "allennlp09_peer.py"
 TOL = 1e-5
 
 
@@ -123,7 +124,7 @@ def test_a_real_allennlp_is_never_shadowed(no_real_allennlp):
                           allennlp.version.VERSION, [str(w.message) for w in caught]]))
     """
     for first in ("", "import allennlp"):
-        proc = run_python(code.format(first=first, tests=str(ROOT / "tests")), env=child_env(PYTHONPATH=str(site)))
+        proc = run_python(code.format(first=first, tests=str(SUPPORT)), env=child_env(PYTHONPATH=str(site)))
         active, stand_in, version, caught = last_json(proc)
         assert not active and not stand_in and version == "2.10.1"
         assert len(caught) == 1 and "a real allennlp is installed" in caught[0] and "\n" not in caught[0]

@@ -2,13 +2,12 @@
 not on the day its numbers are needed. Nothing here times anything."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from elmo_fast.bilm.ops import HAS_EXTENSION
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not HAS_EXTENSION, reason="the benchmarks measure the fast path: build the extension")
 

@@ -6,11 +6,11 @@ import gzip
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import REPO as ROOT
+
 _spec = importlib.util.spec_from_file_location("build_corpus", ROOT / "scripts" / "build_corpus.py")
 bc = importlib.util.module_from_spec(_spec)
 sys.modules["build_corpus"] = bc

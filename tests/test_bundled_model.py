@@ -9,7 +9,6 @@ import logging
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -20,8 +19,8 @@ from elmo_fast import Elmo, ElmoEmbedder, HubElmo, batch_to_ids
 from elmo_fast.cli.models import bank_distances
 from elmo_fast.pretrained import bundled_model
 from elmo_fast.pretrained.bundled import DESCRIPTION, DIRECTORY, USING_MESSAGE
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not (DIRECTORY / "weights.hdf5").is_file(),
                                 reason="the bundled model's files are not in this checkout")

@@ -14,7 +14,7 @@ import torch
 from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_fast.bilm import calibration, calibration_store, cpu_tuning, ops
 from elmo_fast.bilm.calibration import ALWAYS, DEFAULT, UNSET, Candidate, Chooser, CpuTuning
-from test_reference import _sentences
+from bilm_cases import _sentences
 from tolerances import MODEL_BOUNDS, TOL
 
 needs_extension = pytest.mark.skipif(not ops.HAS_EXTENSION,

@@ -3,7 +3,6 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from elmo_fast.bilm.char_ids import BOS_TOKEN, EOS_TOKEN
 from elmo_fast.bilm.reference import char_cnn_ref
 from elmo_fast.formats.random_models import PRESETS
 from tolerances import assert_close
+from repo_paths import REPO
 
 needs_extension = pytest.mark.skipif(
     not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
@@ -294,7 +294,7 @@ def test_narrower_isa_variants_match_reference(isa, tmp_path):
     emb[int(ids[0, 3]), 0] = float("nan")  # the NaN-propagating path
     cases.append((ids, emb, ws, bs, "relu"))
     torch.save(cases, tmp_path / "cases.pt")
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(REPO)
     env = {**os.environ, "ELMO_FAST_CPU_ISA": isa,
            "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],

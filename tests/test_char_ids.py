@@ -13,25 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from elmo_fast.bilm.char_ids import batch_to_ids
-
-WORD_LEN = 50
-
-
-def spec_token(token: str) -> list[int]:
-    if token == "<S>":
-        raw = [258, 256, 259]
-    elif token == "</S>":
-        raw = [258, 257, 259]
-    else:
-        raw = [258, *token.encode("utf-8", "ignore")[:48], 259]
-    raw += [260] * (WORD_LEN - len(raw))
-    assert len(raw) == WORD_LEN
-    return [c + 1 for c in raw]
-
-
-def spec_batch(batch: list[list[str]]) -> list[list[list[int]]]:
-    longest = max((len(s) for s in batch), default=0)
-    return [[spec_token(t) for t in s] + [[0] * WORD_LEN] * (longest - len(s)) for s in batch]
+from char_ids_spec import WORD_LEN, spec_batch
 
 
 def check(batch: list[list[str]]) -> torch.Tensor:

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from test_reference import expected_top_layers
+from bilm_cases import expected_top_layers
 
 
 def run_cli(*args, stdin=None, env=None):

@@ -29,8 +29,9 @@ from elmo_fast.formats.crc32c import _loop, crc32c, masked, unmasked
 from elmo_fast.formats.sstable import MAGIC, read_table
 from elmo_fast.formats.tf_checkpoint import TensorBundle, read_checkpoint_state
 from elmo_fast.formats.random_models import write_model
+from repo_paths import FIXTURES, REPO
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "tf_checkpoints"
+FIX = FIXTURES / "tf_checkpoints"
 RUN, HUB, VOCAB = FIX / "bilm_tf_run", FIX / "hub_module", FIX / "vocab.txt"
 SENTENCES = [["The", "ELMo", "of", "a", "run", "."], ["x"], ["and", "to", "the", "fog"]]
 
@@ -393,7 +394,7 @@ def test_the_converter_needs_only_files_and_formats():
     itself, never the model, the kernels or the CLI (so it stays a file-to-file job)."""
     import ast
 
-    package = Path(__file__).resolve().parents[1] / "elmo_fast" / "convert"
+    package = REPO / "elmo_fast" / "convert"
     allowed = ("elmo_fast.formats", "elmo_fast.errors", "elmo_fast.durable", "elmo_fast.convert")
     for path in package.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

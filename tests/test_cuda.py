@@ -954,7 +954,7 @@ def test_low_precision_on_cuda_within_the_stated_bound(cuda_target, random_model
 
 
 def expected_top_layers(bilm_tf_tiny):
-    from test_reference import expected_top_layers as read
+    from bilm_cases import expected_top_layers as read
 
     return read(bilm_tf_tiny)
 
@@ -1064,7 +1064,7 @@ def test_hub_elmo_on_cuda_matches_cpu(cuda_target, random_models):
 
 
 def test_embed_file_on_cuda_matches_cpu(cuda_target, random_models, tmp_path):
-    from test_embed_file import assert_same_output, random_sentences, write_lines
+    from embed_runs import assert_same_output, random_sentences, write_lines
 
     files = random_models("small")
     inp = write_lines(tmp_path / "in.txt", random_sentences(random.Random(6), 150))
@@ -1078,7 +1078,7 @@ def test_embed_file_on_cuda_splits_batches_that_run_out_of_memory(cuda_target, r
     32 sentences of 300 tokens (its layer >= 1 input gates alone take 2 x 32 x 302 x 4096 x 4 bytes
     = 317 MB on `small`) must be halved until it fits, and a 10k-token sentence (328 MB alone)
     is refused naming its line."""
-    from test_embed_file import assert_same_output, write_lines
+    from embed_runs import assert_same_output, write_lines
 
     files = random_models("small")
     rng = random.Random(5)

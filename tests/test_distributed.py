@@ -2,7 +2,6 @@
 a rank killed and the group restarted), and `Elmo` inside DistributedDataParallel. CPU, gloo."""
 from __future__ import annotations
 
-import os
 import random
 import signal
 import socket
@@ -20,15 +19,12 @@ from elmo_fast.cli import main
 from elmo_fast.embedding.ranks import Ranks
 from elmo_fast.embedding.work_area import list_shards
 from sigkill_at import HOOK as KILL_HOOK
-from test_embed_file import assert_same_output, random_sentences, write_lines
+from embed_runs import assert_same_output, random_sentences, write_lines
+from repo_paths import SUPPORT
+from torchrun import ENV, TORCHRUN, run
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-for _name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", KILL_HOOK):
-    ENV.pop(_name, None)
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-#: `elmo-fast` that SIGKILLs itself at the moment KILL_HOOK names (tests/sigkill_at.py)
-KILLABLE = [str(Path(__file__).with_name("sigkill_at.py"))]
+#: `elmo-fast` that SIGKILLs itself at the moment KILL_HOOK names (tests/support/sigkill_at.py)
+KILLABLE = [str(SUPPORT / "sigkill_at.py")]
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +41,6 @@ def job(random_models, tmp_path_factory):
     r = run(sys.executable, "-m", "elmo_fast", "embed", flags[0], d / "one.h5", *flags[1:])
     assert r.returncode == 0, r.stderr
     return {"flags": flags, "one": d / "one.h5", "lines": len(sentences) - 1}
-
-
-def run(*args, env=ENV, timeout=300):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def embed_under_torchrun(job, out: Path, *launcher, env=ENV, extra=(), program=("-m", "elmo_fast")):
@@ -95,7 +87,7 @@ def test_two_nodes_of_one_rank_through_c10d_rendezvous(job, tmp_path):
 
 @pytest.mark.parametrize("moment", ["1:batch:5", "0:assemble:40"])
 def test_a_rank_killed_is_restarted_by_torchrun_and_the_group_continues(job, tmp_path, moment):
-    """SIGKILL (tests/sigkill_at.py: once, at a set moment): rank 1 with a window half-written, or rank 0
+    """SIGKILL (tests/support/sigkill_at.py: once, at a set moment): rank 1 with a window half-written, or rank 0
     while it assembles the output. torchrun restarts the group, which continues from what is done."""
     out = tmp_path / "killed.h5"
     marker = tmp_path / "killed-once"

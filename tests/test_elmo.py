@@ -8,7 +8,7 @@ import torch
 from elmo_fast import Elmo, ElmoBiLm, ElmoFastError, batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.reference import bilm_ref
-from test_reference import _sentences, expected_top_layers
+from bilm_cases import _sentences, expected_top_layers
 from tolerances import MODEL_BF16, TOL, max_abs_error
 
 FP32 = TOL[torch.float32]["atol"]

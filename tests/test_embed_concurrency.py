@@ -18,13 +18,13 @@ import pytest
 from elmo_fast.cli import main
 from sigkill_at import HOOK as KILL_HOOK
 from sigkill_at import PAUSE_HOOK
-from test_embed_file import assert_same_output, random_sentences, write_lines
+from embed_runs import assert_same_output, random_sentences, write_lines
+from repo_paths import REPO, SUPPORT
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 for _hook in (KILL_HOOK, PAUSE_HOOK):
     ENV.pop(_hook, None)
-HOOKED = [sys.executable, str(REPO / "tests" / "sigkill_at.py")]
+HOOKED = [sys.executable, str(SUPPORT / "sigkill_at.py")]
 
 
 @pytest.fixture(scope="module")

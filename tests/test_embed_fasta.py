@@ -185,7 +185,7 @@ def test_options_that_belong_to_text_or_fasta_are_refused(model, tmp_path, capsy
 
 
 def test_two_ranks_under_torchrun_write_what_one_process_writes(model, proteins, tmp_path):
-    from test_distributed import ENV, TORCHRUN, run
+    from torchrun import ENV, TORCHRUN, run
 
     fasta = write_fasta(tmp_path / "p.fasta", proteins)
     flags = ["--fasta", "--all", "--options", str(model[0]), "--weights", str(model[1]), "--window", "4", "--quiet"]

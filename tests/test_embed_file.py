@@ -18,48 +18,7 @@ from elmo_fast import durable
 from elmo_fast.embedding import leftovers, work_area, writers
 from elmo_fast.embedding import progress as progress_bars
 from elmo_fast.errors import ExtensionNotBuiltError
-from tolerances import assert_close
-
-_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFG.,;!?-'0123456789éßøü東京ЖΩ"
-
-
-def random_sentences(rng: random.Random, n: int, lengths=(1, 1, 2, 3, 5, 7, 13, 29, 41)) -> list[str]:
-    """Sentences of awkward lengths (one-token ones included), tokens of 1..12 characters and, now
-    and then, over 50 (allennlp truncates those to 50 characters: fine)."""
-    out = []
-    for _ in range(n):
-        tokens = []
-        for _ in range(rng.choice(lengths)):
-            width = rng.choice((1, 2, 3, 4, 6, 9, 12, 57)) if rng.random() > 0.02 else 120
-            tokens.append("".join(rng.choice(_ALPHABET) for _ in range(width)))
-        out.append(" ".join(tokens))
-    return out
-
-
-def write_lines(path, lines, newline="\n"):
-    path.write_bytes("".join(line + newline for line in lines).encode("utf-8"))
-    return path
-
-
-def contents(path) -> tuple[dict[str, np.ndarray], str | None]:
-    """Every dataset of an output file by key, and the raw sentence_to_index string (None if absent)."""
-    with h5py.File(path, "r") as f:
-        mapping = f["sentence_to_index"].asstr()[0] if "sentence_to_index" in f else None
-        data = {}
-        f.visititems(lambda name, obj: data.__setitem__(name, obj[...]) if isinstance(obj, h5py.Dataset)
-                     and name != "sentence_to_index" else None)
-    return data, mapping
-
-
-def assert_same_output(path, expected_path, what=""):
-    """Same keys, same sentence_to_index string, every dataset within fp32 TOL."""
-    got, got_map = contents(path)
-    want, want_map = contents(expected_path)
-    assert sorted(got) == sorted(want), what
-    assert got_map == want_map, what
-    for key in want:
-        assert got[key].dtype == np.float32
-        assert_close(torch.from_numpy(got[key]), torch.from_numpy(want[key]), torch.float32, f"{what} key {key!r}")
+from embed_runs import Killed, _kill_at, _no_cleanup, assert_same_output, contents, random_sentences, write_lines
 
 
 def cli_flags() -> dict[str, str]:
@@ -295,28 +254,6 @@ def test_cuda_without_cuda_kernels_is_refused_before_any_output(tiny, tmp_path, 
     with pytest.raises(ExtensionNotBuiltError, match="CUDA kernels are not available"):
         e.embed_file(write_lines(tmp_path / "in.txt", ["a"]), tmp_path / "o.h5", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
-
-
-class Killed(BaseException):
-    """Stands for SIGKILL in-process: nothing is cleaned up (abort is disabled alongside)."""
-
-
-def _no_cleanup(monkeypatch):
-    monkeypatch.setattr(writers.ShardWriter, "abort", lambda self: None)
-
-
-def _kill_at(monkeypatch, target, name, when):
-    real = getattr(target, name)
-    count = [0]
-
-    def dying(*args, **kwargs):
-        count[0] += 1
-        if count[0] == when:
-            raise Killed
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(target, name, dying)
-    _no_cleanup(monkeypatch)
 
 
 @pytest.mark.parametrize("point", ["3rd shard rename", "after complete, before rename", "after rename",

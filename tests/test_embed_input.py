@@ -27,9 +27,9 @@ from elmo_fast.cli import main
 from elmo_fast.embedding import input_guard, writers
 from elmo_fast.embedding import progress as progress_bars
 from sigkill_at import HOOK as KILL_HOOK
-from test_embed_file import Killed, _kill_at, assert_same_output, random_sentences, write_lines
+from embed_runs import Killed, _kill_at, assert_same_output, random_sentences, write_lines
+from repo_paths import REPO, SUPPORT
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 ENV.pop(KILL_HOOK, None)
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
@@ -146,7 +146,7 @@ def test_resume_from_stdin_after_kill_9_skips_nothing(tiny, tmp_path):
              "--quiet"]
     assert cli("embed", inp, tmp_path / "want.h5", *flags)[0] == 0
     out = tmp_path / "o.h5"
-    cmd = [sys.executable, str(REPO / "tests" / "sigkill_at.py"), "embed", "-", str(out), *flags, "--resume"]
+    cmd = [sys.executable, str(SUPPORT / "sigkill_at.py"), "embed", "-", str(out), *flags, "--resume"]
     killed = subprocess.run(cmd, input=inp.read_bytes(), capture_output=True, timeout=300,
                             env={**ENV, KILL_HOOK: f"0:window:2:{tmp_path / 'killed-once'}"})
     assert killed.returncode == -9, killed.stderr.decode()

@@ -1,15 +1,15 @@
 """examples/: the tagger on top of Elmo trains (frozen and fine-tuned biLM), runs as a script, compiles."""
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from elmo_fast.bilm import ops
 from tolerances import TOL, max_abs_error
+from repo_paths import REPO
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = REPO / "examples"
 
 
 @pytest.fixture(scope="module")

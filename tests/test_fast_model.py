@@ -6,7 +6,7 @@ import torch
 from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.model import resolve_backend
-from test_reference import _sentences, expected_top_layers
+from bilm_cases import _sentences, expected_top_layers
 from tolerances import MODEL_BF16, TOL, max_abs_error
 
 FP32 = TOL[torch.float32]["atol"]

@@ -1,5 +1,5 @@
 """flair 0.15.1's ``ELMoEmbeddings``, unchanged, on elmo-fast (``import elmo_fast.as_allennlp``): its vectors
-equal flair's on allennlp 0.9.0 itself (tests/allennlp09_peer.py), a tagger over it trains, is saved with
+equal flair's on allennlp 0.9.0 itself (tests/support/allennlp09_peer.py), a tagger over it trains, is saved with
 flair's ``save`` and loads with flair's ``load`` in a fresh process; and a flair model saved before flair
 0.12 with allennlp 0.9 (its ElmoEmbedder pickled whole) loads and predicts what it predicted there.
 
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from peers import PEERS
-from shim_runs import ROOT, child_env, last_json, require, require_no_real_allennlp, run_python
+from shim_runs import child_env, last_json, require, require_no_real_allennlp, run_python
+from repo_paths import SUPPORT
 
 TOL = 1e-5
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "bark"], ["a"],
@@ -32,7 +33,7 @@ def _peer(tmp_path, job: dict) -> dict:
     if not (PEERS / "allennlp-0.9" / "allennlp").is_dir():
         pytest.skip("allennlp 0.9 is not in .peers/allennlp-0.9: bash tests/install_peers.sh")
     (tmp_path / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "allennlp09_peer.py"), str(tmp_path / "job.json"),
+    proc = subprocess.run([sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(tmp_path / "job.json"),
                            str(tmp_path / "peer.npz")], capture_output=True, text=True, env=child_env(), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(np.load(tmp_path / "peer.npz"))

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import REPO as ROOT
+
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
 

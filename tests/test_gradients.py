@@ -13,7 +13,7 @@ from elmo_fast.bilm.reference import (bilm_ref, bilstm_ref, char_cnn_ref, highwa
                                  scalar_mix_ref)
 from elmo_fast.formats.random_models import random_weights, write_model
 from elmo_fast.formats.bilm_tf import ElmoOptions, LstmWeights
-from test_reference import _sentences
+from bilm_cases import _sentences
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
 GRAD_RTOL = 1e-4  # fast vs reference gradients: max |difference| <= 1e-4 * max |reference gradient|

@@ -17,7 +17,7 @@ from elmo_fast.bilm import distinct_rows as distinct_rows_module
 from elmo_fast.bilm import model as model_module
 from elmo_fast.bilm.distinct_rows import distinct_rows
 from elmo_fast.bilm.reference import add_sentence_boundaries
-from test_reference import _sentences
+from bilm_cases import _sentences
 from tolerances import TOL, max_abs_error
 
 FP32 = TOL[torch.float32]["atol"]

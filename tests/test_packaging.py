@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import REPO as ROOT
+
 sys.path.insert(0, str(ROOT / "build_support"))
 
 

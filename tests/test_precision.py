@@ -13,7 +13,7 @@ from elmo_fast import Elmo, ElmoBiLm, ElmoEmbedder, ElmoFastError, HubElmo, batc
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.precision import BF16, FP16, FP32, PRECISIONS, TF32, resolve_precision
 from elmo_fast.cli.common import add_precision_flag, param_flags
-from test_reference import _sentences
+from bilm_cases import _sentences
 from tolerances import MODEL_BOUNDS, TOL
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_fast.bilm import ops
-from test_char_ids import spec_batch
+from char_ids_spec import spec_batch
 from tolerances import assert_close
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))

@@ -9,17 +9,9 @@ from elmo_fast import ElmoBiLm, ElmoEmbedder, ElmoFastError, batch_to_ids, load_
 from elmo_fast.bilm.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
                                  highway_ref, layer0_gates_ref, lstm_layer_ref, remove_sentence_boundaries)
 from tolerances import TOL
+from bilm_cases import _sentences, expected_top_layers
 
 FP32 = TOL[torch.float32]["atol"]
-
-
-def expected_top_layers(bilm_tf_tiny):
-    """lm_embeddings_K.hdf5 dataset i: (2, T, 16) [forward, backward] -> (T, 32)."""
-    out = []
-    for k in range(3):
-        with h5py.File(bilm_tf_tiny / f"lm_embeddings_{k}.hdf5", "r") as f:
-            out.append([np.concatenate([f[str(i)][0], f[str(i)][1]], axis=-1) for i in range(10)])
-    return out
 
 
 def test_golden_lm_embeddings_stateful(bilm_tf_tiny, tiny_files, fixture_sentences):
@@ -75,11 +67,6 @@ def test_golden_through_embedder_stateful(bilm_tf_tiny, tiny_files, fixture_sent
 
 
 # --- allennlp's stateful rules -------------------------------------------------------------------
-
-
-def _sentences(rng, n, lo=1, hi=9):
-    vocab = "the a cat sat on mat dog ran quickly home , . ! über 東京".split()
-    return [[vocab[j] for j in rng.integers(0, len(vocab), rng.integers(lo, hi))] for _ in range(n)]
 
 
 def test_stateful_rules_for_growing_and_shrinking_batches(random_models):

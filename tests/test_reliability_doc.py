@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import REPO as ROOT
 
 
 def _named_tests() -> list[tuple[str, str]]:

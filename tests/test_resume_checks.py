@@ -14,7 +14,7 @@ import pytest
 
 from elmo_fast import ElmoEmbedder
 from elmo_fast.embedding import shard_records, work_area, writers
-from test_embed_file import Killed, _kill_at, random_sentences, write_lines
+from embed_runs import Killed, _kill_at, random_sentences, write_lines
 
 WINDOW = 6
 N_SENTENCES = 27  # windows of 6: shards at 0, 6, 12, 18, 24

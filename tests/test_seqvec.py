@@ -24,6 +24,7 @@ from elmo_fast import ElmoEmbedder
 from elmo_fast.errors import ElmoFastError
 from elmo_fast.formats.bilm_tf import ElmoOptions
 from elmo_fast.formats.random_models import PRESETS, random_weights, write_model
+from repo_paths import SUPPORT
 
 SEQVEC_OPTIONS = {
     "bidirectional": True,
@@ -145,7 +146,7 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
     context-free layer, and, driven as seqvec drives allennlp (stateful, one protein a batch, length order),
     the same vectors; its --per-protein is seqvec's --protein."""
     from peers import PEERS
-    from shim_runs import ROOT, child_env, require, require_no_real_allennlp
+    from shim_runs import child_env, require, require_no_real_allennlp
 
     require_no_real_allennlp()
     require("seqvec", "bash tests/install_peers.sh (pip install --no-deps seqvec==0.4.1)")
@@ -160,7 +161,7 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"options": str(seqvec_model_dir / "options.json"),
                                "weights": str(seqvec_model_dir / "weights.hdf5"), "steps": steps}))
-    peer = subprocess.run([sys.executable, str(ROOT / "tests" / "allennlp09_peer.py"), str(job),
+    peer = subprocess.run([sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(job),
                            str(tmp_path / "peer.npz")], capture_output=True, text=True, env=child_env(), timeout=900)
     assert peer.returncode == 0, peer.stderr[-3000:]
     seqvec_cli = os.path.join(os.path.dirname(sys.executable), "seqvec")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from elmo_fast.serve import guards
-from test_serve import ServerProcess, http_request
+from serve_process import ServerProcess, http_request
 
 KEY = "s3cret-Key_for-tests"
 EMBED = {"sentences": [["a", "b"]], "output": "mean"}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import REPO as ROOT
+
 sys.path.insert(0, str(ROOT / "build_support"))
 import elmo_fast_cuda as cuda  # noqa: E402
 

@@ -11,7 +11,7 @@ from elmo_fast import (ElmoFastError, HubElmo, InputError, batch_to_ids, hub_mod
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.reference import bilm_ref, remove_sentence_boundaries, scalar_mix_ref
 from elmo_fast.compat.tf_hub import split_on_spaces
-from test_reference import _sentences, expected_top_layers
+from bilm_cases import _sentences, expected_top_layers
 from tolerances import TOL, assert_close
 
 FP32 = TOL[torch.float32]["atol"]

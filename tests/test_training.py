@@ -32,7 +32,6 @@ from elmo_fast.training.vocab import build_vocabulary
 from peers import allennlp_elmo
 from tolerances import assert_close, max_abs_error
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = PRESETS["tiny"]
 
 

@@ -2,7 +2,7 @@
 failure is one line naming the file and the OS error (exit 1), and ``--resume`` then ends with the
 weights of an uninterrupted run, bit for bit.
 
-Faults are injected below Python (tests/faults/fault_shim.c): the Nth write, fsync, ftruncate or
+Faults are injected below Python (tests/support/faults/fault_shim.c): the Nth write, fsync, ftruncate or
 close under the output directory fails (ENOSPC for the rest of the run, as a full disk; EIO once),
 for every N of a small run, inside one child process; or the process is killed (SIGKILL) at the Nth
 such call, in the middle of writing a checkpoint among others.
@@ -22,8 +22,9 @@ import pytest
 
 from fault_injection import CHILD_PRELUDE, KILL, env_with_shim, run_python
 from training_runs import final_tensors, mini_inputs, same_tensors, train_args
+from repo_paths import SUPPORT
 
-TESTS = str(Path(__file__).resolve().parent)
+TESTS = str(SUPPORT)
 
 # Runs in one child process with the shim loaded: the CLI in-process (main(argv), stderr captured),
 # a clean run, then for each errno and each failure point N of the run: a fresh output directory, the

@@ -18,8 +18,9 @@ import torch
 from elmo_fast.errors import ModelFileError
 from elmo_fast.formats.random_models import PRESETS, random_model, random_weights, write_model
 from elmo_fast.formats.bilm_tf import ElmoOptions, expected_datasets, load_model_files, load_options, load_weights
+from repo_paths import REPO
 
-FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny"
+FIXTURE = REPO.parent / "shared" / "fixtures" / "bilm_tf_tiny"
 needs_fixture = pytest.mark.skipif(
     not (FIXTURE / "lm_weights.hdf5").is_file() or not (FIXTURE / "options.json").is_file(),
     reason=f"bilm-tf tiny fixture not found at {FIXTURE} (shared/fixtures is not part of the repo)",

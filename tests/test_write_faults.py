@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "tf_checkpoints"
+from repo_paths import FIXTURES
+
+FIX = FIXTURES / "tf_checkpoints"
 
 # The child's side: run a command in-process with the shim armed at each point; judge each outcome.
 _DRIVER = r'''

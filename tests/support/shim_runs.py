@@ -8,11 +8,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import REPO
+
+ROOT = REPO
 
 
 def child_env(**extra: str | None) -> dict[str, str]:

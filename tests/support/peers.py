@@ -28,6 +28,8 @@ from unittest import mock
 
 import pytest
 
+from repo_paths import REPO
+
 # allennlp's imports off the ELMo path (found by importing allennlp.modules.elmo with none of them)
 _STUBBED = {"transformers", "spacy", "cached_path", "lmdb", "huggingface_hub", "torchvision", "fairscale"}
 
@@ -90,7 +92,7 @@ _finder = _StubFinder()
 
 
 #: where tests/install_peers.sh installs the peers that stay out of the venv
-PEERS = Path(os.environ.get("ELMO_FAST_PEERS") or Path(__file__).resolve().parents[1] / ".peers")
+PEERS = Path(os.environ.get("ELMO_FAST_PEERS") or REPO / ".peers")
 INSTALL = "bash tests/install_peers.sh"
 
 

@@ -1,6 +1,6 @@
 """``elmo-fast`` with a SIGKILL (or a pause) at a set moment of an embed run: the tests' hooks, kept out of the package.
 
-    ELMO_FAST_TEST_SIGKILL=RANK:EVENT:N:MARKER python tests/sigkill_at.py embed ...
+    ELMO_FAST_TEST_SIGKILL=RANK:EVENT:N:MARKER python tests/support/sigkill_at.py embed ...
 
 runs ``elmo-fast embed ...`` (under torchrun too: give this file instead of ``-m elmo_fast``) and
 SIGKILLs rank RANK at its N-th EVENT: "batch" (a batch embedded and written, its window's shard
@@ -8,7 +8,7 @@ half-written), "window" (a shard complete) or "assemble" (a sentence copied into
 Once only: the file MARKER is created first, and while it exists nothing is killed, so that the
 restarted or resumed run goes through. The events are the pipeline's own stages, wrapped here.
 
-    ELMO_FAST_TEST_PAUSE=RANK:EVENT:N:GATE python tests/sigkill_at.py embed ...
+    ELMO_FAST_TEST_PAUSE=RANK:EVENT:N:GATE python tests/support/sigkill_at.py embed ...
 
 pauses instead, mid-run with everything it holds (its lock, its temporary files): at the N-th EVENT
 it creates ``GATE.PID.reached`` and waits until the file GATE exists.

@@ -20,8 +20,9 @@ import numpy as np
 from elmo_fast.durable import durable_open, durable_path, write_bytes, write_json, write_text
 from elmo_fast.formats.bilm_tf import write_softmax
 from elmo_fast.formats.random_models import random_model, random_words
+from repo_paths import FIXTURES, REPO
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "simple_elmo_0.9.2.npz"
+FIXTURE = FIXTURES / "simple_elmo_0.9.2.npz"
 SPECIALS = ["</S>", "<S>", "<UNK>"]  # bilm-tf's vocabulary order: ids 0 and 1 are the sentence ends
 #: Latin letters, a few with diacritics (2 UTF-8 bytes), and Cyrillic
 CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ.,!?'-áéöüßабвгдежз"
@@ -48,7 +49,7 @@ KINDS = {
     # checkpoint file naming the checkpoints by their base names (simple_elmo finds no other)
     "tf_run": dict(seed=0, tf_run=True),
 }
-TF_RUN = Path(__file__).resolve().parent / "fixtures" / "tf_checkpoints"
+TF_RUN = FIXTURES / "tf_checkpoints"
 
 
 def vocab_tokens(kind: str) -> list[str]:
@@ -226,7 +227,7 @@ def call_arguments(kwargs: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 # the peer: simple_elmo on TensorFlow, in its side environment (scripts/simple_elmo_peer.py)
 
-PEER_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "simple_elmo_peer.py"
+PEER_SCRIPT = REPO / "scripts" / "simple_elmo_peer.py"
 PEER_PYTHON = Path(os.environ.get("SIMPLE_ELMO_PYTHON", "/work/simple_elmo_env/bin/python"))
 
 

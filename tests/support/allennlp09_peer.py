@@ -1,7 +1,7 @@
 """Run allennlp 0.9.0 itself (the release flair, seqvec and bio_embeddings were written for) on torch 2.x,
 in a process of its own, and record what it gives: the peer of elmo-fast's allennlp 0.9 import path.
 
-    python tests/allennlp09_peer.py JOB.json OUT.npz
+    python tests/support/allennlp09_peer.py JOB.json OUT.npz
 
 allennlp 0.9 is installed outside the venv (``.peers/allennlp-0.9``, tests/install_peers.sh); this
 script puts it first on sys.path. It imports many libraries its ELMo code never runs (spaCy, NLTK,
@@ -39,7 +39,7 @@ import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PEERS = Path(os.environ.get("ELMO_FAST_PEERS") or HERE.parent / ".peers")
+PEERS = Path(os.environ.get("ELMO_FAST_PEERS") or HERE.parents[1] / ".peers")
 SITE = PEERS / "allennlp-0.9"
 
 # allennlp subpackages off ELMo's path whose imports fail on today's libraries: empty stand-ins
