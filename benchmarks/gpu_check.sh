@@ -29,7 +29,7 @@
 #   doctor      `elmo-fast doctor --device cuda`: every op against its twin, fp32/bf16, gradients,
 #               the whole model in fp32/tf32/bf16/fp16: one table of errors against bounds         60 s
 #   kernels     pytest, CUDA cases only: every forward and backward kernel against its reference
-#               (test_cuda.py's highway/char_cnn/bilstm, test_cuda_backward.py)                  120 s
+#               (tests/bilm/test_{highway,char_cnn,lstm,bilm}_cuda.py)                            120 s
 #   model       pytest: the bilm-tf golden fixture, the fast model on CUDA vs the reference (tiny,
 #               small, original), CUDA graphs, host-planned forwards, bf16/tf32/fp16 bounds, a
 #               training step's gradients                                                        110 s
@@ -38,7 +38,7 @@
 #               one training step (reference, fast fp32)                                         130 s
 #   optional, for the second command:
 #   sanitizer   compute-sanitizer memcheck and racecheck on benchmarks/sanitizer_case.py        100 s
-#   more_tests  the CUDA tests the first command left out (test_cuda.py, test_cuda_backward.py; the
+#   more_tests  the CUDA tests the first command left out (tests/*/test_*_cuda.py; the
 #               self-check's fallback to each op's twin on CUDA tensors)                         100 s
 #   build       force a build here instead of the prebuilt extension                             330 s
 # Budgets are caps: the run keeps within GPU_CHECK_BUDGET seconds (default 480), each phase getting
@@ -77,7 +77,7 @@ fi
 # which cases of the CUDA tests run: on a GPU the "cuda" ones (never the emulator's, which would compile
 # it first); in an emulated rehearsal the emulated ones. Their ids start "[cuda" or "[emulated" (-k
 # matches substrings of names and of the test functions' attributes: a bare "emulated" would also match
-# the @emulated_by_default attribute of nearly every test, and "cuda" the module's name)
+# the @emulated_by_default attribute of nearly every test, and "cuda" the modules' names)
 case "$REHEARSAL" in
   emulated) export ELMO_FAST_CUDA_EMULATION=1 CASES="[emulated" ;;
   *) CASES="not [emulated and not emulation" ;;
@@ -87,25 +87,51 @@ DEVICE=cuda
 
 # The first command's tests, most telling first (pytest runs them in this order; -k picks the cases).
 KERNEL_TESTS=(
-  tests/test_cuda.py::test_highway_gate tests/test_cuda.py::test_highway tests/test_cuda.py::test_char_cnn
-  tests/test_cuda.py::test_bilstm_float32 tests/test_cuda.py::test_bilstm_other_dtypes
-  tests/test_cuda_backward.py::test_highway_gate_backward tests/test_cuda_backward.py::test_char_cnn_backward
-  tests/test_cuda_backward.py::test_char_cnn_backward_low_precision tests/test_cuda_backward.py::test_lstm_layer
-  tests/test_cuda_backward.py::test_lstm_layer_token_index
-  tests/test_cuda_backward.py::test_whole_bilm_training_on_the_target_equals_the_reference
-  tests/test_cuda.py::test_char_cnn_other_token_lengths tests/test_cuda.py::test_char_cnn_empty_and_single
-  tests/test_cuda.py::test_char_cnn_non_contiguous tests/test_cuda.py::test_bilstm_non_contiguous_inputs
-  tests/test_cuda.py::test_bilstm_lengths_on_cpu tests/test_cuda.py::test_bilstm_exercises_the_clips
-  tests/test_cuda_backward.py::test_char_cnn_backward_other_token_lengths
-  tests/test_cuda_backward.py::test_lstm_layer_non_contiguous_gates
+  tests/bilm/test_highway_cuda.py::test_highway_gate
+  tests/bilm/test_highway_cuda.py::test_highway
+  tests/bilm/test_char_cnn_cuda.py::test_char_cnn
+  tests/bilm/test_lstm_cuda.py::test_bilstm_float32
+  tests/bilm/test_lstm_cuda.py::test_bilstm_other_dtypes
+  tests/bilm/test_highway_cuda.py::test_highway_gate_backward
+  tests/bilm/test_char_cnn_cuda.py::test_char_cnn_backward
+  tests/bilm/test_char_cnn_cuda.py::test_char_cnn_backward_low_precision
+  tests/bilm/test_lstm_cuda.py::test_lstm_layer
+  tests/bilm/test_lstm_cuda.py::test_lstm_layer_token_index
+  tests/bilm/test_bilm_cuda.py::test_whole_bilm_training_on_the_target_equals_the_reference
+  tests/bilm/test_char_cnn_cuda.py::test_char_cnn_other_token_lengths
+  tests/bilm/test_char_cnn_cuda.py::test_char_cnn_empty_and_single
+  tests/bilm/test_char_cnn_cuda.py::test_char_cnn_non_contiguous
+  tests/bilm/test_lstm_cuda.py::test_bilstm_non_contiguous_inputs
+  tests/bilm/test_lstm_cuda.py::test_bilstm_lengths_on_cpu
+  tests/bilm/test_lstm_cuda.py::test_bilstm_exercises_the_clips
+  tests/bilm/test_char_cnn_cuda.py::test_char_cnn_backward_other_token_lengths
+  tests/bilm/test_lstm_cuda.py::test_lstm_layer_non_contiguous_gates
 )
 MODEL_TESTS=(
-  tests/test_cuda.py::test_golden_bilm_tf_stateful tests/test_cuda.py::test_golden_bilm_tf_stateful_fast_model
-  tests/test_cuda.py::test_fast_model_on_cuda_matches_reference tests/test_cuda.py::test_cuda_graphs_replay_the_eager_forward
-  tests/test_cuda.py::test_fast_model_forward_from_host_inputs_never_waits_for_the_gpu
-  tests/test_cuda.py::test_ops_bilm_matches_reference tests/test_cuda.py::test_bf16_fast_model_on_cuda_error_bound
-  tests/test_cuda.py::test_low_precision_on_cuda_within_the_stated_bound
-  tests/test_cuda.py::test_elmo_gradients_on_cuda_match_cpu
+  tests/bilm/test_bilm_cuda.py::test_golden_bilm_tf_stateful
+  tests/bilm/test_bilm_cuda.py::test_golden_bilm_tf_stateful_fast_model
+  tests/bilm/test_bilm_cuda.py::test_fast_model_on_cuda_matches_reference
+  tests/bilm/test_bilm_cuda.py::test_cuda_graphs_replay_the_eager_forward
+  tests/bilm/test_bilm_cuda.py::test_fast_model_forward_from_host_inputs_never_waits_for_the_gpu
+  tests/bilm/test_bilm_cuda.py::test_ops_bilm_matches_reference
+  tests/bilm/test_bilm_cuda.py::test_bf16_fast_model_on_cuda_error_bound
+  tests/bilm/test_bilm_cuda.py::test_low_precision_on_cuda_within_the_stated_bound
+  tests/compat/test_compat_cuda.py::test_elmo_gradients_on_cuda_match_cpu
+)
+
+# The second command's: every file of CUDA tests (each room's kernels on the "cuda" and "emulated" targets,
+# the modules on a GPU), what the build says it holds, the self-check's fallback on CUDA tensors.
+MORE_TESTS=(
+  tests/bilm/test_highway_cuda.py tests/bilm/test_char_cnn_cuda.py tests/bilm/test_lstm_cuda.py
+  tests/bilm/test_ops_cuda.py tests/bilm/test_bilm_cuda.py tests/embedding/test_embedding_cuda.py
+  tests/compat/test_compat_cuda.py
+  tests/bilm/test_ops.py::test_cpu_only_build_says_how_to_get_cuda
+  tests/bilm/test_ops.py::test_require_cuda_kernels_names_each_cause
+  tests/bilm/test_ops.py::test_embedder_on_cuda_without_gpu_says_how
+  tests/bilm/test_ops.py::test_ops_on_cuda_tensors_without_kernels_say_how
+  tests/bilm/test_ops.py::test_cuda_backward_follows_the_build
+  tests/bilm/test_ops.py::test_training_uses_the_cuda_ops_only_where_built
+  tests/bilm/test_doctor.py::test_fallen_back_ops_give_their_twins_values
 )
 
 declare -a PHASES=()
@@ -316,8 +342,7 @@ for name in doctor kernels model bench sanitizer more_tests; do
     model) phase model 110 model_tests "${MODEL_TESTS[@]}" ;;
     bench) phase bench 130 bench ;;
     sanitizer) phase sanitizer 100 sanitizer ;;
-    more_tests) phase more_tests 100 run_pytest tests/test_cuda.py tests/test_cuda_backward.py \
-      tests/test_doctor.py::test_fallen_back_ops_give_their_twins_values "${deselect[@]}" ;;
+    more_tests) phase more_tests 100 run_pytest "${MORE_TESTS[@]}" "${deselect[@]}" ;;
   esac
 done
 

@@ -44,7 +44,7 @@ __all__ = ["GRAD_RTOL", "MODEL_BF16", "MODEL_BOUNDS", "TOL", "assert_close", "as
 #     samples).
 #
 # Numbers (random weights of elmo_fast.formats.random_models with the clips exercised, outputs up to |6|, the batch of
-# tests/test_cuda.py::test_ops_bilm_matches_reference; max abs error against the float64 reference):
+# tests/bilm/test_bilm_cuda.py::test_ops_bilm_matches_reference; max abs error against the float64 reference):
 #
 #   preset     model, FMA   model, no FMA   bound (1.5x)   emulator (FMA)   CPU fast   fp32 reference
 #   tiny       1.6e-6       1.6e-6          1e-5 (bar)     1.3e-6           1.3e-6     1.9e-6

@@ -50,7 +50,7 @@ def test_dry_run_of_the_second_command(tmp_path):
     budgets = dict(re.findall(r"^=+ (\w+) \(budget (\d+)s\)", out.stdout, flags=re.M))
     assert list(budgets) == ["extension", "sanitizer", "more_tests"]
     assert sum(int(b) for b in budgets.values()) <= 230
-    assert "--deselect tests/test_cuda.py::test_highway[" in out.stdout
+    assert "--deselect tests/bilm/test_highway_cuda.py::test_highway[" in out.stdout
 
 
 def _selection(name: str) -> list[str]:
@@ -59,10 +59,13 @@ def _selection(name: str) -> list[str]:
     return block.split()
 
 
-@pytest.mark.parametrize("name", ["KERNEL_TESTS", "MODEL_TESTS"])
+@pytest.mark.parametrize("name", ["KERNEL_TESTS", "MODEL_TESTS", "MORE_TESTS"])
 def test_the_selected_tests_exist(name):
-    """A renamed test must fail here, not silently leave the GPU run's selection empty."""
+    """A renamed or moved test must fail here, not silently leave the GPU run's selection empty."""
     for node in _selection(name):
+        if "::" not in node:  # a whole file
+            assert (ROOT / node).is_file(), node
+            continue
         path, func = node.split("::")
         tree = ast.parse((ROOT / path).read_text())
         assert func in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, node
@@ -76,15 +79,15 @@ def test_summary_reads_counts_failures_and_the_doctors_verdict(tmp_path):
                                          "python 3.12.3 (.cpython-312-x86_64-linux-gnu.so), torch 2.11.0+cu130\n")
     (tmp_path / "doctor.log").write_text("op  twin\nchar_cnn  char_cnn_ref  cuda:0  float32  forward  3.1e-01  1e-05  "
                                          "inf  FAIL (N=7 L=9)\n\nFAIL: 1 of 40 checks on cuda:0 ...\n")
-    (tmp_path / "kernels.log").write_text("..F\nFAILED tests/test_cuda.py::test_char_cnn[cuda-x] - AssertionError: big\n"
-                                          "==== 1 failed, 2 passed in 3.0s ====\n")
+    (tmp_path / "kernels.log").write_text("..F\nFAILED tests/bilm/test_char_cnn_cuda.py::test_char_cnn[cuda-x] - "
+                                          "AssertionError: big\n==== 1 failed, 2 passed in 3.0s ====\n")
     (tmp_path / "model.log").write_text("..\n!!! KeyboardInterrupt !!!\n==== 2 passed in 110.0s ====\n")
     text = "\n".join(summary.device(tmp_path) + summary.doctor(tmp_path) + summary.pytest_phase(tmp_path, "kernels")
                      + summary.pytest_phase(tmp_path, "model"))
     assert "GPU: NVIDIA H100" in text
     assert "doctor: FAIL: 1 of 40 checks" in text and "char_cnn  char_cnn_ref  cuda:0" in text
     assert "kernels: 1 failed, 2 passed in 3.0s" in text
-    assert "tests/test_cuda.py::test_char_cnn[cuda-x] - AssertionError: big" in text
+    assert "tests/bilm/test_char_cnn_cuda.py::test_char_cnn[cuda-x] - AssertionError: big" in text
     assert "model: 2 passed in 110.0s (interrupted at its budget)" in text
 
 

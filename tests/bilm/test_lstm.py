@@ -1,12 +1,21 @@
-"""The fused biLSTM op (elmo_fast.bilm.ops.bilstm) against its oracle, elmo_fast.bilm.reference.bilstm_ref."""
+"""The LSTM room on the CPU: the fused inference biLSTM (elmo_fast.bilm.ops.bilstm) against its oracle,
+elmo_fast.bilm.reference.bilstm_ref; one trainable layer (ops.lstm_layer: lstm_layer_forward and
+lstm_layer_backward) against lstm_layer_pair_ref and its autograd; the training stack (ops.bilstm_train)
+against bilstm_train_ref; and the reference's own gradients. The CUDA kernels' tests: test_lstm_cuda.py."""
 import itertools
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from bilm_cases import MINI
 from elmo_fast.bilm import ops
-from elmo_fast.bilm.reference import bilstm_ref
-from tolerances import assert_close, max_abs_error
+from elmo_fast.bilm.reference import (bilstm_ref, bilstm_train_ref, flat_lstm_weights, layer0_gates_ref,
+                                      lstm_layer_pair_ref)
+from grad_checks import check_grads, leaves, poisoned
+from lstm_cases import GRADCHECK_CASES, differentiable, indexed_case, layer_case, stack_case
+from tolerances import assert_close, assert_grad_close, max_abs_error
 
 needs_extension = pytest.mark.skipif(
     not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
@@ -538,3 +547,395 @@ def test_bilstm_negative_clip_is_an_error():
     case = _error_case()
     with pytest.raises(RuntimeError, match="bilstm: cell_clip must be positive, 0 or None, got -1"):
         ops.bilstm(*case[:4], -1.0, CLIP, *case[4:])
+
+
+# --- lstm_layer: one trainable layer, both directions, and its backward (tests/support/grad_checks.py) ---
+
+
+def layer_fns(lengths, cell_clip, proj_clip, state):
+    def fast(xg, w_hh, w_proj, *hc):
+        return ops.lstm_layer(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, *(hc if state else (None, None)))
+
+    def ref(xg, w_hh, w_proj, *hc):
+        # the reference computes at padding too (and masks after): the junk there must be finite for it,
+        # and nan_to_num's gradient is 0 there, as the op's
+        return lstm_layer_pair_ref(xg.nan_to_num(), lengths, w_hh, w_proj, cell_clip, proj_clip,
+                                   *(hc if state else (None, None)))
+
+    return fast, ref
+
+
+def clips_bind(case, cell_clip, proj_clip):
+    """Whether the reference's unclipped cells and projections pass the clips somewhere."""
+    xg, lengths, w_hh, w_proj, h0, c0 = [None if t is None else t.double() for t in case]
+    y, _, c = lstm_layer_pair_ref(xg.nan_to_num(), lengths, w_hh, w_proj, None, None, h0, c0)
+    padding = torch.arange(xg.shape[2])[None, :] >= lengths[:, None]
+    return bool((c.abs() > cell_clip).any()) and bool((y[:, ~padding].abs() > proj_clip).any())
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "feature_major"])
+@pytest.mark.parametrize("B,T,P,C,lengths", GRADCHECK_CASES)
+def test_lstm_layer_gradcheck(B, T, P, C, lengths, layout):
+    case = layer_case(B, T, P, C, torch.float64, seed=B * T + P, lengths=lengths, layout=layout, junk=1e30)
+    if layout != "contiguous":
+        assert not case[0].is_contiguous()
+    fast, _ = layer_fns(case[1], 1.0, 0.7, state=True)
+    if B == 5:
+        assert clips_bind(case, 1.0, 0.7), "the clips should bind somewhere"
+    assert torch.autograd.gradcheck(fast, leaves(differentiable(case)))
+
+
+@needs_extension
+@poisoned
+def test_lstm_layer_gradcheck_zero_state_no_clips():
+    case = layer_case(4, 5, 3, 4, torch.float64, seed=2, lengths=[5, 2, 4, 0], state=False, junk=1e30)
+    fast, _ = layer_fns(case[1], None, None, state=False)
+    assert torch.autograd.gradcheck(fast, leaves(differentiable(case)))
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("state", [True, False], ids=["state", "zeros"])
+@pytest.mark.parametrize("B,T,P,C", [(1, 1, 3, 5), (5, 7, 3, 5), (9, 19, 16, 64), (6, 13, 37, 50)])
+def test_lstm_layer_grads_match_reference(B, T, P, C, state, dtype):
+    case = layer_case(B, T, P, C, dtype, seed=100 * B + T, state=state)
+    fast, ref = layer_fns(case[1], 3.0, 3.0, state)
+    check_grads(fast, ref, differentiable(case), f"lstm_layer B={B} T={T} P={P} C={C} {dtype}")
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("layout", ["sliced", "feature_major"])
+def test_lstm_layer_grads_non_contiguous(layout):
+    case = layer_case(7, 11, 16, 24, torch.float32, seed=5, layout=layout)
+    fast, ref = layer_fns(case[1], 3.0, 3.0, True)
+    got, _ = check_grads(fast, ref, differentiable(case), f"lstm_layer {layout}")
+    padding = torch.arange(11)[None, :] >= case[1][:, None]
+    assert torch.all(got[0][:, padding] == 0), "grad_xg must be exactly 0 at padding"
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("poisoned", [True, False], ids=["poisoned", "huge_pages"])
+def test_lstm_layer_small_preset_fp32(poisoned):
+    # 'small' shapes (P = 128, C = 1024): long sums in the weight gradients, clips at 3 binding.
+    # Unpoisoned, the op's large buffers (saved, grad_xg: > 4 MB here) come from its huge-page
+    # allocator, which deterministic mode's fill switches off.
+    torch.use_deterministic_algorithms(poisoned)
+    gen = torch.Generator().manual_seed(8)
+    lengths = torch.randint(1, 31, (16,), generator=gen)
+    lengths[3] = 30
+    case = layer_case(16, 30, 128, 1024, torch.float32, seed=8, lengths=lengths)
+    assert clips_bind(case, 3.0, 3.0)
+    fast, ref = layer_fns(case[1], 3.0, 3.0, True)
+    check_grads(fast, ref, differentiable(case), "lstm_layer small preset")
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("used", ["y", "h", "c", "h+c"])
+def test_lstm_layer_grads_of_some_outputs(used):
+    # Unused outputs reach the backward as None (no zero tensors are made).
+    case = layer_case(5, 6, 4, 6, torch.float64, seed=3)
+    fast, ref = layer_fns(case[1], 1.5, 1.0, True)
+    pick = {"y": [0], "h": [1], "c": [2], "h+c": [1, 2]}[used]
+    inputs = differentiable(case)
+
+    def loss(fn, args):
+        outs = fn(*args)
+        return sum((outs[i] * torch.linspace(-1, 1, outs[i].numel(), dtype=outs[i].dtype).view_as(outs[i])).sum()
+                   for i in pick)
+
+    a, b = leaves(inputs), leaves(inputs)
+    got = torch.autograd.grad(loss(fast, a), a, allow_unused=True)
+    want = torch.autograd.grad(loss(ref, b), b, allow_unused=True)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_grad_close(g, torch.zeros_like(g) if w is None else w, what=f"lstm_layer {used} input {i}")
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("gemv_rows", ["0", "1000"])  # BLAS for every step / the op's GEMV for every step
+@pytest.mark.parametrize("schedule,threads", [("directions", 2), ("sequential", 2), ("sequential", 1)])
+def test_lstm_layer_gemm_paths_and_schedules(gemv_rows, schedule, threads, monkeypatch):
+    monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
+    monkeypatch.setenv("ELMO_FAST_BILSTM_THREADS", schedule)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        case = layer_case(11, 13, 37, 50, torch.float32, seed=11)
+        fast, ref = layer_fns(case[1], 3.0, 3.0, True)
+        check_grads(fast, ref, differentiable(case), f"lstm_layer gemv<={gemv_rows} {schedule} x{threads}")
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_extension
+@poisoned
+def test_lstm_layer_tuning_is_the_environments_choice(monkeypatch):
+    # tuning [gemv rows, gemv rows, concurrent from] runs what the environment's forcing runs, forward and
+    # backward (the autograd formula passes it on), bit for bit.
+    case = layer_case(11, 13, 37, 50, torch.float32, seed=12)
+    xg, lengths, w_hh, w_proj, h0, c0 = case
+
+    def run(tuning):
+        leaves_ = [t.detach().requires_grad_() for t in (xg.nan_to_num(), w_hh, w_proj, h0, c0)]
+        y, h, c = ops.lstm_layer(leaves_[0], lengths, *leaves_[1:3], 3.0, 3.0, *leaves_[3:], tuning=tuning)
+        grads = torch.autograd.grad((y * y).sum() + h.sum() + c.sum(), leaves_)
+        return (y, h, c, *grads)
+
+    for rows, mode, conc in [("0", "sequential", 0), ("1000", "directions", 1)]:
+        tuned = run([int(rows), int(rows), conc])
+        with monkeypatch.context() as m:
+            m.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", rows)
+            m.setenv("ELMO_FAST_BILSTM_THREADS", mode)
+            forced = run(None)
+        for a, b in zip(tuned, forced):
+            assert torch.equal(a, b), (rows, mode)
+
+
+def indexed_fns(lengths, index, cell_clip, proj_clip):
+    U_safe = lambda xg: index.clamp(0, max(xg.shape[1] - 1, 0))  # noqa: E731  (the reference reads padding)
+
+    def fast(xg, w_hh, w_proj, h0, c0):
+        return ops.lstm_layer(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index=index)
+
+    def ref(xg, w_hh, w_proj, h0, c0):
+        return lstm_layer_pair_ref(xg[:, U_safe(xg)], lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0)
+
+    return fast, ref
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("mode", ["packed", "repeated", "spare"])
+@pytest.mark.parametrize("lengths", ["random", "full"])
+def test_lstm_layer_token_index(mode, lengths, dtype):
+    B, T = 7, 9
+    case = layer_case(B, T, 5, 6, dtype, seed=21, lengths=torch.full((B,), T) if lengths == "full" else None)
+    xg, lengths, w_hh, w_proj, h0, c0, index = indexed_case(case, mode, seed=22)
+    fast, ref = indexed_fns(lengths, index, 1.5, 1.0)
+    got, _ = check_grads(fast, ref, [xg, w_hh, w_proj, h0, c0], f"lstm_layer token_index {mode} {dtype}")
+    read = torch.zeros(xg.shape[1], dtype=torch.bool)
+    read[index[torch.arange(T)[None, :] < lengths[:, None]]] = True
+    assert torch.all(got[0][:, ~read] == 0), "rows no position reads get exactly 0"
+
+
+@needs_extension
+@poisoned
+def test_lstm_layer_token_index_gradcheck():
+    case = layer_case(5, 6, 3, 4, torch.float64, seed=23, lengths=[6, 0, 3, 1, 5], junk=1e30)
+    xg, lengths, w_hh, w_proj, h0, c0, index = indexed_case(case, "repeated", seed=24)
+    fast, _ = indexed_fns(lengths, index, 1.0, 0.7)
+    assert torch.autograd.gradcheck(fast, leaves([xg, w_hh, w_proj, h0, c0]))
+
+
+@needs_extension
+@poisoned
+def test_lstm_layer_dense_little_padding():
+    # Dense xg with <= 25% padding: dW_hh comes from grad_xg's rows directly (no packed dgates).
+    case = layer_case(8, 10, 6, 7, torch.float32, seed=25, lengths=[10, 9, 10, 8, 10, 10, 7, 10])
+    fast, ref = layer_fns(case[1], 3.0, 3.0, True)
+    check_grads(fast, ref, differentiable(case), "lstm_layer little padding")
+
+
+@needs_extension
+@poisoned
+def test_lstm_layer_values_and_padding():
+    case = layer_case(6, 9, 5, 7, torch.float32, seed=4, lengths=[9, 0, 4, 1, 9, 2])
+    xg, lengths, w_hh, w_proj, h0, c0 = case
+    y, h, c = ops.lstm_layer(xg, lengths, w_hh, w_proj, 3.0, 3.0, h0, c0)
+    want = lstm_layer_pair_ref(*[t.double() for t in (xg.nan_to_num(), lengths, w_hh, w_proj)], 3.0, 3.0,
+                               h0.double(), c0.double())
+    for name, g, w in zip("yhc", (y, h, c), want):
+        assert_close(g, w, what=f"lstm_layer {name}")
+    padding = torch.arange(9)[None, :] >= lengths[:, None]
+    assert torch.all(y[:, padding] == 0)
+    assert torch.equal(h[:, 1], h0[:, 1]) and torch.equal(c[:, 1], c0[:, 1])  # length 0: initial state
+
+
+# poisoned_allocations sets global state once for all examples
+@needs_extension
+@poisoned
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(B=st.integers(1, 6), T=st.integers(1, 9), P=st.integers(1, 11), C=st.integers(1, 13),
+       seed=st.integers(0, 2**31 - 1), clips=st.sampled_from([(None, None), (1.0, 0.5), (0.0, 2.0)]))
+def test_lstm_layer_random_shapes_float64(B, T, P, C, seed, clips):
+    case = layer_case(B, T, P, C, torch.float64, seed=seed)
+    fast, ref = layer_fns(case[1], *clips, True)
+    check_grads(fast, ref, differentiable(case), f"lstm_layer B={B} T={T} P={P} C={C} clips={clips}", seed=seed)
+
+
+@needs_extension
+@poisoned
+def test_lstm_layer_errors_name_the_argument():
+    xg, lengths, w_hh, w_proj, h0, c0 = layer_case(3, 4, 3, 5, torch.float32, seed=0, lengths=[4, 1, 2])
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: xg expected shape \[2, B, T, 4C\] = \[2, 3, T, 20\]"):
+        ops.lstm_layer(xg[..., :-1], lengths, w_hh, w_proj, None, None)
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: lengths\[1\] = 5 is out of range \[0, T = 4\]"):
+        ops.lstm_layer(xg, torch.tensor([4, 5, 2]), w_hh, w_proj, None, None)
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: w_hh expected shape \[2, 20, 3\]"):
+        ops.lstm_layer(xg, lengths, w_hh[:, :, :2], w_proj, None, None)
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: c0 expected shape \[2, 3, 5\]"):
+        ops.lstm_layer(xg, lengths, w_hh, w_proj, None, None, h0, c0[:1])
+    with pytest.raises(RuntimeError, match="lstm_layer_forward: w_proj must have dtype float32, got float64"):
+        ops.lstm_layer(xg, lengths, w_hh, w_proj.double(), None, None)
+    with pytest.raises(RuntimeError, match="lstm_layer_forward: cell_clip must be positive, 0 or None, got -1"):
+        ops.lstm_layer(xg, lengths, w_hh, w_proj, -1.0, None)
+    with pytest.raises(RuntimeError, match="lstm_layer_forward: xg has dtype bfloat16; supported: float32, float64"):
+        ops.lstm_layer(xg.bfloat16(), lengths, w_hh.bfloat16(), w_proj.bfloat16(), None, None)
+    rows = xg[:, 0]
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: token_index\[1, 0\] = 4 is out of range for xg "
+                                            r"with 4 rows"):
+        ops.lstm_layer(rows, lengths, w_hh, w_proj, None, None, token_index=torch.arange(12).view(3, 4) % 5)
+    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: xg with token_index expected shape \[2, U, 4C\]"):
+        ops.lstm_layer(xg, lengths, w_hh, w_proj, None, None, token_index=torch.zeros(3, 4, dtype=torch.long))
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("B,T,P,C,lengths,clip,state,dtype", [
+    (0, 3, 3, 5, [], None, False, torch.float32),
+    (1, 1, 3, 5, [1], 1.0, True, torch.float32),
+    (5, 7, 3, 5, [7, 0, 3, 1, 5], 1.0, True, torch.float32),
+    (3, 4, 16, 24, [2, 4, 3], None, False, torch.float64),
+])
+def test_lstm_layer_opcheck(B, T, P, C, lengths, clip, state, dtype):
+    xg, lengths, w_hh, w_proj, h0, c0 = layer_case(B, T, P, C, dtype, seed=B + T, lengths=lengths, state=state,
+                                                   junk=0.0)
+    args = [xg, lengths, w_hh, w_proj, clip, clip, h0, c0]
+    grad_args = [a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_forward.default, grad_args)
+    y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(*[a.detach() if isinstance(a, torch.Tensor)
+                                                                     else a for a in args])
+    torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_backward.default,
+                          (torch.randn_like(y), torch.randn_like(h), None, saved, lengths, None, list(xg.shape),
+                           w_hh.detach(), w_proj.detach(), clip, clip, None if h0 is None else h0.detach(), None))
+    rows, *_, index = indexed_case((xg.detach(), lengths, w_hh, w_proj, h0, c0), "repeated", seed=B)
+    if B:
+        indexed = [rows.requires_grad_(), *grad_args[1:], index]
+        torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_forward.default, indexed)
+
+
+# --- bilstm_train: the training stack (dropout, skip connections) on lstm_layer -------------------
+
+
+def stack_fns(lengths, masks, clip):
+    def run(fn):
+        def call(x, h0, c0, *w):
+            return fn(x, lengths, list(w), clip, clip, h0, c0, 0.1, True, [m.to(x.dtype) for m in masks])
+        return call
+
+    return run(ops.bilstm_train), run(bilstm_train_ref)
+
+
+@needs_extension
+@poisoned
+def test_bilstm_train_gradcheck():
+    x, lengths, weights, h0, c0, masks = stack_case(4, 5, 2, 3, 4, torch.float64, seed=1, lengths=[5, 0, 2, 3],
+                                                    dropout=0.3)
+    fast, _ = stack_fns(lengths, masks, 1.0)
+    assert torch.autograd.gradcheck(fast, leaves([x, h0, c0, *weights]))
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("B,T,L,P,C,clip", [
+    (7, 11, 2, 16, 64, 3.0),      # 'tiny' shapes
+    (5, 9, 3, 3, 5, 1.0),         # three layers, odd sizes
+    (16, 25, 2, 128, 1024, 3.0),  # 'small' shapes
+])
+def test_bilstm_train_matches_reference_fp32(B, T, L, P, C, clip):
+    gen = torch.Generator().manual_seed(B + T)
+    lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    lengths[1] = T
+    x, lengths, weights, h0, c0, masks = stack_case(B, T, L, P, C, torch.float32, seed=B * T, lengths=lengths)
+    fast, ref = stack_fns(lengths, masks, clip)
+    inputs = [x, h0, c0, *weights]
+    got = fast(*inputs)
+    want = ref(*leaves(inputs, torch.float64))
+    for name, g, w in zip(("outputs", "h", "c"), got, want):
+        assert_close(g, w, what=f"bilstm_train {name}")
+    assert bool((want[2].abs() == clip).any()) and bool((want[0][0].abs() == clip).any()), "clips not exercised"
+    check_grads(fast, ref, inputs, f"bilstm_train B={B} T={T} L={L} P={P} C={C}")
+
+
+@needs_extension
+@poisoned
+def test_bilstm_train_residual_adds_the_dropped_input():
+    # bilm-tf: DropoutWrapper(ResidualWrapper(cell)): layer 1 = lstm(drop(y0)) + drop(y0). With layer 1's
+    # projection zero its LSTM part is 0, so its output is exactly the dropped layer-0 output.
+    x, lengths, weights, h0, c0, masks = stack_case(6, 8, 2, 5, 7, torch.float32, seed=3, dropout=0.5)
+    weights[8 + 3] = torch.zeros_like(weights[8 + 3])
+    weights[8 + 7] = torch.zeros_like(weights[8 + 7])
+    outputs, _, _ = ops.bilstm_train(x, lengths, weights, 3.0, 3.0, h0, c0, 0.5, True, masks)
+    dropped = outputs[0].view(6, 8, 2, 5).permute(2, 0, 1, 3) * masks[1]
+    assert torch.equal(outputs[1], dropped.permute(1, 2, 0, 3).reshape(6, 8, 10))
+    assert bool((masks[1] == 0).any())
+
+
+@needs_extension
+@poisoned
+def test_bilstm_train_without_dropout_is_bilstm():
+    # training=False (or no dropout): the inference op's stack, layer 0's gates from the same x.
+    x, lengths, weights, h0, c0, masks = stack_case(9, 13, 2, 16, 64, torch.float32, seed=4)
+    B, T, P = x.shape
+    for kwargs in (dict(dropout=0.1, training=False, masks=masks), dict(dropout=0.0)):
+        got = ops.bilstm_train(x, lengths, weights, 3.0, 3.0, h0, c0, **kwargs)
+        want = ops.bilstm(layer0_gates_ref(x.view(B * T, P), weights), torch.arange(B * T).view(B, T), lengths,
+                          weights, 3.0, 3.0, h0, c0)
+        for g, w in zip(got, want):
+            assert_close(g, w, what=f"bilstm_train {kwargs} vs bilstm")
+    ref = bilstm_ref(layer0_gates_ref(x.double().view(B * T, P), [w.double() for w in weights]),
+                     torch.arange(B * T).view(B, T), lengths, [w.double() for w in weights], 3.0, 3.0, h0.double(),
+                     c0.double())
+    assert_close(got[0], ref[0], what="bilstm_train vs bilstm_ref")
+
+
+@needs_extension
+@poisoned
+def test_bilstm_train_fresh_dropout():
+    x, lengths, weights, h0, c0, _ = stack_case(8, 10, 2, 16, 64, torch.float32, seed=5, lengths=[10] * 8)
+    torch.manual_seed(0)
+    a = ops.bilstm_train(x, lengths, weights, 3.0, 3.0, h0, c0, dropout=0.1)
+    b = ops.bilstm_train(x, lengths, weights, 3.0, 3.0, h0, c0, dropout=0.1)
+    assert not torch.equal(a[0], b[0]), "each call draws its own masks"
+    masks = ops.dropout_masks((2, 8, 10, 16), 2, 0.1, generator=torch.Generator().manual_seed(1))
+    zeros = torch.cat([(m == 0).flatten() for m in masks]).double().mean().item()
+    assert 0.07 < zeros < 0.13 and all(torch.all((m == 0) | (m == 1 / 0.9)) for m in masks)
+
+
+@needs_extension
+@poisoned
+def test_bilstm_train_per_direction_inputs():
+    x, lengths, weights, h0, c0, masks = stack_case(5, 6, 2, 4, 6, torch.float64, seed=6)
+    x2 = torch.stack([x, x.flip(-1)])
+    fast, ref = stack_fns(lengths, masks, 1.0)
+    check_grads(fast, ref, [x2, h0, c0, *weights], "bilstm_train [2, B, T, P] input")
+
+
+# --- the reference's own gradients, under gradcheck in float64 ------------------------------------
+
+
+def test_gradcheck_bilstm_with_clips(mini):
+    torch.manual_seed(1)
+    B, T, P, C = 3, 5, MINI.projection_dim, MINI.cell_dim
+    lengths = torch.tensor([5, 1, 3])
+    token_index = torch.randint(0, 6, (B, T))
+    flat = leaves(flat_lstm_weights(mini.lstm))
+    xg0 = (3 * torch.randn(6, 2, 4 * C, dtype=torch.float64)).requires_grad_()
+    h0 = (0.3 * torch.randn(2, B, 2 * P, dtype=torch.float64)).requires_grad_()
+    c0 = (0.3 * torch.randn(2, B, 2 * C, dtype=torch.float64)).requires_grad_()
+
+    def f(xg0, h0, c0, *w):
+        return bilstm_ref(xg0, token_index, lengths, list(w), MINI.cell_clip, MINI.proj_clip, h0, c0)
+
+    with torch.no_grad():
+        outputs, _, c = f(xg0, h0, c0, *flat)
+    # the clips are exercised: layer 0's outputs (no skip connection) and final cells sit on them
+    assert bool((outputs[0].abs() == MINI.proj_clip).any()) and bool((c.abs() == MINI.cell_clip).any())
+    assert torch.autograd.gradcheck(f, (xg0, h0, c0, *flat))

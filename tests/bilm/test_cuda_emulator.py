@@ -10,11 +10,11 @@ README's test command: the emulator's build is cached across runs (a first build
 import pytest
 import torch
 
-from test_cuda import emulated_target  # noqa: F401  (the session's emulator build)
+from lstm_cases import LSTM_CASES, layer_case, lstm_inputs
 
 
 @pytest.fixture(scope="module")
-def emu(emulated_target):  # noqa: F811
+def emu(emulated_target):
     return torch.ops.elmo_fast_emu_test
 
 
@@ -114,12 +114,9 @@ def test_plans_upload_without_pinned_memory_under_capture(emu, capturing, size):
     assert torch.equal(emu.upload_plan(values, False), values)
 
 
-def test_lstm_ops_under_capture_match_eager(emu, emulated_target):  # noqa: F811
+def test_lstm_ops_under_capture_match_eager(emu, emulated_target):
     """bilstm and the trainable layer's ops while a graph is captured (plans uploaded by kernels) give
     the eager calls' results exactly."""
-    from test_backward import layer_case
-    from test_cuda import LSTM_CASES, lstm_inputs
-
     lib = torch.ops.elmo_fast_emu
     L, B, T, P, C, lengths = LSTM_CASES["unsorted_with_empty_rows"]
     args = lstm_inputs(L, B, T, P, C, lengths, torch.float32, seed=3, states=True)

@@ -1,6 +1,7 @@
-"""The fused char CNN (elmo_fast.bilm.ops.char_cnn) against its oracle, elmo_fast.bilm.reference.char_cnn_ref."""
+"""The char CNN room on the CPU: the fused op (elmo_fast.bilm.ops.char_cnn) against its oracle,
+elmo_fast.bilm.reference.char_cnn_ref, forward and backward; and the reference's own gradients. The CUDA
+kernels' tests: test_char_cnn_cuda.py."""
 import os
-import random
 import subprocess
 import sys
 
@@ -9,32 +10,21 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from char_cnn_cases import ELMO_FILTERS, TINY_FILTERS, elmo_ids, near_ties, random_cnn
 from elmo_fast import batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import ops
-from elmo_fast.bilm.char_ids import BOS_TOKEN, EOS_TOKEN
 from elmo_fast.bilm.reference import char_cnn_ref
-from elmo_fast.formats.random_models import PRESETS
-from tolerances import assert_close
+from grad_checks import grads, leaves, poisoned
+from layouts import every_other, transposed_storage, wider
 from repo_paths import REPO
+from tolerances import assert_close, assert_grad_close
 
 needs_extension = pytest.mark.skipif(
     not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
 
-ELMO_FILTERS = PRESETS["small"].filters  # the small and original models' char CNN (D = 16)
-TINY_FILTERS = PRESETS["tiny"].filters
 NS = [0, 1, 7, 333]
 DTYPES = [torch.float32, torch.float64]
 ACTIVATIONS = ["relu", "tanh"]
-
-
-def random_cnn(filters, dim, dtype, seed, vocab=262):
-    """Embedding [V, D] (row 0 zero, as ELMo's), K weights [n, D, w] and biases [n], outputs ~1."""
-    gen = torch.Generator().manual_seed(seed)
-    emb = torch.randn(vocab, dim, generator=gen, dtype=torch.float64)
-    emb[0] = 0
-    weights = [torch.randn(n, dim, w, generator=gen, dtype=torch.float64) / (w * dim) ** 0.5 for w, n in filters]
-    biases = [0.3 * torch.randn(n, generator=gen, dtype=torch.float64) for _, n in filters]
-    return emb.to(dtype), [w.to(dtype) for w in weights], [b.to(dtype) for b in biases]
 
 
 def check(ids, emb, weights, biases, activation, what):
@@ -48,36 +38,6 @@ def check(ids, emb, weights, biases, activation, what):
     expected = char_cnn_ref(ids, emb.double(), [w.double() for w in weights], [b.double() for b in biases], activation)
     assert_close(out, expected, what=what)
     return out
-
-
-def random_word(n_bytes, rng):
-    """A string of exactly n_bytes UTF-8 bytes mixing 1-, 2-, 3- and 4-byte characters."""
-    chars = []
-    left = n_bytes
-    while left:
-        size = rng.choice([s for s in (1, 1, 1, 2, 3, 4) if s <= left])
-        chars.append({1: rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;'-"),
-                      2: rng.choice("éüñçßøΩжא"), 3: rng.choice("日本語€中文ह"), 4: rng.choice("😀🙂𝄞🚀")}[size])
-        left -= size
-    word = "".join(chars)
-    assert len(word.encode("utf-8")) == n_bytes
-    return word
-
-
-def elmo_ids(n, seed):
-    """[n, 50] ids as batch_to_ids makes them: every byte length 0..60 (cut to 48 by the mapper), the
-    sentence marks, multibyte text, and all-zero "no token" rows (padding of shorter sentences)."""
-    rng = random.Random(seed)
-    words = [random_word(length, rng) for length in range(61)]
-    words += [BOS_TOKEN, EOS_TOKEN, "naïve", "Ça", "日本語", "🙂", "a", ".", "the", "Prevention", "U.S."]
-    sentences = [rng.sample(words, 12), ["x"]]  # the second pads with 11 no-token rows
-    while sum(len(s) for s in sentences) < n:
-        sentences.append(rng.sample(words, rng.randint(1, 12)))
-    ids = batch_to_ids(sentences).view(-1, 50)  # rows of shorter sentences are zero
-    ids = ids[torch.randperm(ids.shape[0], generator=torch.Generator().manual_seed(seed))[:n]]
-    if n >= 7:
-        ids[-1] = 0  # at least one no-token row
-    return ids
 
 
 def trailing_run_ids(seed, vocab=262):
@@ -158,31 +118,6 @@ def test_small_preset_weights_through_the_loader(random_models, n):
     ids = torch.cat([elmo_ids(n, seed=n), torch.randint(0, 262, (n, 50), generator=torch.Generator().manual_seed(n))])
     check(ids, w.char_embedding, w.conv_weights, w.conv_biases, w.options.activation,
           f"char_cnn small preset N={2 * n}")
-
-
-def wider(t, dim, left, right, gen):
-    """t as a slice along `dim` of a buffer with other (random) data around it."""
-    shape = list(t.shape)
-    shape[dim] += left + right
-    buf = (torch.randint(0, 262, shape, generator=gen) if t.dtype == torch.long
-           else torch.randn(shape, generator=gen, dtype=t.dtype))
-    index = [slice(None)] * t.dim()
-    index[dim] = slice(left, left + t.shape[dim])
-    buf[tuple(index)] = t
-    return buf[tuple(index)]
-
-
-def every_other(t, gen):
-    """t as every other row of a buffer twice as long."""
-    buf = (torch.randint(0, 262, (2 * t.shape[0], *t.shape[1:]), generator=gen) if t.dtype == torch.long
-           else torch.randn(2 * t.shape[0], *t.shape[1:], generator=gen, dtype=t.dtype))
-    buf[::2] = t
-    return buf[::2]
-
-
-def transposed_storage(t):
-    """Same values, reversed dim order in memory (no dim has unit stride unless size 1)."""
-    return t.permute(*reversed(range(t.dim()))).contiguous().permute(*reversed(range(t.dim())))
 
 
 @needs_extension
@@ -437,3 +372,145 @@ def test_char_cnn_without_extension_says_how_to_build(monkeypatch):
     monkeypatch.setattr(ops, "HAS_EXTENSION", False)
     with pytest.raises(ExtensionNotBuiltError, match=r"pip install --no-build-isolation -e \."):
         ops.char_cnn(torch.zeros(1, 50, dtype=torch.long), torch.zeros(262, 4), [torch.zeros(1, 4, 1)], [torch.zeros(1)])
+
+
+# --- backward pass, against the reference's autograd (tests/support/grad_checks.py) ---------------
+
+
+def check_char_cnn_grads(ids, emb, ws, bs, activation, what, seed=0):
+    K = len(ws)
+    dtype = emb.dtype
+    gen = torch.Generator().manual_seed(seed)
+    grad_out = torch.randn(ids.shape[0], sum(w.shape[0] for w in ws), generator=gen, dtype=torch.float64)
+    if dtype != torch.float64:
+        tied = near_ties(ids, emb, ws, bs, activation, margin=1e-4)
+        assert tied.double().mean() < 0.05, f"{what}: too many near-ties ({tied.double().mean():.1%}) to test"
+        grad_out[tied] = 0
+    inputs = [emb, *ws, *bs]
+
+    def fast(e, *c):
+        return ops.char_cnn(ids, e, list(c[:K]), list(c[K:]), activation)
+
+    def ref(e, *c):
+        return char_cnn_ref(ids, e, list(c[:K]), list(c[K:]), activation)
+
+    got, _ = grads(fast, leaves(inputs), weights=[grad_out.to(dtype)])
+    want, _ = grads(ref, leaves(inputs, torch.float64), weights=[grad_out])
+    for i, (g, e) in enumerate(zip(got, want)):
+        assert g.dtype == dtype and g.shape == inputs[i].shape, what
+        assert_grad_close(g, e, dtype=dtype, what=f"{what} input {i}")
+    return got
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_char_cnn_gradcheck(activation):
+    # Small filters in float64, ELMo-like ids (trailing padding runs, a "no token" row) and random ones.
+    emb, ws, bs = random_cnn([(1, 3), (2, 5), (3, 4), (7, 2)], 3, torch.float64, seed=1, vocab=40)
+    ids = torch.cat([elmo_ids(7, seed=3) % 40,
+                     torch.randint(0, 40, (2, 50), generator=torch.Generator().manual_seed(4))])
+    K = len(ws)
+    inputs = leaves([emb, *ws, *bs])
+    assert torch.autograd.gradcheck(lambda e, *c: ops.char_cnn(ids, e, list(c[:K]), list(c[K:]), activation), inputs)
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("n", [1, 2, 37, 300])
+def test_char_cnn_grads_match_reference(n, activation, dtype):
+    emb, ws, bs = random_cnn(TINY_FILTERS, 4, dtype, seed=n)
+    ids = torch.cat([elmo_ids(n, seed=n), torch.randint(0, 262, (1, 50), generator=torch.Generator().manual_seed(n))])
+    check_char_cnn_grads(ids, emb, ws, bs, activation, f"char_cnn grads N={n} {activation} {dtype}", seed=n)
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_char_cnn_grads_elmo_filters(dtype):
+    # The small/original models' 2048 filters (32 fp32 slices of up to width 7), D = 16.
+    emb, ws, bs = random_cnn(ELMO_FILTERS, 16, dtype, seed=5)
+    check_char_cnn_grads(elmo_ids(200, seed=5), emb, ws, bs, "relu", f"char_cnn ELMo filters {dtype}")
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("layout", ["sliced", "transposed"])
+def test_char_cnn_grads_non_contiguous(layout):
+    gen = torch.Generator().manual_seed(9)
+    emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float64, seed=9)
+    ids = elmo_ids(40, seed=9)
+    if layout == "sliced":
+        ids, emb = wider(ids, 1, 3, 2, gen), wider(emb, 1, 2, 1, gen)
+        ws = [wider(wider(w, 2, 1, 2, gen), 1, 2, 1, gen) for w in ws]
+        bs = [wider(b, 0, 3, 1, gen) for b in bs]
+    else:
+        ids, emb, ws = transposed_storage(ids), transposed_storage(emb), [transposed_storage(w) for w in ws]
+    got = check_char_cnn_grads(ids, emb, ws, bs, "tanh", f"char_cnn grads {layout}")
+    assert all(g.is_contiguous() for g in got)
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("length", [1, 7, 20, 49, 70])
+def test_char_cnn_grads_other_lengths(length, dtype):
+    """Rows of another length than 50 (ELMoForManyLangs' max_characters_per_token) over a table of
+    thousands of characters: the backward recomputes each filter's max window over L - w + 1 of them.
+    At L = 70 a filter of width 65 (a window of more table entries than the 64 the fast max's overflow
+    bound once assumed) takes part."""
+    filters = [(w, n) for w, n in [(1, 4), (2, 5), (3, 3), (7, 6), (length, 2), (65, 3)] if w <= length]
+    emb, ws, bs = random_cnn(filters, 5, dtype, seed=length, vocab=3001)
+    gen = torch.Generator().manual_seed(length)
+    ids = torch.randint(1, 3001, (60, length), generator=gen)
+    cut = torch.randint(1, length + 1, (60,), generator=gen)
+    ids[torch.arange(length) >= cut.unsqueeze(1)] = 7  # a trailing run of one id, as padding makes
+    ids[:2] = 0  # no token
+    check_char_cnn_grads(ids, emb, ws, bs, "relu" if length % 2 else "tanh", f"char_cnn grads L={length} {dtype}",
+                         seed=length)
+
+
+@needs_extension
+@poisoned
+def test_char_cnn_grads_of_unused_rows_and_no_tokens():
+    emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=2)
+    ids = elmo_ids(20, seed=2)
+    emb_leaf = emb.clone().requires_grad_()
+    ops.char_cnn(ids, emb_leaf, ws, bs).square().sum().backward()
+    unused = torch.ones(262, dtype=torch.bool)
+    unused[ids.unique()] = False
+    assert torch.all(emb_leaf.grad[unused] == 0) and emb_leaf.grad[~unused].abs().sum() > 0
+    empty = leaves([emb, *ws, *bs])
+    out = ops.char_cnn(ids[:0], empty[0], empty[1:6], empty[6:])
+    got = torch.autograd.grad(out.sum(), empty)
+    assert all(torch.all(g == 0) for g in got)
+
+
+@needs_extension
+@poisoned
+def test_char_cnn_expanded_gradient():
+    # out.sum()'s gradient is an expanded tensor (stride 0): the backward reads it as rows.
+    emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float64, seed=3)
+    ids = elmo_ids(30, seed=3)
+    a = leaves([emb])
+    b = leaves([emb])
+    g_sum = torch.autograd.grad(ops.char_cnn(ids, a[0], ws, bs).sum(), a)[0]
+    g_ref = torch.autograd.grad(char_cnn_ref(ids, b[0], ws, bs).sum(), b)[0]
+    assert_grad_close(g_sum, g_ref, what="char_cnn expanded grad")
+
+
+# --- the reference's own gradients, under gradcheck in float64 ------------------------------------
+
+
+def test_gradcheck_char_cnn(mini):
+    ids = batch_to_ids([["ab", "über", "x", "a" * 60]])[0]
+    ids = torch.cat([ids, torch.zeros(1, 50, dtype=torch.long)])  # and a "no token" row
+    inputs = leaves([mini.char_embedding, *mini.conv_weights, *mini.conv_biases])
+    K = len(mini.conv_weights)
+
+    def f(emb, *convs):
+        return char_cnn_ref(ids, emb, list(convs[:K]), list(convs[K:]), "relu")
+
+    assert torch.autograd.gradcheck(f, inputs)

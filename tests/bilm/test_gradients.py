@@ -1,4 +1,5 @@
-"""Gradients: the reference stages under gradcheck in float64, and which path Elmo takes to train.
+"""Gradients of the whole biLM: the reference under gradcheck in float64, the fast ops' backward passes
+against it, and which path Elmo takes to train (each stage's own gradients: its room's file).
 
 Calls that need gradients of the biLM's weights run the reference path (its autograd is the
 oracle); everything else, training a frozen biLM's scalar mixes included, runs the fast ops.
@@ -7,92 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from elmo_fast import Elmo, ElmoWeights, batch_to_ids, load_options, load_weights
+from bilm_cases import MINI, MINI_WORDS, _sentences, bilm_fast_train, rebuild
+from elmo_fast import Elmo, batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import ops, reference
-from elmo_fast.bilm.reference import (bilm_ref, bilstm_ref, char_cnn_ref, highway_ref, remove_sentence_boundaries,
-                                 scalar_mix_ref)
-from elmo_fast.formats.random_models import random_weights, write_model
-from elmo_fast.formats.bilm_tf import ElmoOptions, LstmWeights
-from bilm_cases import _sentences
+from elmo_fast.bilm.reference import bilm_ref, remove_sentence_boundaries, scalar_mix_ref
+from grad_checks import leaves
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
 GRAD_RTOL = 1e-4  # fast vs reference gradients: max |difference| <= 1e-4 * max |reference gradient|
-
-# Small enough for a full float64 gradcheck; clips low enough that cells and projections hit them.
-MINI = ElmoOptions(filters=((1, 2), (2, 3), (3, 2)), char_dim=3, n_highway=1, projection_dim=3, cell_dim=4,
-                   n_layers=2, cell_clip=0.6, proj_clip=0.5)
-
-
-@pytest.fixture(scope="module")
-def mini(tmp_path_factory) -> ElmoWeights:
-    options, weights = write_model(tmp_path_factory.mktemp("mini"), MINI, random_weights(MINI, seed=1))
-    return load_weights(weights, load_options(options)).to(dtype=torch.float64)
-
-
-def rebuild(options: ElmoOptions, tensors) -> ElmoWeights:
-    """The inverse of ElmoWeights.tensors()."""
-    it = iter(tensors)
-
-    def take(n):
-        return [next(it) for _ in range(n)]
-
-    K = len(options.filters)
-    char_embedding, conv_w, conv_b = next(it), take(K), take(K)
-    hw, hb = take(options.n_highway), take(options.n_highway)
-    proj_w, proj_b = next(it), next(it)
-    lstm = [tuple(LstmWeights(*take(4)) for _ in range(2)) for _ in range(options.n_layers)]
-    return ElmoWeights(options, char_embedding, conv_w, conv_b, hw, hb, proj_w, proj_b, lstm)
-
-
-def leaves(tensors):
-    return [t.detach().clone().requires_grad_() for t in tensors]
-
-
-MINI_WORDS = [["ab", "über", "x"], ["<S>"], []]
-
-
-def test_gradcheck_char_cnn(mini):
-    ids = batch_to_ids([["ab", "über", "x", "a" * 60]])[0]
-    ids = torch.cat([ids, torch.zeros(1, 50, dtype=torch.long)])  # and a "no token" row
-    inputs = leaves([mini.char_embedding, *mini.conv_weights, *mini.conv_biases])
-    K = len(mini.conv_weights)
-
-    def f(emb, *convs):
-        return char_cnn_ref(ids, emb, list(convs[:K]), list(convs[K:]), "relu")
-
-    assert torch.autograd.gradcheck(f, inputs)
-
-
-def test_gradcheck_highway(mini):
-    torch.manual_seed(0)
-    x = torch.randn(4, MINI.n_filters, dtype=torch.float64, requires_grad=True)
-    inputs = [x, *leaves([*mini.highway_weights, *mini.highway_biases, mini.proj_weight, mini.proj_bias])]
-    H = MINI.n_highway
-
-    def f(x, *w):
-        return highway_ref(x, list(w[:H]), list(w[H:2 * H]), w[-2], w[-1])
-
-    assert torch.autograd.gradcheck(f, inputs)
-
-
-def test_gradcheck_bilstm_with_clips(mini):
-    torch.manual_seed(1)
-    B, T, P, C = 3, 5, MINI.projection_dim, MINI.cell_dim
-    lengths = torch.tensor([5, 1, 3])
-    token_index = torch.randint(0, 6, (B, T))
-    flat = leaves(reference.flat_lstm_weights(mini.lstm))
-    xg0 = (3 * torch.randn(6, 2, 4 * C, dtype=torch.float64)).requires_grad_()
-    h0 = (0.3 * torch.randn(2, B, 2 * P, dtype=torch.float64)).requires_grad_()
-    c0 = (0.3 * torch.randn(2, B, 2 * C, dtype=torch.float64)).requires_grad_()
-
-    def f(xg0, h0, c0, *w):
-        return bilstm_ref(xg0, token_index, lengths, list(w), MINI.cell_clip, MINI.proj_clip, h0, c0)
-
-    with torch.no_grad():
-        outputs, _, c = f(xg0, h0, c0, *flat)
-    # the clips are exercised: layer 0's outputs (no skip connection) and final cells sit on them
-    assert bool((outputs[0].abs() == MINI.proj_clip).any()) and bool((c.abs() == MINI.cell_clip).any())
-    assert torch.autograd.gradcheck(f, (xg0, h0, c0, *flat))
 
 
 def test_gradcheck_whole_bilm(mini):
@@ -108,21 +31,6 @@ def test_gradcheck_whole_bilm(mini):
 
 
 # --- the whole biLM on the fast ops' backward passes ----------------------------------------------
-
-
-def bilm_fast_train(char_ids, weights):
-    """bilm_ref's computation on the fast ops under autograd: char_cnn and highway (their backward
-    kernels), then ops.bilstm_train (no dropout), over every position."""
-    o = weights.options
-    ids, mask = reference.add_sentence_boundaries(char_ids)
-    B, T2, W = ids.shape
-    tokens = ops.highway(ops.char_cnn(ids.reshape(B * T2, W), weights.char_embedding, weights.conv_weights,
-                                      weights.conv_biases, o.activation),
-                         weights.highway_weights, weights.highway_biases, weights.proj_weight, weights.proj_bias)
-    tokens = tokens.view(B, T2, -1) * mask.unsqueeze(-1).to(tokens.dtype)
-    outputs, h, c = ops.bilstm_train(tokens, mask.sum(dim=1), reference.flat_lstm_weights(weights.lstm), o.cell_clip,
-                                     o.proj_clip)
-    return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
 
 
 @pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")

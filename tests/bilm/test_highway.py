@@ -1,60 +1,73 @@
-"""The compiled ops (elmo_fast._C through elmo_fast.bilm.ops) against their references."""
+"""The highway room on the CPU: the highway stack + projection op (ops.highway) and the gate (ops.highway_gate)
+against their references, highway_ref and highway_gate_ref, forward and backward; and the reference's own
+gradients. The CUDA kernels' tests: test_highway_cuda.py."""
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bilm_cases import MINI
+from elmo_fast import load_options, load_weights
 from elmo_fast.bilm import ops
-from elmo_fast.errors import ExtensionNotBuiltError
-from elmo_fast.bilm.reference import highway_gate_ref
-from tolerances import TOL, assert_close, max_abs_error
+from elmo_fast.bilm.reference import highway_gate_ref, highway_ref
+from grad_checks import check_grads, leaves, poisoned
+from highway_cases import gate_case, highway_case, highway_inputs, make
+from tolerances import assert_close, max_abs_error
 
 needs_extension = pytest.mark.skipif(
     not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
 
+
+@needs_extension
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("n,f,p,layers", [(0, 5, 3, 1), (1, 1, 1, 1), (7, 33, 5, 2), (129, 124, 16, 2), (3, 8, 4, 0)])
+@pytest.mark.parametrize("sliced", [False, True])
+def test_highway_matches_reference(n, f, p, layers, dtype, sliced):
+    x, ws, bs, pw, pb = make(n, f, p, layers, dtype, seed=n + f, sliced=sliced)
+    expected = highway_ref(*(t.double() if isinstance(t, torch.Tensor) else [u.double() for u in t]
+                             for t in (x, ws, bs, pw, pb)))
+    got = ops.highway(x, ws, bs, pw, pb)
+    assert got.shape == (n, p) and got.dtype == dtype
+    assert_close(got, expected.to(dtype), dtype=dtype, what=f"highway n={n} f={f} p={p} layers={layers}")
+
+
+@needs_extension
+def test_highway_on_the_fixture_weights(tiny_files):
+    w = load_weights(tiny_files[1], load_options(tiny_files[0]))
+    x = torch.rand(57, w.options.n_filters) * 4
+    got = ops.highway(x, w.highway_weights, w.highway_biases, w.proj_weight, w.proj_bias)
+    want = highway_ref(x, w.highway_weights, w.highway_biases, w.proj_weight, w.proj_bias)
+    assert_close(got, want, dtype=torch.float32, what="highway on bilm-tf tiny")
+
+
+@needs_extension
+def test_highway_opcheck():
+    x, ws, bs, pw, pb = make(6, 10, 4, 2)
+    torch.library.opcheck(torch.ops.elmo_fast.highway.default, (x, ws, bs, pw, pb))
+
+
+@needs_extension
+@pytest.mark.parametrize("change,match", [
+    (lambda a: a.__setitem__(1, [a[1][0][:, :-1]] + a[1][1:]), r"highway_weights\[0\] must have shape"),
+    (lambda a: a.__setitem__(2, a[2][:1]), "same length"),
+    (lambda a: a.__setitem__(3, a[3][:, :-1]), "proj_weight must have shape"),
+    (lambda a: a.__setitem__(4, a[4][:-1]), "proj_bias must have shape"),
+    (lambda a: a.__setitem__(0, a[0][None]), "x must have 2 dims"),
+    (lambda a: a.__setitem__(3, a[3].double()), "proj_weight"),
+])
+def test_highway_errors_name_the_argument(change, match):
+    args = make(4, 6, 3, 2)
+    change(args)
+    with pytest.raises(RuntimeError, match=match):
+        ops.highway(*args)
+
+
+# --- highway_gate ---------------------------------------------------------------------------------
+
+
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 NS = [0, 1, 2, 7, 129]
 HS = [1, 3, 16, 257]
-
-
-def highway_inputs(n, h, dtype, seed, layout="contiguous"):
-    """projected [N, 2H] and x [N, H] of fresh random values that exercise every branch.
-
-    transform takes both signs (both sides of relu); gate ranges over ~[-12, 12] plus saturating
-    entries (+-30, +-100: past the kernel's exp clamp) so g covers (0, 1) and both ends.
-    layout "contiguous", "sliced" (columns of wider buffers: row stride > width), "strided_rows"
-    (every other row) or "transposed" (x with column stride != 1: the kernel's copy path).
-    """
-    gen = torch.Generator().manual_seed(seed)
-    transform = torch.randn(n, h, generator=gen, dtype=torch.float64) * 2
-    gate = torch.randn(n, h, generator=gen, dtype=torch.float64) * 4
-    if gate.numel():
-        saturate = torch.rand(n, h, generator=gen) < 0.1
-        big = torch.tensor([-100.0, -30.0, 30.0, 100.0], dtype=torch.float64)
-        gate[saturate] = big[torch.randint(0, 4, (int(saturate.sum()),), generator=gen)]
-    x = torch.randn(n, h, generator=gen, dtype=torch.float64) + 0.5
-    projected = torch.cat([transform, gate], dim=1).to(dtype)
-    x = x.to(dtype)
-
-    def wider(t, left, right):  # t as a column slice of a buffer with other data around it
-        buf = torch.randn(t.shape[0], left + t.shape[1] + right, generator=gen, dtype=torch.float64).to(dtype)
-        buf[:, left:left + t.shape[1]] = t
-        return buf[:, left:left + t.shape[1]]
-
-    def every_other_row(t):
-        buf = torch.randn(2 * t.shape[0], t.shape[1], generator=gen, dtype=torch.float64).to(dtype)
-        buf[::2] = t
-        return buf[::2]
-
-    if layout == "sliced":
-        projected, x = wider(projected, 3, 2), wider(x, 2, 5)
-    elif layout == "strided_rows":
-        projected, x = every_other_row(projected), every_other_row(x)
-    elif layout == "transposed":
-        projected, x = projected.t().contiguous().t(), x.t().contiguous().t()
-    elif layout != "contiguous":
-        raise ValueError(layout)
-    return projected, x
 
 
 def check_highway(projected, x, what):
@@ -177,18 +190,77 @@ def test_highway_gate_dtype_errors_name_the_argument():
         ops.highway_gate(torch.randn(4, 32, dtype=torch.float16), torch.randn(4, 16, dtype=torch.float16))
 
 
-def test_require_extension_says_how_to_build(monkeypatch):
-    monkeypatch.setattr(ops, "HAS_EXTENSION", False)
-    monkeypatch.setattr(ops, "EXTENSION_IMPORT_ERROR", "ImportError: no module named elmo_fast._C")
-    with pytest.raises(ExtensionNotBuiltError, match=r"pip install --no-build-isolation -e \.") as info:
-        ops.highway_gate(torch.randn(2, 4), torch.randn(2, 2))
-    assert "no module named elmo_fast._C" in str(info.value)
-    assert isinstance(info.value, ValueError)  # every ElmoFastError is a ValueError
+# --- backward passes, against the reference's autograd (tests/support/grad_checks.py) -------------
+
+
+def highway_fns(layers, via_op):
+    def fast(x, *w):
+        args = (x, list(w[:layers]), list(w[layers:2 * layers]), w[-2], w[-1])
+        return torch.ops.elmo_fast.highway.default(*args) if via_op else ops.highway(*args)
+
+    def ref(x, *w):
+        return highway_ref(x, list(w[:layers]), list(w[layers:2 * layers]), w[-2], w[-1])
+
+    return fast, ref
 
 
 @needs_extension
-def test_extension_reports_cuda_build_flag():
-    # A CPU build of torch can only produce a CPU extension, whatever the toolchain.
-    assert isinstance(ops.HAS_CUDA_KERNELS, bool)
-    if torch.version.cuda is None:
-        assert not ops.HAS_CUDA_KERNELS
+@poisoned
+@pytest.mark.parametrize("via_op", [True, False], ids=["op", "ops.highway"])
+@pytest.mark.parametrize("layers", [0, 1, 2])
+def test_highway_gradcheck(layers, via_op):
+    fast, _ = highway_fns(layers, via_op)
+    assert torch.autograd.gradcheck(fast, leaves(highway_case(5, 4, 3, layers, torch.float64, seed=layers)))
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("via_op", [True, False], ids=["op", "ops.highway"])
+@pytest.mark.parametrize("n,f,p,layers", [(1, 3, 2, 1), (7, 17, 5, 2), (129, 64, 16, 2)])
+def test_highway_grads_match_reference(n, f, p, layers, via_op, dtype):
+    fast, ref = highway_fns(layers, via_op)
+    check_grads(fast, ref, highway_case(n, f, p, layers, dtype, seed=n), f"highway N={n} F={f} L={layers} {dtype}")
+
+
+@needs_extension
+@poisoned
+def test_highway_training_path_gives_the_ops_values():
+    # With gradients needed, ops.highway runs the op's steps one by one: the same kernels, the same values.
+    case = highway_case(33, 24, 8, 2, torch.float32, seed=4)
+    fast, _ = highway_fns(2, via_op=False)
+    op, _ = highway_fns(2, via_op=True)
+    trained = fast(*leaves(case))
+    assert trained.requires_grad and trained.grad_fn is not None
+    assert torch.equal(trained.detach(), op(*case))
+
+
+@needs_extension
+@poisoned
+def test_highway_gate_gradcheck():
+    assert torch.autograd.gradcheck(ops.highway_gate, leaves(gate_case(6, 5, torch.float64, seed=1)))
+
+
+@needs_extension
+@poisoned
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "transposed"])
+@pytest.mark.parametrize("n,h", [(0, 3), (1, 1), (7, 16), (129, 257)])
+def test_highway_gate_grads_match_reference(n, h, layout, dtype):
+    check_grads(ops.highway_gate, highway_gate_ref, gate_case(n, h, dtype, seed=n + h, layout=layout),
+                f"highway_gate N={n} H={h} {layout} {dtype}")
+
+
+# --- the reference's own gradients, under gradcheck in float64 ------------------------------------
+
+
+def test_gradcheck_highway(mini):
+    torch.manual_seed(0)
+    x = torch.randn(4, MINI.n_filters, dtype=torch.float64, requires_grad=True)
+    inputs = [x, *leaves([*mini.highway_weights, *mini.highway_biases, mini.proj_weight, mini.proj_bias])]
+    H = MINI.n_highway
+
+    def f(x, *w):
+        return highway_ref(x, list(w[:H]), list(w[H:2 * H]), w[-2], w[-1])
+
+    assert torch.autograd.gradcheck(f, inputs)
