@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Record simple_elmo 0.9.2's outputs (on TensorFlow) for the cases of tests/support/simple_elmo_models.py
-into tests/fixtures/simple_elmo_0.9.2.npz, which tests/test_simple_elmo.py compares elmo-fast with.
+into tests/fixtures/simple_elmo_0.9.2.npz, which tests/compat/test_simple_elmo.py compares elmo-fast with.
 
 Run once, with the project's environment (it builds the random-weight archives with elmo-fast's
 own writer and runs simple_elmo in its side environment as a subprocess; see

@@ -57,7 +57,7 @@ def modeled_bilm_error(preset, ids, w64, fma: bool) -> float:
 def fp32_bilm_bound(target, preset, ids, w64) -> float:
     """The fp32 bound of a whole biLM on the target: the 1e-5 bar on the CPU emulator (its GEMMs are the
     CPU's) and for the tiny preset; on a GPU, for larger presets, the rounding-error model's bound
-    (tests/tolerances.py: recursive FMA sums of 512 and 4096 terms, as cuBLAS makes them)."""
+    (tests/support/tolerances.py: recursive FMA sums of 512 and 4096 terms, as cuBLAS makes them)."""
     if not target.is_cuda or preset == "tiny":
         return TOL[torch.float32]["atol"]
     return fp32_model_bound(modeled_bilm_error(preset, ids, w64, fma=True))
@@ -93,7 +93,7 @@ def test_ops_bilm_matches_reference(target, random_models, preset):
 @pytest.mark.parametrize("preset", ["tiny", "small", "original"])
 def test_fp32_error_within_the_rounding_model(target, random_models, preset):
     """The kernels built as a GPU builds them (the emulator with FMA contraction; a GPU) stay within the
-    rounding-error model's bound (tests/tolerances.py), which contraction does not move: the model with
+    rounding-error model's bound (tests/support/tolerances.py), which contraction does not move: the model with
     FMA and without differ by less than 5%. (Slow in the emulator: the full set only.)"""
     options, weight_file = random_models(preset, exercise_clips=True)
     w_cpu = load_weights(weight_file, load_options(options))
@@ -201,7 +201,7 @@ def test_cuda_graphs_replay_the_eager_forward(cuda_target, random_models, dtype)
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])
 def test_bf16_fast_model_on_cuda_error_bound(cuda_target, random_models, preset):
-    """dtype=bfloat16 on CUDA: the same stated bound as on CPU (tests/test_fast_model.py), though
+    """dtype=bfloat16 on CUDA: the same stated bound as on CPU (tests/bilm/test_fast_model.py), though
     the CUDA bilstm rounds its layer-0 gates and biases to bf16 too."""
     files = random_models(preset, exercise_clips=True)
     ids = batch_to_ids(sentences(np.random.default_rng(2), 9))
@@ -235,7 +235,7 @@ def test_low_precision_on_cuda_within_the_stated_bound(cuda_target, random_model
             torch.backends.cuda.matmul.allow_tf32 = False
     mask = ref["mask"]
     bound = MODEL_BOUNDS[precision]
-    # fp32 on both sides: the bar for tiny, twice the rounding model's GPU bound beyond (tests/tolerances.py)
+    # fp32 on both sides: the bar for tiny, twice the rounding model's GPU bound beyond (tests/support/tolerances.py)
     w64 = load_weights(files[1], load_options(files[0])).to(dtype=torch.float64)
     fp32_bound = fp32_bilm_bound(cuda_target, preset, ids, w64) * (1 if preset == "tiny" else 2)
     for k, (r, x, e) in enumerate(zip(ref["activations"], low["activations"], exact["activations"])):

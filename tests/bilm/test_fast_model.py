@@ -103,7 +103,7 @@ def test_auto_backend_is_fast_when_built():
 
 
 # bf16 on CPU: GEMMs in bf16 with fp32 accumulation, char CNN / cell state / elementwise in fp32;
-# the stated bound is MODEL_BF16 in tests/tolerances.py.
+# the stated bound is MODEL_BF16 in tests/support/tolerances.py.
 BF16_MAX_REL, BF16_RMS_REL = MODEL_BF16["max_rel"], MODEL_BF16["rms_rel"]
 
 

@@ -4,8 +4,8 @@ forward never waits for the device), and the stacked LSTM weights the CUDA op ta
 device and dtype and remade whenever the weights change.
 
 On a CPU-only machine both run on the CPU by switching on the device test they hang on
-(``ElmoBiLm._plans_on_host``, ``derived_weights.STACKED_LSTM_DEVICES``); tests/test_cuda.py runs them
-on a GPU for real.
+(``ElmoBiLm._plans_on_host``, ``derived_weights.STACKED_LSTM_DEVICES``); tests/bilm/test_bilm_cuda.py
+runs them on a GPU for real.
 """
 import numpy as np
 import pytest

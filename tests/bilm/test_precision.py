@@ -1,6 +1,6 @@
 """Precision, one concept (elmo_fast.bilm.precision): the names and aliases every entry point takes,
 each mode's stated bound against the fp32 reference, and the one-line refusals where a mode cannot
-run. tf32 and fp16 on a GPU are checked in tests/test_cuda.py."""
+run. tf32 and fp16 on a GPU are checked in tests/bilm/test_bilm_cuda.py."""
 from __future__ import annotations
 
 import argparse

@@ -282,7 +282,7 @@ def test_sweep_and_temp_files_know_tagged_names(tmp_path):
     assert durable.sweep_temp_files(tmp_path, "out.hdf5") == [theirs]
 
 
-# ---- every failure point, injected below Python (tests/faults/fault_shim.c) -------------------
+# ---- every failure point, injected below Python (tests/support/faults/fault_shim.c) -----------
 
 _EVERY_POINT = r'''
 import json

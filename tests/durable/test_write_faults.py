@@ -1,5 +1,5 @@
 """Every failure point of a small run of each command that writes files, injected below Python
-(tests/faults/fault_shim.c: the Nth write, fsync, ftruncate or close under the output's folder fails
+(tests/support/faults/fault_shim.c: the Nth write, fsync, ftruncate or close under the output's folder fails
 with ENOSPC for the rest of the run, as a full disk, or EIO once), and a size-limited filesystem
 (RLIMIT_FSIZE). After every fault: the correct complete output or none; a failed run says so in one
 line naming the file and the OS error, and exits non-zero; no crash; no temporary file left (a

@@ -194,7 +194,7 @@ def test_property_idempotent_on_token_sequences(words):
     assert tokenize(" ".join(once)) == once
 
 
-# ---- the rules as one plain pattern (tests/tokenizer_spec.py), and linear time ------------------
+# ---- the rules as one plain pattern (tests/support/tokenizer_spec.py), and linear time ----------
 
 _SPEC_PIECES = list("aAbZ1.9,+-@/&:'\u2019`()\".!?h@+.-_$") + [
     "http://", "www.", "ftp://", "n't", "'s", "Dr", "e.g", "U.S", "Ph.D", "\u00df", "\u00e9", "\u0301",

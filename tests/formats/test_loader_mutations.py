@@ -13,7 +13,7 @@ whose one-line message names the file. Any other exception fails the example; so
 hypothesis loop runs in a child process with a timeout: a segfault or a hang fails the test with
 the mutation that caused it (the child announces each mutation on stderr before loading it).
 
-Run by hand: ``python tests/test_loader_mutations.py [FIXTURE_DIR]`` (the child's entry point).
+Run by hand: ``python tests/formats/test_loader_mutations.py [FIXTURE_DIR]`` (the child's entry point).
 """
 from __future__ import annotations
 

@@ -384,7 +384,7 @@ def test_fixture_copy_with_deleted_dataset(tmp_path):
     assert "CNN_high_1/W_carry" in msg and "(124, 124)" in msg and str(tmp_path / "w.hdf5") in msg
 
 
-# ---- regressions found by tests/test_loader_mutations.py ---------------------------------------
+# ---- regressions found by tests/formats/test_loader_mutations.py ---------------------------------------
 
 def _set_option_text(options_path: Path, section: str, key: str, literal: str) -> None:
     """Write ``literal`` (raw JSON text, e.g. NaN) as the value of ``section.key``."""

@@ -1,6 +1,6 @@
 """`elmo-fast serve` safe to put on a network: an API key on every route but /health, a bound on the
 connections with a request in progress, a read deadline for a request's head and body, and TLS.
-Real servers on free loopback ports (tests/test_serve.py's harness); the guards' rules in-process."""
+Real servers on free loopback ports (tests/support/serve_process.py); the guards' rules in-process."""
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,4 @@
-"""Injected storage faults for the tests: tests/faults/fault_shim.c, an LD_PRELOAD library that fails
+"""Injected storage faults for the tests: tests/support/faults/fault_shim.c, an LD_PRELOAD library that fails
 the Nth write, fsync, ftruncate or close on files under a folder with the errno asked for (or kills
 the process there: ``KILL``).
 
@@ -41,7 +41,7 @@ def shim() -> Path:
         pytest.skip("fault injection needs LD_PRELOAD and /proc/self/fd (Linux)")
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("fault injection needs a C compiler (cc or gcc) to build tests/faults/fault_shim.c")
+        pytest.skip("fault injection needs a C compiler (cc or gcc) to build tests/support/faults/fault_shim.c")
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
     out = Path(tempfile.gettempdir()) / f"elmo_fast_fault_shim_{digest}_{os.getuid()}.so"
     if not out.exists():

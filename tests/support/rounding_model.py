@@ -1,4 +1,4 @@
-"""The fp32 rounding-error model behind the whole-model fp32 bound (derivation: tests/tolerances.py,
+"""The fp32 rounding-error model behind the whole-model fp32 bound (derivation: tests/support/tolerances.py,
 "The fp32 bar from a rounding-error model").
 
 Every GEMM and convolution of the reference's computation (F.linear, F.conv1d) is run in float64 and its

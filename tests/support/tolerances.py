@@ -36,7 +36,7 @@ __all__ = ["GRAD_RTOL", "MODEL_BF16", "MODEL_BOUNDS", "TOL", "assert_close", "as
 #     (u sqrt(K / 6) ||p||_2 ~ 1e-6 for the recurrent and projection GEMMs at 'original' sizes);
 #   * the errors propagate through the highway layers and every LSTM step (gates, cell, clips, skip
 #     connections) as the computation propagates them. To first order the output error is linear in the
-#     d_k; rather than form the Jacobians, tests/rounding_model.py runs the float64 reference with every
+#     d_k; rather than form the Jacobians, tests/support/rounding_model.py runs the float64 reference with every
 #     GEMM and convolution output perturbed by N(0, sigma^2) of its own sigma (||p||_2 from the actual
 #     inputs and weights): the deviation from the unperturbed float64 run is a sample of the fp32 error
 #     the model predicts, with the step-to-step propagation included. The bound is 1.5x the largest
@@ -55,13 +55,13 @@ __all__ = ["GRAD_RTOL", "MODEL_BF16", "MODEL_BOUNDS", "TOL", "assert_close", "as
 # 4096 terms one after another may reach the model's 1.1e-5 on 'small' and 1.5e-5 on 'original': the
 # 1e-5 bar is not a bound a GPU must meet on these shapes. The GPU tests of the whole model in fp32
 # (presets 'small' and 'original') therefore take the model's bound (fp32_model_bound); the CPU keeps
-# the bar, and so does the emulator (its GEMMs are the CPU's; tests/test_cuda.py runs the table's
-# emulator column as test_fp32_error_within_the_rounding_model).
+# the bar, and so does the emulator (its GEMMs are the CPU's; tests/bilm/test_bilm_cuda.py runs the
+# table's emulator column as test_fp32_error_within_the_rounding_model).
 MODEL_BOUND_SAFETY = 1.5
 
 
 def fp32_model_bound(modeled: float) -> float:
-    """The fp32 bound from the model's largest deviation (tests/rounding_model.py: modeled_error, with
+    """The fp32 bound from the model's largest deviation (tests/support/rounding_model.py: modeled_error, with
     FMA), never below the fp32 bar."""
     return max(TOL[torch.float32]["atol"], MODEL_BOUND_SAFETY * modeled)
 

@@ -15,7 +15,7 @@
  *   fault_fired()      1 if a failure was injected since fault_arm
  * or, for a whole child process, from its environment at start:
  *   FAULT_DIR, FAULT_NTH, FAULT_ERRNO, FAULT_STICKY, FAULT_OPS.
- * Test-only code: tests/fault_injection.py builds it with the system's C compiler.
+ * Test-only code: tests/support/fault_injection.py builds it with the system's C compiler.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
