@@ -4,7 +4,7 @@ The comparison CI runs needs no TensorFlow: simple_elmo's outputs for every case
 simple_elmo_models.CASES (batch sizes smaller than the number of texts, warm-up on and off, every
 ``layers``, texts of length 0, 1 and 12 in one batch, ``limit``, a zip, vocab.txt.gz, no
 vocabulary, a vocabulary without its specials on top, sentence averages, an all-empty batch,
-substitutes) were recorded once by scripts/record_simple_elmo.py into
+substitutes) were recorded once by tests/fixtures/recorders/record_simple_elmo.py into
 tests/fixtures/simple_elmo_0.9.2.npz, with the digests of the random-weight archives they were run
 on; the archives are rebuilt here, checked against those digests, and embedded. A live comparison
 on fresh weights runs when simple_elmo's side environment is there. Then the quirks one by one,
@@ -114,7 +114,8 @@ def test_fixture_was_recorded_from_simple_elmo_0_9_2(recorded):
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_archives_are_the_recorded_ones(archives, recorded, kind):
     assert weights_digest(archives(kind)) == str(recorded[f"digest/{kind}"]), \
-        f"the {kind} archive's weights changed since the fixture was recorded: rerun scripts/record_simple_elmo.py"
+        f"the {kind} archive's weights changed since the fixture was recorded: rerun " \
+        "tests/fixtures/recorders/record_simple_elmo.py"
 
 
 # every case on the default backend (the fast path when built); the reference path on a few
@@ -132,7 +133,7 @@ def test_same_outputs_as_simple_elmo(archives, recorded, name, backend):
 
 
 @pytest.mark.skipif(not PEER_PYTHON.exists(), reason=f"simple_elmo's side environment is not at {PEER_PYTHON} "
-                    "(see scripts/simple_elmo_peer.py); the recorded fixture covers the same cases")
+                    "(see tests/fixtures/recorders/simple_elmo_peer.py); the recorded fixture covers the same cases")
 def test_same_outputs_as_live_simple_elmo_on_fresh_weights(tmp_path):
     seed = secrets.randbelow(10**6)
     names = ["avg_b4_warm", "gz_b3", "substitutes_b3"]

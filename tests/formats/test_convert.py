@@ -1,8 +1,8 @@
 """`elmo-fast convert`: bilm-tf training folders and TF-Hub modules read without TensorFlow.
 
 The fixtures in tests/fixtures/tf_checkpoints/ were written once by TensorFlow 2.21
-(make_fixtures.py there, which also saved every array as bilm-tf's dump_weights would write it, in
-expected.npz): these tests need no TensorFlow.
+(tests/fixtures/recorders/record_tf_checkpoints.py, which also saved every array as bilm-tf's
+dump_weights would write it, in expected.npz): these tests need no TensorFlow.
 """
 from __future__ import annotations
 

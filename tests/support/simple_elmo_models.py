@@ -1,5 +1,5 @@
 """Random-weight NLPL archives of every kind the simple_elmo tests cover, the texts they are run on,
-and the cases recorded from simple_elmo 0.9.2 (scripts/record_simple_elmo.py) into
+and the cases recorded from simple_elmo 0.9.2 (tests/fixtures/recorders/record_simple_elmo.py) into
 tests/fixtures/simple_elmo_0.9.2.npz.
 
 Everything here is deterministic: the tests rebuild the archives the fixture was recorded on, and
@@ -20,7 +20,7 @@ import numpy as np
 from elmo_fast.durable import durable_open, durable_path, write_bytes, write_json, write_text
 from elmo_fast.formats.bilm_tf import write_softmax
 from elmo_fast.formats.random_models import random_model, random_words
-from repo_paths import FIXTURES, REPO
+from repo_paths import FIXTURES
 
 FIXTURE = FIXTURES / "simple_elmo_0.9.2.npz"
 SPECIALS = ["</S>", "<S>", "<UNK>"]  # bilm-tf's vocabulary order: ids 0 and 1 are the sentence ends
@@ -225,9 +225,9 @@ def call_arguments(kwargs: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# the peer: simple_elmo on TensorFlow, in its side environment (scripts/simple_elmo_peer.py)
+# the peer: simple_elmo on TensorFlow, in its side environment (tests/fixtures/recorders/simple_elmo_peer.py)
 
-PEER_SCRIPT = REPO / "scripts" / "simple_elmo_peer.py"
+PEER_SCRIPT = FIXTURES / "recorders" / "simple_elmo_peer.py"
 PEER_PYTHON = Path(os.environ.get("SIMPLE_ELMO_PYTHON", "/work/simple_elmo_env/bin/python"))
 
 

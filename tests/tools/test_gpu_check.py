@@ -1,5 +1,5 @@
-"""The GPU run's tooling, checked without a GPU: benchmarks/gpu_check.sh (its dry run, its test selections),
-benchmarks/gpu_check_summary.py (the figures read back from logs) and scripts/prebuilt_extension.py (does a
+"""The GPU run's tooling, checked without a GPU: tools/gpu_check.sh (its dry run, its test selections),
+tools/gpu_check_summary.py (the figures read back from logs) and scripts/prebuilt_extension.py (does a
 prebuilt elmo_fast._C fit this interpreter). A GPU run is rare and short: whatever can break here must."""
 import ast
 import importlib.util
@@ -14,7 +14,7 @@ import torch
 
 from repo_paths import REPO as ROOT
 
-SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+SCRIPT = ROOT / "tools" / "gpu_check.sh"
 
 
 def _load(path: Path):
@@ -25,7 +25,7 @@ def _load(path: Path):
 
 
 prebuilt = _load(ROOT / "scripts" / "prebuilt_extension.py")
-summary = _load(ROOT / "benchmarks" / "gpu_check_summary.py")
+summary = _load(ROOT / "tools" / "gpu_check_summary.py")
 
 
 def _dry_run(tmp_path, **env):

@@ -12,8 +12,8 @@
 #      machines a CUDA 13 build, several GB, with nvcc 13 on PATH but no CUDA headers next to it:
 #      the CUDA toolkit check must fall back to the CPU extension). Not run by default: slow.
 #
-#   bash benchmarks/check_install.sh            # a b c d
-#   bash benchmarks/check_install.sh a n        # some of them
+#   bash tools/check_install.sh            # a b c d
+#   bash tools/check_install.sh a n        # some of them
 #
 # Every venv gets $TORCH_SPEC (default torch==2.13.0, the CPU wheel on our machines) first, as the
 # README says; the builds must then use that torch (no second torch in the build environment).

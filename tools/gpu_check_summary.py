@@ -1,6 +1,6 @@
 """The figures of a gpu_check.sh run, read back from its logs: the end of the device tool's reply.
 
-    python benchmarks/gpu_check_summary.py OUT_DIR
+    python tools/gpu_check_summary.py OUT_DIR
 
 Prints what each log says in a line or a table: the GPU and versions (device.log), which extension
 was used (extension.log), the doctor's verdict and failing rows (doctor.log), pytest's counts and

@@ -1,6 +1,6 @@
 """Each CUDA op once on small awkward inputs, for compute-sanitizer (memcheck, racecheck, synccheck):
 
-    compute-sanitizer --tool memcheck --error-exitcode 1 python benchmarks/sanitizer_case.py
+    compute-sanitizer --tool memcheck --error-exitcode 1 python .ci/sanitizer_case.py
 
 Small on purpose (the sanitizer slows kernels a hundredfold): the tiny preset's shapes, lengths
 with empty rows and one-token rows, a sliced input, a token with a bad id, all four dtypes; widths

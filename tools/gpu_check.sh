@@ -10,11 +10,11 @@
 #      It builds elmo_fast._C with the CUDA kernels for sm_90 against the GPU machine's torch (2.11.0,
 #      CUDA 13.0, Python 3.12) into prebuilt/ (ignored), with the golden fixture.
 #   2. the device tool's run, first command (default phases, 480 s of budget):
-#          command:   bash benchmarks/gpu_check.sh
+#          command:   bash tools/gpu_check.sh
 #          carry:     ["prebuilt"]
 #          timeout_s: 540
 #   3. only if at least 5 minutes of device time are left, at once (the machine still warm):
-#          command:   GPU_CHECK_PHASES=extension,sanitizer,more_tests GPU_CHECK_BUDGET=230 bash benchmarks/gpu_check.sh
+#          command:   GPU_CHECK_PHASES=extension,sanitizer,more_tests GPU_CHECK_BUDGET=230 bash tools/gpu_check.sh
 #          carry:     ["prebuilt"]
 #          timeout_s: 250
 #      then give_back. The summary (last lines of the reply) holds the figures; the logs come back as
@@ -37,7 +37,7 @@
 #               model (eager, CUDA graphs, bf16) at batch 1, 64, 256 (CUDA events, peak memory),
 #               one training step (reference, fast fp32)                                         130 s
 #   optional, for the second command:
-#   sanitizer   compute-sanitizer memcheck and racecheck on benchmarks/sanitizer_case.py        100 s
+#   sanitizer   compute-sanitizer memcheck and racecheck on .ci/sanitizer_case.py        100 s
 #   more_tests  the CUDA tests the first command left out (tests/*/test_*_cuda.py; the
 #               self-check's fallback to each op's twin on CUDA tensors)                         100 s
 #   build       force a build here instead of the prebuilt extension                             330 s
@@ -286,7 +286,7 @@ sanitizer() {
     [ "$tool" = memcheck ] && extra=(--leak-check no)
     ELMO_FAST_SELFCHECK=0 timeout --signal=INT --kill-after=10 "${SANITIZER_TOOL_S:-60}" \
       compute-sanitizer --tool "$tool" --error-exitcode 1 --report-api-errors no "${extra[@]}" \
-      "$PY" benchmarks/sanitizer_case.py || rc=$?
+      "$PY" .ci/sanitizer_case.py || rc=$?
   done
   return "$rc"
 }
@@ -354,7 +354,7 @@ banner "summary"
     printf '  %-11s %-30s %5ss\n' "$name" "${STATUS[$name]}" "${TOOK[$name]}"
   done
   if [ "$DRY_RUN" != 1 ]; then
-    "$PY" benchmarks/gpu_check_summary.py "$OUT_DIR" || echo "  (gpu_check_summary.py failed: the logs above and in $OUT_DIR hold it all)"
+    "$PY" tools/gpu_check_summary.py "$OUT_DIR" || echo "  (gpu_check_summary.py failed: the logs above and in $OUT_DIR hold it all)"
   fi
 } 2>&1 | tee "$OUT_DIR/summary.txt"
 rm -rf "$SCRATCH"
