@@ -187,17 +187,15 @@ def test_concurrent_clients_get_their_own_vectors(server, embedder):
 
 
 # ---------------------------------------------------------------------------------------------
-# the README's examples, against this server
+# the examples of docs/serving.md, against this server
 
 
-def _readme_serving_section() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Serving over HTTP")
-    return text[start:text.index("\n## ", start + 1)]
+def _serving_page() -> str:
+    return (REPO / "docs" / "serving.md").read_text(encoding="utf-8")
 
 
-def test_the_readme_python_example_runs(server):
-    blocks = re.findall(r"^```py\n(.*?)^```$", _readme_serving_section(), re.M | re.S)
+def test_the_serving_page_python_example_runs(server):
+    blocks = re.findall(r"^```py\n(.*?)^```$", _serving_page(), re.M | re.S)
     assert blocks
     for code in blocks:
         namespace: dict = {}
@@ -206,10 +204,10 @@ def test_the_readme_python_example_runs(server):
         assert namespace["layers"].shape == (3, 3, 32)
 
 
-def test_the_readme_curl_example_works(server):
+def test_the_serving_page_curl_example_works(server):
     import shlex
 
-    lines = [line for line in _readme_serving_section().splitlines() if line.startswith("curl ")]
+    lines = [line for line in _serving_page().splitlines() if line.startswith("curl ")]
     assert lines
     for line in lines:
         args = shlex.split(line)
