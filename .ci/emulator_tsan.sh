@@ -13,7 +13,7 @@
 #      be reported: this shows the tool is working here;
 #   2. every kernel of the project, through one emulated test each (small shapes: under TSan every CUDA
 #      thread is a host thread and every access is instrumented), must run without a report; or the
-#      tests named as arguments:  bash .ci/emulator_tsan.sh 'tests/test_cuda.py::test_x[emulated-...]' ...
+#      tests named as arguments:  bash .ci/emulator_tsan.sh 'tests/bilm/test_highway_cuda.py::test_x[emulated-...]' ...
 # Python and torch are not instrumented: TSan sees the kernels' and bindings' accesses only.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -55,15 +55,15 @@ echo "=== emulator tsan: reported, as it must be"
 echo "=== emulator tsan: 2. the project's kernels must run without a report"
 if [ "$#" -eq 0 ]; then
   set -- \
-    "tests/test_cuda.py::test_highway_gate[emulated-7-16-sliced-torch.float32]" \
-    "tests/test_cuda.py::test_highway_gate[emulated-129-257-sliced-torch.bfloat16]" \
-    "tests/test_cuda_backward.py::test_highway_gate_backward[emulated-7-16-contiguous-torch.bfloat16]" \
-    "tests/test_cuda.py::test_char_cnn_other_token_lengths[emulated-65]" \
-    "tests/test_cuda.py::test_char_cnn_other_token_lengths[emulated-513]" \
-    "tests/test_cuda_backward.py::test_char_cnn_backward_other_token_lengths[emulated-7]" \
-    "tests/test_cuda.py::test_bilstm_float32[emulated-states-clips-unsorted_with_empty_rows]" \
-    "tests/test_cuda_backward.py::test_lstm_layer_token_index[emulated-repeated-torch.float32]" \
-    "tests/test_cuda_emulator.py::test_plans_upload_without_pinned_memory_under_capture[1000]"
+    "tests/bilm/test_highway_cuda.py::test_highway_gate[emulated-7-16-sliced-torch.float32]" \
+    "tests/bilm/test_highway_cuda.py::test_highway_gate[emulated-129-257-sliced-torch.bfloat16]" \
+    "tests/bilm/test_highway_cuda.py::test_highway_gate_backward[emulated-7-16-contiguous-torch.bfloat16]" \
+    "tests/bilm/test_char_cnn_cuda.py::test_char_cnn_other_token_lengths[emulated-65]" \
+    "tests/bilm/test_char_cnn_cuda.py::test_char_cnn_other_token_lengths[emulated-513]" \
+    "tests/bilm/test_char_cnn_cuda.py::test_char_cnn_backward_other_token_lengths[emulated-7]" \
+    "tests/bilm/test_lstm_cuda.py::test_bilstm_float32[emulated-states-clips-unsorted_with_empty_rows]" \
+    "tests/bilm/test_lstm_cuda.py::test_lstm_layer_token_index[emulated-repeated-torch.float32]" \
+    "tests/bilm/test_cuda_emulator.py::test_plans_upload_without_pinned_memory_under_capture[1000]"
 fi
 rc=0
 ELMO_FAST_CUDA_EMULATION=1 run python -m pytest -q -p no:cacheprovider "$@" || rc=$?

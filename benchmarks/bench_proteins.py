@@ -3,7 +3,7 @@
 way a user can embed it, in a fresh process each:
 
 * ``seqvec-allennlp0.9``  seqvec 0.4.1's command line on allennlp 0.9.0 itself (the status quo; the peer of
-                          tests/allennlp09_peer.py, installed by tests/install_peers.sh)
+                          tests/support/allennlp09_peer.py, installed by tests/install_peers.sh)
 * ``seqvec-on-elmo-fast`` the same command line, unchanged, with ``ELMO_FAST_AS_ALLENNLP=1`` (fp32, and bf16
                           with ``ELMO_FAST_PRECISION=bf16``)
 * ``embed-reference``     ``elmo-fast embed --fasta --sum --backend reference`` (allennlp's algorithm in plain
@@ -14,7 +14,7 @@ way a user can embed it, in a fresh process each:
     python benchmarks/bench_proteins.py --quick           # 8 proteins, a smoke run
     python benchmarks/bench_proteins.py --long 6000       # also: one protein of 6000 residues, peak memory
 
-The model: random weights of the ``original`` preset, which is SeqVec's shape (tests/test_seqvec.py holds
+The model: random weights of the ``original`` preset, which is SeqVec's shape (tests/compat/test_seqvec.py holds
 SeqVec's published options to it), written once under ``--cache-dir``. Lengths: log-normal (median 330,
 sigma 0.6, UniProt-like), clipped to 50-1500, seed fixed. Each way's embedding time is its wall time less
 the wall time of the same command on a one-residue FASTA (start-up: imports and model load), so that
@@ -43,7 +43,7 @@ for _path in (REPO, HERE):
 
 from bench_cpu import machine_info  # noqa: E402
 
-PEER = REPO / "tests" / "allennlp09_peer.py"
+PEER = REPO / "tests" / "support" / "allennlp09_peer.py"
 AMINO = "ACDEFGHIKLMNPQRSTVWY"
 
 

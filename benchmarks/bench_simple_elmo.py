@@ -10,7 +10,7 @@ The model: an NLPL folder (options.json, model.hdf5, vocab.txt, meta.json) of ra
 written once with elmo-fast's random-model writer. The texts: ``--sentences`` tokenized sentences of
 news-like lengths (mean ~25 tokens, benchmarks/corpus.py). Each library runs in a fresh process:
 elmo-fast here (a spawned child), simple_elmo as a subprocess of its side environment
-(scripts/simple_elmo_peer.py; ``--peer-python``). Each times its import, ``load(dir,
+(tests/fixtures/recorders/simple_elmo_peer.py; ``--peer-python``). Each times its import, ``load(dir,
 max_batch_size)`` and ``--repeats`` calls of ``get_elmo_vectors(texts, warmup=True,
 layers="average")``, the same call in both; tokens/s counts the texts' tokens over the call's time
 (the warm-up pass over the first batch, which both do, is inside it; simple_elmo's call also opens
@@ -45,7 +45,7 @@ from bench_cpu import _machine_busy_s, _peak_rss_mb, machine_info  # noqa: E402
 from corpus import _WORDS, make_sentences  # noqa: E402
 
 DEFAULT_CACHE_DIR = Path("/tmp/elmo_fast_bench")
-PEER_SCRIPT = REPO / "scripts" / "simple_elmo_peer.py"
+PEER_SCRIPT = REPO / "tests" / "fixtures" / "recorders" / "simple_elmo_peer.py"
 DEFAULT_PEER = Path(os.environ.get("SIMPLE_ELMO_PYTHON", "/work/simple_elmo_env/bin/python"))
 SYSTEMS = ("simple_elmo", "elmo-fast")
 
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
     systems = args.systems.split(",")
     if "simple_elmo" in systems and not args.peer_python.exists():
         print(f"bench_simple_elmo: simple_elmo's side environment is not at {args.peer_python}; "
-              f"see scripts/simple_elmo_peer.py (or --systems elmo-fast)", file=sys.stderr)
+              f"see tests/fixtures/recorders/simple_elmo_peer.py (or --systems elmo-fast)", file=sys.stderr)
         return 2
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     model = ensure_model(args.preset, args.cache_dir)

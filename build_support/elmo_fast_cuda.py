@@ -10,7 +10,7 @@ When one is missing, :func:`decide` says so in one line and the CPU extension is
 ELMO_FAST_FORCE_CUDA_BUILD=1 turns that into an error, ELMO_FAST_SKIP_CUDA_BUILD=1 skips CUDA.
 
 No torch import here (setup.py passes what it read from torch), so the logic is unit-tested with
-fake toolkits: tests/test_setup_cuda_decision.py.
+fake toolkits: tests/packaging/test_setup_cuda_decision.py.
 """
 from __future__ import annotations
 

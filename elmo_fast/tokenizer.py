@@ -26,7 +26,7 @@ James Bible, 4.3 MB, 0.95M tokens, cold cache; 2M tokens/s once the chunk cache 
 0.45 million tokens/s on markup-heavy text (raw GCIDE dictionary source); ``split_sentences``
 reads about 4.5 MB/s. Time is linear in the input whatever its shape: a 1 MB line without spaces
 (a run of ``+a+a...``, of punctuation, of one-letter words, a URL followed by dots) takes at most
-about 0.4 s of CPU; ``tests/tokenizer_spec.py`` holds the rules as the single plain pattern that
+about 0.4 s of CPU; ``tests/support/tokenizer_spec.py`` holds the rules as the single plain pattern that
 this module's faster, linear form is tested against.
 
 Rules of :func:`tokenize`, in order of priority at each position:

@@ -3,7 +3,7 @@
 The GPU machine has no time to compile (15 minutes of device time in all; the CUDA build takes
 5 of them there). So scripts/prepare_gpu_run.sh builds the extension here, against the torch and
 Python that machine has, and records it with this script in an ignored folder (``prebuilt/``) that
-travels with the working tree (the device tool's ``carry``); benchmarks/gpu_check.sh then checks it
+travels with the working tree (the device tool's ``carry``); tools/gpu_check.sh then checks it
 against the machine's interpreter and installs it, or builds there when it does not fit.
 
     python scripts/prebuilt_extension.py record BUILD_LIB [--dir prebuilt] [--seconds S]

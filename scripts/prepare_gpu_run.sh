@@ -15,7 +15,7 @@
 # 4. the bilm-tf golden fixture copied into prebuilt/fixtures/ (the workspace's shared/ stays behind);
 # 5. the run command printed: the device tool's `run` with carry ["prebuilt"] (prebuilt/ travels with
 #    the working tree; it must stay within the 64 MiB limit, which is checked here).
-# benchmarks/gpu_check.sh installs prebuilt/'s extension when the GPU machine's torch and Python ABI
+# tools/gpu_check.sh installs prebuilt/'s extension when the GPU machine's torch and Python ABI
 # match (it prints both) and builds there only when they do not.
 #
 #   bash scripts/prepare_gpu_run.sh --rehearse
@@ -135,11 +135,11 @@ say "travels: working tree $((tree_bytes / 1048576)) MiB + prebuilt/ $((prebuilt
 "$PY" scripts/prebuilt_extension.py check --dir "$DEST" >/dev/null || die "prebuilt/ does not check against the venv it was built in"
 cat <<EOF
 === prepare: done. The first GPU command (device tool \`run\`; at most 8 minutes of phases):
-    command:   bash benchmarks/gpu_check.sh
+    command:   bash tools/gpu_check.sh
     carry:     ["prebuilt"]
     timeout_s: 540
   then, only if at least 5 minutes of device time are left, at once (at most 4 minutes):
-    command:   GPU_CHECK_PHASES=extension,sanitizer,more_tests GPU_CHECK_BUDGET=230 bash benchmarks/gpu_check.sh
+    command:   GPU_CHECK_PHASES=extension,sanitizer,more_tests GPU_CHECK_BUDGET=230 bash tools/gpu_check.sh
     carry:     ["prebuilt"]
     timeout_s: 250
 EOF
@@ -149,7 +149,7 @@ if [ "$REHEARSE" = 1 ]; then
     tar -xf - -C "$copy"
   cp -r "$DEST" "$copy/prebuilt"
   say "rehearsal in $copy (what travels, prebuilt/ included), with $PY, on the CPU"
-  (cd "$copy" && GPU_CHECK_REHEARSAL=1 PYTHON="$PY" OUT="$copy/out" nice -n "$NICE" bash benchmarks/gpu_check.sh) ||
+  (cd "$copy" && GPU_CHECK_REHEARSAL=1 PYTHON="$PY" OUT="$copy/out" nice -n "$NICE" bash tools/gpu_check.sh) ||
     say "the rehearsal's summary above says which phase failed (bench always does without a GPU)"
   say "rehearsal logs: $copy/out"
 fi

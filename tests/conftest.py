@@ -1,18 +1,36 @@
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+# The tests sit in room folders (tests/<room>/test_*.py, rooted like elmo_fast/'s rooms); what they share
+# (case builders, tolerances, peers, fault injection, the CUDA targets) lives in tests/support/, imported
+# by module name (`from tolerances import TOL`): on sys.path for every test and its subprocesses' -c code.
+# tests/ itself holds the package of the CUDA kernels' CPU emulator (`from cuda_emulation.build import ...`).
+TESTS = Path(__file__).resolve().parent
+SUPPORT = TESTS / "support"
+for _path in (TESTS, SUPPORT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
 # The CPU kernels' calibration (elmo_fast.bilm.cpu_tuning) picks kernels by timing them: the suite runs
 # the kernels' defaults, the same in every process and on every machine, and writes nothing under the
-# user's cache. tests/test_calibration.py turns it on where it tests it; subprocesses inherit this.
+# user's cache. tests/bilm/test_calibration.py turns it on where it tests it; subprocesses inherit this.
 os.environ.setdefault("ELMO_FAST_CALIBRATION", "off")
 
 # The first-use self-check (elmo_fast.bilm.selfcheck) falls back to an op's reference twin when its kernel
 # fails on a GPU: in the tests, that would let a wrong CUDA kernel pass every test through the twin. Strict
 # here, so that it fails them instead, naming the op (set before any test module imports elmo_fast).
 os.environ.setdefault("ELMO_FAST_SELFCHECK", "strict")
+
+# Fixtures the rooms share, defined beside their helpers (imported after the settings above: they import
+# elmo_fast): the CUDA kernels' targets ("cuda", "emulated"), the ops run on a target's kernels, allocations
+# poisoned with NaN, the mini biLM of the gradchecks.
+from bilm_cases import mini  # noqa: E402,F401
+from cuda_targets import cuda_target, emulated_target, ops_on, target  # noqa: E402,F401
+from grad_checks import poisoned_allocations  # noqa: E402,F401
 
 #: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
 #: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).

@@ -45,7 +45,7 @@ C10_ALWAYS_INLINE float sigmoid_fast(float x) { return 1.0f / (1.0f + exp_fast(-
 
 // tanh without cancellation near 0: Cephes tanhf's odd polynomial for |x| < 0.625, else
 // 1 - 2 / (exp(2|x|) + 1); both branches are computed and one is selected, which vectorizes.
-// Relative error ~2e-7 everywhere (checked against libm in tests/test_lstm.py).
+// Relative error ~2e-7 everywhere (checked against libm in tests/bilm/test_lstm.py).
 C10_ALWAYS_INLINE float tanh_fast(float x) {
   const float a = std::fabs(x);
   const float z = x * x;

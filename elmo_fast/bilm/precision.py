@@ -22,7 +22,7 @@ fp16    CUDA only (the CPU kernels have no fp16 GEMMs; a CPU model   max <= 1% o
 
 Bounds hold per output layer (the token layer and each LSTM layer), over the unmasked positions;
 parameters and outputs stay fp32 in every mode. fp32 and bf16 are tested on every machine
-(tests/test_fast_model.py, tests/test_precision.py), tf32 and fp16 on a GPU (tests/test_cuda.py);
+(tests/bilm/test_fast_model.py, tests/bilm/test_precision.py), tf32 and fp16 on a GPU (tests/bilm/test_bilm_cuda.py);
 a CPU checks that tf32 gives fp32's numbers exactly and that fp16 is refused. Modes other than
 fp32 need the fast backend: the reference path is the fp32 oracle.
 

@@ -1,5 +1,5 @@
 """The one tolerance table of the project's ops: every comparison of a fast op with its reference twin
-uses it (the tests through tests/tolerances.py, ``elmo-fast doctor`` and ``ELMO_FAST_SELFCHECK`` through
+uses it (the tests through tests/support/tolerances.py, ``elmo-fast doctor`` and ``ELMO_FAST_SELFCHECK`` through
 :mod:`elmo_fast.bilm.selfcheck`). The whole model's bound in each precision is
 :mod:`elmo_fast.bilm.precision`'s (fp32's is this table's float32 row).
 

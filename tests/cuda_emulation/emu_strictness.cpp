@@ -1,6 +1,6 @@
 // Test-only op library `elmo_fast_emu_test`: tiny kernels and bindings, each with a deliberate bug that
 // a CPU runs without complaint and a GPU would not (broken=True) and its correct twin (broken=False),
-// so that tests/test_cuda_emulator.py shows the emulator catching every bug class it claims to catch
+// so that tests/bilm/test_cuda_emulator.py shows the emulator catching every bug class it claims to catch
 // (emulator.h, csrc/cuda/backend.h). Also the switch of the emulated CUDA graph capture.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

@@ -1,0 +1,167 @@
+"""flair 0.15.1's ``ELMoEmbeddings``, unchanged, on elmo-fast (``import elmo_fast.as_allennlp``): its vectors
+equal flair's on allennlp 0.9.0 itself (tests/support/allennlp09_peer.py), a tagger over it trains, is saved with
+flair's ``save`` and loads with flair's ``load`` in a fresh process; and a flair model saved before flair
+0.12 with allennlp 0.9 (its ElmoEmbedder pickled whole) loads and predicts what it predicted there.
+
+flair runs in child processes (the import path is per process); it is installed by
+tests/install_peers.sh, and the tests skip, saying so, without it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from peers import PEERS
+from shim_runs import child_env, last_json, require, require_no_real_allennlp, run_python
+from repo_paths import SUPPORT
+
+TOL = 1e-5
+SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "bark"], ["a"],
+             ["Zürich", "'s", "lake", "is", "cold", ",", "isn't", "it", "?"]]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def flair_on_elmo_fast():
+    require_no_real_allennlp()
+    require("flair", "bash tests/install_peers.sh (pip install flair==0.15.1)")
+
+
+def _peer(tmp_path, job: dict) -> dict:
+    if not (PEERS / "allennlp-0.9" / "allennlp").is_dir():
+        pytest.skip("allennlp 0.9 is not in .peers/allennlp-0.9: bash tests/install_peers.sh")
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = subprocess.run([sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(tmp_path / "job.json"),
+                           str(tmp_path / "peer.npz")], capture_output=True, text=True, env=child_env(), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(np.load(tmp_path / "peer.npz"))
+
+
+def test_elmo_embeddings_give_flair_on_allennlp_09s_vectors(tmp_path, random_models):
+    """All three modes, each a new ELMoEmbeddings (its constructor's dummy sentence included), the sentences
+    embedded as one call: the same token vectors as flair gives on allennlp 0.9."""
+    options, weights = random_models("small", exercise_clips=True)
+    steps = [["flair", mode, SENTENCES] for mode in ("all", "top", "average")]
+    theirs = _peer(tmp_path, {"options": str(options), "weights": str(weights), "steps": steps})
+    out = tmp_path / "ours.npz"
+    run_python(f"""
+        import elmo_fast.as_allennlp
+        import numpy as np, torch
+        from flair.data import Sentence
+        from flair.embeddings import ELMoEmbeddings
+        arrays = {{}}
+        for i, mode in enumerate(("all", "top", "average")):
+            e = ELMoEmbeddings(options_file={str(options)!r}, weight_file={str(weights)!r}, embedding_mode=mode)
+            assert e.name == f"elmo-original-{{mode}}" and e.embedding_length == (768 if mode == "all" else 256)
+            sentences = [Sentence(tokens) for tokens in {SENTENCES!r}]
+            e.embed(sentences)
+            for k, s in enumerate(sentences):
+                arrays[f"s{{i}}_{{k}}"] = torch.stack([t.get_embedding() for t in s]).numpy()
+        np.savez({str(out)!r}, **arrays)
+    """)
+    ours = dict(np.load(out))
+    assert sorted(ours) == sorted(theirs)
+    for key in ours:
+        assert ours[key].shape == theirs[key].shape and np.abs(ours[key] - theirs[key]).max() <= TOL, key
+
+
+_TAGGED = [("The cat sat on the mat .", "D N V P D N X"), ("Dogs bark loudly .", "N V R X"),
+           ("A dog sat .", "D N V X"), ("The mat is red .", "D N V J X"), ("Cats sleep .", "N V X"),
+           ("The red dog barks .", "D J N V X")]
+
+
+def test_a_tagger_over_elmo_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_models):
+    """A SequenceTagger over StackedEmbeddings([ELMoEmbeddings, OneHotEmbeddings]) trains for a few steps, is
+    saved with flair's save, loads with flair's load in a fresh process and predicts the same tags, with the
+    same scores (the embedder's LSTM states set as a fresh one's: stateful as allennlp 0.9, they hold the past)."""
+    options, weights = random_models("small")
+    model = tmp_path / "tagger.pt"
+    train = f"""
+        import elmo_fast.as_allennlp
+        import json, flair, torch
+        from flair.data import Dictionary, Sentence
+        from flair.embeddings import ELMoEmbeddings, OneHotEmbeddings, StackedEmbeddings
+        from flair.models import SequenceTagger
+        from flair.training_utils import store_embeddings
+        flair.set_seed(7)
+        data = {_TAGGED!r}
+        sentences = []
+        for text, tags in data:
+            s = Sentence(text.split())
+            for token, tag in zip(s, tags.split()):
+                token.add_label("pos", tag)
+            sentences.append(s)
+        words, tags = Dictionary(), Dictionary(add_unk=False)
+        for s in sentences:
+            for t in s:
+                words.add_item(t.text)
+                tags.add_item(t.get_label("pos").value)
+        elmo = ELMoEmbeddings(options_file={str(options)!r}, weight_file={str(weights)!r}, embedding_mode="top")
+        stack = StackedEmbeddings([elmo, OneHotEmbeddings(vocab_dictionary=words, embedding_length=8)])
+        tagger = SequenceTagger(hidden_size=32, embeddings=stack, tag_dictionary=tags, tag_type="pos", use_crf=False)
+        optimizer = torch.optim.Adam(tagger.parameters(), lr=0.02)
+        losses = []
+        for step in range(30):
+            tagger.train()
+            optimizer.zero_grad()
+            loss, count = tagger.forward_loss(sentences)
+            (loss / count).backward()
+            optimizer.step()
+            losses.append(float(loss) / count)
+            store_embeddings(sentences, "cpu")  # as flair's trainer: static vectors kept, the others dropped
+        tagger.save({str(model)!r})
+        tagger.eval()
+        # the embedder's LSTM states as a fresh ELMoEmbeddings has them (after its dummy sentence), so that the
+        # fresh process below sees the same vectors (stateful as allennlp 0.9, its states depend on the past)
+        elmo.ee.elmo_bilm.reset_states()
+        elmo.ee.embed_sentence(["hello"])
+        test = [Sentence(text.split()) for text, _ in data]
+        tagger.predict(test)
+        print(json.dumps([losses[0], losses[-1], [[t.get_label("pos").value for t in s] for s in test],
+                          [[t.get_label("pos").score for t in s] for s in test]]))
+    """
+    first, last, predicted, scores = last_json(run_python(train))
+    assert last < 0.9 * first  # it trained: the loss went down
+    load = f"""
+        import elmo_fast.as_allennlp
+        import json
+        from flair.data import Sentence
+        from flair.models import SequenceTagger
+        tagger = SequenceTagger.load({str(model)!r})
+        test = [Sentence(text.split()) for text, _ in {_TAGGED!r}]
+        tagger.predict(test)
+        print(json.dumps([str(tagger.embeddings), [[t.get_label("pos").value for t in s] for s in test],
+                          [[t.get_label("pos").score for t in s] for s in test]]))
+    """
+    names, reloaded, reloaded_scores = last_json(run_python(load))
+    assert "elmo-original-top" in names
+    assert reloaded == predicted
+    assert np.abs(np.concatenate(reloaded_scores) - np.concatenate(scores)).max() <= 1e-5
+
+
+def test_a_flair_model_saved_with_allennlp_09_loads_and_predicts_as_there(tmp_path, random_models):
+    """flair up to 0.11 pickled a model's embeddings whole: an ELMoEmbeddings holding allennlp 0.9's
+    ElmoEmbedder (its weights and carried states). flair 0.15.1's load on elmo-fast unpickles it into
+    elmo-fast's (flair's __setstate__ moving it to flair's device) and predicts what it predicted there."""
+    options, weights = random_models("small", exercise_clips=True)
+    path = tmp_path / "legacy.pt"
+    test = [s for s in SENTENCES]
+    theirs = _peer(tmp_path, {"options": str(options), "weights": str(weights),
+                              "steps": [["flair_legacy", str(path), test, "pos"]]})
+    tags, scores = last_json(run_python(f"""
+        import elmo_fast.as_allennlp
+        import json
+        from flair.data import Sentence
+        from flair.models import SequenceTagger
+        tagger = SequenceTagger.load({str(path)!r})
+        ee = tagger.embeddings.ee
+        assert type(ee).__module__ == "elmo_fast.compat.allennlp09.commands_elmo", type(ee)
+        batch = [Sentence(tokens) for tokens in {test!r}]
+        tagger.predict(batch, mini_batch_size=len(batch))
+        labels = [t.get_label("pos") for s in batch for t in s]
+        print(json.dumps([[l.value for l in labels], [l.score for l in labels]]))
+    """))
+    assert tags == theirs["s0_tags"].tolist()
+    assert np.abs(np.array(scores) - theirs["s0_scores"]).max() <= TOL

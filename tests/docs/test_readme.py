@@ -1,0 +1,172 @@
+"""README.md and the pages of docs/ stay true: every ```python block runs, and every `elmo-fast ...` command
+in a ```bash block is accepted by the argument parser.
+
+A block that imports ``elmo_fast.as_allennlp`` runs in a child process (the allennlp import path is per
+process), and so does a block that imports ``ray`` (it starts a Ray of its own and shuts it down); each
+skips, saying so, when a library it imports (flair, ray, ...) is not installed.
+
+Each python block runs alone, in a namespace of its own (a reader copies one block, not the ones
+before it), in a fresh working directory holding what the snippets name: ``options.json`` and
+``weights.hdf5`` of a random ``small`` model, ``hun``, a random tiny ELMoForManyLangs model
+directory, ``elmo_model``, the same model as an NLPL archive's folder, and ``sentences.txt``. It runs offline:
+``ELMO_FAST_CACHE`` points at a cache pre-filled with that model under every name
+``fetch_model`` knows, and ``ELMO_FAST_BASE_URL`` at a closed local port, so that a snippet that
+needs the network fails instead of downloading. A comment ``# np.ndarray (3, 4, D)``,
+``# Tensor (...)`` or ``# LongTensor (...)`` on an assignment is checked against the shape of
+what was assigned, ``D`` being the model's output width.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from repo_paths import REPO as ROOT
+
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
+_IMPORTS_RAY = re.compile(r"^\s*(?:from|import) ray\b", re.M)
+#: how to install what a block imports, for its skip message (the peers: tests/install_peers.sh)
+_INSTALL = {"ray": 'pip install "elmo-fast[ray]"', "pyarrow": 'pip install "elmo-fast[ray]"'}
+_SHAPE_COMMENT = re.compile(r"^(?P<name>\w+) = .*#[^#]*?\b(np\.ndarray|Tensor|LongTensor) \((?P<shape>[^)]*)\)")
+
+
+def _blocks(language: str) -> list[tuple[str, str]]:
+    """("FILE:line", text) of each fenced block in that language, README.md and docs/ alike."""
+    out = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        where = page.relative_to(ROOT)
+        out += [(f"{where}:{text[: m.start()].count(chr(10)) + 1}", m.group(2)) for m in _FENCE.finditer(text)
+                if m.group(1) == language]
+    return out
+
+
+PYTHON = _blocks("python")
+BASH = _blocks("bash")
+
+
+def test_the_readme_has_snippets_to_check():
+    assert len(PYTHON) >= 3 and len(BASH) >= 2
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    from elmo_fast.pretrained import MODELS
+    from elmo_fast.formats.random_models import random_manylangs_model, random_model
+
+    root = tmp_path_factory.mktemp("readme")
+    options, weights = random_model("small", root / "model", seed=1)
+    random_manylangs_model("tiny", root / "hun", n_words=200)
+    cache = root / "cache"
+    for name in MODELS:  # the names fetch_model looks for, so that fetch_model("original") runs offline
+        (cache / name).mkdir(parents=True)
+        (cache / name / "options.json").symlink_to(options)
+        (cache / name / "weights.hdf5").symlink_to(weights)
+    return root, options, weights, cache
+
+
+@pytest.mark.parametrize("line,code", PYTHON, ids=[line for line, _ in PYTHON])
+def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
+    import json
+
+    root, options, weights, cache = workdir
+    for src, name in ((options, "options.json"), (weights, "weights.hdf5"), (root / "hun", "hun")):
+        (tmp_path / name).symlink_to(src)
+    (tmp_path / "elmo_model").mkdir()  # an NLPL archive's folder, for the simple_elmo snippet
+    for src, name in ((options, "options.json"), (weights, "model.hdf5")):
+        (tmp_path / "elmo_model" / name).symlink_to(src)
+    (tmp_path / "sentences.txt").write_text("The cat sat on the mat .\nELMo gives every token a vector .\n",
+                                            encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMO_FAST_CACHE", str(cache))
+    monkeypatch.setenv("ELMO_FAST_BASE_URL", "http://127.0.0.1:9")  # discard: nothing listens there
+    checked = [(m["name"], m["shape"], statement) for statement in code.splitlines()
+               if (m := _SHAPE_COMMENT.match(statement))]
+    if "elmo_fast.as_allennlp" in code or _IMPORTS_RAY.search(code):
+        shapes = _run_in_a_child(line, code, [name for name, _, _ in checked], tmp_path)
+    else:
+        namespace: dict = {"__name__": "__readme__"}
+        exec(compile(code, line, "exec"), namespace)  # noqa: S102  (the page's own code)
+        shapes = {name: list(namespace[name].shape) for name, _, _ in checked}
+    D = 2 * json.loads(options.read_text())["lstm"]["projection_dim"]
+    for name, shape, statement in checked:
+        want = tuple(D if d.strip() == "D" else int(d) for d in shape.split(","))
+        got = tuple(shapes[name])
+        assert got == want, f"{line}: {statement.strip()!r}: {name} has shape {got}"
+
+
+def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path) -> dict:
+    """Run a block in a fresh interpreter (in ``cwd``, this test's environment); the shapes of ``names``."""
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+
+    from shim_runs import child_env, require_no_real_allennlp
+
+    if "elmo_fast.as_allennlp" in code:
+        require_no_real_allennlp()
+    for library in sorted(set(re.findall(r"^\s*(?:from|import) (\w+)", code, re.M)) - {"elmo_fast"}):
+        if importlib.util.find_spec(library) is None:
+            how = _INSTALL.get(library, "bash tests/install_peers.sh")
+            pytest.skip(f"{line} needs {library}, which is not installed ({how})")
+    report = f"\nimport json as _json\nprint(_json.dumps({{n: list(globals()[n].shape) for n in {names!r}}}))\n"
+    proc = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, cwd=cwd,
+                          env=child_env(RAY_USAGE_STATS_ENABLED="0"), timeout=600)
+    assert proc.returncode == 0, f"{line} failed in a child process:\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _commands(script: str) -> list[list[str]]:
+    """The `elmo-fast ...` commands of a shell script (and `torchrun ... -m elmo_fast ...`), as argument
+    lists: quotes, comments, line continuations, `&&`/`||`/`;`/`|` between commands and
+    redirections handled as a shell does."""
+    out = []
+    for line in script.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        command: list[str] = []
+        redirected = False  # past a redirection, words are file names, not arguments
+        for token in [*lexer, ";"]:
+            if token in ("&&", "||", ";", "|", "&"):
+                if command[:1] == ["elmo-fast"]:
+                    out.append(command[1:])
+                elif command[:1] == ["torchrun"] and "elmo_fast" in command:  # torchrun [...] -m elmo_fast ARGS
+                    at = command.index("elmo_fast")
+                    if command[at - 1] == "-m":
+                        out.append(command[at + 1:])
+                command, redirected = [], False
+            elif token and set(token) <= set("<>&"):
+                redirected = True
+            elif not redirected:
+                command.append(token)
+    return out
+
+
+@pytest.mark.parametrize("line,script", BASH, ids=[line for line, _ in BASH])
+def test_shell_commands_parse(line, script):
+    from elmo_fast.cli import build_parser
+
+    for args in _commands(script):
+        try:
+            build_parser().parse_args(args)
+        except SystemExit as e:
+            pytest.fail(f"{line}: `elmo-fast {shlex.join(args)}` is refused by the parser (exit {e.code})")
+
+
+def test_every_elmo_fast_command_is_checked():
+    commands = [c for _, script in BASH for c in _commands(script)]
+    assert {c[0] for c in commands} >= {"embed", "demo", "train", "vocab"}
+    assert _commands("x && elmo-fast embed 'a b.txt' o.h5 --all \\\n  --quiet  # a comment; elmo-fast no\n"
+                     "elmo-fast models > list.txt | cat") == [["embed", "a b.txt", "o.h5", "--all", "--quiet"],
+                                                             ["models"]]
+    assert _commands("torchrun --standalone --nproc-per-node 2 -m elmo_fast embed a o.h5 --top") == [
+        ["embed", "a", "o.h5", "--top"]]
+    with pytest.raises(SystemExit):  # the check can fail: a flag the parser does not know
+        from elmo_fast.cli import build_parser
+
+        build_parser().parse_args(["embed", "in.txt", "out.h5", "--all", "--no-such-flag"])

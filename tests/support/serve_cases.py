@@ -1,0 +1,52 @@
+"""What the server tests and the Ray Serve tests (tests/ray/test_ray_serve.py) hold a server to: the bound, random
+sentences, a sentence's expected vectors, and the bad requests with the answers they get."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+TOL = 1e-5  # fp32: a sentence's vectors in any batch vs alone (GEMM rounding ~1e-6)
+
+
+def random_sentences(rng, lengths) -> list[list[str]]:
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyzABCDEFG"))
+    return [["".join(rng.choice(letters, size=rng.integers(1, 12))) for _ in range(n)] for n in lengths]
+
+
+def expected(embedder, sentence, output):
+    a = embedder.embed_sentence(sentence)  # alone: no other sentence in its batch
+    return {"all": a, "average": a.mean(axis=0), "top": a[-1], "mean": a.mean(axis=0).mean(axis=0)}[output]
+
+
+BAD = [
+    (b"{not json", 400, "malformed_json", "not valid JSON"),
+    (b"", 400, "malformed_json", "body is empty"),
+    (b"[1, 2]", 400, "invalid_request", "must be a JSON object"),
+    (b'{"sentences": "The cat sat"}', 400, "invalid_request", "'sentences' must be a list"),
+    (b'{"sentences": []}', 400, "invalid_request", "'sentences' is empty"),
+    (b'{"sentences": [["a"], []]}', 400, "invalid_request", "sentences[1] is empty"),
+    (b'{"sentences": [["a"], "b c"]}', 400, "invalid_request", "sentences[1] must be a list of token strings"),
+    (b'{"sentences": [["a", "b"], ["c", 5]]}', 400, "invalid_request", "sentences[1][1] must be a string"),
+    (b'{"sentences": [["a", null]]}', 400, "invalid_request", "sentences[0][1] must be a string (a token), got null"),
+    (b'{"texts": ["fine", 3]}', 400, "invalid_request", "texts[1] must be a string"),
+    (b'{"texts": ["fine", "   "]}', 400, "invalid_request", "texts[1] has no tokens"),
+    (b'{"texts": []}', 400, "invalid_request", "'texts' is empty"),
+    (b'{"texts": ["a"], "sentences": [["a"]]}', 400, "invalid_request", "not both"),
+    (b'{"sentence": [["a"]]}', 400, "invalid_request", "unknown field 'sentence'"),
+    (b'{"sentences": [["a"]], "output": "avg"}', 400, "invalid_request", "'output' must be one of"),
+    (json.dumps({"sentences": [["w"] * 301]}).encode(), 413, "too_large",
+     "301 tokens, over this server's limit of 300"),
+    (json.dumps({"texts": ["w " * 200, "w " * 101]}).encode(), 413, "too_large", "--max-request-tokens"),
+    (b'{"sentences": [["' + b"x" * 200_000 + b'"]]}', 413, "too_large", "request body is over"),
+]
+
+
+OPENAI_BAD = [
+    ({"model": "x"}, "missing field 'input'"),
+    ({"input": [1, 2, 3]}, "token ids are not supported"),
+    ({"input": ""}, "'input' has no tokens"),
+    ({"input": []}, "'input' is empty"),
+    ({"input": "a", "encoding_format": "int8"}, "'encoding_format' must be one of"),
+    ({"input": "a", "dimensions": 8}, "this model's vectors have 32 dimensions"),
+]

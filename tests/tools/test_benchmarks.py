@@ -1,0 +1,64 @@
+"""The benchmark scripts run (smallest settings, a tiny model): a refactor that breaks one shows here,
+not on the day its numbers are needed. Nothing here times anything."""
+import subprocess
+import sys
+
+import pytest
+
+from elmo_fast.bilm.ops import HAS_EXTENSION
+from repo_paths import REPO
+
+
+pytestmark = pytest.mark.skipif(not HAS_EXTENSION, reason="the benchmarks measure the fast path: build the extension")
+
+
+def _run(script, *args, timeout=300):
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *map(str, args)], capture_output=True,
+                       text=True, timeout=timeout, cwd=REPO)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "not measured" not in r.stdout + r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr[-3000:]
+    return r.stdout
+
+
+def test_bench_cpu(tmp_path):
+    out = _run("bench_cpu.py", "--presets", "tiny", "--batch-sizes", "2", "--backends", "fast,reference",
+               "--dtypes", "fp32", "--seconds", "0.2", "--sentences", "8", "--gemm-size", "64", "--gemm-repeats", "1",
+               "--cache-dir", tmp_path)
+    assert "| fast | fp32 | 2 | off |" in out and "| reference | fp32 | 2 |" in out
+
+
+def test_bench_lstm_step():
+    out = _run("bench_lstm_step.py", "--preset", "tiny", "--rows", "1,5", "--steps", "2", "--repeats", "1")
+    assert "| 5 | bf16 packed |" in out and "| 1 | fp32 BLAS |" in out
+
+
+def test_bench_train():
+    out = _run("bench_train.py", "--presets", "tiny,default", "--batch", "4", "--vocab", "200",
+               "--negative-samples", "16", "--repeats", "1", "--ref-repeats", "1")
+    assert out.count("fast / reference") == 2
+
+
+def test_bench_train_ops():
+    out = _run("bench_train_ops.py", "--preset", "tiny", "--batch", "4", "--repeats", "1", "--ref-repeats", "1")
+    assert "whole biLM" in out and "train/infer" in out
+
+
+def test_bench_simple_elmo(tmp_path):
+    # elmo-fast's row only: simple_elmo's needs TensorFlow in a side environment, which CI does not have
+    out = _run("bench_simple_elmo.py", "--quick", "--systems", "elmo-fast", "--cache-dir", tmp_path)
+    assert "| elmo-fast (fast) |" in out and "vectors not compared" in out
+
+
+def test_bench_serve():
+    out = _run("bench_serve.py", "--quick")
+    assert "| server, batching | 1 | " in out and "| batch 1: " in out and "% time |" in out
+    assert "| server, batching | 4 | " in out and "| batch 64: " in out
+    assert "| server, batching off | 2 | " in out and "output all as .npy | 1 | " in out
+    assert "| orjson (the server) |" in out and "errors)" not in out
+
+
+def test_bench_ray(tmp_path):
+    pytest.importorskip("ray", reason='Ray is not installed: pip install "elmo-fast[ray]"')
+    out = _run("bench_ray.py", "--sentences", "40", "--preset", "tiny", "--repeats", "1", "--wait-quiet", "0",
+               "--runs", "ray", "--ray-batch-size", "10", "--dir", tmp_path)
+    assert "| Ray Data, 2 actors x 1 thread | " in out and "Ray's run: ray.init " in out

@@ -1,0 +1,162 @@
+"""The GPU run's tooling, checked without a GPU: tools/gpu_check.sh (its dry run, its test selections),
+tools/gpu_check_summary.py (the figures read back from logs) and scripts/prebuilt_extension.py (does a
+prebuilt elmo_fast._C fit this interpreter). A GPU run is rare and short: whatever can break here must."""
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from repo_paths import REPO as ROOT
+
+SCRIPT = ROOT / "tools" / "gpu_check.sh"
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+prebuilt = _load(ROOT / "scripts" / "prebuilt_extension.py")
+summary = _load(ROOT / "tools" / "gpu_check_summary.py")
+
+
+def _dry_run(tmp_path, **env):
+    out = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, GPU_CHECK_DRY_RUN="1", OUT=str(tmp_path), **env))
+    return out
+
+
+def test_dry_run_lists_the_first_commands_phases_within_8_minutes(tmp_path):
+    out = _dry_run(tmp_path)
+    assert out.returncode == 0, out.stderr
+    budgets = dict(re.findall(r"^=+ (\w+) \(budget (\d+)s\)", out.stdout, flags=re.M))
+    assert list(budgets) == ["device", "extension", "doctor", "kernels", "model", "bench"]
+    assert sum(int(b) for b in budgets.values()) <= 480
+    assert "bench_gpu.py --preset original --batches 64,256,1" in out.stdout  # the functions' bodies are shown
+    assert (tmp_path / "summary.txt").read_text().count(" ok ") == 6
+
+
+def test_dry_run_of_the_second_command(tmp_path):
+    out = _dry_run(tmp_path, GPU_CHECK_PHASES="extension,sanitizer,more_tests", GPU_CHECK_BUDGET="230")
+    assert out.returncode == 0, out.stderr
+    budgets = dict(re.findall(r"^=+ (\w+) \(budget (\d+)s\)", out.stdout, flags=re.M))
+    assert list(budgets) == ["extension", "sanitizer", "more_tests"]
+    assert sum(int(b) for b in budgets.values()) <= 230
+    assert "--deselect tests/bilm/test_highway_cuda.py::test_highway[" in out.stdout
+
+
+def _selection(name: str) -> list[str]:
+    text = SCRIPT.read_text()
+    block = re.search(rf"^{name}=\((.*?)^\)", text, flags=re.M | re.S).group(1)
+    return block.split()
+
+
+@pytest.mark.parametrize("name", ["KERNEL_TESTS", "MODEL_TESTS", "MORE_TESTS"])
+def test_the_selected_tests_exist(name):
+    """A renamed or moved test must fail here, not silently leave the GPU run's selection empty."""
+    for node in _selection(name):
+        if "::" not in node:  # a whole file
+            assert (ROOT / node).is_file(), node
+            continue
+        path, func = node.split("::")
+        tree = ast.parse((ROOT / path).read_text())
+        assert func in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, node
+
+
+# --- the summary -----------------------------------------------------------------------------------------
+
+
+def test_summary_reads_counts_failures_and_the_doctors_verdict(tmp_path):
+    (tmp_path / "device.log").write_text("GPU: NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, capability 9.0\n"
+                                         "python 3.12.3 (.cpython-312-x86_64-linux-gnu.so), torch 2.11.0+cu130\n")
+    (tmp_path / "doctor.log").write_text("op  twin\nchar_cnn  char_cnn_ref  cuda:0  float32  forward  3.1e-01  1e-05  "
+                                         "inf  FAIL (N=7 L=9)\n\nFAIL: 1 of 40 checks on cuda:0 ...\n")
+    (tmp_path / "kernels.log").write_text("..F\nFAILED tests/bilm/test_char_cnn_cuda.py::test_char_cnn[cuda-x] - "
+                                          "AssertionError: big\n==== 1 failed, 2 passed in 3.0s ====\n")
+    (tmp_path / "model.log").write_text("..\n!!! KeyboardInterrupt !!!\n==== 2 passed in 110.0s ====\n")
+    text = "\n".join(summary.device(tmp_path) + summary.doctor(tmp_path) + summary.pytest_phase(tmp_path, "kernels")
+                     + summary.pytest_phase(tmp_path, "model"))
+    assert "GPU: NVIDIA H100" in text
+    assert "doctor: FAIL: 1 of 40 checks" in text and "char_cnn  char_cnn_ref  cuda:0" in text
+    assert "kernels: 1 failed, 2 passed in 3.0s" in text
+    assert "tests/bilm/test_char_cnn_cuda.py::test_char_cnn[cuda-x] - AssertionError: big" in text
+    assert "model: 2 passed in 110.0s (interrupted at its budget)" in text
+
+
+def test_summary_compares_the_bench_with_the_targets(tmp_path):
+    rows = [{"config": "model-fp32", "batch": 64, "words_per_s": 2e5, "p50_ms": 5.0, "peak_gb": 1.0},
+            {"config": "model-bf16", "batch": 256, "words_per_s": 5e5, "p50_ms": 9.0},
+            {"config": "model-graphs", "batch": 1, "words_per_s": 2e4, "p50_ms": 1.2},
+            {"config": "fast-bf16", "batch": 1, "error": "RuntimeError: x"}]
+    (tmp_path / "bench.json").write_text(json.dumps({"machine": {"device": "H100"}, "rows": rows}))
+    text = "\n".join(summary.bench(tmp_path))
+    assert "batch 64 fp32 >= 150k tokens/s: 200000 tokens/s (model-fp32) met" in text
+    assert "batch 256 bf16 >= 1M tokens/s: 500000 tokens/s (model-bf16) NOT met" in text
+    assert "one sentence fp32 <= 1.5 ms: 1.20 ms (model-graphs) met" in text
+    assert "one sentence bf16 <= 0.5 ms: not measured" in text
+    assert "RuntimeError: x" in text
+    (tmp_path / "bench.json").unlink()  # a bench killed before it wrote its json: its printed lines
+    (tmp_path / "bench.log").write_text("bench_gpu: fast-fp32   batch   64: p50      2.50 ms,     160000 words/s, diff 1e-06\n")
+    assert "160000" in "\n".join(summary.bench(tmp_path))
+
+
+def test_summary_of_an_empty_folder_says_nothing_and_succeeds(tmp_path):
+    assert summary.main([str(tmp_path)]) == 0
+
+
+# --- the prebuilt extension --------------------------------------------------------------------------------
+
+
+def test_prebuilt_record_check_install(tmp_path, monkeypatch, capsys):
+    lib = tmp_path / "lib" / "elmo_fast"
+    lib.mkdir(parents=True)
+    name = "_C" + prebuilt.ext_suffix()
+    (lib / name).write_bytes(b"not really a library")
+    (lib / "_build_info.py").write_text("WITH_CUDA = True\nCUDA_ARCHS = ['sm_90', 'compute_90']\n")
+    dest = tmp_path / "prebuilt"
+    manifest = prebuilt.record(tmp_path / "lib", dest, 12.0)
+    assert manifest["torch"] == torch.__version__ and manifest["cuda_archs"] == ["sm_90", "compute_90"]
+    assert prebuilt.check(dest) == 0  # recorded by this interpreter, from these sources: it fits
+    assert "  fits" in capsys.readouterr().out
+    changed = dict(manifest, torch="1.0.0+cu999", ext_suffix=".cpython-39-x86_64-linux-gnu.so", sources="0" * 16)
+    (dest / prebuilt.MANIFEST).write_text(json.dumps(changed))
+    assert prebuilt.check(dest) == 3
+    said = capsys.readouterr().out
+    assert "this machine:  torch " + torch.__version__ in said
+    assert "does NOT fit: torch 1.0.0+cu999 != " in said and "Python ABI" in said and "other sources" in said
+    assert prebuilt.check(tmp_path / "none") == 2
+    (dest / prebuilt.MANIFEST).write_text(json.dumps(manifest))
+    monkeypatch.setattr(prebuilt, "ROOT", tmp_path)
+    (tmp_path / "elmo_fast").mkdir()
+    prebuilt.install(dest)
+    assert (tmp_path / "elmo_fast" / name).read_bytes() == b"not really a library"
+    assert "WITH_CUDA = True" in (tmp_path / "elmo_fast" / "_build_info.py").read_text()
+
+
+def test_prebuilt_refuses_a_cpu_only_build(tmp_path):
+    lib = tmp_path / "elmo_fast"
+    lib.mkdir()
+    (lib / ("_C" + prebuilt.ext_suffix())).write_bytes(b"x")
+    (lib / "_build_info.py").write_text("WITH_CUDA = False\nCUDA_DECISION = 'no nvcc'\n")
+    with pytest.raises(SystemExit, match="without its CUDA kernels .no nvcc"):
+        prebuilt.record(tmp_path, tmp_path / "prebuilt", None)
+
+
+def test_prebuilt_local_version_tags_alone_fit():
+    built = prebuilt.here()
+    assert prebuilt.mismatches(dict(built, torch=built["torch"].split("+")[0] + "+other"), built) == []
+    assert prebuilt.mismatches(dict(built, cxx11_abi=not built["cxx11_abi"]), built)
+
+
+def test_prepare_script_parses_and_says_how_to_run():
+    text = (ROOT / "scripts" / "prepare_gpu_run.sh").read_text()
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "prepare_gpu_run.sh")]).returncode == 0
+    assert 'carry:     ["prebuilt"]' in text and "timeout_s: 540" in text
