@@ -9,6 +9,8 @@ import pytest
 # (case builders, tolerances, peers, fault injection, the CUDA targets) lives in tests/support/, imported
 # by module name (`from tolerances import TOL`): on sys.path for every test and its subprocesses' -c code.
 # tests/ itself holds the package of the CUDA kernels' CPU emulator (`from cuda_emulation.build import ...`).
+# So a room folder must not take the name of a library the tests import: tests/ray/ would be a namespace
+# package `ray` where Ray is not installed (the Ray tests are in tests/cluster/; tests/docs/test_architecture.py).
 TESTS = Path(__file__).resolve().parent
 SUPPORT = TESTS / "support"
 for _path in (TESTS, SUPPORT):

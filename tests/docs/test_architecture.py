@@ -4,6 +4,7 @@ never imports the fast path)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -345,3 +346,15 @@ def test_compatibility_fronts_hold_no_model_code():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in layers:
                 if isinstance(node.func.value, ast.Name) and node.func.value.id in ("nn", "torch"):
                     raise AssertionError(f"{path}: builds a {node.func.attr} layer; fronts translate to the core")
+
+
+def test_no_test_folder_shadows_a_library():
+    """tests/ is on sys.path (tests/conftest.py): a folder named like a library the tests import (tests/ray/)
+    would be found as a namespace package of that name wherever the library is not installed."""
+    tests = REPO / "tests"
+    imported = set()
+    for path in [*tests.rglob("*.py"), *(REPO / "docs").glob("*.md"), REPO / "README.md"]:
+        imported |= set(re.findall(r"^\s*(?:from|import) (\w+)", path.read_text(encoding="utf-8"), re.M))
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not (p / "__init__.py").exists()}
+    clash = sorted(folders & imported)
+    assert not clash, f"tests/ folders named like imported libraries: {clash}"

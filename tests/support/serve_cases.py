@@ -1,4 +1,4 @@
-"""What the server tests and the Ray Serve tests (tests/ray/test_ray_serve.py) hold a server to: the bound, random
+"""What the server tests and the Ray Serve tests (tests/cluster/test_ray_serve.py) hold a server to: the bound, random
 sentences, a sentence's expected vectors, and the bad requests with the answers they get."""
 from __future__ import annotations
 

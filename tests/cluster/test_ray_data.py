@@ -1,7 +1,7 @@
 """ElmoBatchEmbedder on a local Ray (tests/support/ray_local.py: ray.init(num_cpus=2), once for this module): text
 files and parquet through ``map_batches`` with one and two actors and other partitionings, every row
 equal to ElmoEmbedder's vectors of its sentence alone; vectors written to parquet and read back; a bad
-row's one-line error reaching the driver. (tests/ray/test_ray_batch_embedder.py checks the class without Ray.)"""
+row's one-line error reaching the driver. (tests/cluster/test_ray_batch_embedder.py checks the class without Ray.)"""
 from __future__ import annotations
 
 import numpy as np

@@ -1,7 +1,7 @@
 """elmo_fast.ray.ElmoBatchEmbedder called as Ray Data calls it (a batch in, the batch with its vectors out),
 without Ray: every row equals ElmoEmbedder's vectors of its sentence alone (stateless) whatever the
 batches, each output's column and shape, the model as `embed` takes it, and every bad row a one-line
-error naming it. (tests/ray/test_ray_data.py runs it under Ray.)"""
+error naming it. (tests/cluster/test_ray_data.py runs it under Ray.)"""
 from __future__ import annotations
 
 import random
