@@ -15,14 +15,16 @@ embedding, writing). The embed runs report their own phases (the closing lines);
 ``ray.init``, and the actors time each call (a subclass of ElmoBatchEmbedder, appending to a log), so
 that Ray's own share shows: its start, the actors' start (process, imports, model) before their first
 call, and what is neither embedding nor start (scheduling, moving blocks, reading, writing parquet).
-"Other work during the run" is the machine's CPU time not spent by the run's processes (the actors
-report theirs): for the Ray run it includes Ray's daemons (raylet, GCS, the object store).
+"Other work during the run" is the machine's CPU time not spent by the run's processes, every one of
+them counted, Ray's daemons and workers included (this process adopts the workers that outlive their
+raylet and reaps them): the same measure of a disturbed run in every row.
 
     python benchmarks/bench_ray.py --sentences 4000 --repeats 2
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -33,7 +35,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -42,26 +43,43 @@ from bench_distributed import _cpu_jiffies, cpu_name, parse, wait_quiet  # noqa:
 from corpus import make_sentences  # noqa: E402
 
 
-def _timed(cmd: list[str], env: dict, quiet_s: float, detached_cpu: Callable[[], float] = lambda: 0.0
-           ) -> tuple[subprocess.CompletedProcess, float, float, float]:
+def _adopt_orphans() -> None:
+    """Make this process the reaper of its descendants' orphans (Linux's child subreaper): Ray's
+    workers are the raylet's children and outlive it at ray.shutdown; adopted and reaped here, their
+    CPU time counts as the run's (RUSAGE_CHILDREN) instead of other work's."""
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _reap_orphans(limit_s: float = 30.0) -> None:
+    """Wait for the orphans a command left (Ray's workers stopping after their raylet), at most limit_s."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+
+
+def _timed(cmd: list[str], env: dict, quiet_s: float) -> tuple[subprocess.CompletedProcess, float, float, float]:
     """Run a command after waiting for a quiet machine: its result, wall seconds, the share of the
-    machine other work took meanwhile, and the share busy before it started. ``detached_cpu()``: CPU
-    seconds the command's processes spent that are not its children's (Ray's actors)."""
+    machine other work took meanwhile (the CPU time of every process of the command counted as its
+    own: _adopt_orphans), and the share busy before it started."""
     busy = wait_quiet(quiet_s)
     all0, idle0 = _cpu_jiffies()
     ours0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
+    _reap_orphans()
     all1, idle1 = _cpu_jiffies()
     ours1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:6])} ... failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     ticks = os.sysconf("SC_CLK_TCK")
     used = ((all1 - idle1) - (all0 - idle0)) / ticks
-    ours = (ours1.ru_utime + ours1.ru_stime) - (ours0.ru_utime + ours0.ru_stime) + detached_cpu()
-    # Ray's actors are the raylet's children, not ours: they report their own CPU time. Ray's daemons
-    # (raylet, GCS, the object store's) are counted as other work, a share that is Ray's own cost
+    ours = (ours1.ru_utime + ours1.ru_stime) - (ours0.ru_utime + ours0.ru_stime)
     others = max(0.0, used - ours) / max((all1 - all0) / ticks, 1e-9)
     return r, wall, others, busy
 
@@ -80,15 +98,6 @@ def embed_run(label: str, cmd: list[str], env: dict, output: Path, repeats: int,
     return best
 
 
-def _actors_cpu(log: Path) -> float:
-    """The actors' CPU seconds (user and system) at their last call, from the calls' log."""
-    last: dict[int, float] = {}
-    for line in log.read_text().splitlines() if log.exists() else []:
-        c = json.loads(line)
-        last[c["pid"]] = max(last.get(c["pid"], 0.0), c["cpu"])
-    return sum(last.values())
-
-
 def ray_run(label: str, corpus: Path, model: Path, out: Path, actors: int, batch_size: int, env: dict,
             repeats: int, quiet_s: float) -> dict:
     best = None
@@ -99,7 +108,7 @@ def ray_run(label: str, corpus: Path, model: Path, out: Path, actors: int, batch
         cmd = [sys.executable, str(Path(__file__).resolve()), "--ray-driver", json.dumps(
             {"corpus": str(corpus), "model": str(model), "out": str(out), "actors": actors,
              "batch_size": batch_size, "log": str(log)})]
-        r, wall, others, busy = _timed(cmd, env, quiet_s, lambda: _actors_cpu(log))
+        r, wall, others, busy = _timed(cmd, env, quiet_s)
         report = json.loads(r.stdout.strip().splitlines()[-1])
         calls = [json.loads(line) for line in log.read_text().splitlines()]
         by_actor: dict[int, list[dict]] = {}
@@ -142,10 +151,9 @@ def ray_driver(spec: dict) -> None:
             out = super().__call__(batch)
             end = time.time()
             tokens = sum(len(t.split()) for t in batch["text"])
-            cpu = resource.getrusage(resource.RUSAGE_SELF)
             with open(self.log, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"pid": os.getpid(), "start": start, "end": end, "rows": len(batch["text"]),
-                                    "tokens": tokens, "cpu": cpu.ru_utime + cpu.ru_stime}) + "\n")
+                                    "tokens": tokens}) + "\n")
             return out
 
     init0 = time.perf_counter()
@@ -183,6 +191,7 @@ def main() -> None:
     ap.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
                     help="before each run, wait up to S seconds for other work to use under 15%% of the machine")
     args = ap.parse_args()
+    _adopt_orphans()
 
     import torch
 
