@@ -11,7 +11,6 @@ import io
 import json
 import re
 import socket
-import threading
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from elmo_fast.errors import ElmoFastError
 from elmo_fast.tokenizer import tokenize
 from ray_local import local_ray
-from serve_cases import BAD, OPENAI_BAD, TOL, expected, random_sentences
+from serve_cases import BAD, OPENAI_BAD, TOL, concurrent_clients, expected, random_sentences
 from serve_process import http_request
 
 KEY = "ray-s3cret"
@@ -144,31 +143,10 @@ def test_texts_npy_and_openai(served, embedder):
 
 
 def test_concurrent_clients_share_batches_in_the_replica(served, embedder):
-    rng = np.random.default_rng(3)
     clients, rounds = 16, 2
-    sentences = random_sentences(rng, rng.permutation(np.arange(1, clients * rounds + 1) % 20 + 1))
-    batches_before = served.metric("batch_size_count")
-    barrier = threading.Barrier(clients)
-    failures: list[str] = []
-
-    def client(i: int) -> None:
-        for r in range(rounds):
-            s = sentences[i * rounds + r]
-            if r == 0:
-                barrier.wait()
-            code, _, body = served.post("/embed", {"sentences": [s], "output": "all"})
-            got = np.array(json.loads(body)["embeddings"][0], dtype=np.float32) if code == 200 else None
-            want = expected(embedder, s, "all")
-            if got is None or got.shape != want.shape or np.abs(got - want).max() > TOL:
-                failures.append(f"client {i} round {r}: status {code}")
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures, batches = concurrent_clients(served, embedder, clients, rounds, longest=20)
     assert not failures, failures
-    assert served.metric("batch_size_count") - batches_before < clients * rounds, "no two requests shared a batch"
+    assert batches < clients * rounds, "no two requests shared a batch"
 
 
 @pytest.mark.parametrize("body,status,kind,text", BAD, ids=[b[3][:30] for b in BAD])

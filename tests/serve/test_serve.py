@@ -22,7 +22,7 @@ from elmo_fast.serve.batcher import Batcher, Limits, select_batch
 from elmo_fast.serve.metrics import Metrics
 from elmo_fast.tokenizer import tokenize
 from repo_paths import REPO
-from serve_cases import BAD, OPENAI_BAD, TOL, expected, random_sentences
+from serve_cases import BAD, OPENAI_BAD, TOL, concurrent_clients, expected, random_sentences
 from serve_process import ServerProcess, http_request
 
 
@@ -148,31 +148,9 @@ def test_openai_embeddings(server, embedder):
 def test_concurrent_clients_get_their_own_vectors(server, embedder):
     """Clients at once, one sentence each, lengths 1..24: merged into shared batches (checked in the
     metrics), every client gets its own sentence's vectors, unpadded and equal to it alone."""
-    rng = np.random.default_rng(3)
     clients, rounds = 24, 3
-    sentences = random_sentences(rng, rng.permutation(np.arange(1, clients * rounds + 1) % 24 + 1))
-    batches_before = server.metric("batch_size_count")
-    barrier = threading.Barrier(clients)
-    failures: list[str] = []
-
-    def client(i: int) -> None:
-        for r in range(rounds):
-            s = sentences[i * rounds + r]
-            if r == 0:
-                barrier.wait()
-            status, _, body = server.post("/embed", {"sentences": [s], "output": "all"})
-            got = np.array(json.loads(body)["embeddings"][0], dtype=np.float32) if status == 200 else None
-            want = expected(embedder, s, "all")
-            if got is None or got.shape != want.shape or np.abs(got - want).max() > TOL:
-                failures.append(f"client {i} round {r}: status {status}, shape {None if got is None else got.shape}")
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures, batches = concurrent_clients(server, embedder, clients, rounds, longest=24)
     assert not failures, failures
-    batches = server.metric("batch_size_count") - batches_before
     assert batches < clients * rounds, "no two requests shared a batch"
 
 

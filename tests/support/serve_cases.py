@@ -3,6 +3,7 @@ sentences, a sentence's expected vectors, and the bad requests with the answers 
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 
@@ -50,3 +51,32 @@ OPENAI_BAD = [
     ({"input": "a", "encoding_format": "int8"}, "'encoding_format' must be one of"),
     ({"input": "a", "dimensions": 8}, "this model's vectors have 32 dimensions"),
 ]
+
+
+def concurrent_clients(server, embedder, clients: int, rounds: int, longest: int) -> tuple[list[str], int]:
+    """``clients`` threads released together, each posting ``rounds`` one-sentence requests (lengths
+    1..``longest``, seeded) to ``server`` (``post`` and ``metric`` as tests/support/serve_process.py's):
+    the clients whose vectors were not their sentence's alone (within TOL), and how many batches ran."""
+    rng = np.random.default_rng(3)
+    sentences = random_sentences(rng, rng.permutation(np.arange(1, clients * rounds + 1) % longest + 1))
+    batches_before = server.metric("batch_size_count")
+    barrier = threading.Barrier(clients)
+    failures: list[str] = []
+
+    def client(i: int) -> None:
+        for r in range(rounds):
+            s = sentences[i * rounds + r]
+            if r == 0:
+                barrier.wait()
+            status, _, body = server.post("/embed", {"sentences": [s], "output": "all"})
+            got = np.array(json.loads(body)["embeddings"][0], dtype=np.float32) if status == 200 else None
+            want = expected(embedder, s, "all")
+            if got is None or got.shape != want.shape or np.abs(got - want).max() > TOL:
+                failures.append(f"client {i} round {r}: status {status}, shape {None if got is None else got.shape}")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failures, server.metric("batch_size_count") - batches_before
