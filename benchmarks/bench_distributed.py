@@ -137,6 +137,26 @@ def reading_rate(path: Path, copies: int = 20) -> float:
     return best
 
 
+def prepare_run(args, prefix: str, **extra_env: str) -> tuple[Path, dict, Path, Path]:
+    """The run's folder (``args.dir`` or a new temporary one), the children's environment (this checkout
+    on PYTHONPATH, no torchrun variables or thread count inherited), the corpus (``args.sentences``
+    sentences of ``benchmarks/corpus.py``, seed 7) and a random ``args.preset`` model written there."""
+    tmp = Path(args.dir or tempfile.mkdtemp(prefix=prefix))
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           **extra_env}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"):
+        env.pop(name, None)
+    corpus = tmp / "corpus.txt"
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write("".join(" ".join(s) + "\n" for s in make_sentences(args.sentences, seed=7,
+                                                                   mean_tokens=args.mean_tokens)))
+    model = tmp / "model"
+    subprocess.run([sys.executable, "-m", "elmo_fast", "random-model", args.preset, str(model), "--overwrite"],
+                   check=True, env=env, capture_output=True)
+    return tmp, env, corpus, model
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sentences", type=int, default=3000)
@@ -154,18 +174,7 @@ def main() -> None:
 
     import torch
 
-    tmp = Path(args.dir or tempfile.mkdtemp(prefix="bench-distributed-"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"):
-        env.pop(name, None)
-    corpus = tmp / "corpus.txt"
-    with open(corpus, "w", encoding="utf-8") as f:
-        f.write("".join(" ".join(s) + "\n" for s in make_sentences(args.sentences, seed=7,
-                                                                   mean_tokens=args.mean_tokens)))
-    model = tmp / "model"
-    subprocess.run([sys.executable, "-m", "elmo_fast", "random-model", args.preset, str(model), "--overwrite"],
-                   check=True, env=env, capture_output=True)
+    tmp, env, corpus, model = prepare_run(args, "bench-distributed-")
     common = [f"--{args.format}", "--options", str(model / "options.json"), "--weights", str(model / "weights.hdf5"),
               "--overwrite", "--file-friendly-logging", "--window", str(args.window)]
     embed = [sys.executable, "-m", "elmo_fast", "embed", str(corpus)]

@@ -32,15 +32,13 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from bench_distributed import _cpu_jiffies, cpu_name, parse, wait_quiet  # noqa: E402
-from corpus import make_sentences  # noqa: E402
+from bench_distributed import _cpu_jiffies, cpu_name, parse, prepare_run, wait_quiet  # noqa: E402
 
 
 def _adopt_orphans() -> None:
@@ -196,19 +194,7 @@ def main() -> None:
     import torch
 
     cores = len(os.sched_getaffinity(0))
-    tmp = Path(args.dir or tempfile.mkdtemp(prefix="bench-ray-"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"):
-        env.pop(name, None)
-    corpus = tmp / "corpus.txt"
-    with open(corpus, "w", encoding="utf-8") as f:
-        f.write("".join(" ".join(s) + "\n" for s in make_sentences(args.sentences, seed=7,
-                                                                   mean_tokens=args.mean_tokens)))
-    model = tmp / "model"
-    subprocess.run([sys.executable, "-m", "elmo_fast", "random-model", args.preset, str(model), "--overwrite"],
-                   check=True, env=env, capture_output=True)
+    tmp, env, corpus, model = prepare_run(args, "bench-ray-", RAY_USAGE_STATS_ENABLED="0")
     common = ["--average", "--options", str(model / "options.json"), "--weights", str(model / "weights.hdf5"),
               "--overwrite", "--file-friendly-logging", "--window", str(args.window)]
     runs = args.runs.split(",")
