@@ -23,6 +23,7 @@ Developers: pip install --no-build-isolation -e .   (torch installed first; buil
 Users:      pip install .   (build isolation: build_support/elmo_fast_backend.py builds against the
             torch installed in the target environment, without downloading another)
 """
+
 import glob
 import os
 import sys
@@ -39,8 +40,10 @@ try:
     from torch.utils import cpp_extension
 except ImportError:  # fine for an sdist or metadata, not for a build
     torch = None
-NO_TORCH = ("elmo-fast: building elmo_fast._C needs torch; install torch first "
-            "(https://pytorch.org/get-started/locally/), then build again")
+NO_TORCH = (
+    "elmo-fast: building elmo_fast._C needs torch; install torch first "
+    "(https://pytorch.org/get-started/locally/), then build again"
+)
 if torch is None and {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"} & set(sys.argv[1:]):
     raise SystemExit(NO_TORCH)  # rather than a wheel without its extension
 
@@ -78,7 +81,8 @@ def cpu_extension():
         link_flags.append("-fopenmp")
     srcs = sources("*.cpp") + sources(os.path.join("cpu", "*.cpp"))
     return cpp_extension.CppExtension(
-        EXT_NAME, srcs,
+        EXT_NAME,
+        srcs,
         include_dirs=[os.path.abspath(CSRC)],
         extra_compile_args={"cxx": cxx_flags},
         extra_link_args=link_flags,
@@ -95,7 +99,8 @@ def cuda_extension(cpu_ext):
     cuda_srcs = sources(os.path.join("cuda", "*.cu")) + sources(os.path.join("cuda", "*.cpp"))
     cpu_srcs = [s for s in cpu_ext.sources if s not in cuda_srcs]
     return cpp_extension.CUDAExtension(
-        EXT_NAME, cpu_srcs + cuda_srcs,
+        EXT_NAME,
+        cpu_srcs + cuda_srcs,
         include_dirs=[os.path.abspath(CSRC)],
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
         extra_link_args=list(cpu_ext.extra_link_args),
@@ -126,8 +131,9 @@ def write_build_info(directory, decision):
 # otherwise (os is imported already there). Shipped by build_py in wheels, and written beside the
 # editable finder by editable installs (PEP 660, or the legacy `develop`).
 PTH_NAME = "elmo_fast_as_allennlp.pth"
-PTH_LINE = ("import os; os.environ.get('ELMO_FAST_AS_ALLENNLP', '0') not in ('', '0') and "
-            "__import__('elmo_fast.as_allennlp')\n")
+PTH_LINE = (
+    "import os; os.environ.get('ELMO_FAST_AS_ALLENNLP', '0') not in ('', '0') and __import__('elmo_fast.as_allennlp')\n"
+)
 
 
 def write_pth(directory):
@@ -222,8 +228,11 @@ setup(
     install_requires=["torch", "numpy", "h5py", "tqdm"],
     # [serve]: `elmo-fast serve` (Starlette on uvicorn, httptools for uvicorn's fast HTTP parser, orjson for
     # the vectors); in [test] too, so that CI runs the server's tests; and Ray, for the Ray room's
-    extras_require={"serve": SERVE_REQUIRES, "ray": RAY_REQUIRES,
-                    "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED]},
+    extras_require={
+        "serve": SERVE_REQUIRES,
+        "ray": RAY_REQUIRES,
+        "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED],
+    },
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],
     cmdclass={"build_ext": BuildExt, **CMDCLASS},

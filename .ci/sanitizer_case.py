@@ -8,6 +8,7 @@ that are multiples of 8 and aligned (the kernels' 16-byte vector accesses) besid
 element-wise fallback); the training ops (char_cnn_backward, highway_gate_backward,
 lstm_layer_forward / lstm_layer_backward) in float32 and float64.
 """
+
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def forward_ops(dev, dtype, g) -> None:
     for h in (7, 16):
         wide = torch.randn(5, 2 * h + 3, generator=g).to(dev, dtype)
         x = torch.randn(5, h, generator=g).to(dev, dtype)
-        ops.highway_gate(wide[:, 1:2 * h + 1], x)
+        ops.highway_gate(wide[:, 1 : 2 * h + 1], x)
         ops.highway_gate(torch.randn(5, 2 * h, generator=g).to(dev, dtype), x)
     x = torch.randn(5, 7, generator=g).to(dev, dtype)
     ws = [torch.randn(2 * 7, 7, generator=g).to(dev, dtype) for _ in range(2)]
@@ -52,8 +53,12 @@ def forward_ops(dev, dtype, g) -> None:
         token_index = torch.randint(0, U, (B, T), generator=g).to(dev)
         weights = []
         for _ in range(2 * L):
-            weights += [torch.randn(4 * C, P, generator=g) / P ** 0.5, torch.randn(4 * C, P, generator=g) / P ** 0.5,
-                        torch.randn(4 * C, generator=g) * 0.1, torch.randn(P, C, generator=g) / C ** 0.5]
+            weights += [
+                torch.randn(4 * C, P, generator=g) / P**0.5,
+                torch.randn(4 * C, P, generator=g) / P**0.5,
+                torch.randn(4 * C, generator=g) * 0.1,
+                torch.randn(P, C, generator=g) / C**0.5,
+            ]
         weights = [w.to(dev, dtype) for w in weights]
         h0 = torch.randn(L, B, 2 * P, generator=g).to(dev, dtype)
         c0 = torch.randn(L, B, 2 * C, generator=g).to(dev, dtype)
@@ -93,15 +98,29 @@ def training_ops(dev, dtype, g) -> None:
     h0 = torch.randn(2, B, P, generator=g).to(dev, dtype)
     c0 = torch.randn(2, B, C, generator=g).to(dev, dtype)
     y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(xg, lengths, w_hh, w_proj, 1.0, 0.7, h0, c0)
-    torch.ops.elmo_fast.lstm_layer_backward.default(torch.randn_like(y), torch.randn_like(h), torch.randn_like(c),
-                                                    saved, lengths, None, list(xg.shape), w_hh, w_proj, 1.0, 0.7, h0,
-                                                    c0)
+    torch.ops.elmo_fast.lstm_layer_backward.default(
+        torch.randn_like(y),
+        torch.randn_like(h),
+        torch.randn_like(c),
+        saved,
+        lengths,
+        None,
+        list(xg.shape),
+        w_hh,
+        w_proj,
+        1.0,
+        0.7,
+        h0,
+        c0,
+    )
     index = torch.randint(0, 4, (B, T), generator=g)
     rows = torch.randn(2, 4, 4 * C, generator=g).to(dev, dtype)
-    y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(rows, lengths, w_hh, w_proj, None, None, None,
-                                                                    None, index)
-    grads = torch.ops.elmo_fast.lstm_layer_backward.default(torch.randn_like(y), None, None, saved, lengths, index,
-                                                            list(rows.shape), w_hh, w_proj, None, None, None, None)
+    y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(
+        rows, lengths, w_hh, w_proj, None, None, None, None, index
+    )
+    grads = torch.ops.elmo_fast.lstm_layer_backward.default(
+        torch.randn_like(y), None, None, saved, lengths, index, list(rows.shape), w_hh, w_proj, None, None, None, None
+    )
     torch.cuda.synchronize()
     assert all(t.isfinite().all() for t in grads), dtype
 

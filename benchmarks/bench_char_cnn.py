@@ -12,6 +12,7 @@ Every call's inputs are the same [N, 50] ids (repeats included: the model would 
 first). Median wall time of --repeats calls after a warm-up; the reference gets fewer repeats
 (it is slow). Prints the machine and versions, then the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,11 @@ def token_sets(n: int) -> dict[str, list[str]]:
     text = [t for group in json.loads(SENTENCES.read_text()) for s in group for t in s.split()]
     words = [t for t in text if 5 <= len(t.encode("utf-8")) <= 8]
     corpus = [t for s in make_sentences(n // 10 + 10, seed=0) for t in s]
-    return {"5-8 bytes": [words[i % len(words)] for i in range(n)],
-            "fixture": [text[i % len(text)] for i in range(n)],
-            "corpus": corpus[:n]}
+    return {
+        "5-8 bytes": [words[i % len(words)] for i in range(n)],
+        "fixture": [text[i % len(text)] for i in range(n)],
+        "corpus": corpus[:n],
+    }
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -83,9 +86,11 @@ def main() -> None:
     bs = [0.1 * torch.randn(n, generator=gen) for _, n in o.filters]
 
     cap = os.environ.get("ELMO_FAST_CPU_ISA")
-    print(f"{cpu_name()}, {torch.get_num_threads()} threads, Python {platform.python_version()}, "
-          f"torch {torch.__version__}; filters {list(o.filters)}, D={o.char_dim}, N={args.tokens}"
-          + (f", ELMO_FAST_CPU_ISA={cap}" if cap else ""))
+    print(
+        f"{cpu_name()}, {torch.get_num_threads()} threads, Python {platform.python_version()}, "
+        f"torch {torch.__version__}; filters {list(o.filters)}, D={o.char_dim}, N={args.tokens}"
+        + (f", ELMO_FAST_CPU_ISA={cap}" if cap else "")
+    )
     print(f"{'tokens':>10} {'bytes':>5} {'distinct':>8} {'thr':>3} {'op tok/s':>11} {'ref tok/s':>9} {'speedup':>8}")
     threads = torch.get_num_threads()
     for name, tokens in token_sets(args.tokens).items():
@@ -99,8 +104,10 @@ def main() -> None:
             torch.set_num_threads(t)
             op_s = median_seconds(lambda: ops.char_cnn(ids, emb, ws, bs), args.repeats)
             ref_s = median_seconds(lambda: char_cnn_ref(ids, emb, ws, bs), max(3, args.repeats // 4))
-            print(f"{name:>10} {mean_bytes:5.2f} {len(set(tokens)):8d} {t:3d} {len(tokens) / op_s:11,.0f} "
-                  f"{len(tokens) / ref_s:9,.0f} {ref_s / op_s:7.0f}x")
+            print(
+                f"{name:>10} {mean_bytes:5.2f} {len(set(tokens)):8d} {t:3d} {len(tokens) / op_s:11,.0f} "
+                f"{len(tokens) / ref_s:9,.0f} {ref_s / op_s:7.0f}x"
+            )
         torch.set_num_threads(threads)
 
 

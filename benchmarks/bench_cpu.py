@@ -20,6 +20,7 @@ this machine reads 1 GiB (the fastest of a GEMV in fp32 and bf16 and a sum, same
 table gives each batch-1 row's tokens/s as a share of what that read rate allows (BOUND_FORMULA).
 Nothing here asserts a speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,10 +70,30 @@ BOUND_FORMULA = (
     "minute; biases and the char embedding are left out"
 )
 
-FULL = dict(presets="small,original", batch_sizes="1,16,64", backends="reference,fast", dtypes="fp32,bf16",
-            seconds=20.0, sentences=4096, warmup=2, gemm_size=2048, gemm_repeats=10, read_mib=1024)
-QUICK = dict(presets="tiny,small", batch_sizes="1,8", backends="reference,fast", dtypes="fp32,bf16",
-             seconds=0.5, sentences=64, warmup=1, gemm_size=2048, gemm_repeats=5, read_mib=64)
+FULL = dict(
+    presets="small,original",
+    batch_sizes="1,16,64",
+    backends="reference,fast",
+    dtypes="fp32,bf16",
+    seconds=20.0,
+    sentences=4096,
+    warmup=2,
+    gemm_size=2048,
+    gemm_repeats=10,
+    read_mib=1024,
+)
+QUICK = dict(
+    presets="tiny,small",
+    batch_sizes="1,8",
+    backends="reference,fast",
+    dtypes="fp32,bf16",
+    seconds=0.5,
+    sentences=64,
+    warmup=1,
+    gemm_size=2048,
+    gemm_repeats=5,
+    read_mib=64,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,7 +122,9 @@ def weight_bytes(options, dtype: str) -> dict[str, int]:
     F, P, C, L = o.n_filters, o.projection_dim, o.cell_dim, o.n_layers
     return {
         "step": 2 * L * (4 * C * P + P * C) * size,
-        "sentence_front": sum(w * o.char_dim * n for w, n in o.filters) * 4 + o.n_highway * 2 * F * F * size + F * P * size,
+        "sentence_front": sum(w * o.char_dim * n for w, n in o.filters) * 4
+        + o.n_highway * 2 * F * F * size
+        + F * P * size,
         "sentence_lstm": 2 * 4 * C * P * 4 + 2 * (L - 1) * 4 * C * P * size,
     }
 
@@ -111,10 +134,13 @@ def read_bandwidth(mib: int, repeats: int = 10) -> dict:
     torch.sum in fp32 (best of ``repeats`` after one warm-up call each); "max" is the bound's BW."""
     out: dict = {"mib": mib}
     busy0, own0, wall0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
-    for name, dtype, op in (("mv_fp32", torch.float32, "mv"), ("mv_bf16", torch.bfloat16, "mv"),
-                            ("sum_fp32", torch.float32, "sum")):
+    for name, dtype, op in (
+        ("mv_fp32", torch.float32, "mv"),
+        ("mv_bf16", torch.bfloat16, "mv"),
+        ("sum_fp32", torch.float32, "sum"),
+    ):
         size = torch.empty(0, dtype=dtype).element_size()
-        rows = max(1, mib * 2 ** 20 // (4096 * size))
+        rows = max(1, mib * 2**20 // (4096 * size))
         try:
             w = torch.empty(rows, 4096, dtype=dtype).uniform_(-1, 1)
             x = torch.empty(4096, dtype=dtype).uniform_(-1, 1)
@@ -141,7 +167,7 @@ class SumReader:
     """The read rate (GB/s) of torch.sum over one buffer of ``mib`` MiB kept for the whole run."""
 
     def __init__(self, mib: int):
-        self.buf = torch.empty(max(1, mib * 2 ** 18)).uniform_(-1, 1)
+        self.buf = torch.empty(max(1, mib * 2**18)).uniform_(-1, 1)
         self.buf.sum()
 
     def rate(self, repeats: int = 5) -> float:
@@ -170,7 +196,7 @@ def gemm_rate(dtype: torch.dtype, n: int, repeats: int) -> tuple[float | None, f
             times.append(time.perf_counter() - start)
     except RuntimeError:
         return None, None
-    return 2 * n ** 3 / float(np.median(times)) / 1e9, _foreign(busy0, own0, wall0)
+    return 2 * n**3 / float(np.median(times)) / 1e9, _foreign(busy0, own0, wall0)
 
 
 def _lscpu() -> dict[str, str]:
@@ -309,8 +335,11 @@ def wait_quiet(max_s: float, threshold: float = 0.10) -> float | None:
         if busy is None or busy < threshold or time.monotonic() - start >= max_s:
             return busy
         if not said:
-            print(f"bench_cpu: the machine is {busy:.0%} busy; waiting up to {max_s:.0f} s for it to quieten",
-                  file=sys.stderr, flush=True)
+            print(
+                f"bench_cpu: the machine is {busy:.0%} busy; waiting up to {max_s:.0f} s for it to quieten",
+                file=sys.stderr,
+                flush=True,
+            )
             said = True
 
 
@@ -331,6 +360,7 @@ def run_one(cfg: dict) -> dict:
     """Load, warm up, measure one configuration; returns its numbers (run in a fresh process)."""
     torch.set_num_threads(cfg["threads"])
     from corpus import make_sentences
+
     from elmo_fast import ElmoEmbedder
 
     kwargs = dict(backend=cfg["backend"], batch_size=cfg["batch_size"], token_cache_mb=cfg["token_cache_mb"])
@@ -353,7 +383,7 @@ def run_one(cfg: dict) -> dict:
     warm_done, warm_s = 0, 0.0
     for i in range(0, len(warm), bs):
         t = time.perf_counter()
-        embedder.embed_batch(warm[i:i + bs])
+        embedder.embed_batch(warm[i : i + bs])
         warm_s += time.perf_counter() - t
         warm_done += 1
         if warm_s > budget / 4:
@@ -373,7 +403,7 @@ def run_one(cfg: dict) -> dict:
     # Other processes' CPU use while this row runs: the machine's busy time minus this process's.
     busy0, own0, wall0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
     for i in range(0, len(sentences), bs):
-        batch = sentences[i:i + bs]
+        batch = sentences[i : i + bs]
         t = time.perf_counter()
         embedder.embed_batch(batch)
         dt = time.perf_counter() - t
@@ -466,11 +496,22 @@ def build_configs(args, presets, batch_sizes, backends, dtypes, model_files) -> 
                     if backend != "reference" and bs == cache_batch:
                         modes.append(("on", args.token_cache_mb))
                     for cache, mb in modes:
-                        configs.append(dict(
-                            preset=preset, backend=backend, dtype=dtype, batch_size=bs, cache=cache,
-                            token_cache_mb=mb, seconds=args.seconds, sentences=args.sentences,
-                            warmup=args.warmup, threads=args.threads,
-                            options_file=model_files[preset][0], weight_file=model_files[preset][1]))
+                        configs.append(
+                            dict(
+                                preset=preset,
+                                backend=backend,
+                                dtype=dtype,
+                                batch_size=bs,
+                                cache=cache,
+                                token_cache_mb=mb,
+                                seconds=args.seconds,
+                                sentences=args.sentences,
+                                warmup=args.warmup,
+                                threads=args.threads,
+                                options_file=model_files[preset][0],
+                                weight_file=model_files[preset][1],
+                            )
+                        )
     return configs
 
 
@@ -480,8 +521,11 @@ def derive(rows: list[dict], flops: dict[str, dict], gemm: dict, wbytes: dict | 
     # Other processes can only slow a GEMM down: the higher of the two measurements is the machine's.
     rates = [g for g in (gemm.get("fp32_gflops"), gemm.get("fp32_end_gflops")) if g]
     sgemm = gemm["sgemm_gflops"] = max(rates) if rates else None
-    refs = {(r["preset"], r["batch_size"], r["dtype"]): r for r in rows
-            if r.get("ok") and r["resolved_backend"] == "reference" and r["backend"] == "reference"}
+    refs = {
+        (r["preset"], r["batch_size"], r["dtype"]): r
+        for r in rows
+        if r.get("ok") and r["resolved_backend"] == "reference" and r["backend"] == "reference"
+    }
     for r in rows:
         if not r.get("ok"):
             continue
@@ -530,8 +574,11 @@ def _read(read: dict) -> str:
     parts = ", ".join(f"{k} {_f(read.get(k), '{:.1f}')}" for k in ("mv_fp32", "mv_bf16", "sum_fp32"))
     foreign = read.get("foreign_cpu_fraction")
     mark = f" †{foreign:.0%}" if foreign is not None and foreign > BUSY_MARK else ""
-    ends = f", {_f(read['start_gbs'], '{:.1f}')} at the start and {_f(read['end_gbs'], '{:.1f}')} at the end" \
-        if "start_gbs" in read else ""
+    ends = (
+        f", {_f(read['start_gbs'], '{:.1f}')} at the start and {_f(read['end_gbs'], '{:.1f}')} at the end"
+        if "start_gbs" in read
+        else ""
+    )
     return f"**{_f(read.get('max'), '{:.1f}')} GB/s** (the BW of the bound{ends}; best GB/s: {parts}){mark}"
 
 
@@ -543,18 +590,25 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
     out = []
     for preset in dict.fromkeys(r["preset"] for r in rows):
         fl = flops[preset]
-        out.append(f"**{preset}**: {fl['total'] / 1e6:.1f} MFLOP/token nominal (char CNN {fl['char_cnn'] / 1e6:.1f}, "
-                   f"highway {fl['highway'] / 1e6:.1f}, projection {fl['projection'] / 1e6:.1f}, "
-                   f"LSTM {fl['lstm'] / 1e6:.1f})\n")
-        out.append("| backend | dtype | batch | token cache | sentences | tokens/s | sentences/s | p50 ms | p90 ms "
-                   "| peak RSS MB | char CNN | highway | LSTM | other | GFLOP/s | % SGEMM | % bf16 GEMM | BW bound tokens/s "
-                   "| % bound | speedup |")
+        out.append(
+            f"**{preset}**: {fl['total'] / 1e6:.1f} MFLOP/token nominal (char CNN {fl['char_cnn'] / 1e6:.1f}, "
+            f"highway {fl['highway'] / 1e6:.1f}, projection {fl['projection'] / 1e6:.1f}, "
+            f"LSTM {fl['lstm'] / 1e6:.1f})\n"
+        )
+        out.append(
+            "| backend | dtype | batch | token cache | sentences | tokens/s | sentences/s | p50 ms | p90 ms "
+            "| peak RSS MB | char CNN | highway | LSTM | other | GFLOP/s | % SGEMM | % bf16 GEMM | BW bound tokens/s "
+            "| % bound | speedup |"
+        )
         out.append("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for r in rows:
             if r["preset"] != preset:
                 continue
-            backend = r["backend"] if r.get("resolved_backend", r["backend"]) == r["backend"] \
+            backend = (
+                r["backend"]
+                if r.get("resolved_backend", r["backend"]) == r["backend"]
                 else f"{r['backend']}→{r['resolved_backend']}"
+            )
             cache = r["cache"]
             if r.get("cache_hit_rate") is not None and cache == "on":
                 cache = f"on ({r['cache_hit_rate']:.0%} hits)"
@@ -580,11 +634,14 @@ def markdown_tables(rows: list[dict], flops: dict, gemm: dict, notes: list[str])
                 f"| {_f(r['fraction_of_bf16_gemm'] and 100 * r['fraction_of_bf16_gemm'], '{:.1f}%')} "
                 f"| {_f(r.get('bound_tokens_per_s') and _num(r['bound_tokens_per_s']), '{}')}"
                 f"{f' ({bw:.0f} GB/s)' if (bw := r.get('bound_tokens_per_s') and r.get('read_gbs')) else ''} "
-                f"| {_f(r.get('fraction_of_bound') and 100 * r['fraction_of_bound'], '{:.0f}%')} | {speedup} |")
+                f"| {_f(r.get('fraction_of_bound') and 100 * r['fraction_of_bound'], '{:.0f}%')} | {speedup} |"
+            )
         out.append("")
     if any((r.get("foreign_cpu_fraction") or 0) > BUSY_MARK for r in rows):
-        notes = [f"†N%: other processes kept N% of the machine's CPU time busy while the row ran "
-                 f"(steal included); its numbers are not clean, run it again on a quiet machine."] + notes
+        notes = [
+            "†N%: other processes kept N% of the machine's CPU time busy while the row ran "
+            "(steal included); its numbers are not clean, run it again on a quiet machine."
+        ] + notes
     if notes:
         out.append("Notes: " + " ".join(notes) + "\n")
     return "\n".join(out)
@@ -599,13 +656,18 @@ def calibration_markdown(rows: list[dict], mode: str) -> str:
             seen.setdefault((r["preset"], r["dtype"]), r)
     if not seen:
         return ""
-    out = [f"Calibration ({mode}; `tuning`: [GEMV rows in turn, GEMV rows concurrently, "
-           "directions concurrently from rows], -1 the kernel's default):", ""]
+    out = [
+        f"Calibration ({mode}; `tuning`: [GEMV rows in turn, GEMV rows concurrently, "
+        "directions concurrently from rows], -1 the kernel's default):",
+        "",
+    ]
     for (preset, dtype), r in seen.items():
         t = r["tuning"]
-        out.append(f"- {preset} {dtype}: tuning {t['lstm']}, layer-0 gates GEMV rows {t['linear_gemv_rows']}, "
-                   f"highway GEMV rows {t['highway_gemv_rows']}, LSTM weights {'packed' if t['packed'] else 'plain'} "
-                   f"({r['tuning_s']:.2f} s in the first row)")
+        out.append(
+            f"- {preset} {dtype}: tuning {t['lstm']}, layer-0 gates GEMV rows {t['linear_gemv_rows']}, "
+            f"highway GEMV rows {t['highway_gemv_rows']}, LSTM weights {'packed' if t['packed'] else 'plain'} "
+            f"({r['tuning_s']:.2f} s in the first row)"
+        )
     return "\n".join(out)
 
 
@@ -651,8 +713,14 @@ def section_markdown(result: dict) -> str:
         f"fp32 **{_f(g['sgemm_gflops'])} GFLOP/s** (the higher of {_rate(g, 'fp32')} at the start and "
         f"{_rate(g, 'fp32_end')} at the end: the *% SGEMM* base); bf16 {_rate(g, 'bf16')}",
         f"- {result['formula']}",
-        *([f"- read rate ({g['read']['mib']} MiB, {m['torch_threads']} threads): {_read(g['read'])}",
-           f"- {result['bound_formula']}"] if g.get("read") else []),
+        *(
+            [
+                f"- read rate ({g['read']['mib']} MiB, {m['torch_threads']} threads): {_read(g['read'])}",
+                f"- {result['bound_formula']}",
+            ]
+            if g.get("read")
+            else []
+        ),
         "",
         result["tables"],
         *([result["calibration"], ""] if result.get("calibration") else []),
@@ -676,18 +744,22 @@ def update_benchmarks_md(path: Path, result: dict) -> None:
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     sections = {m.group(1): m.group(0) for m in _CPU_SECTION.finditer(old)}
     key = machine_key(result["machine"])
-    sections[key] = f"<!-- bench_cpu:begin {key} -->\n{section_markdown(result).rstrip()}\n<!-- bench_cpu:end {key} -->\n"
+    sections[key] = (
+        f"<!-- bench_cpu:begin {key} -->\n{section_markdown(result).rstrip()}\n<!-- bench_cpu:end {key} -->\n"
+    )
     gpu = _GPU_SECTION.search(old)
     gpu_text = gpu.group(0) if gpu else f"<!-- gpu:begin -->\n{GPU_PLACEHOLDER}<!-- gpu:end -->\n"
-    text = "\n".join([
-        "# Benchmarks\n",
-        "CPU sections are written by `python benchmarks/bench_cpu.py --update-benchmarks-md`, one per machine:",
-        "a new run replaces its own machine's section and keeps the others. Numbers from random weights of",
-        "the official shapes (`elmo_fast.formats.random_models.random_model`): speed does not depend on the",
-        "weights' values.\n",
-        *[sections[k] for k in sorted(sections)],
-        gpu_text,
-    ]) + (old[gpu.end():] if gpu else "")
+    text = "\n".join(
+        [
+            "# Benchmarks\n",
+            "CPU sections are written by `python benchmarks/bench_cpu.py --update-benchmarks-md`, one per machine:",
+            "a new run replaces its own machine's section and keeps the others. Numbers from random weights of",
+            "the official shapes (`elmo_fast.formats.random_models.random_model`): speed does not depend on the",
+            "weights' values.\n",
+            *[sections[k] for k in sorted(sections)],
+            gpu_text,
+        ]
+    ) + (old[gpu.end() :] if gpu else "")
     path.write_text(text, encoding="utf-8")
 
 
@@ -695,46 +767,91 @@ def update_benchmarks_md(path: Path, result: dict) -> None:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--presets", help=f"comma-separated presets (default {FULL['presets']}; --quick: {QUICK['presets']})")
-    p.add_argument("--batch-sizes", help=f"comma-separated (default {FULL['batch_sizes']}); the token cache is "
-                                         f"measured on and off at the largest")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--presets", help=f"comma-separated presets (default {FULL['presets']}; --quick: {QUICK['presets']})"
+    )
+    p.add_argument(
+        "--batch-sizes",
+        help=f"comma-separated (default {FULL['batch_sizes']}); the token cache is measured on and off at the largest",
+    )
     p.add_argument("--backends", help=f"comma-separated, of reference, fast, auto (default {FULL['backends']})")
-    p.add_argument("--dtypes", help=f"comma-separated, of fp32, bf16 (default {FULL['dtypes']}); bf16 runs on "
-                                    f"the fast path only, and is skipped, with a note, when the model has no dtype=")
+    p.add_argument(
+        "--dtypes",
+        help=f"comma-separated, of fp32, bf16 (default {FULL['dtypes']}); bf16 runs on "
+        f"the fast path only, and is skipped, with a note, when the model has no dtype=",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch threads, for the model and the GEMM rate (default 2)")
-    p.add_argument("--seconds", type=float, help=f"measured time budget per configuration (default {FULL['seconds']:g})")
-    p.add_argument("--sentences", type=int, help=f"corpus size: at most this many sentences measured per "
-                                                  f"configuration (default {FULL['sentences']})")
-    p.add_argument("--warmup", type=int, help=f"warm-up batches (default {FULL['warmup']}; fewer when one batch "
-                                              f"takes over a quarter of the budget)")
-    p.add_argument("--token-cache-mb", type=float, default=256.0, help="token cache size of the 'on' rows (default 256)")
+    p.add_argument(
+        "--seconds", type=float, help=f"measured time budget per configuration (default {FULL['seconds']:g})"
+    )
+    p.add_argument(
+        "--sentences",
+        type=int,
+        help=f"corpus size: at most this many sentences measured per configuration (default {FULL['sentences']})",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        help=f"warm-up batches (default {FULL['warmup']}; fewer when one batch takes over a quarter of the budget)",
+    )
+    p.add_argument(
+        "--token-cache-mb", type=float, default=256.0, help="token cache size of the 'on' rows (default 256)"
+    )
     p.add_argument("--gemm-size", type=int, help=f"n of the n^3 GEMM rate (default {FULL['gemm_size']})")
     p.add_argument("--gemm-repeats", type=int, help=f"timed GEMMs, median taken (default {FULL['gemm_repeats']})")
-    p.add_argument("--read-mib", type=int,
-                   help=f"MiB read to measure the batch-1 bound's bandwidth (default {FULL['read_mib']}; "
-                        f"--quick: {QUICK['read_mib']}); 0 skips it")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
-                   help=f"where random models are written once, per preset (default {DEFAULT_CACHE_DIR})")
+    p.add_argument(
+        "--read-mib",
+        type=int,
+        help=f"MiB read to measure the batch-1 bound's bandwidth (default {FULL['read_mib']}; "
+        f"--quick: {QUICK['read_mib']}); 0 skips it",
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=DEFAULT_CACHE_DIR,
+        help=f"where random models are written once, per preset (default {DEFAULT_CACHE_DIR})",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a configuration's process is killed")
-    p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                   help="before each configuration, wait up to SECONDS for other processes to leave the CPUs "
-                        "(under 10%% busy over 1 s); rows run while others were busy are marked anyway")
-    p.add_argument("--retries", type=int, default=0,
-                   help="run a configuration again, up to this many times, while other processes used over "
-                        f"{100 * BUSY_MARK:.0f}%% of the CPUs during it; the least disturbed attempt is kept (default 0)")
-    p.add_argument("--calibration", choices=("on", "off", "refresh"),
-                   help="ELMO_FAST_CALIBRATION for the rows: measure the CPU kernels' choices at first use (on, "
-                        "elmo-fast's default; kept in its cache for later processes), use the kernels' defaults "
-                        "(off), or measure again for this run (refresh: each preset and dtype's first row "
-                        "measures into a store of the run's own, the others read it). Default: the environment's")
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="before each configuration, wait up to SECONDS for other processes to leave the CPUs "
+        "(under 10%% busy over 1 s); rows run while others were busy are marked anyway",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=0,
+        help="run a configuration again, up to this many times, while other processes used over "
+        f"{100 * BUSY_MARK:.0f}%% of the CPUs during it; the least disturbed attempt is kept (default 0)",
+    )
+    p.add_argument(
+        "--calibration",
+        choices=("on", "off", "refresh"),
+        help="ELMO_FAST_CALIBRATION for the rows: measure the CPU kernels' choices at first use (on, "
+        "elmo-fast's default; kept in its cache for later processes), use the kernels' defaults "
+        "(off), or measure again for this run (refresh: each preset and dtype's first row "
+        "measures into a store of the run's own, the others read it). Default: the environment's",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, finishes in well under a minute")
     p.add_argument("--json", type=Path, metavar="PATH", help="write every number, machine facts included, as JSON")
     p.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown tables")
-    p.add_argument("--update-benchmarks-md", action="store_true",
-                   help="rewrite this machine's section of BENCHMARKS.md (see --benchmarks-md)")
-    p.add_argument("--benchmarks-md", type=Path, metavar="PATH",
-                   help=f"the file --update-benchmarks-md rewrites (default {DEFAULT_BENCHMARKS_MD})")
+    p.add_argument(
+        "--update-benchmarks-md",
+        action="store_true",
+        help="rewrite this machine's section of BENCHMARKS.md (see --benchmarks-md)",
+    )
+    p.add_argument(
+        "--benchmarks-md",
+        type=Path,
+        metavar="PATH",
+        help=f"the file --update-benchmarks-md rewrites (default {DEFAULT_BENCHMARKS_MD})",
+    )
     args = p.parse_args(argv)
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
@@ -793,12 +910,16 @@ def main(argv=None) -> int:
     info["busy_before_run"] = busy
     if busy is not None and busy > 0.10:
         notes.append(f"The machine was {busy:.0%} busy with other work just before this run.")
-        print(f"bench_cpu: warning: the machine is {busy:.0%} busy with other work; numbers will not be clean",
-              file=sys.stderr)
+        print(
+            f"bench_cpu: warning: the machine is {busy:.0%} busy with other work; numbers will not be clean",
+            file=sys.stderr,
+        )
     print(f"bench_cpu: GEMM rate ({args.gemm_size}^3, {args.threads} threads)...", file=sys.stderr)
     gemm = {"size": args.gemm_size, "repeats": args.gemm_repeats}
     gemm["fp32_gflops"], gemm["fp32_foreign_cpu_fraction"] = gemm_rate(torch.float32, args.gemm_size, args.gemm_repeats)
-    gemm["bf16_gflops"], gemm["bf16_foreign_cpu_fraction"] = gemm_rate(torch.bfloat16, args.gemm_size, args.gemm_repeats)
+    gemm["bf16_gflops"], gemm["bf16_foreign_cpu_fraction"] = gemm_rate(
+        torch.bfloat16, args.gemm_size, args.gemm_repeats
+    )
 
     if args.read_mib > 0 and 1 in batch_sizes:
         print(f"bench_cpu: read rate ({args.read_mib} MiB, {args.threads} threads)...", file=sys.stderr)
@@ -826,8 +947,11 @@ def main(argv=None) -> int:
         for attempt in range(1, args.retries + 2):
             if args.wait_quiet > 0 and (n > 1 or attempt > 1):
                 wait_quiet(args.wait_quiet)
-            print(f"bench_cpu: [{n}/{len(configs)}] {label}{f' (attempt {attempt})' if attempt > 1 else ''} ...",
-                  file=sys.stderr, flush=True)
+            print(
+                f"bench_cpu: [{n}/{len(configs)}] {label}{f' (attempt {attempt})' if attempt > 1 else ''} ...",
+                file=sys.stderr,
+                flush=True,
+            )
             before = reader.rate() if reader is not None and cfg["batch_size"] == 1 else None
             new = run_isolated(cfg, args.timeout)
             if before is not None:
@@ -844,8 +968,11 @@ def main(argv=None) -> int:
         row.update(result)
         rows.append(row)
         if row["ok"]:
-            print(f"bench_cpu:     {row['tokens_per_s']:.0f} tokens/s over {row['sentences']} sentences, "
-                  f"p50 {row['latency_ms_p50']:.1f} ms, peak RSS {row['peak_rss_mb']:.0f} MB", file=sys.stderr)
+            print(
+                f"bench_cpu:     {row['tokens_per_s']:.0f} tokens/s over {row['sentences']} sentences, "
+                f"p50 {row['latency_ms_p50']:.1f} ms, peak RSS {row['peak_rss_mb']:.0f} MB",
+                file=sys.stderr,
+            )
         else:
             print(f"bench_cpu:     not measured: {row['error']}", file=sys.stderr)
 
@@ -854,29 +981,55 @@ def main(argv=None) -> int:
     if gemm.get("read"):  # other processes can only slow a read down: the faster measurement is the machine's
         end = read_bandwidth(args.read_mib)
         start = gemm["read"]
-        merged = {k: max((v for v in (start.get(k), end.get(k)) if v), default=None)
-                  for k in ("mv_fp32", "mv_bf16", "sum_fp32", "max")}
-        gemm["read"] = {"mib": args.read_mib, **merged, "start_gbs": start.get("max"), "end_gbs": end.get("max"),
-                        "foreign_cpu_fraction": min(start.get("foreign_cpu_fraction") or 0.0,
-                                                    end.get("foreign_cpu_fraction") or 0.0)}
+        merged = {
+            k: max((v for v in (start.get(k), end.get(k)) if v), default=None)
+            for k in ("mv_fp32", "mv_bf16", "sum_fp32", "max")
+        }
+        gemm["read"] = {
+            "mib": args.read_mib,
+            **merged,
+            "start_gbs": start.get("max"),
+            "end_gbs": end.get("max"),
+            "foreign_cpu_fraction": min(
+                start.get("foreign_cpu_fraction") or 0.0, end.get("foreign_cpu_fraction") or 0.0
+            ),
+        }
     gemm["fp32_end_gflops"], gemm["fp32_end_foreign_cpu_fraction"] = gemm_rate(
-        torch.float32, args.gemm_size, args.gemm_repeats)
+        torch.float32, args.gemm_size, args.gemm_repeats
+    )
     wbytes = {(p, d): weight_bytes(PRESETS[p], d) for p in presets for d in dtypes}
     derive(rows, flops, gemm, wbytes)
     tables = markdown_tables(rows, flops, gemm, notes)
-    calibration = calibration_markdown(rows, "--calibration refresh: measured in this run" if args.calibration == "refresh"
-                                       else f"ELMO_FAST_CALIBRATION={os.environ.get('ELMO_FAST_CALIBRATION', 'on')}")
-    result = {"machine": info, "command": command, "formula": FLOPS_FORMULA, "bound_formula": BOUND_FORMULA,
-              "gemm": gemm, "weight_bytes": {f"{p} {d}": v for (p, d), v in wbytes.items()},
-              "flops_per_token": flops, "settings": {k: getattr(args, k) for k in (
-                  "seconds", "sentences", "warmup", "threads", "token_cache_mb", "quick")},
-              "rows": rows, "notes": notes, "tables": tables, "calibration": calibration}
+    calibration = calibration_markdown(
+        rows,
+        "--calibration refresh: measured in this run"
+        if args.calibration == "refresh"
+        else f"ELMO_FAST_CALIBRATION={os.environ.get('ELMO_FAST_CALIBRATION', 'on')}",
+    )
+    result = {
+        "machine": info,
+        "command": command,
+        "formula": FLOPS_FORMULA,
+        "bound_formula": BOUND_FORMULA,
+        "gemm": gemm,
+        "weight_bytes": {f"{p} {d}": v for (p, d), v in wbytes.items()},
+        "flops_per_token": flops,
+        "settings": {
+            k: getattr(args, k) for k in ("seconds", "sentences", "warmup", "threads", "token_cache_mb", "quick")
+        },
+        "rows": rows,
+        "notes": notes,
+        "tables": tables,
+        "calibration": calibration,
+    }
 
-    header = (f"{machine_key(info)}; torch {info['torch']}, MKL {info['mkl']}, oneDNN {info['onednn']}, "
-              f"{args.threads} threads; {info['date']}\n"
-              f"SGEMM {_f(gemm['sgemm_gflops'])} GFLOP/s (start {_rate(gemm, 'fp32')}, end {_rate(gemm, 'fp32_end')}), "
-              f"bf16 GEMM {_rate(gemm, 'bf16')} ({args.gemm_size}^3)\n{FLOPS_FORMULA}\n"
-              + (f"read rate {_read(gemm['read'])}\n{BOUND_FORMULA}\n" if gemm.get("read") else ""))
+    header = (
+        f"{machine_key(info)}; torch {info['torch']}, MKL {info['mkl']}, oneDNN {info['onednn']}, "
+        f"{args.threads} threads; {info['date']}\n"
+        f"SGEMM {_f(gemm['sgemm_gflops'])} GFLOP/s (start {_rate(gemm, 'fp32')}, end {_rate(gemm, 'fp32_end')}), "
+        f"bf16 GEMM {_rate(gemm, 'bf16')} ({args.gemm_size}^3)\n{FLOPS_FORMULA}\n"
+        + (f"read rate {_read(gemm['read'])}\n{BOUND_FORMULA}\n" if gemm.get("read") else "")
+    )
     print(header)
     print(tables)
     if calibration:

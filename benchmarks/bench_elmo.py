@@ -14,6 +14,7 @@ Rows, fast backend vs reference backend in the same process, on the same sentenc
     functions over each distinct token of the batch once (no fast op has a backward).
 Median seconds of --repeats after one warm-up; tokens/s counts real tokens. Nothing asserts a speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,6 +34,7 @@ for p in (REPO, REPO / "benchmarks"):
 
 from bench_lstm import wait_quiet  # noqa: E402
 from corpus import make_sentences  # noqa: E402
+
 from elmo_fast import Elmo, batch_to_ids  # noqa: E402
 from elmo_fast.formats.random_models import random_model  # noqa: E402
 
@@ -62,16 +64,28 @@ def main() -> None:
     n_tokens = sum(map(len, sentences))
     with tempfile.TemporaryDirectory() as d:
         files = random_model(args.preset, d, seed=0)
-        models = {backend: Elmo(*files, num_output_representations=2, do_layer_norm=True, dropout=0.1,
-                                backend=backend) for backend in ("fast", "reference")}
-        tuned = {backend: Elmo(*files, num_output_representations=2, do_layer_norm=True, dropout=0.1, backend=backend,
-                               requires_grad=True) for backend in ("fast", "reference")}
+        models = {
+            backend: Elmo(*files, num_output_representations=2, do_layer_norm=True, dropout=0.1, backend=backend)
+            for backend in ("fast", "reference")
+        }
+        tuned = {
+            backend: Elmo(
+                *files,
+                num_output_representations=2,
+                do_layer_norm=True,
+                dropout=0.1,
+                backend=backend,
+                requires_grad=True,
+            )
+            for backend in ("fast", "reference")
+        }
 
     def infer(m):
         def run():
             m.eval()
             with torch.no_grad():
                 m(ids)
+
         return run
 
     def train(m):
@@ -80,6 +94,7 @@ def main() -> None:
             m.zero_grad(set_to_none=True)
             out = m(ids)["elmo_representations"]
             (out[0].square().mean() + out[1].mean()).backward()
+
         return run
 
     rows = []
@@ -89,13 +104,17 @@ def main() -> None:
     secs = {b: median_seconds(train(m), max(1, args.repeats // 2)) for b, m in tuned.items()}
     rows.append(("train, fine-tuned biLM", secs["reference"], secs["fast"]))
 
-    print(f"# Elmo (2 representations, layer norm), preset {args.preset}, batch {args.batch} sentences "
-          f"({n_tokens} tokens), {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}")
+    print(
+        f"# Elmo (2 representations, layer norm), preset {args.preset}, batch {args.batch} sentences "
+        f"({n_tokens} tokens), {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}"
+    )
     print("| | reference s | reference tok/s | fast s | fast tok/s | speedup |")
     print("|---|--:|--:|--:|--:|--:|")
     for name, ref, fast in rows:
-        print(f"| {name} | {ref:.3f} | {n_tokens / ref:,.0f} | {fast:.3f} | {n_tokens / fast:,.0f} | {ref / fast:.1f}x |")
+        print(
+            f"| {name} | {ref:.3f} | {n_tokens / ref:,.0f} | {fast:.3f} | {n_tokens / fast:,.0f} | {ref / fast:.1f}x |"
+        )
 
 
 if __name__ == "__main__":

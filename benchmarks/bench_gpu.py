@@ -29,6 +29,7 @@ convolution, highway, LSTM, over the valid positions) against a matmul measured 
 precision. Every config's output is compared with the reference's (max abs difference). Prints
 the machine, then a short table last; writes bench.json and bench.md into --out (default $OUT).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,12 +63,14 @@ def fast_bilm(char_ids, w):
     ids, mask = add_sentence_boundaries(char_ids)
     B, T2, W = ids.shape
     uniq, inverse = torch.unique(ids.reshape(B * T2, W), dim=0, return_inverse=True)
-    tokens = torch.ops.elmo_fast.char_cnn.default(uniq, w.char_embedding, list(w.conv_weights), list(w.conv_biases),
-                                                  o.activation)
+    tokens = torch.ops.elmo_fast.char_cnn.default(
+        uniq, w.char_embedding, list(w.conv_weights), list(w.conv_biases), o.activation
+    )
     tokens = ops.highway(tokens, list(w.highway_weights), list(w.highway_biases), w.proj_weight, w.proj_bias)
     lstm = flat_lstm_weights(w.lstm)
-    outputs, _, _ = torch.ops.elmo_fast.bilstm.default(layer0_gates_ref(tokens, lstm), inverse.view(B, T2),
-                                                       mask.sum(dim=1), lstm, o.cell_clip, o.proj_clip, None, None)
+    outputs, _, _ = torch.ops.elmo_fast.bilstm.default(
+        layer0_gates_ref(tokens, lstm), inverse.view(B, T2), mask.sum(dim=1), lstm, o.cell_clip, o.proj_clip, None, None
+    )
     token_vectors = tokens[inverse].view(B, T2, -1) * mask.unsqueeze(-1).to(tokens.dtype)
     return [torch.cat([token_vectors, token_vectors], dim=-1), *outputs.unbind(0)]
 
@@ -115,8 +118,7 @@ def matmul_ceiling(dtype, allow_tf32: bool, n: int = 8192) -> float:
     a = torch.randn(n, n, device="cuda", dtype=dtype)
     b = torch.randn(n, n, device="cuda", dtype=dtype)
     times = time_it(lambda: torch.mm(a, b), budget_s=0.5, min_iters=10, max_iters=10, warmup=3)
-    del a, b
-    return 2 * n ** 3 / percentile(times, 0.5) / 1e12
+    return 2 * n**3 / percentile(times, 0.5) / 1e12
 
 
 def max_diff(got, want) -> float:
@@ -148,15 +150,28 @@ def training_step_runner(options_file, weight_file, dev, backend, corpus, batch)
     words = sorted({w for s in corpus for w in s} - set(SPECIAL_TOKENS))
     vocab = Vocabulary([*SPECIAL_TOKENS, *words, *(f"w{i}" for i in range(100_000 - len(words) - 3))])
     bilm = ElmoBiLm(options_file, weight_file, backend=backend, requires_grad=True)
-    lm = BidirectionalLM(bilm, SoftmaxHead.initial(len(vocab), bilm.options.projection_dim,
-                                                   torch.Generator().manual_seed(0)),
-                         dropout=0.1, negative_samples=8192).to(dev).train()
+    lm = (
+        BidirectionalLM(
+            bilm,
+            SoftmaxHead.initial(len(vocab), bilm.options.projection_dim, torch.Generator().manual_seed(0)),
+            dropout=0.1,
+            negative_samples=8192,
+        )
+        .to(dev)
+        .train()
+    )
     opt = torch.optim.Adagrad(lm.parameters(), lr=0.2, initial_accumulator_value=1.0)
     batches = []
     for i in range(4):
-        b = sentence_batch(corpus[i * batch:(i + 1) * batch], vocab)
-        batches.append(type(b)(*(None if t is None else t.to(dev) for t in
-                                 (b.char_ids, b.lengths, b.fwd_targets, b.bwd_targets, b.bwd_char_ids))))
+        b = sentence_batch(corpus[i * batch : (i + 1) * batch], vocab)
+        batches.append(
+            type(b)(
+                *(
+                    None if t is None else t.to(dev)
+                    for t in (b.char_ids, b.lengths, b.fwd_targets, b.bwd_targets, b.bwd_char_ids)
+                )
+            )
+        )
     tokens = sum(int((b.fwd_targets >= 0).sum()) for b in batches) / len(batches)
     gen = torch.Generator().manual_seed(1)
     counter = iter(range(10**9))
@@ -177,8 +192,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="original")
     parser.add_argument("--batches", default="1,16,64,256")
-    parser.add_argument("--configs", default="reference,fast-fp32,fast-tf32,fast-bf16,model-fp32,model-graphs,"
-                                             "model-bf16")
+    parser.add_argument(
+        "--configs", default="reference,fast-fp32,fast-tf32,fast-bf16,model-fp32,model-graphs,model-bf16"
+    )
     parser.add_argument("--train-batches", default="64", help="batch sizes of the training rows ('' for none)")
     parser.add_argument("--train-configs", default="train-reference,train-fast-fp32,train-fast-tf32")
     parser.add_argument("--budget", type=float, default=1.5, help="seconds of timed calls per (config, batch)")
@@ -192,9 +208,14 @@ def main() -> int:
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     machine = {
-        "device": props.name, "sms": props.multi_processor_count, "memory_gb": round(props.total_memory / 2**30, 1),
-        "capability": f"{props.major}.{props.minor}", "torch": torch.__version__, "cuda": torch.version.cuda,
-        "python": platform.python_version(), "cuda_kernels": fast_ok,
+        "device": props.name,
+        "sms": props.multi_processor_count,
+        "memory_gb": round(props.total_memory / 2**30, 1),
+        "capability": f"{props.major}.{props.minor}",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "cuda_kernels": fast_ok,
     }
     print("bench_gpu: " + ", ".join(f"{k}={v}" for k, v in machine.items()), flush=True)
 
@@ -202,8 +223,10 @@ def main() -> int:
     ceilings = {"fp32": matmul_ceiling(torch.float32, False), "tf32": matmul_ceiling(torch.float32, True)}
     if bf16_ok:
         ceilings["bf16"] = matmul_ceiling(torch.bfloat16, False)
-    print("bench_gpu: matmul ceilings (8192^3, TFLOP/s): " + ", ".join(f"{k} {v:.1f}" for k, v in ceilings.items()),
-          flush=True)
+    print(
+        "bench_gpu: matmul ceilings (8192^3, TFLOP/s): " + ", ".join(f"{k} {v:.1f}" for k, v in ceilings.items()),
+        flush=True,
+    )
 
     tmp_dir = tempfile.TemporaryDirectory()
     options_file, weight_file = random_model(args.preset, tmp_dir.name, seed=0)
@@ -227,6 +250,7 @@ def main() -> int:
             if name not in model_runners:  # made on first use: a config left out costs nothing
                 model_runners[name] = make_model_runner(options_file, weight_file, dev, **kwargs)
             return model_runners[name](ids_cpu)
+
         return run
 
     runners = {
@@ -243,7 +267,7 @@ def main() -> int:
     try:  # SIGINT (gpu_check.sh's budget): the rows measured so far are still written
         for batch in batches:
             # a few different batches in rotation, as a real corpus would give
-            groups = [corpus[i * batch:(i + 1) * batch] for i in range(4)]
+            groups = [corpus[i * batch : (i + 1) * batch] for i in range(4)]
             cpu_sets = [batch_to_ids(g) for g in groups]
             id_sets = [ids.to(dev) for ids in cpu_sets]
             lengths = [[len(s) for s in g] for g in groups]
@@ -271,25 +295,37 @@ def main() -> int:
                     torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
                     # model-graphs: each batch of the rotation seen once, then captured, before timing
-                    times = time_it(lambda: fn(*(lambda k: (id_sets[k], cpu_sets[k]))(next(counter) % len(id_sets))),
-                                    args.budget, warmup=2 * len(id_sets) + 1 if name == "model-graphs" else 2)
+                    times = time_it(
+                        lambda: fn(*(lambda k: (id_sets[k], cpu_sets[k]))(next(counter) % len(id_sets))),
+                        args.budget,
+                        warmup=2 * len(id_sets) + 1 if name == "model-graphs" else 2,
+                    )
                 except Exception as e:  # keep going: one failing config must not hide the others
                     row["error"] = f"{type(e).__name__}: {e}"[:300]
                     rows.append(row)
                     print(f"bench_gpu: {name} batch {batch}: {row['error']}", flush=True)
                     continue
                 p50, p90 = percentile(times, 0.5), percentile(times, 0.9)
-                row.update(p50_ms=p50 * 1e3, p90_ms=p90 * 1e3, iters=len(times), words_per_s=words / p50,
-                           peak_gb=torch.cuda.max_memory_allocated() / 2**30, tflops=flops / p50 / 1e12,
-                           ceiling_tflops=ceilings[precision])
+                row.update(
+                    p50_ms=p50 * 1e3,
+                    p90_ms=p90 * 1e3,
+                    iters=len(times),
+                    words_per_s=words / p50,
+                    peak_gb=torch.cuda.max_memory_allocated() / 2**30,
+                    tflops=flops / p50 / 1e12,
+                    ceiling_tflops=ceilings[precision],
+                )
                 row["pct_of_ceiling"] = 100 * row["tflops"] / row["ceiling_tflops"]
                 if name == "reference":
                     ref_p50 = p50
                 if ref_p50 is not None:
                     row["speedup_vs_reference"] = ref_p50 / p50
                 rows.append(row)
-                print(f"bench_gpu: {name:10s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
-                      f"words/s, diff {row['max_abs_diff_vs_reference']:.2e}", flush=True)
+                print(
+                    f"bench_gpu: {name:10s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
+                    f"words/s, diff {row['max_abs_diff_vs_reference']:.2e}",
+                    flush=True,
+                )
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
 
@@ -311,8 +347,9 @@ def main() -> int:
                 try:
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
-                    step, tokens = training_step_runner(options_file, weight_file, dev, "fast" if fast else "reference",
-                                                        corpus, batch)
+                    step, tokens = training_step_runner(
+                        options_file, weight_file, dev, "fast" if fast else "reference", corpus, batch
+                    )
                     times = time_it(step, args.budget, min_iters=3, max_iters=20, warmup=2)
                 except Exception as e:  # keep going: one failing config must not hide the others
                     row["error"] = f"{type(e).__name__}: {e}"[:300]
@@ -322,15 +359,24 @@ def main() -> int:
                 finally:
                     step = None
                 p50, p90 = percentile(times, 0.5), percentile(times, 0.9)
-                row.update(words=tokens, p50_ms=p50 * 1e3, p90_ms=p90 * 1e3, iters=len(times), words_per_s=tokens / p50,
-                           peak_gb=torch.cuda.max_memory_allocated() / 2**30)
+                row.update(
+                    words=tokens,
+                    p50_ms=p50 * 1e3,
+                    p90_ms=p90 * 1e3,
+                    iters=len(times),
+                    words_per_s=tokens / p50,
+                    peak_gb=torch.cuda.max_memory_allocated() / 2**30,
+                )
                 if name == "train-reference":
                     ref_p50 = p50
                 if ref_p50 is not None:
                     row["speedup_vs_reference"] = ref_p50 / p50
                 rows.append(row)
-                print(f"bench_gpu: {name:16s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
-                      "tokens/s (training step)", flush=True)
+                print(
+                    f"bench_gpu: {name:16s} batch {batch:4d}: p50 {row['p50_ms']:9.2f} ms, {row['words_per_s']:10.0f} "
+                    "tokens/s (training step)",
+                    flush=True,
+                )
     except KeyboardInterrupt:
         interrupted = True
         print("bench_gpu: interrupted (SIGINT): the rows measured so far follow", flush=True)
@@ -345,25 +391,42 @@ def main() -> int:
             lines.append(f"| {r['config']} | {r['batch']} | {r.get('skipped') or r.get('error')} |")
             continue
         if "tflops" not in r:  # a training row: tokens/s of a whole step
-            lines.append(f"| {r['config']} | {r['batch']} | {r['words_per_s']:.0f} | {r['p50_ms']:.2f} | "
-                         f"{r['p90_ms']:.2f} | {r['peak_gb']:.2f} | | | {r.get('speedup_vs_reference', float('nan')):.1f} |"
-                         " |")
+            lines.append(
+                f"| {r['config']} | {r['batch']} | {r['words_per_s']:.0f} | {r['p50_ms']:.2f} | "
+                f"{r['p90_ms']:.2f} | {r['peak_gb']:.2f} | | | {r.get('speedup_vs_reference', float('nan')):.1f} |"
+                " |"
+            )
             continue
-        lines.append(f"| {r['config']} | {r['batch']} | {r['words_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | "
-                     f"{r['peak_gb']:.2f} | {r['tflops']:.1f} | {r['pct_of_ceiling']:.0f} | "
-                     f"{r.get('speedup_vs_reference', float('nan')):.1f} | {r['max_abs_diff_vs_reference']:.1e} |")
+        lines.append(
+            f"| {r['config']} | {r['batch']} | {r['words_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | "
+            f"{r['peak_gb']:.2f} | {r['tflops']:.1f} | {r['pct_of_ceiling']:.0f} | "
+            f"{r.get('speedup_vs_reference', float('nan')):.1f} | {r['max_abs_diff_vs_reference']:.1e} |"
+        )
     table = "\n".join(lines)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json").write_text(json.dumps({"machine": machine, "ceilings_tflops": ceilings,
-                                                     "preset": args.preset, "interrupted": interrupted,
-                                                     "rows": rows}, indent=2))
-        (out / "bench.md").write_text(f"# bench_gpu ({args.preset})\n\n{json.dumps(machine)}\n\nmatmul ceilings "
-                                      f"(TFLOP/s): {json.dumps({k: round(v, 1) for k, v in ceilings.items()})}\n\n"
-                                      f"{table}\n")
-    print(f"\nbench_gpu: {args.preset} on {props.name}, torch {torch.__version__}; ceilings (TFLOP/s) "
-          + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.items()))
+        (out / "bench.json").write_text(
+            json.dumps(
+                {
+                    "machine": machine,
+                    "ceilings_tflops": ceilings,
+                    "preset": args.preset,
+                    "interrupted": interrupted,
+                    "rows": rows,
+                },
+                indent=2,
+            )
+        )
+        (out / "bench.md").write_text(
+            f"# bench_gpu ({args.preset})\n\n{json.dumps(machine)}\n\nmatmul ceilings "
+            f"(TFLOP/s): {json.dumps({k: round(v, 1) for k, v in ceilings.items()})}\n\n"
+            f"{table}\n"
+        )
+    print(
+        f"\nbench_gpu: {args.preset} on {props.name}, torch {torch.__version__}; ceilings (TFLOP/s) "
+        + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.items())
+    )
     print(table, flush=True)
     return 130 if interrupted else 0
 

@@ -7,6 +7,7 @@ A biLM on a GPU given its char ids on the CPU finds the distinct tokens on the h
 for it and on the CPU sorts whole rows. Both on the CPU, one thread, median of 7, over realistic
 sentences (benchmarks/corpus.py) with their boundaries.
 """
+
 import sys
 import time
 from pathlib import Path

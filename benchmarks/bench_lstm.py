@@ -13,6 +13,7 @@ the GEMMs (multiply-add = 2): per step, direction and layer 2*n*P*4C (recurrent)
 "busy" is the share of the machine's CPU time that other processes used during a row: rows with
 more than 5% were disturbed and should be rerun. Nothing here asserts a speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,8 +87,12 @@ def make_inputs(P: int, C: int, L: int, B: int, T: int, ragged: bool, seed: int 
     weights = []
     for _ in range(L):
         for _ in range(2):
-            weights += [randn(4 * C, P, std=P ** -0.5), randn(4 * C, P, std=0.35 * P ** -0.5),
-                        randn(4 * C, std=0.1), randn(P, C, std=1.5 * C ** -0.5)]
+            weights += [
+                randn(4 * C, P, std=P**-0.5),
+                randn(4 * C, P, std=0.35 * P**-0.5),
+                randn(4 * C, std=0.1),
+                randn(P, C, std=1.5 * C**-0.5),
+            ]
     U = B * T
     xg0 = randn(U, 2, 4 * C, std=1.0)
     token_index = torch.arange(U).view(B, T)
@@ -120,8 +125,10 @@ def standalone_gemms(P: int, C: int, B: int, T: int, warmup: int, repeats: int) 
         for name, m, k, n in shapes:
             a, w, out = torch.randn(m, k), torch.randn(n, k), torch.empty(m, n)
             t, busy = timed(lambda: torch.mm(a, w.t(), out=out), warmup, repeats)
-            lines.append(f"  {name:10s} [{m} x {k}] @ [{k} x {n}]  {nt} thread(s): {t * 1e3:8.3f} ms "
-                         f"{2 * m * k * n / t / 1e9:6.1f} GFLOP/s  busy {busy:.0%}")
+            lines.append(
+                f"  {name:10s} [{m} x {k}] @ [{k} x {n}]  {nt} thread(s): {t * 1e3:8.3f} ms "
+                f"{2 * m * k * n / t / 1e9:6.1f} GFLOP/s  busy {busy:.0%}"
+            )
     torch.set_num_threads(threads)
     return lines
 
@@ -144,9 +151,11 @@ def breakdown(fn) -> str:
     per_op = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
     gemm = sum(per_op.get(k, 0.0) for k in ("aten::mm", "aten::addmm"))
     copies = sum(per_op.get(k, 0.0) for k in ("aten::copy_", "aten::add"))
-    return (f"  breakdown (directions in turn): {total * 1e3:.1f} ms, ATen GEMMs {gemm * 1e3:.1f} ms "
-            f"({gemm / total:.0%}), ATen copies/adds {copies * 1e3:.1f} ms, rest {(total - gemm - copies) * 1e3:.1f} ms "
-            f"({(total - gemm - copies) / total:.0%})")
+    return (
+        f"  breakdown (directions in turn): {total * 1e3:.1f} ms, ATen GEMMs {gemm * 1e3:.1f} ms "
+        f"({gemm / total:.0%}), ATen copies/adds {copies * 1e3:.1f} ms, rest {(total - gemm - copies) * 1e3:.1f} ms "
+        f"({(total - gemm - copies) / total:.0%})"
+    )
 
 
 def main() -> None:
@@ -159,14 +168,23 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--weights", default="fp32", choices=["fp32", "bf16"],
-                    help="dtype of the GEMM weights (states and outputs stay fp32)")
+    ap.add_argument(
+        "--weights",
+        default="fp32",
+        choices=["fp32", "bf16"],
+        help="dtype of the GEMM weights (states and outputs stay fp32)",
+    )
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--modes", action="store_true", help="time both thread schedules of the op")
     ap.add_argument("--gemms", action="store_true", help="time the op's GEMM shapes standalone")
     ap.add_argument("--breakdown", action="store_true", help="profile where one call's time goes")
-    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
-                    help="before each row, wait up to S seconds for the other processes to go quiet")
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each row, wait up to S seconds for the other processes to go quiet",
+    )
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -174,10 +192,12 @@ def main() -> None:
     P, C = PRESETS[args.preset]
     L, T = args.layers, args.time
     knobs = {k: v for k, v in os.environ.items() if k.startswith("ELMO_FAST_")}
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, MKL {torch.backends.mkl.is_available()}; "
-          f"preset {args.preset} P={P} C={C} L={L} T={T} {'ragged' if args.ragged else 'full'} lengths, "
-          f"{args.weights} weights {knobs or ''}")
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, MKL {torch.backends.mkl.is_available()}; "
+        f"preset {args.preset} P={P} C={C} L={L} T={T} {'ragged' if args.ragged else 'full'} lengths, "
+        f"{args.weights} weights {knobs or ''}"
+    )
     modes = ["directions", "sequential"] if args.modes else [None]
     with torch.inference_mode():
         for B in [int(b) for b in args.batch.split(",")]:
@@ -186,24 +206,26 @@ def main() -> None:
                 weights = [w.bfloat16() if k % 4 != 2 else w for k, w in enumerate(weights)]
             fl = gemm_flops(P, C, L, lengths)
             total = sum(fl.values())
-            print(f"B={B}: GEMM GFLOP per call {total / 1e9:.2f} (recurrent {fl['recurrent'] / 1e9:.2f}, "
-                  f"projection {fl['projection'] / 1e9:.2f}, input {fl['input'] / 1e9:.2f})")
+            print(
+                f"B={B}: GEMM GFLOP per call {total / 1e9:.2f} (recurrent {fl['recurrent'] / 1e9:.2f}, "
+                f"projection {fl['projection'] / 1e9:.2f}, input {fl['input'] / 1e9:.2f})"
+            )
             rows = []
             for mode in modes:
                 if mode is not None:
                     os.environ["ELMO_FAST_BILSTM_THREADS"] = mode
                 if args.wait_quiet:
                     wait_quiet(args.wait_quiet)
-                t, busy = timed(lambda: ops.bilstm(xg0, index, lengths, weights, 3.0, 3.0), args.warmup,
-                                args.repeats)
+                t, busy = timed(lambda: ops.bilstm(xg0, index, lengths, weights, 3.0, 3.0), args.warmup, args.repeats)
                 rows.append((f"bilstm{'' if mode is None else ' [' + mode + ']'}", t, busy))
             os.environ.pop("ELMO_FAST_BILSTM_THREADS", None)
             if not args.no_reference:
                 if args.wait_quiet:
                     wait_quiet(args.wait_quiet)
                 ref_weights = [w.float() for w in weights]
-                t, busy = timed(lambda: bilstm_ref(xg0, index, lengths, ref_weights, 3.0, 3.0), 1,
-                                max(1, args.repeats // 2))
+                t, busy = timed(
+                    lambda: bilstm_ref(xg0, index, lengths, ref_weights, 3.0, 3.0), 1, max(1, args.repeats // 2)
+                )
                 rows.append(("bilstm_ref", t, busy))
             for name, t, busy in rows:
                 print(f"  {name:24s} {t * 1e3:9.2f} ms  {total / t / 1e9:6.1f} GFLOP/s  busy {busy:.0%}")

@@ -12,6 +12,7 @@ directions, over 2). "the rest" is what the step spends outside its GEMMs: the f
 passes (gates, cell, clips, bf16 rounding of the next GEMM's inputs) and the op's own overheads.
 Medians of --repeats after one warm-up call; random weights; nothing asserts a speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench_lstm import PRESETS  # noqa: E402
+
 from elmo_fast.bilm import ops  # noqa: E402
 
 
@@ -53,11 +55,17 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     w = []
     for _ in range(2):
-        w += [torch.randn(4 * C, P, generator=gen) * P ** -0.5, torch.randn(4 * C, P, generator=gen) * 0.3 * P ** -0.5,
-              torch.randn(4 * C, generator=gen) * 0.1, torch.randn(P, C, generator=gen) * C ** -0.5]
-    layouts = {"fp32 BLAS": w,
-               "fp32 packed": [t if k % 4 in (0, 2) else ops.pack_weight(t) for k, t in enumerate(w)],
-               "bf16 packed": [t if k % 4 in (0, 2) else ops.pack_weight(t.bfloat16()) for k, t in enumerate(w)]}
+        w += [
+            torch.randn(4 * C, P, generator=gen) * P**-0.5,
+            torch.randn(4 * C, P, generator=gen) * 0.3 * P**-0.5,
+            torch.randn(4 * C, generator=gen) * 0.1,
+            torch.randn(P, C, generator=gen) * C**-0.5,
+        ]
+    layouts = {
+        "fp32 BLAS": w,
+        "fp32 packed": [t if k % 4 in (0, 2) else ops.pack_weight(t) for k, t in enumerate(w)],
+        "bf16 packed": [t if k % 4 in (0, 2) else ops.pack_weight(t.bfloat16()) for k, t in enumerate(w)],
+    }
     print(f"# {args.preset} (P = {P}, C = {C}), {args.threads} threads, torch {torch.__version__}")
     print("| rows | layout | step ms | its GEMMs alone ms | GEMM GFLOP/s | the rest |")
     print("|--:|---|--:|--:|--:|--:|")
@@ -67,13 +75,25 @@ def main() -> None:
         lengths = torch.full((n,), args.steps)
         h, hc = torch.randn(n, P, generator=gen), torch.randn(n, C, generator=gen)
         for name, weights in layouts.items():
-            step = median_s(lambda: ops.bilstm(xg0, index, lengths, weights, 3.0, 3.0, None, None, [0, 0, 0]),
-                            args.repeats) / (2 * args.steps)
-            gemms = median_s(lambda: [ops.linear(h, weights[4 * d + 1], None, 0) for d in range(2)]
-                             + [ops.linear(hc, weights[4 * d + 3], None, 0) for d in range(2)], args.repeats) / 2
+            step = median_s(
+                lambda: ops.bilstm(xg0, index, lengths, weights, 3.0, 3.0, None, None, [0, 0, 0]), args.repeats
+            ) / (2 * args.steps)
+            gemms = (
+                median_s(
+                    lambda: (
+                        [ops.linear(h, weights[4 * d + 1], None, 0) for d in range(2)]
+                        + [ops.linear(hc, weights[4 * d + 3], None, 0) for d in range(2)]
+                    ),
+                    args.repeats,
+                )
+                / 2
+            )
             flops = 2 * n * (P * 4 * C + C * P)
-            print(f"| {n} | {name} | {step * 1e3:.3f} | {gemms * 1e3:.3f} | {flops / gemms / 1e9:.0f} "
-                  f"| {100 * (1 - gemms / step):.0f}% |", flush=True)
+            print(
+                f"| {n} | {name} | {step * 1e3:.3f} | {gemms * 1e3:.3f} | {flops / gemms / 1e9:.0f} "
+                f"| {100 * (1 - gemms / step):.0f}% |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

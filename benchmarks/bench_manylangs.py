@@ -17,6 +17,7 @@ The corpus: sentences of log-normal length (mean 25 tokens), words drawn Zipf-st
 model's vocabulary, 5% of them out of it. ELMoForManyLangs runs as users run it (stateful, its
 batches in random order); elmo-fast stateless, its token cache on (the default, 256 MB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,16 @@ for _path in (REPO, HERE):  # this tree's elmo_fast (not another installed copy)
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from bench_cpu import (_foreign, _machine_busy_s, _own_cpu_s, _peak_rss_mb, flops_per_token, gemm_rate,  # noqa: E402
-                       machine_info, wait_quiet)
+from bench_cpu import (  # noqa: E402
+    _foreign,
+    _machine_busy_s,
+    _own_cpu_s,
+    _peak_rss_mb,
+    flops_per_token,
+    gemm_rate,
+    machine_info,
+    wait_quiet,
+)
 
 DEFAULT_CACHE_DIR = Path("/tmp/elmo_fast_bench")
 N_WORDS, N_CHARS = 70_000, 3_000
@@ -79,7 +88,7 @@ def make_corpus(model_dir: Path, n: int, seed: int, mean_tokens: float = 25.0) -
     words = [w for w in read_dictionary(model_dir / "word.dic") if not w.startswith("<")]
     rng = np.random.default_rng(seed)
     sigma = 0.5
-    lengths = np.clip(np.round(rng.lognormal(np.log(mean_tokens) - sigma ** 2 / 2, sigma, n)), 1, 120).astype(int)
+    lengths = np.clip(np.round(rng.lognormal(np.log(mean_tokens) - sigma**2 / 2, sigma, n)), 1, 120).astype(int)
     p = 1.0 / np.arange(1, len(words) + 1)
     p /= p.sum()
     out = []
@@ -121,7 +130,7 @@ def run_one(cfg: dict) -> dict:
     total = 0.0
     busy0, own0, wall0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
     for i in range(0, len(corpus), chunk):
-        part = corpus[i:i + chunk]
+        part = corpus[i : i + chunk]
         t = time.perf_counter()
         out = embedder.sents2elmo(part, output_layer=-2)
         total += time.perf_counter() - t
@@ -130,10 +139,21 @@ def run_one(cfg: dict) -> dict:
         n_tok += sum(len(s) for s in part)
         if total >= budget:
             break
-    return {"system": system, "version": version, "batch_size": bs, "load_s": load_s, "warmup_s": warm_s,
-            "sentences": n_sent, "tokens": n_tok, "seconds": total, "tokens_per_s": n_tok / total,
-            "budget_hit": n_sent < len(corpus), "peak_rss_mb": _peak_rss_mb(),
-            "foreign_cpu_fraction": _foreign(busy0, own0, wall0), "torch_threads": torch.get_num_threads()}
+    return {
+        "system": system,
+        "version": version,
+        "batch_size": bs,
+        "load_s": load_s,
+        "warmup_s": warm_s,
+        "sentences": n_sent,
+        "tokens": n_tok,
+        "seconds": total,
+        "tokens_per_s": n_tok / total,
+        "budget_hit": n_sent < len(corpus),
+        "peak_rss_mb": _peak_rss_mb(),
+        "foreign_cpu_fraction": _foreign(busy0, own0, wall0),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def _gflops(value: float | None) -> str:
@@ -167,8 +187,10 @@ def _row(r: dict, base: dict | None, flops: int, sgemm: float | None) -> str:
     sents = f"{r['sentences']}" + (" (budget)" if r["budget_hit"] else "")
     gflops = r["tokens_per_s"] * flops / 1e9
     share = f"{gflops / sgemm:.0%}" if sgemm else "-"
-    return (f"| {r['system']} | {r['batch_size']} | {sents} | {r['tokens']:,} | {r['tokens_per_s']:,.0f}{mark} | "
-            f"{speed} | {gflops:.1f} | {share} | {r['load_s']:.1f} | {r['peak_rss_mb']:,.0f} |")
+    return (
+        f"| {r['system']} | {r['batch_size']} | {sents} | {r['tokens']:,} | {r['tokens_per_s']:,.0f}{mark} | "
+        f"{speed} | {gflops:.1f} | {share} | {r['load_s']:.1f} | {r['peak_rss_mb']:,.0f} |"
+    )
 
 
 def markdown(result: dict) -> str:
@@ -179,15 +201,19 @@ def markdown(result: dict) -> str:
         f"elmo-fast's `elmo_fast.manylangs.Embedder` against ELMoForManyLangs' own `Embedder` "
         f"({result['their_version']}), same model directory, same `sents2elmo(chunk, output_layer=-2)` "
         f"calls, each row in a fresh process. The model: random weights of "
-        + ("the released models' shapes (2048 filters, char dim 50, word dim 100, 2 highways, LSTM 4096/512, 2 layers), "
-           if result["preset"] == "released" else f"the '{result['preset']}' preset's shapes (a smoke run), ") +
-        f"{result['n_words']:,} words and {result['n_chars']:,} characters, in ELMoForManyLangs' layout (legacy "
+        + (
+            "the released models' shapes (2048 filters, char dim 50, word dim 100, 2 highways, LSTM 4096/512, 2 layers), "
+            if result["preset"] == "released"
+            else f"the '{result['preset']}' preset's shapes (a smoke run), "
+        )
+        + f"{result['n_words']:,} words and {result['n_chars']:,} characters, in ELMoForManyLangs' layout (legacy "
         f"pickles). Sentences: mean 25 tokens, words Zipf-drawn from the vocabulary, 5% out of it. "
         f"ELMoForManyLangs runs as users run it (stateful, its batches in random order); elmo-fast stateless, "
         f"fast path, token cache on (its default).",
         "",
         f"- machine: {m['cpu_model']} ({m['cpu_family_model']}), {m['logical_cpus']} logical CPUs"
-        + (f" under {m['hypervisor']}" if m.get("hypervisor") else "") + f"; {m['memory_gb']} GB RAM; "
+        + (f" under {m['hypervisor']}" if m.get("hypervisor") else "")
+        + f"; {m['memory_gb']} GB RAM; "
         f"torch {m['torch']} (CPU capability {m['cpu_capability']}; bf16 instructions: "
         f"{', '.join(m['bf16_hardware']) or 'none'}), {m['torch_threads']} threads; Python {m['python']}; {m['date']}",
         f"- load: {result['load_note']}",
@@ -206,7 +232,7 @@ def markdown(result: dict) -> str:
         lines += [_row(r, base, result["flops"]["total"], result["sgemm"]) for r in rows]
     lines += [
         "",
-        "*tokens/s*: real tokens over the time inside `sents2elmo`, after one warm-up call; \"(budget)\": the "
+        '*tokens/s*: real tokens over the time inside `sents2elmo`, after one warm-up call; "(budget)": the '
         f"time budget ({result['seconds']:.0f} s a row) ended the row before its corpus. *load s*: "
         "`Embedder(dir)`, files read. *GFLOP/s*: tokens/s times the nominal FLOPs per token (useful work "
         "only: padding and recomputed duplicates are not credited), *% SGEMM* its share of the GEMM rate. "
@@ -228,8 +254,11 @@ def update_benchmarks_md(path: Path, result: dict) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-sizes", default="64,1")
-    p.add_argument("--systems", default=DEFAULT_SYSTEMS,
-                   help=f"comma-separated, of {', '.join(SYSTEMS)} (default {DEFAULT_SYSTEMS})")
+    p.add_argument(
+        "--systems",
+        default=DEFAULT_SYSTEMS,
+        help=f"comma-separated, of {', '.join(SYSTEMS)} (default {DEFAULT_SYSTEMS})",
+    )
     p.add_argument("--seconds", type=float, default=45.0, help="time budget of each row's measurement (default 45)")
     p.add_argument("--sentences", type=int, default=2048, help="corpus size (default 2048)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -237,8 +266,13 @@ def main(argv=None) -> int:
     p.add_argument("--words", type=int, default=N_WORDS)
     p.add_argument("--chars", type=int, default=N_CHARS)
     p.add_argument("--quick", action="store_true", help="tiny shapes, 2 s a row")
-    p.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
-                   help="wait up to S seconds for other processes to quieten before each row")
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for other processes to quieten before each row",
+    )
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     p.add_argument("--update-benchmarks-md", action="store_true")
     p.add_argument("--benchmarks-md", type=Path, default=REPO / "BENCHMARKS.md")
@@ -260,26 +294,46 @@ def main(argv=None) -> int:
         for system in systems:
             if args.wait_quiet:
                 busy_before.append(wait_quiet(args.wait_quiet))
-            cfg = dict(system=system, model_dir=str(model_dir), batch_size=bs, seconds=args.seconds,
-                       sentences=args.sentences, threads=args.threads)
+            cfg = dict(
+                system=system,
+                model_dir=str(model_dir),
+                batch_size=bs,
+                seconds=args.seconds,
+                sentences=args.sentences,
+                threads=args.threads,
+            )
             with ctx.Pool(1) as pool:
                 r = pool.apply(run_one, (cfg,))
             rows.append(r)
             busy = r["foreign_cpu_fraction"]
-            print(f"{system:18s} batch {bs:3d}: {r['tokens_per_s']:9,.1f} tokens/s ({r['tokens']} tokens in "
-                  f"{r['seconds']:.1f} s; load {r['load_s']:.1f} s; others busy "
-                  f"{'?' if busy is None else f'{busy:.0%}'})", file=sys.stderr, flush=True)
+            print(
+                f"{system:18s} batch {bs:3d}: {r['tokens_per_s']:9,.1f} tokens/s ({r['tokens']} tokens in "
+                f"{r['seconds']:.1f} s; load {r['load_s']:.1f} s; others busy "
+                f"{'?' if busy is None else f'{busy:.0%}'})",
+                file=sys.stderr,
+                flush=True,
+            )
     busy = [r["foreign_cpu_fraction"] for r in rows if r["foreign_cpu_fraction"] is not None]
-    note = (f"other processes kept {min(busy):.0%}-{max(busy):.0%} of the CPUs busy during the rows"
-            if busy else "unknown")
+    note = (
+        f"other processes kept {min(busy):.0%}-{max(busy):.0%} of the CPUs busy during the rows" if busy else "unknown"
+    )
     if busy and max(busy) >= 0.05:
         note += " (a shared machine, loaded: rows marked †; compare rows of one run, not with other sections)"
     their = next((r["version"] for r in rows if r["system"] == "elmoformanylangs"), "elmoformanylangs (not run)")
-    result = {"machine": machine_info(args.threads), "rows": rows, "batch_sizes": batch_sizes, "seconds": args.seconds,
-              "n_words": args.words, "n_chars": args.chars, "their_version": their, "load_note": note,
-              "preset": args.preset,
-              "sgemm": sgemm, "flops": model_flops(model_dir),
-              "command": "python benchmarks/bench_manylangs.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    result = {
+        "machine": machine_info(args.threads),
+        "rows": rows,
+        "batch_sizes": batch_sizes,
+        "seconds": args.seconds,
+        "n_words": args.words,
+        "n_chars": args.chars,
+        "their_version": their,
+        "load_note": note,
+        "preset": args.preset,
+        "sgemm": sgemm,
+        "flops": model_flops(model_dir),
+        "command": "python benchmarks/bench_manylangs.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     print(markdown(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

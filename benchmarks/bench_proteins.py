@@ -22,12 +22,12 @@ start-ups that differ (allennlp 0.9 imports much more) do not count as embedding
 summary line (its steady rate) is printed too. The machine and its load are printed with the table: on a
 shared machine compare the ratios of one run.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -62,7 +62,7 @@ def write_fasta(path: Path, lengths: list[int], seed: int) -> int:
         for i, n in enumerate(lengths):
             f.write(f">sp|B{i:05d}|BENCH_{i} length {n}\n")
             seq = "".join(rng.choice(list(AMINO), size=n))
-            f.write("\n".join(seq[k:k + 60] for k in range(0, n, 60)) + "\n")
+            f.write("\n".join(seq[k : k + 60] for k in range(0, n, 60)) + "\n")
     return sum(lengths)
 
 
@@ -72,8 +72,9 @@ def lengths_of(n: int, seed: int) -> list[int]:
 
 
 def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("ELMO_FAST_AS_ALLENNLP", "ELMO_FAST_PRECISION",
-                                                            "PYTHONPATH")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("ELMO_FAST_AS_ALLENNLP", "ELMO_FAST_PRECISION", "PYTHONPATH")
+    }
     env.update(extra)
     return env
 
@@ -89,8 +90,23 @@ def timed(cmd: list[str], env: dict) -> tuple[float, str]:
 
 def ways(model: Path, budget: int, tmp: Path) -> dict[str, tuple[list[str], dict] | None]:
     seqvec = [os.path.join(os.path.dirname(sys.executable), "seqvec")]
-    embed = [sys.executable, "-m", "elmo_fast", "embed", "--fasta", "--sum", "--model-dir", str(model), "--overwrite",
-             "--split-char", "|", "--id", "1", "--max-tokens-per-batch", str(budget)]
+    embed = [
+        sys.executable,
+        "-m",
+        "elmo_fast",
+        "embed",
+        "--fasta",
+        "--sum",
+        "--model-dir",
+        str(model),
+        "--overwrite",
+        "--split-char",
+        "|",
+        "--id",
+        "1",
+        "--max-tokens-per-batch",
+        str(budget),
+    ]
     out = {}
     peers = Path(os.environ.get("ELMO_FAST_PEERS") or REPO / ".peers") / "allennlp-0.9" / "allennlp"
     if peers.is_dir() and os.path.exists(seqvec[0]):
@@ -108,9 +124,17 @@ def command(way: str, spec, fasta: Path, output: Path, model: Path, tmp: Path) -
     cmd, _ = spec
     if cmd == "peer":
         job = tmp / f"job_{fasta.stem}.json"
-        job.write_text(json.dumps({"options": str(model / "options.json"), "weights": str(model / "weights.hdf5"),
-                                   "steps": [["seqvec", ["-i", str(fasta), "-o", str(output), "--model", str(model),
-                                                         "--cpu", "--silent"]]]}))
+        job.write_text(
+            json.dumps(
+                {
+                    "options": str(model / "options.json"),
+                    "weights": str(model / "weights.hdf5"),
+                    "steps": [
+                        ["seqvec", ["-i", str(fasta), "-o", str(output), "--model", str(model), "--cpu", "--silent"]]
+                    ],
+                }
+            )
+        )
         return [sys.executable, str(PEER), str(job), str(tmp / "peer.npz")]
     if "seqvec" in way:
         return cmd + ["-i", str(fasta), "-o", str(output), "--model", str(model), "--cpu", "--silent"]
@@ -125,7 +149,7 @@ import json, time
 from elmo_fast import ElmoEmbedder
 e = ElmoEmbedder(model_dir={str(model)!r})
 start = time.perf_counter()
-stats = e.embed_file({str(fasta)!r}, {str(tmp / 'long.h5')!r}, "sum", fasta=True, progress=False)
+stats = e.embed_file({str(fasta)!r}, {str(tmp / "long.h5")!r}, "sum", fasta=True, progress=False)
 seconds = time.perf_counter() - start
 peak = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')][0] / 2**20
 print(json.dumps({{"residues": stats["tokens"], "seconds": seconds, "peak_rss_gib": peak}}))
@@ -155,11 +179,15 @@ def main() -> None:
     residues = write_fasta(fasta, lengths, seed=2)
     write_fasta(one, [1], seed=3)
     info = machine_info(torch_threads())
-    print(f"# {info['cpu_model']} ({info['cpu_family_model']}), {info['logical_cpus']} logical CPUs, torch "
-          f"{info.get('torch')}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load before "
-          f"{os.getloadavg()[0]:.2f}")
-    print(f"# {n} proteins, {residues:,} residues, lengths {min(lengths)}-{max(lengths)} (median "
-          f"{int(np.median(lengths))}); model: random weights of SeqVec's shape (original)")
+    print(
+        f"# {info['cpu_model']} ({info['cpu_family_model']}), {info['logical_cpus']} logical CPUs, torch "
+        f"{info.get('torch')}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load before "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"# {n} proteins, {residues:,} residues, lengths {min(lengths)}-{max(lengths)} (median "
+        f"{int(np.median(lengths))}); model: random weights of SeqVec's shape (original)"
+    )
     print("| way | proteins/s | residues/s | x allennlp 0.9 | embed s | start-up s | load avg |")
     print("|---|--:|--:|--:|--:|--:|--:|")
     chosen = [w.strip() for w in args.ways.split(",") if w.strip()]
@@ -174,15 +202,20 @@ def main() -> None:
         rows[way] = residues / seconds
         base = rows.get("seqvec-allennlp0.9")
         ratio = f"{rows[way] / base:.2f}" if base else "-"
-        print(f"| {way} | {n / seconds:.2f} | {residues / seconds:,.0f} | {ratio} | {seconds:.1f} | {start_up:.1f} "
-              f"| {load:.2f} |", flush=True)
+        print(
+            f"| {way} | {n / seconds:.2f} | {residues / seconds:,.0f} | {ratio} | {seconds:.1f} | {start_up:.1f} "
+            f"| {load:.2f} |",
+            flush=True,
+        )
         summary = [line for line in stderr.splitlines() if line.startswith("elmo-fast: ") and "/s" in line]
         if summary:
             print(f"<!-- {way}: {summary[-1]} -->", flush=True)
     if args.long:
         got = long_protein(model, args.long, tmp)
-        print(f"\n# one protein of {got['residues']:,} residues, embed --fasta fast fp32: {got['seconds']:.1f} s, "
-              f"peak RSS {got['peak_rss_gib']:.2f} GiB")
+        print(
+            f"\n# one protein of {got['residues']:,} residues, embed --fasta fast fp32: {got['seconds']:.1f} s, "
+            f"peak RSS {got['peak_rss_gib']:.2f} GiB"
+        )
 
 
 def torch_threads() -> int:

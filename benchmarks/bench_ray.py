@@ -21,6 +21,7 @@ raylet and reaps them): the same measure of a disturbed run in every row.
 
     python benchmarks/bench_ray.py --sentences 4000 --repeats 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,23 +90,53 @@ def embed_run(label: str, cmd: list[str], env: dict, output: Path, repeats: int,
         output.unlink(missing_ok=True)
         r, wall, others, busy = _timed(cmd, env, quiet_s)
         got = parse(r.stderr)
-        row = {"label": label, "wall": wall, "start": got["start"], "work": got["embed"], "tokens": got["tokens"],
-               "sentences": got["sentences"], "steady": got["steady"], "others": others, "busy": busy}
+        row = {
+            "label": label,
+            "wall": wall,
+            "start": got["start"],
+            "work": got["embed"],
+            "tokens": got["tokens"],
+            "sentences": got["sentences"],
+            "steady": got["steady"],
+            "others": others,
+            "busy": busy,
+        }
         if best is None or row["wall"] < best["wall"]:
             best = row
     return best
 
 
-def ray_run(label: str, corpus: Path, model: Path, out: Path, actors: int, batch_size: int, env: dict,
-            repeats: int, quiet_s: float) -> dict:
+def ray_run(
+    label: str,
+    corpus: Path,
+    model: Path,
+    out: Path,
+    actors: int,
+    batch_size: int,
+    env: dict,
+    repeats: int,
+    quiet_s: float,
+) -> dict:
     best = None
     for _ in range(repeats):
         log = out.with_suffix(".calls.jsonl")
         log.unlink(missing_ok=True)
         shutil.rmtree(out, ignore_errors=True)  # write_parquet adds files beside an earlier run's
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--ray-driver", json.dumps(
-            {"corpus": str(corpus), "model": str(model), "out": str(out), "actors": actors,
-             "batch_size": batch_size, "log": str(log)})]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--ray-driver",
+            json.dumps(
+                {
+                    "corpus": str(corpus),
+                    "model": str(model),
+                    "out": str(out),
+                    "actors": actors,
+                    "batch_size": batch_size,
+                    "log": str(log),
+                }
+            ),
+        ]
         r, wall, others, busy = _timed(cmd, env, quiet_s)
         report = json.loads(r.stdout.strip().splitlines()[-1])
         calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -115,10 +146,23 @@ def ray_run(label: str, corpus: Path, model: Path, out: Path, actors: int, batch
         busy_s = [sum(c["end"] - c["start"] for c in cs) for cs in by_actor.values()]
         first = [min(c["start"] for c in cs) - report["pipeline_start"] for cs in by_actor.values()]
         tokens = sum(c["tokens"] for c in calls)
-        row = {"label": label, "wall": wall, "start": report["start"], "work": report["pipeline"], "tokens": tokens,
-               "sentences": sum(c["rows"] for c in calls), "steady": None, "others": others, "busy": busy,
-               "actors_used": len(by_actor), "embed_busy": busy_s, "actor_start": first, "calls": len(calls),
-               "ray_init": report["ray_init"], "shutdown": report["shutdown"]}
+        row = {
+            "label": label,
+            "wall": wall,
+            "start": report["start"],
+            "work": report["pipeline"],
+            "tokens": tokens,
+            "sentences": sum(c["rows"] for c in calls),
+            "steady": None,
+            "others": others,
+            "busy": busy,
+            "actors_used": len(by_actor),
+            "embed_busy": busy_s,
+            "actor_start": first,
+            "calls": len(calls),
+            "ray_init": report["ray_init"],
+            "shutdown": report["shutdown"],
+        }
         # steady: the actors' embedding rate while they run calls, summed over actors
         row["steady"] = sum(sum(c["tokens"] for c in cs) / max(b, 1e-9) for cs, b in zip(by_actor.values(), busy_s))
         if best is None or row["wall"] < best["wall"]:
@@ -150,8 +194,12 @@ def ray_driver(spec: dict) -> None:
             end = time.time()
             tokens = sum(len(t.split()) for t in batch["text"])
             with open(self.log, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"pid": os.getpid(), "start": start, "end": end, "rows": len(batch["text"]),
-                                    "tokens": tokens}) + "\n")
+                f.write(
+                    json.dumps(
+                        {"pid": os.getpid(), "start": start, "end": end, "rows": len(batch["text"]), "tokens": tokens}
+                    )
+                    + "\n"
+                )
             return out
 
     init0 = time.perf_counter()
@@ -161,16 +209,33 @@ def ray_driver(spec: dict) -> None:
     pipeline_start, t0 = time.time(), time.perf_counter()
     options = spec["model"]
     ds = ray.data.read_text(spec["corpus"], override_num_blocks=4 * spec["actors"])
-    ds = ds.map_batches(TimedEmbedder, fn_constructor_kwargs=dict(
-        log=spec["log"], options_file=os.path.join(options, "options.json"),
-        weight_file=os.path.join(options, "weights.hdf5"), output="average"),
-        concurrency=spec["actors"], num_cpus=0.5, batch_size=spec["batch_size"])
+    ds = ds.map_batches(
+        TimedEmbedder,
+        fn_constructor_kwargs=dict(
+            log=spec["log"],
+            options_file=os.path.join(options, "options.json"),
+            weight_file=os.path.join(options, "weights.hdf5"),
+            output="average",
+        ),
+        concurrency=spec["actors"],
+        num_cpus=0.5,
+        batch_size=spec["batch_size"],
+    )
     ds.write_parquet(spec["out"])
     pipeline = time.perf_counter() - t0
     t1 = time.perf_counter()
     ray.shutdown()
-    print(json.dumps({"start": t0 - began, "ray_init": init_s, "pipeline": pipeline,
-                      "pipeline_start": pipeline_start, "shutdown": time.perf_counter() - t1}))
+    print(
+        json.dumps(
+            {
+                "start": t0 - began,
+                "ray_init": init_s,
+                "pipeline": pipeline,
+                "pipeline_start": pipeline_start,
+                "shutdown": time.perf_counter() - t1,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -186,8 +251,13 @@ def main() -> None:
     ap.add_argument("--runs", default="embed,torchrun,ray", help="which runs, comma-separated")
     ap.add_argument("--dir", help="work here instead of a temporary directory")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each configuration; the fastest is shown")
-    ap.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
-                    help="before each run, wait up to S seconds for other work to use under 15%% of the machine")
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="before each run, wait up to S seconds for other work to use under 15%% of the machine",
+    )
     args = ap.parse_args()
     _adopt_orphans()
 
@@ -195,54 +265,98 @@ def main() -> None:
 
     cores = len(os.sched_getaffinity(0))
     tmp, env, corpus, model = prepare_run(args, "bench-ray-", RAY_USAGE_STATS_ENABLED="0")
-    common = ["--average", "--options", str(model / "options.json"), "--weights", str(model / "weights.hdf5"),
-              "--overwrite", "--file-friendly-logging", "--window", str(args.window)]
+    common = [
+        "--average",
+        "--options",
+        str(model / "options.json"),
+        "--weights",
+        str(model / "weights.hdf5"),
+        "--overwrite",
+        "--file-friendly-logging",
+        "--window",
+        str(args.window),
+    ]
     runs = args.runs.split(",")
     rep = (args.repeats, args.wait_quiet)
     rows = []
     if "embed" in runs:
-        rows.append(embed_run(f"`elmo-fast embed`, 1 process x {torch.get_num_threads()} threads",
-                              [sys.executable, "-m", "elmo_fast", "embed", str(corpus), str(tmp / "one.h5"), *common],
-                              env, tmp / "one.h5", *rep))
+        rows.append(
+            embed_run(
+                f"`elmo-fast embed`, 1 process x {torch.get_num_threads()} threads",
+                [sys.executable, "-m", "elmo_fast", "embed", str(corpus), str(tmp / "one.h5"), *common],
+                env,
+                tmp / "one.h5",
+                *rep,
+            )
+        )
     if "torchrun" in runs:
         threads = max(1, cores // 2)
-        rows.append(embed_run(f"torchrun, 2 ranks x {threads} thread{'s' if threads > 1 else ''}",
-                              [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                               "-m", "elmo_fast", "embed", str(corpus), str(tmp / "ranks.h5"), *common],
-                              env, tmp / "ranks.h5", *rep))
+        rows.append(
+            embed_run(
+                f"torchrun, 2 ranks x {threads} thread{'s' if threads > 1 else ''}",
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    "-m",
+                    "elmo_fast",
+                    "embed",
+                    str(corpus),
+                    str(tmp / "ranks.h5"),
+                    *common,
+                ],
+                env,
+                tmp / "ranks.h5",
+                *rep,
+            )
+        )
     if "ray" in runs:
-        rows.append(ray_run("Ray Data, 2 actors x 1 thread", corpus, model, tmp / "ray_out", 2, args.ray_batch_size,
-                            env, *rep))
+        rows.append(
+            ray_run("Ray Data, 2 actors x 1 thread", corpus, model, tmp / "ray_out", 2, args.ray_batch_size, env, *rep)
+        )
     tokens = rows[0]["tokens"]
     assert all(r["tokens"] == tokens for r in rows), [(r["label"], r["tokens"]) for r in rows]
 
-    print(f"- machine: {cpu_name()}, {cores} cores; torch {torch.__version__}; Python "
-          f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
-    print(f"- corpus: {rows[0]['sentences']:,} sentences, {tokens:,} tokens (benchmarks/corpus.py, mean "
-          f"{args.mean_tokens:g} tokens); model: random `{args.preset}`; output: each token's layer average "
-          f"(embed --average, ElmoBatchEmbedder output='average')")
-    print(f"- command: `python benchmarks/bench_ray.py {' '.join(sys.argv[1:])}`; the fastest of {args.repeats} "
-          f"runs each; embed --window {args.window}; Ray: read_text ({4 * 2} blocks) -> "
-          f"map_batches(batch_size={args.ray_batch_size}) -> write_parquet")
+    print(
+        f"- machine: {cpu_name()}, {cores} cores; torch {torch.__version__}; Python "
+        f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
+    )
+    print(
+        f"- corpus: {rows[0]['sentences']:,} sentences, {tokens:,} tokens (benchmarks/corpus.py, mean "
+        f"{args.mean_tokens:g} tokens); model: random `{args.preset}`; output: each token's layer average "
+        f"(embed --average, ElmoBatchEmbedder output='average')"
+    )
+    print(
+        f"- command: `python benchmarks/bench_ray.py {' '.join(sys.argv[1:])}`; the fastest of {args.repeats} "
+        f"runs each; embed --window {args.window}; Ray: read_text ({4 * 2} blocks) -> "
+        f"map_batches(batch_size={args.ray_batch_size}) -> write_parquet"
+    )
     print()
     print("| run | tokens/s, whole run | wall s | start s | read, embed, write s | steady tokens/s | other work |")
     print("|---|--:|--:|--:|--:|--:|--:|")
     for r in rows:
         steady = f"{r['steady']:,.0f}" if r["steady"] is not None else "-"
-        print(f"| {r['label']} | {tokens / r['wall']:,.0f} | {r['wall']:.2f} | {r['start']:.2f} | {r['work']:.2f} | "
-              f"{steady} | {r['others']:.0%} |")
+        print(
+            f"| {r['label']} | {tokens / r['wall']:,.0f} | {r['wall']:.2f} | {r['start']:.2f} | {r['work']:.2f} | "
+            f"{steady} | {r['others']:.0%} |"
+        )
     for r in rows:
         if "embed_busy" in r:
             embed = sum(r["embed_busy"]) / len(r["embed_busy"])
             start = sum(r["actor_start"]) / len(r["actor_start"])
             print()
-            print(f"Ray's run: ray.init {r['ray_init']:.2f} s of its start, ray.shutdown {r['shutdown']:.2f} s at "
-                  f"the end; {r['actors_used']} actors ran "
-                  f"{r['calls']} calls; each actor, on average, started (process, imports, model) "
-                  f"{start:.2f} s into the pipeline and embedded for {embed:.2f} s (calls' own time); the rest of "
-                  f"the pipeline's {r['work']:.2f} s, {r['work'] - start - embed:.2f} s, is Ray's scheduling, "
-                  f"moving blocks, reading and writing parquet (and waiting for the slower actor).")
+            print(
+                f"Ray's run: ray.init {r['ray_init']:.2f} s of its start, ray.shutdown {r['shutdown']:.2f} s at "
+                f"the end; {r['actors_used']} actors ran "
+                f"{r['calls']} calls; each actor, on average, started (process, imports, model) "
+                f"{start:.2f} s into the pipeline and embedded for {embed:.2f} s (calls' own time); the rest of "
+                f"the pipeline's {r['work']:.2f} s, {r['work'] - start - embed:.2f} s, is Ray's scheduling, "
+                f"moving blocks, reading and writing parquet (and waiting for the slower actor)."
+            )
 
 
 if __name__ == "__main__":

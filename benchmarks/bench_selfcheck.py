@@ -9,6 +9,7 @@
   [2, 2]), the median of many calls, so that the hook's own cost shows.
 Prints the CPU (lscpu's model name), torch's threads and the load with the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,10 @@ def main() -> int:
     args = parser.parse_args()
     ops.require_extension()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"bench_selfcheck: {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"load {load:.1f}, device {args.device}")
+    print(
+        f"bench_selfcheck: {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"load {load:.1f}, device {args.device}"
+    )
 
     rows = []
     for name in OPS:
@@ -84,8 +87,10 @@ def main() -> int:
     call()  # checked once
     all_mode = per_call_us(call)
     selfcheck.enable(None)
-    print(f"\nevery later call (highway_gate on [2, 2], µs per call): hook off {off:.2f}; default mode (cuda), a CPU op "
-          f"{cuda_mode:.2f} (+{cuda_mode - off:.2f}); mode all, a checked op {all_mode:.2f} (+{all_mode - off:.2f})")
+    print(
+        f"\nevery later call (highway_gate on [2, 2], µs per call): hook off {off:.2f}; default mode (cuda), a CPU op "
+        f"{cuda_mode:.2f} (+{cuda_mode - off:.2f}); mode all, a checked op {all_mode:.2f} (+{all_mode - off:.2f})"
+    )
     return 0
 
 

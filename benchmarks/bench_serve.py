@@ -28,6 +28,7 @@ own CPU time (parsing answers) is reported. Targets (issue 26, ``original`` fp32
 >= 70% of offline batch-64 tokens/s; 1 client: the server adds <= 10% to the time of offline batch 1.
 Nothing here asserts a speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -143,7 +144,9 @@ class Server:
         while time.time() < deadline:
             with urllib.request.urlopen(f"http://{self.host}:{self.port}/metrics") as r:
                 text = r.read().decode()
-            if re.search(r"^elmo_fast_queue_depth 0$", text, re.M) and re.search(r"^elmo_fast_model_busy 0$", text, re.M):
+            if re.search(r"^elmo_fast_queue_depth 0$", text, re.M) and re.search(
+                r"^elmo_fast_model_busy 0$", text, re.M
+            ):
                 return
             time.sleep(0.05)
         raise RuntimeError("the server did not become idle")
@@ -161,9 +164,12 @@ class Server:
 # the clients (run with --drive, in their own process)
 
 
-async def _request(reader, writer, method: str, path: str, body: bytes = b"", headers: str = "") -> tuple[int, dict, bytes]:
-    writer.write(f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode()
-                 + body)
+async def _request(
+    reader, writer, method: str, path: str, body: bytes = b"", headers: str = ""
+) -> tuple[int, dict, bytes]:
+    writer.write(
+        f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
+    )
     status = int((await reader.readline()).split()[1])
     head = {}
     while (line := await reader.readline()) not in (b"\r\n", b""):
@@ -174,14 +180,16 @@ async def _request(reader, writer, method: str, path: str, body: bytes = b"", he
 
 def _batch_stats(metrics: str) -> tuple[float, float, float]:
     """Sentences and batches so far, and the model's seconds spent in batches."""
+
     def value(name: str) -> float:
         return float(re.search(rf"^elmo_fast_{name} (\S+)$", metrics, re.M).group(1))
 
     return value("batch_size_sum"), value("batch_size_count"), value("batch_seconds_sum")
 
 
-async def _drive(host: str, port: int, sentences: list, clients: int, warmup: float, seconds: float, output: str,
-                 npy: bool) -> dict:
+async def _drive(
+    host: str, port: int, sentences: list, clients: int, warmup: float, seconds: float, output: str, npy: bool
+) -> dict:
     import orjson
 
     accept = "Accept: application/x-npy\r\n" if npy else ""
@@ -236,18 +244,38 @@ async def _drive(host: str, port: int, sentences: list, clients: int, warmup: fl
     s0, c0, b0 = _batch_stats(before)
     s1, c1, b1 = _batch_stats(after)
     lat = np.array([d[0] for d in done]) if done else np.array([np.nan])
-    return {"tokens_per_s": sum(d[1] for d in done) / seconds, "requests": len(done),
-            "p50_ms": 1e3 * float(np.median(lat)), "p99_ms": 1e3 * float(np.percentile(lat, 99)),
-            "mean_batch": (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan"), "model_busy": (b1 - b0) / seconds,
-            "errors": len(errors),
-            "client_cpu_s": cpu}
+    return {
+        "tokens_per_s": sum(d[1] for d in done) / seconds,
+        "requests": len(done),
+        "p50_ms": 1e3 * float(np.median(lat)),
+        "p99_ms": 1e3 * float(np.percentile(lat, 99)),
+        "mean_batch": (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan"),
+        "model_busy": (b1 - b0) / seconds,
+        "errors": len(errors),
+        "client_cpu_s": cpu,
+    }
 
 
-def drive(server: Server, corpus: Path, clients: int, warmup: float, seconds: float, output: str = "mean",
-          npy: bool = False) -> dict:
+def drive(
+    server: Server, corpus: Path, clients: int, warmup: float, seconds: float, output: str = "mean", npy: bool = False
+) -> dict:
     """Run the clients in a separate process and return their measurements."""
-    cmd = [sys.executable, __file__, "--drive", f"{server.host}:{server.port}", "--corpus", str(corpus),
-           "--clients", str(clients), "--warmup", str(warmup), "--seconds", str(seconds), "--output", output]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--drive",
+        f"{server.host}:{server.port}",
+        "--corpus",
+        str(corpus),
+        "--clients",
+        str(clients),
+        "--warmup",
+        str(warmup),
+        "--seconds",
+        str(seconds),
+        "--output",
+        output,
+    ]
     if npy:
         cmd.append("--npy")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=warmup + seconds + 600)
@@ -273,8 +301,10 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
     # (label, server flags, [(clients, output, npy)]): one server per label
     on = [(c, "mean", False) for c in args.clients]
     on += [(c, "all", npy) for npy in (False, True) for c in args.encoding_clients]
-    configs = [("batching", [f"--max-wait-ms={args.max_wait_ms}"], on),
-               ("batching off", ["--max-batch-size", "1"], [(c, "mean", False) for c in args.off_clients])]
+    configs = [
+        ("batching", [f"--max-wait-ms={args.max_wait_ms}"], on),
+        ("batching off", ["--max-batch-size", "1"], [(c, "mean", False) for c in args.off_clients]),
+    ]
     try:
         for label, extra, runs in configs:
             if not runs:
@@ -294,13 +324,16 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
                         vs = f"{100 * (base / r['tokens_per_s'] - 1):+.1f}% time"
                     else:
                         vs = f"{100 * r['tokens_per_s'] / base:.0f}%"
-                    what = f"server, {label}" + ("" if output == "mean" else
-                                                 f", output {output} as {'.npy' if npy else 'JSON'}")
-                    rows.append(f"| {what} | {c} | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
-                                f"batch {compare}: {_fmt(before)} / {_fmt(after)} | {vs} | "
-                                f"{_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | {_fmt(r['mean_batch'], 1)} | "
-                                f"{100 * r['model_busy']:.0f}% | {_fmt(r['client_cpu_s'], 2)} s |"
-                                + (f" ({r['errors']} errors)" if r["errors"] else ""))
+                    what = f"server, {label}" + (
+                        "" if output == "mean" else f", output {output} as {'.npy' if npy else 'JSON'}"
+                    )
+                    rows.append(
+                        f"| {what} | {c} | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
+                        f"batch {compare}: {_fmt(before)} / {_fmt(after)} | {vs} | "
+                        f"{_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | {_fmt(r['mean_batch'], 1)} | "
+                        f"{100 * r['model_busy']:.0f}% | {_fmt(r['client_cpu_s'], 2)} s |"
+                        + (f" ({r['errors']} errors)" if r["errors"] else "")
+                    )
                     print(rows[-1], file=sys.stderr)
             finally:
                 server.stop()
@@ -337,37 +370,50 @@ def encoding_costs(layers: int, tokens: int, dim: int, repeats: int = 20) -> lis
             decode(body)
             times["encode"].append(t1 - t0)
             times["decode"].append(time.perf_counter() - t1)
-        rows.append(f"| {name} | {len(body) / 1e6:.2f} MB | {1e3 * np.median(times['encode']):.2f} | "
-                    f"{1e3 * np.median(times['decode']):.2f} |")
+        rows.append(
+            f"| {name} | {len(body) / 1e6:.2f} MB | {1e3 * np.median(times['encode']):.2f} | "
+            f"{1e3 * np.median(times['decode']):.2f} |"
+        )
     return rows
 
 
 def machine_line() -> str:
-    from bench_cpu import machine_info
-
     import torch
+    from bench_cpu import machine_info
 
     m = machine_info(torch.get_num_threads())
     load = os.getloadavg()
-    return (f"- {m['cpu_model']} ({m['logical_cpus']} logical CPUs), torch {m['torch']} ({m['torch_threads']} "
-            f"threads), Python {m['python']}; {m['date']}; load average before the run {load[0]:.1f}")
+    return (
+        f"- {m['cpu_model']} ({m['logical_cpus']} logical CPUs), torch {m['torch']} ({m['torch_threads']} "
+        f"threads), Python {m['python']}; {m['date']}; load average before the run {load[0]:.1f}"
+    )
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="original,default",
-                   help="comma-separated: random presets (tiny, small, medium, original) and/or 'default' (bundled)")
+    p.add_argument(
+        "--models",
+        default="original,default",
+        help="comma-separated: random presets (tiny, small, medium, original) and/or 'default' (bundled)",
+    )
     p.add_argument("--clients", default="1,8,32,128", help="concurrent clients, batching on")
     p.add_argument("--off-clients", default="1,8,32,128", help="concurrent clients, batching off ('' skips)")
     p.add_argument("--encoding-clients", default="1,32", help="clients for the output-all JSON/.npy rows ('' skips)")
     p.add_argument("--sentences", type=int, default=4000, help="corpus size")
     p.add_argument("--seconds", type=float, default=20.0, help="measured window per row")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each window")
-    p.add_argument("--offline-seconds", type=float, default=10.0,
-                   help="seconds of offline embedding measured before and after each server row")
+    p.add_argument(
+        "--offline-seconds",
+        type=float,
+        default=10.0,
+        help="seconds of offline embedding measured before and after each server row",
+    )
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
-    p.add_argument("--threads", type=int, help="torch threads of the server and the offline runs (OMP_NUM_THREADS; "
-                                               "default: torch's)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads of the server and the offline runs (OMP_NUM_THREADS; default: torch's)",
+    )
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where random models are written once")
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few seconds")
     # the clients' process
@@ -380,8 +426,9 @@ def main() -> int:
     if args.drive:
         host, port = args.drive.rsplit(":", 1)
         sentences = json.loads(args.corpus.read_text())
-        r = asyncio.run(_drive(host, int(port), sentences, int(args.clients), args.warmup, args.seconds,
-                               args.output, args.npy))
+        r = asyncio.run(
+            _drive(host, int(port), sentences, int(args.clients), args.warmup, args.seconds, args.output, args.npy)
+        )
         print(json.dumps(r))
         return 0
     if args.quick:
@@ -392,8 +439,11 @@ def main() -> int:
     def counts(text: str) -> list[int]:
         return [int(c) for c in text.split(",") if c.strip()]
 
-    args.clients, args.off_clients, args.encoding_clients = (counts(args.clients), counts(args.off_clients),
-                                                             counts(args.encoding_clients))
+    args.clients, args.off_clients, args.encoding_clients = (
+        counts(args.clients),
+        counts(args.off_clients),
+        counts(args.encoding_clients),
+    )
     args.env = None
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
@@ -406,11 +456,13 @@ def main() -> int:
     corpus.write_text(json.dumps(sentences))
     print(machine_line())
     print(f"- command: `python {' '.join(map(shlex.quote, sys.argv))}`")
-    print(f"- corpus: {len(sentences)} sentences, {sum(map(len, sentences)):,} tokens (corpus.make_sentences, "
-          f"mean {np.mean([len(s) for s in sentences]):.1f} tokens); {args.seconds:g} s measured per row after "
-          f"{args.warmup:g} s of warm-up; server flags: defaults, --max-wait-ms {args.max_wait_ms:g}; fp32")
+    print(
+        f"- corpus: {len(sentences)} sentences, {sum(map(len, sentences)):,} tokens (corpus.make_sentences, "
+        f"mean {np.mean([len(s) for s in sentences]):.1f} tokens); {args.seconds:g} s measured per row after "
+        f"{args.warmup:g} s of warm-up; server flags: defaults, --max-wait-ms {args.max_wait_ms:g}; fp32"
+    )
     enc_tokens = int(round(np.mean([len(s) for s in sentences])))
-    print(f"\nOne sentence's `\"output\": \"all\"` answer, [3, {enc_tokens}, 1024] float32 (`original`), median of 20:\n")
+    print(f'\nOne sentence\'s `"output": "all"` answer, [3, {enc_tokens}, 1024] float32 (`original`), median of 20:\n')
     print("| encoding | size | encode ms (server) | decode ms (client) |\n|---|--:|--:|--:|")
     print("\n".join(encoding_costs(3, enc_tokens, 1024)), flush=True)
     for name in args.models.split(","):
@@ -423,8 +475,10 @@ def main() -> int:
             model = {"options_file": options, "weight_file": weights}
         rows = bench_model(name, model, sentences, corpus, args)
         print(f"\n**{name}** (fp32)\n")
-        print("| what | clients | requests | tokens/s | offline tokens/s just before / after | server vs offline | "
-              "p50 ms | p99 ms | mean batch | model busy | clients' CPU |")
+        print(
+            "| what | clients | requests | tokens/s | offline tokens/s just before / after | server vs offline | "
+            "p50 ms | p99 ms | mean batch | model busy | clients' CPU |"
+        )
         print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         print("\n".join(rows), flush=True)
     return 0

@@ -17,6 +17,7 @@ layers="average")``, the same call in both; tokens/s counts the texts' tokens ov
 a TensorFlow session and initialises its variables from the HDF5 file, as every call of it does).
 The two libraries' vectors from the first call are compared (max |difference|).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,9 +86,15 @@ def run_elmo_fast(cfg: dict) -> dict:
         times.append(time.perf_counter() - t0)
     if cfg.get("save_vectors"):
         np.save(cfg["save_vectors"], vectors.astype(np.float32))
-    return {"import_s": imported - started, "load_s": loaded - imported, "call_s": times,
-            "peak_rss_mb": _peak_rss_mb(), "version": _version("elmo-fast"),
-            "backend": model.elmo_bilm.backend, "threads": torch.get_num_threads()}
+    return {
+        "import_s": imported - started,
+        "load_s": loaded - imported,
+        "call_s": times,
+        "peak_rss_mb": _peak_rss_mb(),
+        "version": _version("elmo-fast"),
+        "backend": model.elmo_bilm.backend,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def _version(dist: str) -> str:
@@ -141,14 +148,25 @@ def run_row(system: str, cfg: dict, peer_python: Path, work: Path, timeout: floa
         plan = dict(cfg, warmup=True, layers="average")
         (work / "plan.json").write_text(json.dumps(plan))
         env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
-        done = subprocess.run([str(peer_python), str(PEER_SCRIPT), "bench", str(work / "plan.json"),
-                               str(work / "peer.json")], env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [str(peer_python), str(PEER_SCRIPT), "bench", str(work / "plan.json"), str(work / "peer.json")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"simple_elmo row failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
         out = json.loads((work / "peer.json").read_text())
-        out["version"] = subprocess.run([str(peer_python), "-c", "import importlib.metadata as m; "
-                                         "print(m.version('simple_elmo'), m.version('tensorflow-cpu'))"],
-                                        capture_output=True, text=True).stdout.strip()
+        out["version"] = subprocess.run(
+            [
+                str(peer_python),
+                "-c",
+                "import importlib.metadata as m; print(m.version('simple_elmo'), m.version('tensorflow-cpu'))",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     wall = time.perf_counter() - wall0
     out["foreign_cpu_fraction"] = _foreign(busy0, _children_cpu_s() - cpu0, wall)
     out["system"] = system
@@ -164,21 +182,26 @@ def markdown(result: dict) -> str:
         "",
         f"`elmo_fast.simple_elmo.ElmoModel` against simple_elmo's own `ElmoModel` "
         f"({base['version'] if base else 'not run'}), same NLPL folder, same `get_elmo_vectors(texts, "
-        f"warmup=True, layers=\"average\")` call ({result['sentences']:,} sentences, {result['tokens']:,} tokens, "
+        f'warmup=True, layers="average")` call ({result["sentences"]:,} sentences, {result["tokens"]:,} tokens, '
         f"`max_batch_size={result['batch_size']}`), each library in a fresh process, {result['repeats']} calls each. "
-        + ("The model: random weights of the `original` model's shapes (2048 filters, 2 highways, LSTM 4096/512, "
-           "2 layers). " if result["preset"] == "original" else f"The model: the `{result['preset']}` preset's "
-           f"shapes (a smoke run). ") +
-        "simple_elmo's call opens a TensorFlow session and initialises its variables from `model.hdf5` every "
+        + (
+            "The model: random weights of the `original` model's shapes (2048 filters, 2 highways, LSTM 4096/512, "
+            "2 layers). "
+            if result["preset"] == "original"
+            else f"The model: the `{result['preset']}` preset's shapes (a smoke run). "
+        )
+        + "simple_elmo's call opens a TensorFlow session and initialises its variables from `model.hdf5` every "
         "time (that is how it runs); both warm up on the first batch inside the call.",
         "",
         f"- machine: {m['cpu_model']} ({m['cpu_family_model']}), {m['logical_cpus']} logical CPUs"
-        + (f" under {m['hypervisor']}" if m.get("hypervisor") else "") + f"; {m['memory_gb']} GB RAM; "
+        + (f" under {m['hypervisor']}" if m.get("hypervisor") else "")
+        + f"; {m['memory_gb']} GB RAM; "
         f"torch {m['torch']}, {result['threads']} threads each; Python {m['python']}; {result['date']}",
         f"- load: {result['load_note']}",
         f"- command: `{result['command']}`",
         f"- the vectors agree: max |elmo-fast - simple_elmo| = {result['max_abs_diff']:.2e}"
-        if result.get("max_abs_diff") is not None else "- vectors not compared",
+        if result.get("max_abs_diff") is not None
+        else "- vectors not compared",
         "",
         "| library | import s | load s | first call s | tokens/s (first) | best call s | tokens/s (best) "
         "| vs simple_elmo | peak RSS MB |",
@@ -194,9 +217,11 @@ def markdown(result: dict) -> str:
         speed = "(base)" if r is base or base is None else f"{min(base['call_s']) / best:.1f}x"
         rss = f"{r['peak_rss_mb']:,.0f}" if r.get("peak_rss_mb") else "-"
         label = name if name == "simple_elmo" else f"elmo-fast ({r['backend']})"
-        lines.append(f"| {label} | {r['import_s']:.1f} | {r['load_s']:.1f} | {first:.1f} | "
-                     f"{result['tokens'] / first:,.0f}{mark} | {best:.1f} | {result['tokens'] / best:,.0f}{mark} | "
-                     f"{speed} | {rss} |")
+        lines.append(
+            f"| {label} | {r['import_s']:.1f} | {r['load_s']:.1f} | {first:.1f} | "
+            f"{result['tokens'] / first:,.0f}{mark} | {best:.1f} | {result['tokens'] / best:,.0f}{mark} | "
+            f"{speed} | {rss} |"
+        )
     lines += [
         "",
         "*import s*: importing the library (TensorFlow for simple_elmo). *load s*: `ElmoModel().load(dir)`. "
@@ -233,8 +258,12 @@ def main(argv=None) -> int:
     p.add_argument("--update-benchmarks-md", action="store_true")
     p.add_argument("--benchmarks-md", type=Path, default=REPO / "BENCHMARKS.md")
     p.add_argument("--json", type=Path, help="also write the results here")
-    p.add_argument("--from-json", type=Path, metavar="FILE",
-                   help="measure nothing: print (and with --update-benchmarks-md write) the results a --json run saved")
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="FILE",
+        help="measure nothing: print (and with --update-benchmarks-md write) the results a --json run saved",
+    )
     args = p.parse_args(argv)
     if args.from_json:
         result = json.loads(args.from_json.read_text())
@@ -246,8 +275,11 @@ def main(argv=None) -> int:
         args.preset, args.sentences, args.repeats, args.batch_size = "tiny", 40, 1, 8
     systems = args.systems.split(",")
     if "simple_elmo" in systems and not args.peer_python.exists():
-        print(f"bench_simple_elmo: simple_elmo's side environment is not at {args.peer_python}; "
-              f"see tests/fixtures/recorders/simple_elmo_peer.py (or --systems elmo-fast)", file=sys.stderr)
+        print(
+            f"bench_simple_elmo: simple_elmo's side environment is not at {args.peer_python}; "
+            f"see tests/fixtures/recorders/simple_elmo_peer.py (or --systems elmo-fast)",
+            file=sys.stderr,
+        )
         return 2
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     model = ensure_model(args.preset, args.cache_dir)
@@ -257,8 +289,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for system in systems:
-            cfg = {"path": str(model), "batch_size": args.batch_size, "repeats": args.repeats, "texts": texts,
-                   "threads": args.threads, "save_vectors": str(work / f"{system}.npy")}
+            cfg = {
+                "path": str(model),
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "texts": texts,
+                "threads": args.threads,
+                "save_vectors": str(work / f"{system}.npy"),
+            }
             print(f"bench_simple_elmo: {system} ...", file=sys.stderr, flush=True)
             rows.append(run_row(system, cfg, args.peer_python, work, args.timeout))
             print(f"  {rows[-1]}", file=sys.stderr, flush=True)
@@ -272,16 +310,30 @@ def main(argv=None) -> int:
     elif max(busy) < 0.05:
         load_note = "the machine was otherwise idle during the rows (< 5% of the CPUs busy)"
     else:
-        load_note = (f"other processes kept {min(busy):.0%}-{max(busy):.0%} of the CPUs busy during the rows "
-                     f"(a shared machine, loaded: rows marked †; compare the rows of one run, not across sections)")
+        load_note = (
+            f"other processes kept {min(busy):.0%}-{max(busy):.0%} of the CPUs busy during the rows "
+            f"(a shared machine, loaded: rows marked †; compare the rows of one run, not across sections)"
+        )
     import torch
 
-    result = {"machine": machine_info(args.threads), "preset": args.preset, "sentences": len(texts), "tokens": tokens,
-              "batch_size": args.batch_size, "repeats": args.repeats, "threads": args.threads, "rows": rows,
-              "max_abs_diff": diff, "load_note": load_note, "torch": torch.__version__,
-              "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "command": "python " + " ".join(shlex.quote(a) for a in ["benchmarks/bench_simple_elmo.py",
-                                                                        *(argv if argv is not None else sys.argv[1:])])}
+    result = {
+        "machine": machine_info(args.threads),
+        "preset": args.preset,
+        "sentences": len(texts),
+        "tokens": tokens,
+        "batch_size": args.batch_size,
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "rows": rows,
+        "max_abs_diff": diff,
+        "load_note": load_note,
+        "torch": torch.__version__,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python "
+        + " ".join(
+            shlex.quote(a) for a in ["benchmarks/bench_simple_elmo.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
+    }
     print(markdown(result))
     if args.json:
         from elmo_fast.durable import write_json

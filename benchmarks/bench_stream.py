@@ -9,6 +9,7 @@ that needs every sentence, built at the end) costs at the largest size.
 
     python benchmarks/bench_stream.py --sentences 10000 200000 --mean-tokens 10 --format top
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,10 +42,12 @@ def rss_mb(pid: int) -> float | None:
 
 def busy_share(seconds: float = 1.0) -> float:
     """Share of the machine's CPU time used (by anyone) over `seconds`, from /proc/stat."""
+
     def snap():
         with open("/proc/stat") as f:
             vals = [int(v) for v in f.readline().split()[1:]]
         return sum(vals), vals[3] + vals[4]
+
     t0, i0 = snap()
     time.sleep(seconds)
     t1, i1 = snap()
@@ -62,8 +65,21 @@ def write_corpus(path: Path, n: int, mean_tokens: float, seed: int) -> int:
 
 
 def run_embed(corpus: Path, out: Path, options: Path, weights: Path, fmt: str, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "elmo_fast", "embed", str(corpus), str(out), f"--{fmt}", "--options",
-           str(options), "--weights", str(weights), "--overwrite", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "elmo_fast",
+        "embed",
+        str(corpus),
+        str(out),
+        f"--{fmt}",
+        "--options",
+        str(options),
+        "--weights",
+        str(weights),
+        "--overwrite",
+        *extra,
+    ]
     err_path = out.with_suffix(".stderr")
     start = time.perf_counter()
     with open(err_path, "w") as err:
@@ -85,14 +101,24 @@ def run_embed(corpus: Path, out: Path, options: Path, weights: Path, fmt: str, e
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{text[-2000:]}")
     # the closing lines: "N sentences, M tokens -> OUT (size) in W s (S s to start, E s to embed and write)",
     # then the steady rate after the first batch (absent with a single batch)
-    m = re.search(r"elmo-fast: ([\d,]+) sentences, ([\d,]+) tokens.* \(([\d.]+) s to start, ([\d.]+) s to embed "
-                  r"and write\)", text)
+    m = re.search(
+        r"elmo-fast: ([\d,]+) sentences, ([\d,]+) tokens.* \(([\d.]+) s to start, ([\d.]+) s to embed "
+        r"and write\)",
+        text,
+    )
     steady = re.search(r"elmo-fast: ([\d,]+) tokens/s steady", text)
     tokens, embed_s = int(m.group(2).replace(",", "")), float(m.group(4))
-    return {"wall_s": wall, "embed_s": embed_s, "tokens": tokens, "tokens_per_s": int(tokens / embed_s),
-            "steady_tokens_per_s": int(steady.group(1).replace(",", "")) if steady else None,
-            "startup_s": float(m.group(3)), "samples": samples, "output_mb": out.stat().st_size / 2**20,
-            "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {
+        "wall_s": wall,
+        "embed_s": embed_s,
+        "tokens": tokens,
+        "tokens_per_s": int(tokens / embed_s),
+        "steady_tokens_per_s": int(steady.group(1).replace(",", "")) if steady else None,
+        "startup_s": float(m.group(3)),
+        "samples": samples,
+        "output_mb": out.stat().st_size / 2**20,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+    }
 
 
 def sentence_map_cost(corpus: Path) -> dict:
@@ -126,14 +152,21 @@ def main() -> None:
     work = Path(args.dir or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     model = work / "model"
-    subprocess.run([sys.executable, "-m", "elmo_fast", "random-model", args.preset, str(model), "--overwrite"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "elmo_fast", "random-model", args.preset, str(model), "--overwrite"],
+        check=True,
+        capture_output=True,
+    )
     options, weights = model / "options.json", model / "weights.hdf5"
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
-          f"Python {platform.python_version()}; preset {args.preset}, --{args.format}, mean {args.mean_tokens} "
-          f"tokens/sentence {args.extra}")
-    print("| sentences | tokens | wall s | embed s | tokens/s | peak RSS MB | RSS at 10% / 50% / 90% of the run MB "
-          "| output MB | machine busy before |")
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; torch {torch.__version__}; "
+        f"Python {platform.python_version()}; preset {args.preset}, --{args.format}, mean {args.mean_tokens} "
+        f"tokens/sentence {args.extra}"
+    )
+    print(
+        "| sentences | tokens | wall s | embed s | tokens/s | peak RSS MB | RSS at 10% / 50% / 90% of the run MB "
+        "| output MB | machine busy before |"
+    )
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     results = []
     for n in args.sentences:
@@ -142,18 +175,25 @@ def main() -> None:
         busy = busy_share()
         r = run_embed(corpus, work / f"out_{n}.h5", options, weights, args.format, args.extra.split())
         samples = r.pop("samples")
-        pick = [min(samples, key=lambda s: abs(s[0] - q * r["wall_s"]))[1] if samples else float("nan")
-                for q in (0.1, 0.5, 0.9)]
+        pick = [
+            min(samples, key=lambda s: abs(s[0] - q * r["wall_s"]))[1] if samples else float("nan")
+            for q in (0.1, 0.5, 0.9)
+        ]
         r.update(sentences=n, rss_10_50_90=pick, busy_before=busy)
         results.append(r)
         peak = f"{r['peak_rss_mb']:.0f}"
-        print(f"| {n:,} | {r['tokens']:,} | {r['wall_s']:.1f} | {r['embed_s']:.1f} | {r['tokens_per_s']:,} | {peak} | "
-              f"{' / '.join(f'{x:.0f}' for x in pick)} | {r['output_mb']:.0f} | {busy:.0%} |", flush=True)
+        print(
+            f"| {n:,} | {r['tokens']:,} | {r['wall_s']:.1f} | {r['embed_s']:.1f} | {r['tokens_per_s']:,} | {peak} | "
+            f"{' / '.join(f'{x:.0f}' for x in pick)} | {r['output_mb']:.0f} | {busy:.0%} |",
+            flush=True,
+        )
         (work / f"out_{n}.h5").unlink()
     cost = sentence_map_cost(work / f"corpus_{max(args.sentences)}.txt")
-    print(f"\nsentence_to_index for {cost['sentences']:,} sentences: JSON {cost['json_mb']:.1f} MB, built in "
-          f"{cost['seconds']:.2f} s with {cost['peak_mb']:.1f} MB at peak (tracemalloc; the list of pairs read "
-          f"back from the spill file not counted)")
+    print(
+        f"\nsentence_to_index for {cost['sentences']:,} sentences: JSON {cost['json_mb']:.1f} MB, built in "
+        f"{cost['seconds']:.2f} s with {cost['peak_mb']:.1f} MB at peak (tracemalloc; the list of pairs read "
+        f"back from the spill file not counted)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": results, "sentence_map": cost}, indent=1))
     if tmp is not None:

@@ -20,6 +20,7 @@ forward's GEMM FLOPs, bench_cpu.py's formula plus the sampled softmax), and *% S
 by the machine's fp32 GEMM rate (torch.matmul, 2048^3, the same threads) measured in the same run (the
 higher of the rates at the start and at the end: other processes can only slow a GEMM down).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,10 @@ for p in (REPO, REPO / "benchmarks"):
 from bench_cpu import flops_per_token, gemm_rate  # noqa: E402
 from bench_lstm import timed, wait_quiet  # noqa: E402
 from corpus import make_sentences  # noqa: E402
-from elmo_fast.formats.vocab import Vocabulary  # noqa: E402
+
 from elmo_fast.formats.bilm_tf import ElmoOptions  # noqa: E402
 from elmo_fast.formats.random_models import PRESETS  # noqa: E402
+from elmo_fast.formats.vocab import Vocabulary  # noqa: E402
 from elmo_fast.training.data import sentence_batch  # noqa: E402
 from elmo_fast.training.trainer import TrainConfig, Trainer  # noqa: E402
 
@@ -60,7 +62,8 @@ def shapes(name: str) -> dict:
 
 TRAIN_FLOPS_FORMULA = (
     "training FLOPs/token = 3 x (the forward's, bench_cpu.py's FLOPS_FORMULA, + sampled softmax: 2 directions x "
-    "2*P*negatives): a GEMM's forward, its input's gradient and its weight's gradient cost the same")
+    "2*P*negatives): a GEMM's forward, its input's gradient and its weight's gradient cost the same"
+)
 
 
 def train_flops_per_token(name: str, negatives: int) -> float:
@@ -79,10 +82,19 @@ def bench(name: str, backend: str, args, workdir: Path) -> dict:
     vocab = Vocabulary(["<S>", "</S>", "<UNK>", *words])
     vocab.save(workdir / "vocab.txt")
     (workdir / "train.txt").write_text("\n".join(" ".join(s) for s in sentences) + "\n")
-    cfg = TrainConfig(train=[str(workdir / "train.txt")], heldout=[], vocab=str(workdir / "vocab.txt"),
-                      out=str(workdir / f"out-{name}-{backend}"), options=shapes(name), batch_size=args.batch,
-                      negative_samples=min(args.negative_samples, len(vocab) - 1), backend=backend,
-                      progress=False, seed=1, precision=args.precision)
+    cfg = TrainConfig(
+        train=[str(workdir / "train.txt")],
+        heldout=[],
+        vocab=str(workdir / "vocab.txt"),
+        out=str(workdir / f"out-{name}-{backend}"),
+        options=shapes(name),
+        batch_size=args.batch,
+        negative_samples=min(args.negative_samples, len(vocab) - 1),
+        backend=backend,
+        progress=False,
+        seed=1,
+        precision=args.precision,
+    )
     trainer = Trainer(cfg)
     lm = trainer._build()
     lm.train()
@@ -111,10 +123,18 @@ def bench(name: str, backend: str, args, workdir: Path) -> dict:
     t_full, busy_full = timed(full, 1, repeats)
     t_bilm, busy_bilm = timed(bilm_only, 1, repeats)
     negatives = min(args.negative_samples, len(vocab) - 1)
-    return {"model": name, "backend": lm.bilm.backend, "batch": args.batch, "tokens": tokens,
-            "step_s": t_full, "tokens_per_s": tokens / t_full, "bilm_s": t_bilm,
-            "softmax_share": max(0.0, 1.0 - t_bilm / t_full), "busy": max(busy_full, busy_bilm),
-            "gflops": tokens / t_full * train_flops_per_token(name, negatives) / 1e9}
+    return {
+        "model": name,
+        "backend": lm.bilm.backend,
+        "batch": args.batch,
+        "tokens": tokens,
+        "step_s": t_full,
+        "tokens_per_s": tokens / t_full,
+        "bilm_s": t_bilm,
+        "softmax_share": max(0.0, 1.0 - t_bilm / t_full),
+        "busy": max(busy_full, busy_bilm),
+        "gflops": tokens / t_full * train_flops_per_token(name, negatives) / 1e9,
+    }
 
 
 def main() -> None:
@@ -134,15 +154,21 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.wait_quiet:
         wait_quiet(args.wait_quiet)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
     sgemm, sgemm_busy = gemm_rate(torch.float32, 2048, 5)
-    print(f"# {cpu}, {os.cpu_count()} CPUs, {args.threads} threads, torch {torch.__version__}, precision "
-          f"{args.precision}; SGEMM (2048^3) "
-          f"{sgemm:.0f} GFLOP/s at the start (busy {100 * (sgemm_busy or 0):.0f}%)")
+    print(
+        f"# {cpu}, {os.cpu_count()} CPUs, {args.threads} threads, torch {torch.__version__}, precision "
+        f"{args.precision}; SGEMM (2048^3) "
+        f"{sgemm:.0f} GFLOP/s at the start (busy {100 * (sgemm_busy or 0):.0f}%)"
+    )
     print(f"# {TRAIN_FLOPS_FORMULA}")
-    print(f"| model | backend | batch (tokens) | step s | tokens/s | biLM-only s | softmax+opt share | GFLOP/s "
-          f"| % SGEMM | busy |")
+    print(
+        "| model | backend | batch (tokens) | step s | tokens/s | biLM-only s | softmax+opt share | GFLOP/s "
+        "| % SGEMM | busy |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,18 +176,25 @@ def main() -> None:
             for backend in ("fast",) + (() if args.no_reference else ("reference",)):
                 r = bench(name, backend, args, Path(tmp))
                 rows.append(r)
-                print(f"| {name} | {r['backend']} | {r['batch']} ({r['tokens']:,}) | {r['step_s']:.3f} | "
-                      f"{r['tokens_per_s']:,.0f} | {r['bilm_s']:.3f} | {100 * r['softmax_share']:.0f}% | "
-                      f"{r['gflops']:.0f} | {100 * r['gflops'] / sgemm:.0f}% | {100 * r['busy']:.0f}% |", flush=True)
+                print(
+                    f"| {name} | {r['backend']} | {r['batch']} ({r['tokens']:,}) | {r['step_s']:.3f} | "
+                    f"{r['tokens_per_s']:,.0f} | {r['bilm_s']:.3f} | {100 * r['softmax_share']:.0f}% | "
+                    f"{r['gflops']:.0f} | {100 * r['gflops'] / sgemm:.0f}% | {100 * r['busy']:.0f}% |",
+                    flush=True,
+                )
             fast = [r for r in rows if r["model"] == name and r["backend"] == "fast"]
             ref = [r for r in rows if r["model"] == name and r["backend"] == "reference"]
             if fast and ref:
-                print(f"|  | fast / reference | | | {fast[0]['tokens_per_s'] / ref[0]['tokens_per_s']:.1f}x | | | | | |")
+                print(
+                    f"|  | fast / reference | | | {fast[0]['tokens_per_s'] / ref[0]['tokens_per_s']:.1f}x | | | | | |"
+                )
     end, end_busy = gemm_rate(torch.float32, 2048, 5)
     best = max(sgemm, end)
-    print(f"# SGEMM at the end {end:.0f} GFLOP/s (busy {100 * (end_busy or 0):.0f}%); % SGEMM above is of the start's; "
-          f"of the higher, {best:.0f} GFLOP/s: " + ", ".join(f"{r['model']} {r['backend']} {100 * r['gflops'] / best:.0f}%"
-                                                            for r in rows))
+    print(
+        f"# SGEMM at the end {end:.0f} GFLOP/s (busy {100 * (end_busy or 0):.0f}%); % SGEMM above is of the start's; "
+        f"of the higher, {best:.0f} GFLOP/s: "
+        + ", ".join(f"{r['model']} {r['backend']} {100 * r['gflops'] / best:.0f}%" for r in rows)
+    )
     for r in rows:
         r["sgemm_gflops"] = best
     if args.json:

@@ -20,6 +20,7 @@ train / infer (target <= 3.5) and ref / train (target >= 5). Medians of --repeat
 ("busy": the share of the machine's CPUs other processes used meanwhile; above ~5% the row was
 disturbed). Nothing asserts a speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,10 +39,17 @@ for p in (REPO, REPO / "benchmarks"):
 
 from bench_lstm import timed, wait_quiet  # noqa: E402
 from corpus import make_sentences  # noqa: E402
+
 from elmo_fast import batch_to_ids, load_options, load_weights  # noqa: E402
 from elmo_fast.bilm import ops  # noqa: E402
-from elmo_fast.bilm.reference import (add_sentence_boundaries, bilstm_ref, char_cnn_ref, flat_lstm_weights,  # noqa: E402
-                                 highway_ref, layer0_gates_ref)
+from elmo_fast.bilm.reference import (  # noqa: E402
+    add_sentence_boundaries,
+    bilstm_ref,
+    char_cnn_ref,
+    flat_lstm_weights,
+    highway_ref,
+    layer0_gates_ref,
+)
 from elmo_fast.formats.random_models import random_model  # noqa: E402
 
 
@@ -135,8 +143,9 @@ def stage_fns(b: Batch, dropout: float) -> dict[str, dict[str, callable]]:
 
     def bilm_infer():
         with torch.inference_mode():
-            tokens = ops.highway(ops.char_cnn(b.ids, b.emb, b.conv_w, b.conv_b, act), b.hw_w, b.hw_b, b.proj_w,
-                                 b.proj_b)
+            tokens = ops.highway(
+                ops.char_cnn(b.ids, b.emb, b.conv_w, b.conv_b, act), b.hw_w, b.hw_b, b.proj_w, b.proj_b
+            )
             ops.bilstm(layer0_gates_ref(tokens, b.lstm), b.token_index, b.lengths, b.lstm, *clips)
 
     def bilm_train(p):
@@ -152,8 +161,12 @@ def stage_fns(b: Batch, dropout: float) -> dict[str, dict[str, callable]]:
 
     assert L == len(b.lstm) // 8
     return {
-        "LSTM stack": {"infer": lstm_infer, "train": lambda: lstm_train(dropout), "train p=0": lambda: lstm_train(0.0),
-                       "ref": lstm_ref},
+        "LSTM stack": {
+            "infer": lstm_infer,
+            "train": lambda: lstm_train(dropout),
+            "train p=0": lambda: lstm_train(0.0),
+            "ref": lstm_ref,
+        },
         "char_cnn": {"infer": cnn_infer, "train": cnn_train, "ref": cnn_ref},
         "highway": {"infer": hw_infer, "train": hw_train, "ref": hw_ref},
         "whole biLM": {"infer": bilm_infer, "train": lambda: bilm_train(dropout), "ref": bilm_ref},
@@ -189,21 +202,30 @@ def main() -> None:
     ap.add_argument("--stages", default="LSTM stack,char_cnn,highway,whole biLM")
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--breakdown", action="store_true", help="profile one training step of the LSTM stack and the biLM")
-    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
-                    help="before each row, wait up to S seconds for the other processes to go quiet")
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each row, wait up to S seconds for the other processes to go quiet",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     ops.require_extension()
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; batch {args.batch}, dropout {args.dropout}")
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; batch {args.batch}, dropout {args.dropout}"
+    )
     stages = args.stages.split(",")
     for preset in args.preset.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             b = Batch(preset, args.batch, seed=0, workdir=Path(tmp))
         o = b.options
-        print(f"\n{preset}: P={o.projection_dim} C={o.cell_dim} L={o.n_layers}, {len(o.filters)} convolutions "
-              f"({o.n_filters} filters), {o.n_highway} highway; B={b.B} T={b.T} (with <S> </S>), "
-              f"N={b.N} tokens ({b.N / (b.B * b.T):.0%} of B*T)")
+        print(
+            f"\n{preset}: P={o.projection_dim} C={o.cell_dim} L={o.n_layers}, {len(o.filters)} convolutions "
+            f"({o.n_filters} filters), {o.n_highway} highway; B={b.B} T={b.T} (with <S> </S>), "
+            f"N={b.N} tokens ({b.N / (b.B * b.T):.0%} of B*T)"
+        )
         fns = stage_fns(b, args.dropout)
         for stage in stages:
             rows = {}

@@ -4,6 +4,7 @@ Sentence lengths follow a log-normal fitted to news text (mean ~25 tokens, long 
 are drawn Zipf-style from a list of common English words and punctuation, so token lengths and
 the share of repeated tokens look like real text (which matters to caches of distinct tokens).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +41,7 @@ def make_sentences(n: int, seed: int = 0, mean_tokens: float = 25.0) -> list[lis
     """n tokenized sentences, mean length about ``mean_tokens`` (at least 1, at most 120)."""
     rng = np.random.default_rng(seed)
     sigma = 0.5
-    mu = np.log(mean_tokens) - sigma ** 2 / 2
+    mu = np.log(mean_tokens) - sigma**2 / 2
     lengths = np.clip(np.round(rng.lognormal(mu, sigma, n)), 1, 120).astype(int)
     ranks = np.arange(1, len(_WORDS) + 1)
     p = 1.0 / ranks

@@ -27,6 +27,7 @@ Environment:
 Without isolation (`pip install --no-build-isolation -e .`) torch is importable already and this
 backend changes nothing.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -78,13 +79,17 @@ def _candidate_interpreters() -> list[str]:
     ($VIRTUAL_ENV, $CONDA_PREFIX), if any, is the one the wheel is built for."""
     found = [sys.executable]
     in_throwaway_env = sys.prefix != sys.base_prefix and os.path.realpath(sys.prefix).startswith(
-        os.path.realpath(tempfile.gettempdir()) + os.sep)
+        os.path.realpath(tempfile.gettempdir()) + os.sep
+    )
     if in_throwaway_env:
         for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
             prefix = os.environ.get(var)
             if prefix and os.path.realpath(prefix) != os.path.realpath(sys.prefix):
-                found.append(os.path.join(prefix, "Scripts" if os.name == "nt" else "bin",
-                                          "python.exe" if os.name == "nt" else "python"))
+                found.append(
+                    os.path.join(
+                        prefix, "Scripts" if os.name == "nt" else "bin", "python.exe" if os.name == "nt" else "python"
+                    )
+                )
     return found
 
 
@@ -94,8 +99,13 @@ def find_installed_torch(interpreters: list[str] | None = None) -> dict | None:
         if not os.path.isfile(python):
             continue
         try:
-            proc = subprocess.run([python, "-E", "-c", _FIND_TORCH], capture_output=True, text=True, timeout=120,
-                                  cwd=tempfile.gettempdir())  # not the source tree: it must not shadow anything
+            proc = subprocess.run(
+                [python, "-E", "-c", _FIND_TORCH],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=tempfile.gettempdir(),
+            )  # not the source tree: it must not shadow anything
         except (OSError, subprocess.SubprocessError):
             continue
         if proc.returncode != 0:
@@ -149,10 +159,14 @@ def _ninja_requirement() -> list[str]:
 
 
 def get_requires_for_build_wheel(config_settings=None):
-    return _setuptools_backend.get_requires_for_build_wheel(config_settings) + _torch_requirements() + \
-        _ninja_requirement()
+    return (
+        _setuptools_backend.get_requires_for_build_wheel(config_settings) + _torch_requirements() + _ninja_requirement()
+    )
 
 
 def get_requires_for_build_editable(config_settings=None):
-    return _setuptools_backend.get_requires_for_build_editable(config_settings) + _torch_requirements() + \
-        _ninja_requirement()
+    return (
+        _setuptools_backend.get_requires_for_build_editable(config_settings)
+        + _torch_requirements()
+        + _ninja_requirement()
+    )

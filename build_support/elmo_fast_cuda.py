@@ -12,16 +12,16 @@ ELMO_FAST_FORCE_CUDA_BUILD=1 turns that into an error, ELMO_FAST_SKIP_CUDA_BUILD
 No torch import here (setup.py passes what it read from torch), so the logic is unit-tested with
 fake toolkits: tests/packaging/test_setup_cuda_decision.py.
 """
+
 from __future__ import annotations
 
 import glob
 import os
 import re
-import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 #: The CUDA headers csrc/cuda/*.cu, *.cuh, *.h and *.cpp include (the bindings compile with the host
 #: compiler, which only sees the include directories torch passes: not nvcc's own).
@@ -33,14 +33,20 @@ FORCE_VAR = "ELMO_FAST_FORCE_CUDA_BUILD"
 PROBE_VAR = "ELMO_FAST_CUDA_PROBE"
 ARCHS_VAR = "ELMO_FAST_CUDA_ARCHS"
 
-_PROBE_SOURCE = "".join(f"#include <{h}>\n" for h in REQUIRED_HEADERS) + """
+_PROBE_SOURCE = (
+    "".join(f"#include <{h}>\n" for h in REQUIRED_HEADERS)
+    + """
 __global__ void elmo_fast_probe(__nv_bfloat16* out, const __half* in) {
   out[threadIdx.x] = __float2bfloat16(__half2float(in[threadIdx.x]));
 }
 """
-_HOST_PROBE_SOURCE = "".join(f"#include <{h}>\n" for h in REQUIRED_HEADERS) + """
+)
+_HOST_PROBE_SOURCE = (
+    "".join(f"#include <{h}>\n" for h in REQUIRED_HEADERS)
+    + """
 int elmo_fast_probe() { return static_cast<int>(cudaSuccess); }
 """
+)
 
 
 class CudaBuildError(RuntimeError):
@@ -63,8 +69,10 @@ class CudaDecision:
             return f"elmo-fast: building the CUDA extension ({self.reason})"
         if not self.warn:
             return f"elmo-fast: building the CPU-only extension ({self.reason})"
-        return (f"elmo-fast: WARNING: building the CPU-only extension, without the CUDA kernels: {self.reason}. "
-                f"{self.hint} {SKIP_VAR}=1 silences this warning; {FORCE_VAR}=1 makes it an error.")
+        return (
+            f"elmo-fast: WARNING: building the CPU-only extension, without the CUDA kernels: {self.reason}. "
+            f"{self.hint} {SKIP_VAR}=1 silences this warning; {FORCE_VAR}=1 makes it an error."
+        )
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -142,8 +150,17 @@ def probe_compile(nvcc: str, incs: Sequence[str], env: Mapping[str, str] = os.en
             f.write(_HOST_PROBE_SOURCE)
         ccbin = ["-ccbin", env["CC"]] if env.get("CC") else []
         commands = [
-            [nvcc, "-c", cu, "-o", os.path.join(tmp, "probe.o"), "-std=c++20", *ccbin, *inc_flags,
-             *cuda_gencode_flags(cuda_archs(env))],
+            [
+                nvcc,
+                "-c",
+                cu,
+                "-o",
+                os.path.join(tmp, "probe.o"),
+                "-std=c++20",
+                *ccbin,
+                *inc_flags,
+                *cuda_gencode_flags(cuda_archs(env)),
+            ],
             [host_cxx, "-fsyntax-only", "-std=c++20", *inc_flags, cpp],
         ]
         for cmd in commands:
@@ -152,8 +169,10 @@ def probe_compile(nvcc: str, incs: Sequence[str], env: Mapping[str, str] = os.en
             except (OSError, subprocess.SubprocessError) as exc:
                 return f"the test compile `{' '.join(cmd[:1])}` does not run ({type(exc).__name__}: {exc})"
             if proc.returncode != 0:
-                return (f"a test compile of the CUDA headers failed ({os.path.basename(cmd[0])}, exit {proc.returncode}: "
-                        f"{_first_error(proc.stderr or proc.stdout)})")
+                return (
+                    f"a test compile of the CUDA headers failed ({os.path.basename(cmd[0])}, exit {proc.returncode}: "
+                    f"{_first_error(proc.stderr or proc.stdout)})"
+                )
     return ""
 
 
@@ -190,9 +209,16 @@ def suggest_cuda_home(major: int, exclude: str | None, candidates: Sequence[str]
     return None
 
 
-def decide(*, torch_version: str, torch_cuda: str | None, cuda_home: str | None, torch_hip: str | None = None,
-           env: Mapping[str, str] = os.environ, probe: Callable[..., str] | None = probe_compile,
-           candidates: Sequence[str] | None = None) -> CudaDecision:
+def decide(
+    *,
+    torch_version: str,
+    torch_cuda: str | None,
+    cuda_home: str | None,
+    torch_hip: str | None = None,
+    env: Mapping[str, str] = os.environ,
+    probe: Callable[..., str] | None = probe_compile,
+    candidates: Sequence[str] | None = None,
+) -> CudaDecision:
     """Whether to build the CUDA kernels, from torch's build (version, torch.version.cuda/.hip), the
     CUDA_HOME torch's cpp_extension found (cpp_extension.CUDA_HOME; None for a CPU torch) and the
     environment. probe: the test compile (None: skip it; ELMO_FAST_CUDA_PROBE=0 skips it too).
@@ -212,23 +238,31 @@ def decide(*, torch_version: str, torch_cuda: str | None, cuda_home: str | None,
 
 def _check_toolkit(torch_version, torch_cuda, cuda_home, torch_hip, env, probe, candidates) -> CudaDecision:
     if torch_hip:
-        return CudaDecision(False, f"torch {torch_version} is a ROCm build and elmo-fast has CUDA kernels only",
-                            warn=True, hint="The CPU extension runs on the CPU.")
+        return CudaDecision(
+            False,
+            f"torch {torch_version} is a ROCm build and elmo-fast has CUDA kernels only",
+            warn=True,
+            hint="The CPU extension runs on the CPU.",
+        )
     if not torch_cuda:
         return CudaDecision(False, f"torch {torch_version} is a CPU-only build")
     torch_major = int(torch_cuda.split(".")[0])
 
     def skipped(reason: str, home: str | None = cuda_home) -> CudaDecision:
         better = suggest_cuda_home(torch_major, home, candidates)
-        hint = (f"To build them, set CUDA_HOME={better} (a complete CUDA {torch_major} toolkit found there) and rebuild."
-                if better else
-                f"To build them, install a complete CUDA {torch_major}.x toolkit (nvcc, headers, libcudart), point "
-                "CUDA_HOME at it and rebuild.")
+        hint = (
+            f"To build them, set CUDA_HOME={better} (a complete CUDA {torch_major} toolkit found there) and rebuild."
+            if better
+            else f"To build them, install a complete CUDA {torch_major}.x toolkit (nvcc, headers, libcudart), point "
+            "CUDA_HOME at it and rebuild."
+        )
         return CudaDecision(False, reason, warn=True, hint=hint)
 
     if not cuda_home:
-        return skipped(f"torch {torch_version} is a CUDA {torch_cuda} build but no CUDA toolkit was found "
-                       "(CUDA_HOME and CUDA_PATH unset, no nvcc on PATH, no /usr/local/cuda)")
+        return skipped(
+            f"torch {torch_version} is a CUDA {torch_cuda} build but no CUDA toolkit was found "
+            "(CUDA_HOME and CUDA_PATH unset, no nvcc on PATH, no /usr/local/cuda)"
+        )
     nvcc = os.path.join(cuda_home, "bin", "nvcc")
     if not os.path.isfile(nvcc):
         return skipped(f"the CUDA toolkit torch found, CUDA_HOME={cuda_home}, has no bin/nvcc")
@@ -236,13 +270,17 @@ def _check_toolkit(torch_version, torch_cuda, cuda_home, torch_hip, env, probe, 
     if version is None:
         return skipped(why)
     if version[0] != torch_major:
-        return skipped(f"{nvcc} is CUDA {version[0]}.{version[1]} but torch {torch_version} was built with CUDA "
-                       f"{torch_cuda} (the major versions must match)")
+        return skipped(
+            f"{nvcc} is CUDA {version[0]}.{version[1]} but torch {torch_version} was built with CUDA "
+            f"{torch_cuda} (the major versions must match)"
+        )
     incs = include_dirs(cuda_home, env)
     missing = [h for h in REQUIRED_HEADERS if not any(os.path.isfile(os.path.join(d, h)) for d in incs)]
     if missing:
-        return skipped(f"CUDA_HOME={cuda_home} (nvcc {version[0]}.{version[1]}) is not a complete toolkit: "
-                       f"{', '.join(missing)} not in {os.pathsep.join(incs)}")
+        return skipped(
+            f"CUDA_HOME={cuda_home} (nvcc {version[0]}.{version[1]}) is not a complete toolkit: "
+            f"{', '.join(missing)} not in {os.pathsep.join(incs)}"
+        )
     libdir = library_dir(cuda_home)
     if not any(os.path.exists(os.path.join(libdir, name)) for name in ("libcudart.so", "libcudart.a")):
         return skipped(f"CUDA_HOME={cuda_home} has no libcudart.so to link against in {libdir}")

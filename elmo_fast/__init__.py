@@ -27,6 +27,7 @@ The package, by room:
 Names are loaded on first use (PEP 562): ``import elmo_fast`` alone imports neither torch nor the
 extension, so that the opt-in ``allennlp`` import path can be set up at interpreter start for free.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,20 +38,46 @@ __version__ = "0.1.0"
 #: public name -> the module that defines it
 _EXPORTS = {
     "pretrained": "elmo_fast.pretrained",
-    "ElmoBiLm": "elmo_fast.bilm", "ScalarMix": "elmo_fast.bilm", "batch_to_ids": "elmo_fast.bilm",
-    "Elmo": "elmo_fast.compat", "HubElmo": "elmo_fast.compat", "hub_module": "elmo_fast.compat",
+    "ElmoBiLm": "elmo_fast.bilm",
+    "ScalarMix": "elmo_fast.bilm",
+    "batch_to_ids": "elmo_fast.bilm",
+    "Elmo": "elmo_fast.compat",
+    "HubElmo": "elmo_fast.compat",
+    "hub_module": "elmo_fast.compat",
     "hub_signature": "elmo_fast.compat",
     "ElmoEmbedder": "elmo_fast.embedding",
-    "ConfigurationError": "elmo_fast.errors", "DownloadError": "elmo_fast.errors", "ElmoFastError": "elmo_fast.errors",
-    "ExtensionNotBuiltError": "elmo_fast.errors", "InputError": "elmo_fast.errors", "ModelFileError": "elmo_fast.errors",
-    "ElmoOptions": "elmo_fast.formats", "ElmoWeights": "elmo_fast.formats", "load_options": "elmo_fast.formats",
+    "ConfigurationError": "elmo_fast.errors",
+    "DownloadError": "elmo_fast.errors",
+    "ElmoFastError": "elmo_fast.errors",
+    "ExtensionNotBuiltError": "elmo_fast.errors",
+    "InputError": "elmo_fast.errors",
+    "ModelFileError": "elmo_fast.errors",
+    "ElmoOptions": "elmo_fast.formats",
+    "ElmoWeights": "elmo_fast.formats",
+    "load_options": "elmo_fast.formats",
     "load_weights": "elmo_fast.formats",
 }
 
 __all__ = [
-    "batch_to_ids", "Elmo", "ElmoEmbedder", "ElmoBiLm", "ScalarMix", "ElmoOptions", "ElmoWeights", "load_options",
-    "load_weights", "HubElmo", "hub_signature", "hub_module", "pretrained",
-    "ElmoFastError", "ModelFileError", "InputError", "DownloadError", "ExtensionNotBuiltError", "ConfigurationError",
+    "batch_to_ids",
+    "Elmo",
+    "ElmoEmbedder",
+    "ElmoBiLm",
+    "ScalarMix",
+    "ElmoOptions",
+    "ElmoWeights",
+    "load_options",
+    "load_weights",
+    "HubElmo",
+    "hub_signature",
+    "hub_module",
+    "pretrained",
+    "ElmoFastError",
+    "ModelFileError",
+    "InputError",
+    "DownloadError",
+    "ExtensionNotBuiltError",
+    "ConfigurationError",
     "__version__",
 ]
 
@@ -61,8 +88,11 @@ def __getattr__(name: str):
         if name.startswith("_") or importlib.util.find_spec(f"elmo_fast.{name}") is None:
             raise AttributeError(f"module 'elmo_fast' has no attribute {name!r}")
         return importlib.import_module(f"elmo_fast.{name}")  # a room, as if imported (``elmo_fast.durable``)
-    value = importlib.import_module(module) if module.endswith("." + name) else \
-        getattr(importlib.import_module(module), name)
+    value = (
+        importlib.import_module(module)
+        if module.endswith("." + name)
+        else getattr(importlib.import_module(module), name)
+    )
     globals()[name] = value  # once: later lookups do not come here
     return value
 

@@ -1,4 +1,5 @@
 """``python -m elmo_fast``: the ``elmo-fast`` command (what ``torchrun -m elmo_fast`` runs)."""
+
 import sys
 
 from .cli import main

@@ -2,6 +2,7 @@
 does not load when it does not: a missing build reads differently from one that is there but was
 built against another torch (torch's C++ ABI changes between releases; a CUDA build of the
 extension needs a CUDA torch)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -10,9 +11,11 @@ from types import ModuleType
 
 import torch
 
-REBUILD_HINT = ("from a source tree, `pip install --no-build-isolation -e .` (or `pip install .`); from PyPI, "
-                "`pip install --force-reinstall --no-deps --no-cache-dir elmo-fast` (pip's cache may hold a wheel "
-                "built against the old torch)")
+REBUILD_HINT = (
+    "from a source tree, `pip install --no-build-isolation -e .` (or `pip install .`); from PyPI, "
+    "`pip install --force-reinstall --no-deps --no-cache-dir elmo-fast` (pip's cache may hold a wheel "
+    "built against the old torch)"
+)
 
 
 def build_info() -> ModuleType | None:
@@ -40,13 +43,20 @@ def describe_import_failure(exc: BaseException) -> tuple[bool, str]:
     info = build_info()
     built = getattr(info, "TORCH_VERSION", None)
     if built is not None and built != torch.__version__:
-        return True, (f"elmo_fast._C was built against torch {built} but this environment has torch "
-                      f"{torch.__version__}; it must be rebuilt against torch {torch.__version__}: {REBUILD_HINT}. "
-                      f"The import error: {error}")
-    against = (f"built against torch {built}, the torch here" if built is not None
-               else "no record of the torch it was built against")
-    return True, (f"elmo_fast._C is installed but does not load ({against}); rebuild it: {REBUILD_HINT}. "
-                  f"The import error: {error}")
+        return True, (
+            f"elmo_fast._C was built against torch {built} but this environment has torch "
+            f"{torch.__version__}; it must be rebuilt against torch {torch.__version__}: {REBUILD_HINT}. "
+            f"The import error: {error}"
+        )
+    against = (
+        f"built against torch {built}, the torch here"
+        if built is not None
+        else "no record of the torch it was built against"
+    )
+    return True, (
+        f"elmo_fast._C is installed but does not load ({against}); rebuild it: {REBUILD_HINT}. "
+        f"The import error: {error}"
+    )
 
 
 def recorded_cuda_decision() -> str | None:
@@ -65,5 +75,7 @@ def loaded_against_other_release() -> str | None:
     built = getattr(build_info(), "TORCH_VERSION", None)
     if built is None or _release(built) == _release(torch.__version__):
         return None
-    return (f"elmo_fast._C was built against torch {built} but runs with torch {torch.__version__}; torch's C++ ABI "
-            f"changes between releases, so it may misbehave: rebuild it against torch {torch.__version__}: {REBUILD_HINT}")
+    return (
+        f"elmo_fast._C was built against torch {built} but runs with torch {torch.__version__}; torch's C++ ABI "
+        f"changes between releases, so it may misbehave: rebuild it against torch {torch.__version__}: {REBUILD_HINT}"
+    )

@@ -2,6 +2,7 @@
 what is missing. The facts are read once by :mod:`elmo_fast.bilm.ops` (:func:`load`), which keeps
 them as its own names; the messages take them as arguments. What the extension was built against,
 and why it does not load, is :mod:`elmo_fast._extension_info`'s."""
+
 from __future__ import annotations
 
 import warnings
@@ -27,8 +28,11 @@ def load() -> tuple[bool, bool, str | None, bool]:
     except ImportError as exc:  # not built, or built against another torch/Python
         load_failed, error = describe_import_failure(exc)
         if load_failed:
-            warnings.warn(f"elmo-fast's fast path is unavailable, the slow reference path runs instead: {error}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"elmo-fast's fast path is unavailable, the slow reference path runs instead: {error}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return False, load_failed, error, False
     if (other_release := loaded_against_other_release()) is not None:
         warnings.warn(other_release, RuntimeWarning, stacklevel=3)
@@ -55,19 +59,25 @@ def require_extension(has_extension: bool, load_failed: bool, import_error: str 
 def cuda_kernels_missing_reason(has_extension: bool, has_cuda_kernels: bool, import_error: str | None) -> str | None:
     """Why this install cannot run the ops on CUDA tensors, with the fix; None when it can."""
     if not has_extension:
-        return (f"the compiled extension elmo_fast._C is not available ({import_error}); build it with "
-                "`pip install --no-build-isolation -e .` from the source tree")
+        return (
+            f"the compiled extension elmo_fast._C is not available ({import_error}); build it with "
+            "`pip install --no-build-isolation -e .` from the source tree"
+        )
     if has_cuda_kernels:
         return None
     if torch.version.cuda is None:
-        return (f"this torch ({torch.__version__}) is a CPU-only build, so elmo_fast._C was built without its CUDA "
-                "kernels. Install a CUDA build of torch (https://pytorch.org/get-started/locally/), make sure "
-                "nvcc is found (CUDA_HOME or PATH), then rebuild from the source tree with "
-                "`pip install --no-build-isolation -e .`")
+        return (
+            f"this torch ({torch.__version__}) is a CPU-only build, so elmo_fast._C was built without its CUDA "
+            "kernels. Install a CUDA build of torch (https://pytorch.org/get-started/locally/), make sure "
+            "nvcc is found (CUDA_HOME or PATH), then rebuild from the source tree with "
+            "`pip install --no-build-isolation -e .`"
+        )
     recorded = recorded_cuda_decision()
     said = f" (the build said: {recorded})" if recorded else ""
-    return (f"elmo_fast._C was built without its CUDA kernels although torch {torch.__version__} is a CUDA "
-            f"{torch.version.cuda} build: the build found no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1 was set, or the "
-            f"CUDA toolkit was incomplete or of another major version than torch's{said}. Make sure a complete CUDA "
-            f"{torch.version.cuda.split('.')[0]}.x toolkit is found (CUDA_HOME, or nvcc on PATH), unset "
-            "ELMO_FAST_SKIP_CUDA_BUILD, then rebuild from the source tree with `pip install --no-build-isolation -e .`")
+    return (
+        f"elmo_fast._C was built without its CUDA kernels although torch {torch.__version__} is a CUDA "
+        f"{torch.version.cuda} build: the build found no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1 was set, or the "
+        f"CUDA toolkit was incomplete or of another major version than torch's{said}. Make sure a complete CUDA "
+        f"{torch.version.cuda.split('.')[0]}.x toolkit is found (CUDA_HOME, or nvcc on PATH), unset "
+        "ELMO_FAST_SKIP_CUDA_BUILD, then rebuild from the source tree with `pip install --no-build-isolation -e .`"
+    )

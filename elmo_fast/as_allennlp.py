@@ -19,6 +19,7 @@ allennlp is never shadowed: when one is installed (or imported), activating says
 
 ``activate()`` / ``deactivate()`` / ``is_active()`` do the same from code.
 """
+
 from __future__ import annotations
 
 from .compat.allennlp09.finder import ENV_VAR, RealAllennlpWarning, activate, deactivate, is_active

@@ -1,4 +1,5 @@
 """Where a model runs: device strings checked once, with an error that says how to get CUDA."""
+
 from __future__ import annotations
 
 import torch
@@ -22,9 +23,12 @@ def resolve_device(device: str | int | torch.device) -> torch.device:
         how = ""
         if torch.version.cuda is None:  # the usual cause: pip's default torch wheel is CPU-only here
             from .bilm.ops import cuda_kernels_missing_reason
+
             how = f"; {cuda_kernels_missing_reason()}"
-        raise ElmoFastError(f"device {str(dev)!r} requested, but torch sees no CUDA GPU "
-                            f"(torch {torch.__version__}, torch.cuda.is_available() is False){how}")
+        raise ElmoFastError(
+            f"device {str(dev)!r} requested, but torch sees no CUDA GPU "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False){how}"
+        )
     if dev.type not in ("cpu", "cuda"):
         raise ElmoFastError(f"device {str(dev)!r} is not supported: use 'cpu' or 'cuda[:N]'")
     return dev

@@ -3,6 +3,7 @@
 Used by ``elmo-fast train`` (DistributedDataParallel) and ``elmo-fast embed`` (each rank embeds its
 share of the input's windows; see :mod:`elmo_fast.embedding.ranks`).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -17,8 +18,12 @@ import torch.distributed as dist
 def world() -> tuple[int, int, int, int]:
     """(rank, world size, local rank, local world size) from torchrun's environment (0, 1, 0, 1 alone)."""
     env = os.environ
-    return (int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)),
-            int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1))))
+    return (
+        int(env.get("RANK", 0)),
+        int(env.get("WORLD_SIZE", 1)),
+        int(env.get("LOCAL_RANK", 0)),
+        int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1))),
+    )
 
 
 def launched() -> bool:
@@ -47,8 +52,7 @@ def rank_device(device: str) -> str:
     return device
 
 
-def distributed_setup(device: str, backend: str | None = None,
-                      timeout: datetime.timedelta | None = None) -> str:
+def distributed_setup(device: str, backend: str | None = None, timeout: datetime.timedelta | None = None) -> str:
     """Join the process group when torchrun started us (once), and pick this rank's device (see
     :func:`rank_device`). backend: NCCL for CUDA devices and gloo otherwise, unless given (``embed``
     sends only small control messages, so it always uses gloo). timeout: of every collective call
@@ -87,11 +91,13 @@ def init_group(backend: str, timeout: datetime.timedelta | None = None) -> None:
         return
     rank, world_size, _, _ = world()
     limit = timeout or datetime.timedelta(minutes=30)
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
-                          timeout=limit)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=limit
+    )
     prefix = _fresh_prefix(store, rank, world_size, limit.total_seconds())
-    dist.init_process_group(backend=backend, store=dist.PrefixStore(prefix, store), rank=rank, world_size=world_size,
-                            **kwargs)
+    dist.init_process_group(
+        backend=backend, store=dist.PrefixStore(prefix, store), rank=rank, world_size=world_size, **kwargs
+    )
 
 
 def _fresh_prefix(store, rank: int, world_size: int, limit_s: float) -> str:
@@ -108,8 +114,9 @@ def _fresh_prefix(store, rank: int, world_size: int, limit_s: float) -> str:
 
     def tick() -> None:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"rank {rank}: the ranks of this torchrun attempt did not all meet within "
-                               f"{limit_s:.0f} s")
+            raise TimeoutError(
+                f"rank {rank}: the ranks of this torchrun attempt did not all meet within {limit_s:.0f} s"
+            )
         time.sleep(0.01)
 
     if rank == 0:

@@ -8,9 +8,10 @@ A message that names one of the caller's parameters holds it as a :class:`Param`
 the Python API shows it as the parameter (``batch_size must be >= 1``, ``pass overwrite=True``),
 the CLI as its flag (``--batch-size must be >= 1``, ``pass --overwrite``), from the one error.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 _NO_VALUE = object()
 

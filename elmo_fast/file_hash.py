@@ -1,5 +1,6 @@
 """The digest of a file's content: one owner for every checksum the package records (a shard's, an
 assembled output's, a model file's in a resume manifest, a corpus file's in a training run's)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,8 +9,9 @@ import os
 _CHUNK = 1 << 22
 
 
-def hash_file(path: str | os.PathLike, algorithm: str = "sha256", *, digest_size: int | None = None,
-              ends: int | None = None) -> tuple[int, str]:
+def hash_file(
+    path: str | os.PathLike, algorithm: str = "sha256", *, digest_size: int | None = None, ends: int | None = None
+) -> tuple[int, str]:
     """(size in bytes, hex digest) of a file. ``digest_size``: for blake2b. ``ends``: hash only the
     first and the last ``ends`` bytes of a file longer than twice that (a large corpus, checked
     quickly), else the whole file. Raises OSError."""

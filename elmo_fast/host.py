@@ -1,5 +1,6 @@
 """This machine's name, as the package shows it (a lock's holder, a rank's host) and as temporary
 names hold it: one owner, so that every place that names a host names it alike."""
+
 from __future__ import annotations
 
 import socket

@@ -5,6 +5,7 @@ The model directories themselves are read by :mod:`elmo_fast.formats.manylangs_d
 entry point takes them too: ``ElmoEmbedder(model_dir)``, ``ElmoBiLm(model_dir)``,
 ``Elmo(model_dir, num_output_representations=k)`` and ``elmo-fast embed --model-dir DIR``.
 """
+
 from .compat.elmoformanylangs import Embedder
 from .formats.manylangs_dir import ManyLangsConfig, ManyLangsWeights, load_manylangs
 

@@ -9,6 +9,7 @@ entry point (``ElmoBiLm``, ``ElmoEmbedder``, ``Elmo``, ``HubElmo``, ELMoForManyL
   :class:`~elmo_fast.formats.manylangs_dir.ManyLangsWeights`);
 * nothing: the English model bundled in the package (one line on the ``elmo_fast`` logger says so).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,12 @@ class ModelSource:
     files: dict[str, str | os.PathLike] = field(default_factory=dict)
 
 
-def resolve_model(options_file: str | os.PathLike | None = None,
-                  weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
-                  model_dir: str | os.PathLike | None = None, model_format: str | None = None) -> ModelSource:
+def resolve_model(
+    options_file: str | os.PathLike | None = None,
+    weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
+    model_dir: str | os.PathLike | None = None,
+    model_format: str | None = None,
+) -> ModelSource:
     """The model named by a constructor's ``options_file``, ``weight_file`` and ``model_dir``, loaded
     and checked (see the module docstring for the forms); a one-line error for any other mix.
     model_format: which model of a directory to load ("bilm-tf" or "elmoformanylangs"; files given
@@ -48,15 +52,35 @@ def resolve_model(options_file: str | os.PathLike | None = None,
         model_dir = default_model_dir()
     if model_dir is not None:
         if options_file is not None or weight_file is not None:
-            raise ElmoFastError("give either ", Param("model_dir"), " or ", Param("options_file"), " and ",
-                                Param("weight_file"), ", not both")
+            raise ElmoFastError(
+                "give either ",
+                Param("model_dir"),
+                " or ",
+                Param("options_file"),
+                " and ",
+                Param("weight_file"),
+                ", not both",
+            )
         model = inspect_model_dir(model_dir, model_format)
         return ModelSource(load_model(model), dict(model.files))
     if kind not in (None, BILM_TF):
-        raise ElmoFastError(Param("options_file"), " and ", Param("weight_file"), " are a bilm-tf model, but ",
-                            Param("model_format"), f" is {model_format!r}: give the ELMoForManyLangs model's "
-                            "directory as ", Param("model_dir"))
+        raise ElmoFastError(
+            Param("options_file"),
+            " and ",
+            Param("weight_file"),
+            " are a bilm-tf model, but ",
+            Param("model_format"),
+            f" is {model_format!r}: give the ELMoForManyLangs model's directory as ",
+            Param("model_dir"),
+        )
     if options_file is None or weight_file is None:
-        raise ElmoFastError("give ", Param("options_file"), " and ", Param("weight_file"), " (bilm-tf), or a "
-                            "model directory (", Param("model_dir"), ", bilm-tf or ELMoForManyLangs)")
+        raise ElmoFastError(
+            "give ",
+            Param("options_file"),
+            " and ",
+            Param("weight_file"),
+            " (bilm-tf), or a model directory (",
+            Param("model_dir"),
+            ", bilm-tf or ELMoForManyLangs)",
+        )
     return ModelSource(load_model_files(options_file, weight_file), {"options": options_file, "weights": weight_file})

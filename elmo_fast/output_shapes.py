@@ -1,6 +1,7 @@
 """What a caller asks of one sentence's activations, the one rule for ``embed``'s output formats and
 the server's (and any front that serves them): "all", "top", "average", "sum" (SeqVec's per-residue
 default), and the server's "mean"."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -21,6 +21,7 @@ it, that the name still leads to the inode it locked: a run that opened the file
 holder removed it finds the name gone (or a new file under it) and tries again. A killed run's
 file stays, and never blocks: the next run takes it and removes it in turn.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,7 +71,7 @@ class RunLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         if self._fd is not None:
             raise RuntimeError(f"{self.path}: this RunLock is already held")
         if fcntl is None:
@@ -97,8 +98,7 @@ class RunLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
-            raise RunLocked(f"{self.what}: cannot open the lock file {self.path}: "
-                            f"{e.strerror or e}") from None
+            raise RunLocked(f"{self.what}: cannot open the lock file {self.path}: {e.strerror or e}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -106,8 +106,10 @@ class RunLock:
                 holder = _describe_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
             finally:
                 os.close(fd)
-            raise RunLocked(f"{self.what} is in use by another elmo-fast run ({holder}); wait for it "
-                            f"to end or stop it (lock file {self.path})") from None
+            raise RunLocked(
+                f"{self.what} is in use by another elmo-fast run ({holder}); wait for it "
+                f"to end or stop it (lock file {self.path})"
+            ) from None
         except OSError as e:  # a filesystem without flock (some network mounts): say so, do not guess
             os.close(fd)
             raise RunLocked(f"{self.what}: cannot lock {self.path}: {e.strerror or e}") from None
@@ -137,7 +139,7 @@ class RunLock:
             except OSError:  # Linux frees the descriptor (and the lock) whatever close reports
                 pass
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

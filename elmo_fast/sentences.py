@@ -11,6 +11,7 @@ numpy array of str (one sentence a row), or a 1-D object array of them. Anything
 :class:`SentenceTypeError` saying what was expected and what was found (a string where tokens were
 expected: the usual slip, said with the split to do).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
@@ -65,8 +66,10 @@ def as_tokens(value: Any, where: str) -> list[str]:
     """A 1-D sequence of str tokens, as a new list of plain str; ``where`` names it in errors."""
     if isinstance(value, str):
         example = value.split()[:3]
-        raise SentenceTypeError(f"{where}: expected a sequence of tokens ({_SEQUENCE} of str), found a string "
-                                f"{value!r:.50}; split it first, e.g. {example!r}")
+        raise SentenceTypeError(
+            f"{where}: expected a sequence of tokens ({_SEQUENCE} of str), found a string "
+            f"{value!r:.50}; split it first, e.g. {example!r}"
+        )
     items = _items(value, where, f"a sequence of tokens ({_SEQUENCE} of str)")
     return [_token(t, f"{where}[{i}]") for i, t in enumerate(items)]
 
@@ -84,14 +87,18 @@ def as_batch(batch: Any, where: str = "batch") -> list[list[str]]:
         rows = list(batch)  # a rectangular batch: one sentence a row
     else:
         if isinstance(batch, (str, bytes)):
-            raise SentenceTypeError(f"{where}: expected a batch of sentences, each a sequence of tokens "
-                                    f"(e.g. [['Hello', 'world']]), found {_found(batch)}")
+            raise SentenceTypeError(
+                f"{where}: expected a batch of sentences, each a sequence of tokens "
+                f"(e.g. [['Hello', 'world']]), found {_found(batch)}"
+            )
         rows = _items(batch, where, "a batch of sentences (a list, a tuple or a numpy array of them)")
     out = []
     for i, sentence in enumerate(rows):
         if isinstance(sentence, (str, bytes)):
-            raise SentenceTypeError(f"{where}[{i}]: expected a sentence, a sequence of tokens, found "
-                                    f"{_found(sentence)}; a batch is a list of sentences, each a list of tokens "
-                                    f"(one sentence: [tokens])")
+            raise SentenceTypeError(
+                f"{where}[{i}]: expected a sentence, a sequence of tokens, found "
+                f"{_found(sentence)}; a batch is a list of sentences, each a list of tokens "
+                f"(one sentence: [tokens])"
+            )
         out.append(as_tokens(sentence, f"{where}[{i}]"))
     return out

@@ -8,6 +8,7 @@ A line ends at ``"\n"`` (or ``"\r\n"``) only, everywhere the package reads text,
 lines: a lone ``"\r"``, and the other characters Python's universal newlines and ``str.splitlines()``
 break at (``"\x0b"``, ``"\x1c"``, ``"\x85"``, ``"\u2028"``, ...), are characters of their line
 (:func:`text_lines`; text streams are opened with ``newline="\n"``)."""
+
 from __future__ import annotations
 
 import bz2
@@ -17,19 +18,27 @@ import lzma
 import os
 import re
 import zlib
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 from .errors import InputError, Param
 
 # What a file's first bytes say it is: the formats read transparently, by content (a name can lie,
 # and stdin has none). bzip2's "BZh" is followed by the block size and a block's or the end's magic,
 # so that a text file that starts with "BZh" is not taken for one.
-_COMPRESSED = (("gzip", re.compile(rb"\x1f\x8b")), ("bzip2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")),
-               ("xz", re.compile(rb"\xfd7zXZ\x00")))
+_COMPRESSED = (
+    ("gzip", re.compile(rb"\x1f\x8b")),
+    ("bzip2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")),
+    ("xz", re.compile(rb"\xfd7zXZ\x00")),
+)
 # formats we do not read, named instead of being decoded as text, line by line, into garbage
-_UNREADABLE = ((b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -d"), (b"PK\x03\x04", "a zip archive", "unzip"),
-               (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "7z x"), (b"\x04\x22\x4d\x18", "lz4-compressed", "lz4 -d"),
-               (b"\x89HDF\r\n\x1a\n", "an HDF5 file", None))
+_UNREADABLE = (
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -d"),
+    (b"PK\x03\x04", "a zip archive", "unzip"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "7z x"),
+    (b"\x04\x22\x4d\x18", "lz4-compressed", "lz4 -d"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file", None),
+)
 _SNIFF = 10
 # what a damaged compressed stream raises while it is read, depending on the format and the damage
 DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
@@ -62,8 +71,12 @@ def check_max_line_length(value: int | None) -> None:
 
 def line_too_long(name: str, number: int, limit: int) -> InputError:
     """The error for a line longer than ``limit`` characters (``max_line_length``)."""
-    return InputError(f"{name}: line {number} is longer than {limit:,} characters (one line holds one sentence; is "
-                      f"this the right file?); pass a larger ", Param("max_line_length"), " if it is meant")
+    return InputError(
+        f"{name}: line {number} is longer than {limit:,} characters (one line holds one sentence; is "
+        f"this the right file?); pass a larger ",
+        Param("max_line_length"),
+        " if it is meant",
+    )
 
 
 class _Prefixed(io.RawIOBase):
@@ -86,7 +99,7 @@ class _Prefixed(io.RawIOBase):
         data = self.rest.read1(len(buffer)) if hasattr(self.rest, "read1") else self.rest.read(len(buffer))
         if not data:
             return 0
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
 
@@ -104,7 +117,7 @@ def _sniff(stream: IO[bytes]) -> tuple[bytes, IO[bytes], bool]:
 
 
 def compression_of(head: bytes) -> str | None:
-    """"gzip", "bzip2", "xz" or None (plain), from a file's first bytes."""
+    """ "gzip", "bzip2", "xz" or None (plain), from a file's first bytes."""
     return next((kind for kind, magic in _COMPRESSED if magic.match(head)), None)
 
 
@@ -154,8 +167,9 @@ class TextInput:
             if head.startswith(magic):
                 self.close()
                 hint = f"; extract the text first ({how})" if how else "; give the text file of sentences"
-                raise InputError(f"{self.name} is {what}, not text: elmo-fast reads plain, gzip, bzip2 and xz "
-                                 f"text{hint}")
+                raise InputError(
+                    f"{self.name} is {what}, not text: elmo-fast reads plain, gzip, bzip2 and xz text{hint}"
+                )
         self.compression = compression_of(head)
         if self.compression:
             binary = _decompressed(self.compression, binary)
@@ -181,8 +195,9 @@ class TextInput:
         self.owned = []
 
 
-def iter_text_lines(path: str | os.PathLike, errors: str = "strict",
-                    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> Iterator[str]:
+def iter_text_lines(
+    path: str | os.PathLike, errors: str = "strict", max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH
+) -> Iterator[str]:
     """Lines of a UTF-8 text file (plain or compressed), without their line ends (``"\n"`` or
     ``"\r\n"``: a lone ``"\r"`` does not end a line); a leading BOM is dropped. A line that is not
     UTF-8 (with ``errors="strict"``), a NUL byte, a line longer than ``max_line_length`` characters
@@ -204,8 +219,9 @@ def iter_text_lines(path: str | os.PathLike, errors: str = "strict",
                 line = raw.decode("utf-8", errors)
             except UnicodeDecodeError as e:
                 after = f" (after {source.compression} decompression)" if source.compression else ""
-                raise InputError(f"{source.name}: line {number}{after} is not UTF-8 ({e.reason} at byte {e.start} "
-                                 f"of the line)") from None
+                raise InputError(
+                    f"{source.name}: line {number}{after} is not UTF-8 ({e.reason} at byte {e.start} of the line)"
+                ) from None
             if number == 1 and line.startswith(BOM):
                 line = line[1:]
             line = without_line_end(line)
@@ -213,7 +229,9 @@ def iter_text_lines(path: str | os.PathLike, errors: str = "strict",
                 raise line_too_long(source.name, number, max_line_length)
             yield line
     except DECOMPRESSION_ERRORS as e:
-        raise InputError(f"{source.name}: the {source.compression or 'input'} stream is damaged or truncated after "
-                         f"line {number} ({e})") from None
+        raise InputError(
+            f"{source.name}: the {source.compression or 'input'} stream is damaged or truncated after "
+            f"line {number} ({e})"
+        ) from None
     finally:
         source.close()

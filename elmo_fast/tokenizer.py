@@ -52,6 +52,7 @@ Rules of :func:`tokenize`, in order of priority at each position:
 - Every other non-space character (punctuation, quotes, brackets, symbols such as ``$ % #``) is a
   token of its own.
 """
+
 from __future__ import annotations
 
 import re
@@ -272,7 +273,7 @@ def _is_boundary(text: str, start: int, end: int) -> bool:
         j += 1
     if j >= n or not text[j].isupper():
         return False
-    if text[start] != "." or text[start:start + 2] == "..":
+    if text[start] != "." or text[start : start + 2] == "..":
         return True
     # a single period: not after an abbreviation or an initial
     k = start
@@ -310,7 +311,7 @@ def split_sentences(text: str) -> list[str]:
         start = 0
         for m in _BOUNDARY_RE.finditer(para):
             if _is_boundary(para, m.start(), m.end()):
-                s = " ".join(para[start:m.end()].split())
+                s = " ".join(para[start : m.end()].split())
                 if s:
                     sentences.append(s)
                 start = m.end()
@@ -327,8 +328,11 @@ def _main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     # lines end at "\n" or "\r\n" only, as everywhere the package reads text (a lone "\r" is no line end)
-    stdin = sys.stdin if not hasattr(sys.stdin, "buffer") else io.TextIOWrapper(
-        sys.stdin.buffer, encoding="utf-8", errors="surrogateescape", newline="\n")
+    stdin = (
+        sys.stdin
+        if not hasattr(sys.stdin, "buffer")
+        else io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape", newline="\n")
+    )
     if args and args[0] == "--sentences":
         for s in split_sentences(stdin.read().replace("\r\n", "\n")):
             print(" ".join(tokenize(s)))

@@ -12,6 +12,7 @@ representation is mixed by a learned ScalarMix (``Elmo(..., 1)``); a small MLP m
 With a random biLM the vectors mean nothing linguistically, yet the loss falls: the word identity
 comes through the char CNN, and the context through the LSTM layers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,16 @@ def make_corpus(n: int, seed: int = 0) -> tuple[list[list[str]], list[list[int]]
 class Tagger(nn.Module):
     """Elmo (one learned mix of the biLM's layers) -> dropout -> MLP -> tag logits."""
 
-    def __init__(self, options_file: str, weight_file: str, num_tags: int = len(TAGS), hidden: int = 64,
-                 dropout: float = 0.2, fine_tune: bool = False, backend: str = "auto") -> None:
+    def __init__(
+        self,
+        options_file: str,
+        weight_file: str,
+        num_tags: int = len(TAGS),
+        hidden: int = 64,
+        dropout: float = 0.2,
+        fine_tune: bool = False,
+        backend: str = "auto",
+    ) -> None:
         super().__init__()
         self.elmo = Elmo(options_file, weight_file, 1, requires_grad=fine_tune, dropout=dropout, backend=backend)
         self.head = nn.Sequential(nn.Linear(self.elmo.get_output_dim(), hidden), nn.ReLU(), nn.Linear(hidden, num_tags))
@@ -88,7 +97,7 @@ def batch_tensors(sentences: list[list[str]], tags: list[list[int]]) -> tuple[Te
     ids = batch_to_ids(sentences)
     target = torch.full(ids.shape[:2], -100, dtype=torch.long)
     for i, t in enumerate(tags):
-        target[i, :len(t)] = torch.tensor(t)
+        target[i, : len(t)] = torch.tensor(t)
     return ids, target
 
 
@@ -97,8 +106,9 @@ def loss_fn(tagger: Tagger, ids: Tensor, target: Tensor) -> Tensor:
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
 
 
-def train(tagger: Tagger, sentences, tags, steps: int, batch_size: int = 16, lr: float = 1e-2,
-          seed: int = 0) -> list[float]:
+def train(
+    tagger: Tagger, sentences, tags, steps: int, batch_size: int = 16, lr: float = 1e-2, seed: int = 0
+) -> list[float]:
     """Adam on shuffled batches for ``steps`` steps; returns the loss of every step."""
     optimizer = torch.optim.Adam([p for p in tagger.parameters() if p.requires_grad], lr=lr)
     rng = random.Random(seed)
@@ -123,7 +133,7 @@ def accuracy(tagger: Tagger, sentences, tags, batch_size: int = 64) -> float:
     tagger.eval()
     right = total = 0
     for start in range(0, len(sentences), batch_size):
-        ids, target = batch_tensors(sentences[start:start + batch_size], tags[start:start + batch_size])
+        ids, target = batch_tensors(sentences[start : start + batch_size], tags[start : start + batch_size])
         logits, mask = tagger(ids)
         right += int((logits.argmax(-1) == target)[mask].sum())
         total += int(mask.sum())
@@ -155,13 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     sentences, tags = make_corpus(args.sentences, seed=args.seed)
     test_sentences, test_tags = make_corpus(100, seed=args.seed + 1)
     steps_per_epoch = max(1, len(sentences) // args.batch_size)
-    print(f"{len(sentences)} sentences, {steps_per_epoch} steps of {args.batch_size} per epoch; "
-          f"held-out accuracy before training {accuracy(tagger, test_sentences, test_tags):.3f}")
+    print(
+        f"{len(sentences)} sentences, {steps_per_epoch} steps of {args.batch_size} per epoch; "
+        f"held-out accuracy before training {accuracy(tagger, test_sentences, test_tags):.3f}"
+    )
     for epoch in range(1, args.epochs + 1):
         start = time.perf_counter()
         losses = train(tagger, sentences, tags, steps_per_epoch, args.batch_size, args.lr, seed=args.seed + epoch)
-        print(f"epoch {epoch}: loss {sum(losses) / len(losses):.4f}, held-out accuracy "
-              f"{accuracy(tagger, test_sentences, test_tags):.3f} ({time.perf_counter() - start:.1f} s)")
+        print(
+            f"epoch {epoch}: loss {sum(losses) / len(losses):.4f}, held-out accuracy "
+            f"{accuracy(tagger, test_sentences, test_tags):.3f} ({time.perf_counter() - start:.1f} s)"
+        )
     return 0
 
 

@@ -36,10 +36,10 @@ output is shuffled with a fixed seed. The same packages give byte-identical file
 ``--limit-per-source N`` reads only the first N documents of each source (a quick check of the
 whole pipeline, and what the tests use); ``--sources a,b`` builds from some sources only.
 """
+
 from __future__ import annotations
 
 import argparse
-import base64
 import collections
 import gzip
 import hashlib
@@ -55,9 +55,9 @@ import subprocess
 import sys
 import time
 import unicodedata
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 
 def _load_tokenizer():
@@ -131,20 +131,40 @@ def dict_entries(index_path: Path, dict_path: Path) -> Iterator[tuple[str, str]]
             if loc in seen:
                 continue
             seen.add(loc)
-            yield parts[0], data[loc[0]:loc[0] + loc[1]].decode("utf-8", errors="replace")
+            yield parts[0], data[loc[0] : loc[0] + loc[1]].decode("utf-8", errors="replace")
 
 
 # ---- GCIDE ------------------------------------------------------------------------------------
 
 # GCIDE writes accented letters as bracket codes: [=a] a-macron, [^a] a-circumflex, ['e] e-acute...
 _GCIDE_DIACRITIC = {
-    "=": "\u0304", "^": "\u0302", "'": "\u0301", "`": "\u0300", "~": "\u0303", ".": "\u0323",
-    '"': "\u0308", ":": "\u0308", ",": "\u0327", "-": "\u0304", "_": "\u0331", "*": "", "+": "",
+    "=": "\u0304",
+    "^": "\u0302",
+    "'": "\u0301",
+    "`": "\u0300",
+    "~": "\u0303",
+    ".": "\u0323",
+    '"': "\u0308",
+    ":": "\u0308",
+    ",": "\u0327",
+    "-": "\u0304",
+    "_": "\u0331",
+    "*": "",
+    "+": "",
 }
 _GCIDE_CODE_RE = re.compile(r"\[([=^'`~.\":,\-_*+])([a-zA-Z])\]|\[([a-zA-Z])([=^'`~.\":,\-_])\]")
 _GCIDE_LIGATURE_RE = re.compile(r"\[(ae|AE|oe|OE|th|TH|ng|NG|sec)\]")
-_GCIDE_LIGATURES = {"ae": "\u00e6", "AE": "\u00c6", "oe": "\u0153", "OE": "\u0152", "th": "th",
-                    "TH": "Th", "ng": "ng", "NG": "Ng", "sec": "\u00a7"}
+_GCIDE_LIGATURES = {
+    "ae": "\u00e6",
+    "AE": "\u00c6",
+    "oe": "\u0153",
+    "OE": "\u0152",
+    "th": "th",
+    "TH": "Th",
+    "ng": "ng",
+    "NG": "Ng",
+    "sec": "\u00a7",
+}
 # "--Shak.", "--Sir\n      W. Scott.": up to the next quote, source tag or blank line
 _ATTRIBUTION_RE = re.compile(r"--\s?(?=[A-Z(])[^\"\[]*?(?=\n\s*\[|\n\s*\n|\"|$)")
 _SOURCE_TAG_RE = re.compile(r"\[[^\[\]]*(?:Webster|WordNet|PJC|Century|Supp\.|Chambers|Johnson)[^\[\]]*\][^\n]*")
@@ -208,6 +228,7 @@ def _is_label(paren: str) -> bool:
 
 
 # ---- Devil's Dictionary, Jargon File, FOLDOC ------------------------------------------------------
+
 
 def devil_paragraphs(entry: str) -> list[str]:
     """Prose of one Devil's Dictionary entry: the headword (``FORK, n.``) and verse credits dropped."""
@@ -345,13 +366,19 @@ def bible_chapters(text: str) -> Iterator[tuple[str, str]]:
 
 
 def bible_docs(paths: dict) -> Iterator[Doc]:
-    out = subprocess.run([str(paths["program"]), *_BIBLE_BOOKS], stdin=subprocess.DEVNULL,
-                         capture_output=True, check=True, env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
+    out = subprocess.run(
+        [str(paths["program"]), *_BIBLE_BOOKS],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"},
+    )
     for title, text in bible_chapters(out.stdout.decode("utf-8", errors="replace")):
         yield Doc("bible:" + title, [text])
 
 
 # ---- fortunes ----------------------------------------------------------------------------------
+
 
 def fortune_entries(text: str) -> list[str]:
     """The fortunes of one fortune file (``%`` lines separate them), attributions dropped."""
@@ -381,8 +408,9 @@ _BLOCK_TAGS = frozenset(
     "p div li dd dt ul ol dl blockquote section article aside main header footer nav table tr td th "
     "h1 h2 h3 h4 h5 h6 pre figure figcaption caption br hr form body html head title center".split()
 )
-_SKIP_TAGS = frozenset("pre script style table nav head title h1 h2 h3 h4 h5 h6 dt form select "
-                       "button textarea svg math sup".split())
+_SKIP_TAGS = frozenset(
+    "pre script style table nav head title h1 h2 h3 h4 h5 h6 dt form select button textarea svg math sup".split()
+)
 _SKIP_CLASSES = frozenset(
     "highlight sphinxsidebar sphinxsidebarwrapper related footer header navheader navfooter toc "
     "breadcrumbs headerlink programlisting screen synopsis literallayout cmdsynopsis funcsynopsis "
@@ -426,10 +454,14 @@ class _ProseParser(html.parser.HTMLParser):
                 classes.update(v.split())
             elif k == "role":
                 role = v
-        skip = (self._skipping() or tag in _SKIP_TAGS or bool(classes & _SKIP_CLASSES)
-                or (tag == "dl" and bool(classes & {"c", "cpp"}))  # C API entries (kernel-doc)
-                or any(c.startswith(("highlight", "sphinxsidebar")) for c in classes)
-                or role in ("navigation", "search", "banner", "contentinfo"))
+        skip = (
+            self._skipping()
+            or tag in _SKIP_TAGS
+            or bool(classes & _SKIP_CLASSES)
+            or (tag == "dl" and bool(classes & {"c", "cpp"}))  # C API entries (kernel-doc)
+            or any(c.startswith(("highlight", "sphinxsidebar")) for c in classes)
+            or role in ("navigation", "search", "banner", "contentinfo")
+        )
         self.stack.append((tag, skip))
 
     def handle_startendtag(self, tag, attrs):
@@ -543,7 +575,7 @@ def pod_paragraphs(pod: str) -> list[str]:
             elif cmd == "=end":
                 skip_block = None
             elif cmd == "=item" and not skip_block:
-                rest = para[len(cmd):].strip()
+                rest = para[len(cmd) :].strip()
                 rest = re.sub(r"^(?:\*|\d+\.?)\s*", "", rest)
                 if len(rest.split()) >= 4:
                     out.append(_ws(pod_inline(rest)))
@@ -567,8 +599,9 @@ def pod_docs(paths: dict) -> Iterator[Doc]:
 
 _WORD_RE = re.compile(r"^(?=.*[^\W\d_])[^\W_]+(?:[-'\u2019.][^\W_]+)*\.?$")  # UTF-8, 2x, e.g.
 _NUMBER_RE = re.compile(r"^\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s)?$")
-_PUNCT = frozenset(list(",.;:!?\"'()-\u2019\u2018\u201c\u201d\u2026") + ["...", "--", "n't", "'s", "'re",
-                                                                         "'ll", "'ve", "'m", "'d"])
+_PUNCT = frozenset(
+    list(",.;:!?\"'()-\u2019\u2018\u201c\u201d\u2026") + ["...", "--", "n't", "'s", "'re", "'ll", "'ve", "'m", "'d"]
+)
 _ASCII_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 _OPENING = frozenset(["(", "[", '"', "'", "\u2018", "\u201c", "``"])
 _CLOSING = frozenset([")", "]", '"', "'", "\u2019", "\u201d", "''"])
@@ -668,14 +701,18 @@ def _need(path: Path, package: str) -> Path:
 def _dict_paths(stem: str, package: str) -> Callable[[], dict]:
     def locate() -> dict:
         d = Path("/usr/share/dictd")
-        return {"index": _need(d / f"{stem}.index", package), "dict": _need(d / f"{stem}.dict.dz", package),
-                "files": [d / f"{stem}.index", d / f"{stem}.dict.dz"]}
+        return {
+            "index": _need(d / f"{stem}.index", package),
+            "dict": _need(d / f"{stem}.dict.dz", package),
+            "files": [d / f"{stem}.index", d / f"{stem}.dict.dz"],
+        }
 
     return locate
 
 
-def _glob_paths(package: str, root: str, patterns: Iterable[str], exclude: str | None = None,
-                sentinel: str | None = None) -> Callable[[], dict]:
+def _glob_paths(
+    package: str, root: str, patterns: Iterable[str], exclude: str | None = None, sentinel: str | None = None
+) -> Callable[[], dict]:
     def locate() -> dict:
         r = _need(Path(root), package)
         if sentinel:
@@ -704,11 +741,43 @@ def _bible_locate() -> dict:
 
 FORTUNES_MIN_FILES = ("fortunes", "literature", "riddles")
 FORTUNES_FILES = (
-    "art", "computers", "cookie", "debian", "definitions", "disclaimer", "drugs", "education",
-    "ethnic", "food", "goedel", "humorists", "kids", "knghtbrd", "law", "linux", "linuxcookie",
-    "love", "magic", "medicine", "men-women", "miscellaneous", "news", "paradoxum", "people",
-    "pets", "platitudes", "politics", "pratchett", "science", "songs-poems", "sports",
-    "startrek", "tao", "wisdom", "work", "zippy",
+    "art",
+    "computers",
+    "cookie",
+    "debian",
+    "definitions",
+    "disclaimer",
+    "drugs",
+    "education",
+    "ethnic",
+    "food",
+    "goedel",
+    "humorists",
+    "kids",
+    "knghtbrd",
+    "law",
+    "linux",
+    "linuxcookie",
+    "love",
+    "magic",
+    "medicine",
+    "men-women",
+    "miscellaneous",
+    "news",
+    "paradoxum",
+    "people",
+    "pets",
+    "platitudes",
+    "politics",
+    "pratchett",
+    "science",
+    "songs-poems",
+    "sports",
+    "startrek",
+    "tao",
+    "wisdom",
+    "work",
+    "zippy",
 )  # left out: ascii-art (pictures), perl (code), translate-me (other languages)
 
 
@@ -721,88 +790,207 @@ def _fortune_locate(package: str, names: tuple[str, ...]) -> Callable[[], dict]:
 
 
 SOURCES: list[Source] = [
-    Source("gcide", "dict-gcide", "GPL-2+",
-           "GNU Collaborative International Dictionary of English: definitions, notes and literary "
-           "quotations (Webster's 1913 with WordNet 1.5 additions)",
-           _dict_paths("gcide", "dict-gcide"), dict_source("gcide", gcide_paragraphs)),
-    Source("wordnet", "wordnet-base", "WordNet-3.0 (Princeton; BSD-like, DFSG-free)",
-           "WordNet 3.0 glosses and example sentences", _wordnet_locate, wordnet_docs),
-    Source("devil", "dict-devil", "public domain",
-           "Ambrose Bierce, The Devil's Dictionary (1911)", _dict_paths("devil", "dict-devil"),
-           dict_source("devil", devil_paragraphs)),
-    Source("jargon", "dict-jargon", "public domain",
-           "The Jargon File 4.4.7 (hacker slang lexicon)", _dict_paths("jargon", "dict-jargon"),
-           dict_source("jargon", jargon_paragraphs)),
-    Source("foldoc", "dict-foldoc", "GFDL-1.1+ (no invariant sections)",
-           "Free On-line Dictionary of Computing", _dict_paths("foldoc", "dict-foldoc"),
-           dict_source("foldoc", foldoc_paragraphs)),
-    Source("bible", "bible-kjv-text", "public domain (KJV text); GPL-2+ (bible-kjv program)",
-           "King James Version of the Bible (1611), read with the bible-kjv program",
-           _bible_locate, bible_docs, extra_packages=("bible-kjv",)),
-    Source("fortunes-min", "fortunes-min", "BSD (fortune-mod); quotations of varied origin",
-           "fortune cookies: fortunes, literature, riddles",
-           _fortune_locate("fortunes-min", FORTUNES_MIN_FILES), fortune_docs),
-    Source("fortunes", "fortunes", "BSD (fortune-mod); quotations of varied origin",
-           "fortune cookies: quotations and jokes (the non-offensive set)",
-           _fortune_locate("fortunes", FORTUNES_FILES), fortune_docs),
-    Source("python-doc", "python3.11-doc", "PSF-2.0",
-           "Python 3.11 documentation (tutorial, library and language reference, HOWTOs)",
-           _glob_paths("python3.11-doc", "/usr/share/doc/python3.11/html", ["**/*.html"],
-                       exclude=r"^(_static|_sources|_images)/|(^|/)(genindex[^/]*|search|py-modindex|"
-                               r"changelog|copyright|license|bugs|download)\.html$"),
-           html_docs),
-    Source("linux-doc", "linux-doc-6.1", "GPL-2",
-           "Linux kernel 6.1 documentation (admin guide, process, subsystem and driver docs)",
-           _glob_paths("linux-doc-6.1", "/usr/share/doc/linux-doc-6.1/html", ["**/*.html"],
-                       exclude=r"^(translations|_static|_sources|_images|_downloads)/|"
-                               r"(^|/)(genindex|search)\.html$"),
-           html_docs),
-    Source("perl-doc", "perl-doc", "GPL-1+ or Artistic",
-           "Perl 5.36 manual pages in POD (perlfaq, perlfunc, perlop, tutorials, deltas)",
-           _glob_paths("perl-doc", "/usr/share/perl/5.36.0/pod", ["*.pod"]), pod_docs),
-    Source("git-doc", "git-doc", "GPL-2",
-           "Git 2.39 documentation (manual pages, user manual, how-tos)",
-           _glob_paths("git-doc", "/usr/share/doc/git-doc", ["*.html", "howto/*.html", "technical/*.html"],
-                       exclude=r"(^|/)(RelNotes|index)"), html_docs),
-    Source("r-doc", "r-doc-html", "GPL-2+",
-           "R manuals (An Introduction to R, R Language Definition, Writing R Extensions, FAQ...)",
-           _glob_paths("r-doc-html", "/usr/share/R/doc/manual", ["*.html"], sentinel="R-intro.html"),
-           html_docs),
-    Source("gnu-standards", "gnu-standards", "GFDL-1.3+ (no invariant sections)",
-           "GNU Coding Standards and Information for Maintainers of GNU Software",
-           _glob_paths("gnu-standards", "/usr/share/doc/gnu-standards", ["standards.html", "maintain.html"]),
-           html_docs),
-    Source("debian-reference", "debian-reference-en", "GPL-2+",
-           "Debian Reference (English)",
-           _glob_paths("debian-reference-en", "/usr/share/debian-reference", ["*.en.html"]), html_docs),
-    Source("debian-handbook", "debian-handbook", "GPL-2+ or CC-BY-SA-3.0",
-           "The Debian Administrator's Handbook (English)",
-           _glob_paths("debian-handbook", "/usr/share/doc/debian-handbook/html/en-US", ["*.html"]),
-           html_docs),
-    Source("debian-policy", "debian-policy", "GPL-2+",
-           "Debian Policy Manual and related documents",
-           _glob_paths("debian-policy", "/usr/share/doc/debian-policy", ["*.html", "policy.html/*.html"],
-                       exclude=r"(^|/)(genindex|search|README)\.html$"), html_docs),
-    Source("developers-reference", "developers-reference", "GPL-2",
-           "Debian Developer's Reference",
-           _glob_paths("developers-reference", "/usr/share/developers-reference", ["*.html"],
-                       exclude=r"(^|/)(genindex|search)\.html$"), html_docs),
-    Source("maint-guide", "maint-guide", "GPL-2+ or MIT",
-           "Debian New Maintainers' Guide (English)",
-           _glob_paths("maint-guide", "/usr/share/doc/maint-guide/html", ["*.en.html"]), html_docs),
-    Source("abs-guide", "abs-guide", "public domain",
-           "Advanced Bash-Scripting Guide (prose only; code examples dropped)",
-           _glob_paths("abs-guide", "/usr/share/doc/abs-guide/html", ["*.html"]), html_docs),
+    Source(
+        "gcide",
+        "dict-gcide",
+        "GPL-2+",
+        "GNU Collaborative International Dictionary of English: definitions, notes and literary "
+        "quotations (Webster's 1913 with WordNet 1.5 additions)",
+        _dict_paths("gcide", "dict-gcide"),
+        dict_source("gcide", gcide_paragraphs),
+    ),
+    Source(
+        "wordnet",
+        "wordnet-base",
+        "WordNet-3.0 (Princeton; BSD-like, DFSG-free)",
+        "WordNet 3.0 glosses and example sentences",
+        _wordnet_locate,
+        wordnet_docs,
+    ),
+    Source(
+        "devil",
+        "dict-devil",
+        "public domain",
+        "Ambrose Bierce, The Devil's Dictionary (1911)",
+        _dict_paths("devil", "dict-devil"),
+        dict_source("devil", devil_paragraphs),
+    ),
+    Source(
+        "jargon",
+        "dict-jargon",
+        "public domain",
+        "The Jargon File 4.4.7 (hacker slang lexicon)",
+        _dict_paths("jargon", "dict-jargon"),
+        dict_source("jargon", jargon_paragraphs),
+    ),
+    Source(
+        "foldoc",
+        "dict-foldoc",
+        "GFDL-1.1+ (no invariant sections)",
+        "Free On-line Dictionary of Computing",
+        _dict_paths("foldoc", "dict-foldoc"),
+        dict_source("foldoc", foldoc_paragraphs),
+    ),
+    Source(
+        "bible",
+        "bible-kjv-text",
+        "public domain (KJV text); GPL-2+ (bible-kjv program)",
+        "King James Version of the Bible (1611), read with the bible-kjv program",
+        _bible_locate,
+        bible_docs,
+        extra_packages=("bible-kjv",),
+    ),
+    Source(
+        "fortunes-min",
+        "fortunes-min",
+        "BSD (fortune-mod); quotations of varied origin",
+        "fortune cookies: fortunes, literature, riddles",
+        _fortune_locate("fortunes-min", FORTUNES_MIN_FILES),
+        fortune_docs,
+    ),
+    Source(
+        "fortunes",
+        "fortunes",
+        "BSD (fortune-mod); quotations of varied origin",
+        "fortune cookies: quotations and jokes (the non-offensive set)",
+        _fortune_locate("fortunes", FORTUNES_FILES),
+        fortune_docs,
+    ),
+    Source(
+        "python-doc",
+        "python3.11-doc",
+        "PSF-2.0",
+        "Python 3.11 documentation (tutorial, library and language reference, HOWTOs)",
+        _glob_paths(
+            "python3.11-doc",
+            "/usr/share/doc/python3.11/html",
+            ["**/*.html"],
+            exclude=r"^(_static|_sources|_images)/|(^|/)(genindex[^/]*|search|py-modindex|"
+            r"changelog|copyright|license|bugs|download)\.html$",
+        ),
+        html_docs,
+    ),
+    Source(
+        "linux-doc",
+        "linux-doc-6.1",
+        "GPL-2",
+        "Linux kernel 6.1 documentation (admin guide, process, subsystem and driver docs)",
+        _glob_paths(
+            "linux-doc-6.1",
+            "/usr/share/doc/linux-doc-6.1/html",
+            ["**/*.html"],
+            exclude=r"^(translations|_static|_sources|_images|_downloads)/|"
+            r"(^|/)(genindex|search)\.html$",
+        ),
+        html_docs,
+    ),
+    Source(
+        "perl-doc",
+        "perl-doc",
+        "GPL-1+ or Artistic",
+        "Perl 5.36 manual pages in POD (perlfaq, perlfunc, perlop, tutorials, deltas)",
+        _glob_paths("perl-doc", "/usr/share/perl/5.36.0/pod", ["*.pod"]),
+        pod_docs,
+    ),
+    Source(
+        "git-doc",
+        "git-doc",
+        "GPL-2",
+        "Git 2.39 documentation (manual pages, user manual, how-tos)",
+        _glob_paths(
+            "git-doc",
+            "/usr/share/doc/git-doc",
+            ["*.html", "howto/*.html", "technical/*.html"],
+            exclude=r"(^|/)(RelNotes|index)",
+        ),
+        html_docs,
+    ),
+    Source(
+        "r-doc",
+        "r-doc-html",
+        "GPL-2+",
+        "R manuals (An Introduction to R, R Language Definition, Writing R Extensions, FAQ...)",
+        _glob_paths("r-doc-html", "/usr/share/R/doc/manual", ["*.html"], sentinel="R-intro.html"),
+        html_docs,
+    ),
+    Source(
+        "gnu-standards",
+        "gnu-standards",
+        "GFDL-1.3+ (no invariant sections)",
+        "GNU Coding Standards and Information for Maintainers of GNU Software",
+        _glob_paths("gnu-standards", "/usr/share/doc/gnu-standards", ["standards.html", "maintain.html"]),
+        html_docs,
+    ),
+    Source(
+        "debian-reference",
+        "debian-reference-en",
+        "GPL-2+",
+        "Debian Reference (English)",
+        _glob_paths("debian-reference-en", "/usr/share/debian-reference", ["*.en.html"]),
+        html_docs,
+    ),
+    Source(
+        "debian-handbook",
+        "debian-handbook",
+        "GPL-2+ or CC-BY-SA-3.0",
+        "The Debian Administrator's Handbook (English)",
+        _glob_paths("debian-handbook", "/usr/share/doc/debian-handbook/html/en-US", ["*.html"]),
+        html_docs,
+    ),
+    Source(
+        "debian-policy",
+        "debian-policy",
+        "GPL-2+",
+        "Debian Policy Manual and related documents",
+        _glob_paths(
+            "debian-policy",
+            "/usr/share/doc/debian-policy",
+            ["*.html", "policy.html/*.html"],
+            exclude=r"(^|/)(genindex|search|README)\.html$",
+        ),
+        html_docs,
+    ),
+    Source(
+        "developers-reference",
+        "developers-reference",
+        "GPL-2",
+        "Debian Developer's Reference",
+        _glob_paths(
+            "developers-reference",
+            "/usr/share/developers-reference",
+            ["*.html"],
+            exclude=r"(^|/)(genindex|search)\.html$",
+        ),
+        html_docs,
+    ),
+    Source(
+        "maint-guide",
+        "maint-guide",
+        "GPL-2+ or MIT",
+        "Debian New Maintainers' Guide (English)",
+        _glob_paths("maint-guide", "/usr/share/doc/maint-guide/html", ["*.en.html"]),
+        html_docs,
+    ),
+    Source(
+        "abs-guide",
+        "abs-guide",
+        "public domain",
+        "Advanced Bash-Scripting Guide (prose only; code examples dropped)",
+        _glob_paths("abs-guide", "/usr/share/doc/abs-guide/html", ["*.html"]),
+        html_docs,
+    ),
 ]
 SOURCE_BY_NAME = {s.name: s for s in SOURCES}
 
 
 # ==== package metadata ============================================================================
 
+
 def package_version(package: str) -> str:
     try:
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True,
-                             text=True, check=False)
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True, check=False
+        )
         return out.stdout.strip() or "unknown"
     except OSError:
         return "unknown"
@@ -819,8 +1007,13 @@ def copyright_summary(package: str) -> dict:
         if m.group(1).strip() not in names:
             names.append(m.group(1).strip())
     if not names:
-        for phrase in ("public domain", "GNU General Public License", "GNU Free Documentation License",
-                       "BSD", "Artistic"):
+        for phrase in (
+            "public domain",
+            "GNU General Public License",
+            "GNU Free Documentation License",
+            "BSD",
+            "Artistic",
+        ):
             if phrase.lower() in text.lower():
                 names.append(phrase)
     return {"file": str(path), "licenses": names, "sha256": hashlib.sha256(text.encode()).hexdigest()}
@@ -863,23 +1056,33 @@ def locate_sources(sources: list[Source]) -> dict[str, dict]:
             missing.append(e.args[0])
     if missing:
         pkgs = " ".join(dict.fromkeys(missing))
-        raise MissingPackages(f"missing Debian package(s) {pkgs}: install with "
-                              f"`apt-get install -y --no-install-recommends {pkgs}` "
-                              f"(or leave those sources out with --sources)")
+        raise MissingPackages(
+            f"missing Debian package(s) {pkgs}: install with "
+            f"`apt-get install -y --no-install-recommends {pkgs}` "
+            f"(or leave those sources out with --sources)"
+        )
     return located
 
 
-def collect(sources: list[Source], located: dict[str, dict], limit: int | None, permille: int,
-            log=print) -> tuple[dict[str, list], list[SourceStats]]:
+def collect(
+    sources: list[Source], located: dict[str, dict], limit: int | None, permille: int, log=print
+) -> tuple[dict[str, list], list[SourceStats]]:
     """sentence -> [source index, held out?] over all sources, in a deterministic order."""
     table: dict[str, list] = {}
     stats = []
     for si, s in enumerate(sources):
         t0 = time.time()
         paths = located[s.name]
-        st = SourceStats(s.name, s.package, package_version(s.package), s.licence, s.description,
-                         copyright_summary(s.copyright_package or s.package), len(paths["files"]),
-                         extra_packages={p: package_version(p) for p in s.extra_packages})
+        st = SourceStats(
+            s.name,
+            s.package,
+            package_version(s.package),
+            s.licence,
+            s.description,
+            copyright_summary(s.copyright_package or s.package),
+            len(paths["files"]),
+            extra_packages={p: package_version(p) for p in s.extra_packages},
+        )
         for doc in s.extract(paths):
             if limit is not None and st.documents >= limit:
                 break
@@ -898,9 +1101,15 @@ def collect(sources: list[Source], located: dict[str, dict], limit: int | None, 
     return table, stats
 
 
-def build(out: Path, source_names: list[str] | None = None, limit: int | None = None,
-          seed: int = DEFAULT_SEED, permille: int = DEFAULT_HELDOUT_PERMILLE, command: str | None = None,
-          log=print) -> dict:
+def build(
+    out: Path,
+    source_names: list[str] | None = None,
+    limit: int | None = None,
+    seed: int = DEFAULT_SEED,
+    permille: int = DEFAULT_HELDOUT_PERMILLE,
+    command: str | None = None,
+    log=print,
+) -> dict:
     sources = [SOURCE_BY_NAME[n] for n in source_names] if source_names else list(SOURCES)
     located = locate_sources(sources)
     out.mkdir(parents=True, exist_ok=True)
@@ -936,8 +1145,12 @@ def build(out: Path, source_names: list[str] | None = None, limit: int | None = 
     for name, lines in (("train.txt", train), ("heldout.txt", heldout)):
         data = ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
         (out / name).write_bytes(data)
-        files[name] = {"sentences": len(lines), "tokens": sum(l.count(" ") + 1 for l in lines),
-                       "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        files[name] = {
+            "sentences": len(lines),
+            "tokens": sum(l.count(" ") + 1 for l in lines),
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
 
     result = {
         "command": command,
@@ -949,9 +1162,11 @@ def build(out: Path, source_names: list[str] | None = None, limit: int | None = 
         "max_tokens": MAX_TOKENS,
         "tokenizer_sha256": hashlib.sha256(Path(_tok.__file__).read_bytes()).hexdigest(),
         "sources": [st.__dict__ for st in stats],
-        "totals": {"sentences": len(train) + len(heldout),
-                   "tokens": files["train.txt"]["tokens"] + files["heldout.txt"]["tokens"],
-                   "candidate_sentences": sum(st.candidates for st in stats)},
+        "totals": {
+            "sentences": len(train) + len(heldout),
+            "tokens": files["train.txt"]["tokens"] + files["heldout.txt"]["tokens"],
+            "candidate_sentences": sum(st.candidates for st in stats),
+        },
         "files": files,
         "vocabulary": {
             "types": len(counts),
@@ -991,13 +1206,17 @@ def sources_markdown(stats: dict) -> str:
     ]
     for s in stats["sources"]:
         pkg = s["package"] + "".join(f" + {p} {ver}" for p, ver in s["extra_packages"].items())
-        lines.append(f"| {s['name']} | {pkg} | {s['version']} | {s['licence']} | {s['files']:,} | "
-                     f"{s['documents']:,} | {s['sentences']:,} | {s['tokens']:,} | {s['heldout_tokens']:,} |")
+        lines.append(
+            f"| {s['name']} | {pkg} | {s['version']} | {s['licence']} | {s['files']:,} | "
+            f"{s['documents']:,} | {s['sentences']:,} | {s['tokens']:,} | {s['heldout_tokens']:,} |"
+        )
     lines += ["", "## What each source is", ""]
     for s in stats["sources"]:
         lic = ", ".join(s["copyright"]["licenses"]) or "see the file"
-        lines.append(f"- **{s['name']}** ({s['package']}): {s['description']}. Licence: {s['licence']}. "
-                     f"Debian copyright file `{s['copyright']['file']}` names: {lic}.")
+        lines.append(
+            f"- **{s['name']}** ({s['package']}): {s['description']}. Licence: {s['licence']}. "
+            f"Debian copyright file `{s['copyright']['file']}` names: {lic}."
+        )
     lines += [
         "",
         "## Vocabulary (train split)",
@@ -1021,12 +1240,14 @@ def sources_markdown(stats: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, required=True, help="output directory")
     ap.add_argument("--sources", help="comma-separated subset of: " + ",".join(SOURCE_BY_NAME))
-    ap.add_argument("--limit-per-source", type=int, default=None, metavar="N",
-                    help="read only the first N documents of each source")
+    ap.add_argument(
+        "--limit-per-source", type=int, default=None, metavar="N", help="read only the first N documents of each source"
+    )
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--heldout-permille", type=int, default=DEFAULT_HELDOUT_PERMILLE)
     ap.add_argument("--list-sources", action="store_true", help="print the sources and their packages")
@@ -1040,21 +1261,29 @@ def main(argv: list[str] | None = None) -> int:
         names = [n.strip() for n in args.sources.split(",") if n.strip()]
         unknown = [n for n in names if n not in SOURCE_BY_NAME]
         if unknown:
-            print(f"error: unknown source(s) {', '.join(unknown)}; known: {', '.join(SOURCE_BY_NAME)}",
-                  file=sys.stderr)
+            print(f"error: unknown source(s) {', '.join(unknown)}; known: {', '.join(SOURCE_BY_NAME)}", file=sys.stderr)
             return 2
     command = "python scripts/build_corpus.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     t0 = time.time()
     try:
-        res = build(args.out, names, args.limit_per_source, args.seed, args.heldout_permille, command,
-                    log=lambda m: print(m, file=sys.stderr, flush=True))
+        res = build(
+            args.out,
+            names,
+            args.limit_per_source,
+            args.seed,
+            args.heldout_permille,
+            command,
+            log=lambda m: print(m, file=sys.stderr, flush=True),
+        )
     except MissingPackages as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
     f = res["files"]
-    print(f"wrote {args.out}: train {f['train.txt']['sentences']:,} sentences / {f['train.txt']['tokens']:,} "
-          f"tokens, held-out {f['heldout.txt']['sentences']:,} / {f['heldout.txt']['tokens']:,} "
-          f"({time.time() - t0:.0f} s)")
+    print(
+        f"wrote {args.out}: train {f['train.txt']['sentences']:,} sentences / {f['train.txt']['tokens']:,} "
+        f"tokens, held-out {f['heldout.txt']['sentences']:,} / {f['heldout.txt']['tokens']:,} "
+        f"({time.time() - t0:.0f} s)"
+    )
     return 0
 
 

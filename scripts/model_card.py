@@ -11,6 +11,7 @@ Markdown. The unigram baseline is estimated on --train with the model's vocabula
 tokens as <UNK>, one </S> per sentence for the forward LM, one <S> for the backward one) and scored
 on the same held-out targets as the biLM, so the two perplexities compare directly.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,12 +36,14 @@ from elmo_fast.formats.vocab import Vocabulary  # noqa: E402
 from elmo_fast.textio import iter_text_lines  # noqa: E402
 
 #: words in context whose nearest neighbours (other occurrences in held-out text) the card lists
-QUERIES = (("The bank is closed on Sundays .", 1),
-           ("Can you see that nice swan at the river bank ?", 9),
-           ("He decided to play the piano after dinner .", 3),
-           ("The children went out to play in the garden .", 5),
-           ("Python is a programming language with a clear syntax .", 0),
-           ("The python is a large snake found in Africa and Asia .", 1))
+QUERIES = (
+    ("The bank is closed on Sundays .", 1),
+    ("Can you see that nice swan at the river bank ?", 9),
+    ("He decided to play the piano after dinner .", 3),
+    ("The children went out to play in the garden .", 5),
+    ("Python is a programming language with a clear syntax .", 0),
+    ("The python is a large snake found in Africa and Asia .", 1),
+)
 
 
 def unigram_baseline(train: str, heldout: str, vocab: Vocabulary) -> dict:
@@ -76,12 +79,12 @@ def unigram_baseline(train: str, heldout: str, vocab: Vocabulary) -> dict:
 
 
 def bilm_perplexity(model_dir: str, heldout: str) -> dict:
-    from elmo_fast.formats.bilm_tf import load_model_files, load_softmax
     from elmo_fast.bilm.model import ElmoBiLm
-    from elmo_fast.training.model import BidirectionalLM
-    from elmo_fast.training.softmax import SoftmaxHead
+    from elmo_fast.formats.bilm_tf import load_model_files, load_softmax
     from elmo_fast.formats.model_dir import model_dir_files
     from elmo_fast.training.evaluate import evaluate
+    from elmo_fast.training.model import BidirectionalLM
+    from elmo_fast.training.softmax import SoftmaxHead
 
     vocab = Vocabulary.load(os.path.join(model_dir, "vocab.txt"))
     weights = load_model_files(*model_dir_files(model_dir))
@@ -126,9 +129,10 @@ def nearest_neighbours(embedder: ElmoEmbedder, heldout: str, sentences: int, k: 
                     continue
                 seen.add(key)
                 lo, hi = max(i - 4, 0), min(i + 5, len(pool[s]))
-                context = " ".join(pool[s][lo:i] + [f"[{word}]"] + pool[s][i + 1:hi])
-                found.append({"word": word, "cosine": round(float(sims[j]), 3),
-                              **({} if layer == 0 else {"context": context})})
+                context = " ".join(pool[s][lo:i] + [f"[{word}]"] + pool[s][i + 1 : hi])
+                found.append(
+                    {"word": word, "cosine": round(float(sims[j]), 3), **({} if layer == 0 else {"context": context})}
+                )
                 if len(found) == k:
                     break
             entry["layers"].append(found)
@@ -143,8 +147,12 @@ def inference_speed(embedder: ElmoEmbedder, heldout: str, sentences: int) -> dic
     out = list(embedder.embed_sentences(batch))
     seconds = time.perf_counter() - start
     tokens = sum(v.shape[1] for v in out)
-    return {"tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds),
-            "threads": torch.get_num_threads()}
+    return {
+        "tokens": tokens,
+        "seconds": round(seconds, 2),
+        "tokens_per_s": round(tokens / seconds),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def learning_curve(metrics: str, unigram: float | None, png: str) -> dict:
@@ -171,8 +179,10 @@ def learning_curve(metrics: str, unigram: float | None, png: str) -> dict:
     ax.legend()
     fig.tight_layout()
     fig.savefig(png)
-    return {"heldout": [{"tokens_m": round(t, 2), "mean": round(p, 2)} for t, p in held],
-            "last": rows[-1] if rows else None}
+    return {
+        "heldout": [{"tokens_m": round(t, 2), "mean": round(p, 2)} for t, p in held],
+        "last": rows[-1] if rows else None,
+    }
 
 
 def main(argv=None) -> int:
@@ -210,16 +220,18 @@ def main(argv=None) -> int:
         print(f"| {k} | {row['money-money']:.3f} | {row['money1-river']:.3f} | {row['money2-river']:.3f} |")
     print()
     for q in card["neighbours"]:
-        print(f"**{q['word']}** in \"{q['sentence']}\"\n")
+        print(f'**{q["word"]}** in "{q["sentence"]}"\n')
         for k, found in enumerate(q["layers"]):
             if k == 0:
-                print(f"- layer 0 (word types): " + ", ".join(f"{x['word']} ({x['cosine']})" for x in found))
+                print("- layer 0 (word types): " + ", ".join(f"{x['word']} ({x['cosine']})" for x in found))
             else:
-                print(f"- layer {k}: " + "; ".join(f"\"{x['context']}\" ({x['cosine']})" for x in found[:3]))
+                print(f"- layer {k}: " + "; ".join(f'"{x["context"]}" ({x["cosine"]})' for x in found[:3]))
         print()
     s = card["speed"]
-    print(f"inference: {s['tokens_per_s']:,} tokens/s ({s['tokens']:,} tokens, {s['threads']} threads); "
-          f"size {card['size_mb']} MB")
+    print(
+        f"inference: {s['tokens_per_s']:,} tokens/s ({s['tokens']:,} tokens, {s['threads']} threads); "
+        f"size {card['size_mb']} MB"
+    )
     return 0
 
 

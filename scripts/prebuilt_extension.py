@@ -16,12 +16,12 @@ linux-gnu``), and when csrc/, setup.py and build_support/ are those it was built
 digest): an extension built from other sources would test other kernels. ``check`` prints both
 sides either way. Standard library only, besides torch for ``check``.
 """
+
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -51,10 +51,15 @@ def ext_suffix() -> str:
 
 def _git_commit(root: Path) -> str:
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=30)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "csrc", "setup.py",
-                                "build_support"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "csrc", "setup.py", "build_support"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return "?"
     return out.stdout.strip() + (" (csrc modified)" if dirty.stdout.strip() else "")
@@ -74,7 +79,9 @@ def record(build_lib: Path, dest: Path, seconds: float | None) -> dict:
     name = "_C" + ext_suffix()
     so = package / name
     if not so.is_file():
-        raise SystemExit(f"prebuilt_extension: {so} not found (the build wrote {sorted(p.name for p in package.glob('_C*'))})")
+        raise SystemExit(
+            f"prebuilt_extension: {so} not found (the build wrote {sorted(p.name for p in package.glob('_C*'))})"
+        )
     info = _read_build_info(package / BUILD_INFO)
     if not info.get("WITH_CUDA"):
         raise SystemExit(f"prebuilt_extension: {so} was built without its CUDA kernels ({info.get('CUDA_DECISION')})")
@@ -83,15 +90,25 @@ def record(build_lib: Path, dest: Path, seconds: float | None) -> dict:
         old.unlink()
     shutil.copy2(so, dest / name)
     # The host objects' debug info is 9/10 of the file (24 MiB of 27 for sm_90): it would only travel.
-    stripped = shutil.which("strip") is not None and subprocess.run(
-        ["strip", "--strip-debug", str(dest / name)], capture_output=True, timeout=120).returncode == 0
+    stripped = (
+        shutil.which("strip") is not None
+        and subprocess.run(["strip", "--strip-debug", str(dest / name)], capture_output=True, timeout=120).returncode
+        == 0
+    )
     shutil.copy2(package / BUILD_INFO, dest / BUILD_INFO)
     manifest = {
-        "file": name, "bytes": (dest / name).stat().st_size, "debug_info_stripped": stripped,
-        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI), "python": sys.version.split()[0],
-        "ext_suffix": ext_suffix(), "cuda_archs": info.get("CUDA_ARCHS"), "sources": sources_digest(),
-        "commit": _git_commit(ROOT), "built_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "file": name,
+        "bytes": (dest / name).stat().st_size,
+        "debug_info_stripped": stripped,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "python": sys.version.split()[0],
+        "ext_suffix": ext_suffix(),
+        "cuda_archs": info.get("CUDA_ARCHS"),
+        "sources": sources_digest(),
+        "commit": _git_commit(ROOT),
+        "built_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": None if seconds is None else round(seconds),
     }
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -105,9 +122,14 @@ def _release(version: str) -> str:
 def here() -> dict:
     import torch
 
-    return {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-            "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI), "python": sys.version.split()[0],
-            "ext_suffix": ext_suffix(), "sources": sources_digest()}
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "python": sys.version.split()[0],
+        "ext_suffix": ext_suffix(),
+        "sources": sources_digest(),
+    }
 
 
 def mismatches(built: dict, now: dict) -> list[str]:
@@ -122,14 +144,18 @@ def mismatches(built: dict, now: dict) -> list[str]:
     if built["ext_suffix"] != now["ext_suffix"]:
         why.append(f"Python ABI {built['ext_suffix']} != {now['ext_suffix']}")
     if built["sources"] != now["sources"]:
-        why.append(f"built from other sources (csrc/, setup.py, build_support/: {built['sources']} != {now['sources']}; "
-                   "run scripts/prepare_gpu_run.sh again)")
+        why.append(
+            f"built from other sources (csrc/, setup.py, build_support/: {built['sources']} != {now['sources']}; "
+            "run scripts/prepare_gpu_run.sh again)"
+        )
     return why
 
 
 def _line(d: dict) -> str:
-    return (f"torch {d['torch']} (CUDA {d['torch_cuda']}, cxx11 ABI {d['cxx11_abi']}), Python {d['python']} "
-            f"({d['ext_suffix']}), sources {d['sources']}")
+    return (
+        f"torch {d['torch']} (CUDA {d['torch_cuda']}, cxx11 ABI {d['cxx11_abi']}), Python {d['python']} "
+        f"({d['ext_suffix']}), sources {d['sources']}"
+    )
 
 
 def check(dest: Path) -> int:
@@ -139,8 +165,10 @@ def check(dest: Path) -> int:
         return 2
     built = json.loads(path.read_text())
     now = here()
-    print(f"prebuilt: {built['file']}, {built['bytes'] / 2**20:.1f} MiB, archs {built['cuda_archs']}, commit "
-          f"{built['commit']}, built {built['built_utc']} in {built['build_seconds']} s")
+    print(
+        f"prebuilt: {built['file']}, {built['bytes'] / 2**20:.1f} MiB, archs {built['cuda_archs']}, commit "
+        f"{built['commit']}, built {built['built_utc']} in {built['build_seconds']} s"
+    )
     print(f"  built against: {_line(built)}")
     print(f"  this machine:  {_line(now)}")
     why = mismatches(built, now)

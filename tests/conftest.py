@@ -36,8 +36,10 @@ from grad_checks import poisoned_allocations  # noqa: E402,F401
 
 #: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
 #: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).
-FIXTURE_DIR = Path(os.environ.get("ELMO_FAST_FIXTURE_DIR")
-                   or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny")
+FIXTURE_DIR = Path(
+    os.environ.get("ELMO_FAST_FIXTURE_DIR")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bilm_tf_tiny"
+)
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +71,12 @@ def random_models(tmp_path_factory):
     def get(preset: str, exercise_clips: bool = False, seed: int = 0):
         key = (preset, exercise_clips, seed)
         if key not in cache:
-            cache[key] = random_model(preset, tmp_path_factory.mktemp(f"{preset}_{int(exercise_clips)}_{seed}"),
-                                      seed=seed, exercise_clips=exercise_clips)
+            cache[key] = random_model(
+                preset,
+                tmp_path_factory.mktemp(f"{preset}_{int(exercise_clips)}_{seed}"),
+                seed=seed,
+                exercise_clips=exercise_clips,
+            )
         return cache[key]
 
     return get

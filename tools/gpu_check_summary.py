@@ -9,6 +9,7 @@ failures per test phase (kernels.log, model.log, more_tests.log), the sanitizers
 issue 33's targets for the H100 beside it. A missing log is skipped; nothing here fails the run.
 Standard library only.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,22 @@ def device(out: Path) -> list[str]:
 
 def extension(out: Path) -> list[str]:
     text = _read(out / "extension.log") + _read(out / "build.log")
-    keep = [line for line in text.splitlines()
-            if line.startswith(("prebuilt:", "  built against", "  this machine", "  fits", "  does NOT fit",
-                                "elmo_fast._C loaded", "building the extension", "the prebuilt extension"))]
+    keep = [
+        line
+        for line in text.splitlines()
+        if line.startswith(
+            (
+                "prebuilt:",
+                "  built against",
+                "  this machine",
+                "  fits",
+                "  does NOT fit",
+                "elmo_fast._C loaded",
+                "building the extension",
+                "the prebuilt extension",
+            )
+        )
+    ]
     return ["  " + line.strip() for line in keep]
 
 
@@ -93,10 +107,19 @@ def _bench_rows(out: Path) -> tuple[dict, list[dict]]:
     except (OSError, ValueError):
         pass
     rows = []  # an interrupted run: its printed lines
-    for m in re.finditer(r"^bench_gpu: (\S+)\s+batch\s+(\d+): p50\s+([\d.]+) ms,\s+([\d.]+) (?:words|tokens)/s",
-                         _read(out / "bench.log"), flags=re.M):
-        rows.append({"config": m.group(1), "batch": int(m.group(2)), "p50_ms": float(m.group(3)),
-                     "words_per_s": float(m.group(4))})
+    for m in re.finditer(
+        r"^bench_gpu: (\S+)\s+batch\s+(\d+): p50\s+([\d.]+) ms,\s+([\d.]+) (?:words|tokens)/s",
+        _read(out / "bench.log"),
+        flags=re.M,
+    ):
+        rows.append(
+            {
+                "config": m.group(1),
+                "batch": int(m.group(2)),
+                "p50_ms": float(m.group(3)),
+                "words_per_s": float(m.group(4)),
+            }
+        )
     return {}, rows
 
 
@@ -107,21 +130,34 @@ def bench(out: Path) -> list[str]:
     lines = []
     if data.get("machine"):
         m = data["machine"]
-        lines.append(f"  bench ({data.get('preset')}): {m.get('device')}, torch {m.get('torch')}, "
-                     f"matmul ceilings TFLOP/s {json.dumps({k: round(v) for k, v in data.get('ceilings_tflops', {}).items()})}")
-    lines.append(f"  {'config':17s} {'batch':>5s} {'tokens/s':>11s} {'p50 ms':>9s} {'peak GB':>8s} {'x ref':>6s} "
-                 f"{'max|diff|':>9s}")
+        lines.append(
+            f"  bench ({data.get('preset')}): {m.get('device')}, torch {m.get('torch')}, "
+            f"matmul ceilings TFLOP/s {json.dumps({k: round(v) for k, v in data.get('ceilings_tflops', {}).items()})}"
+        )
+    lines.append(
+        f"  {'config':17s} {'batch':>5s} {'tokens/s':>11s} {'p50 ms':>9s} {'peak GB':>8s} {'x ref':>6s} "
+        f"{'max|diff|':>9s}"
+    )
     for r in rows:
         if "p50_ms" not in r:
             lines.append(f"  {r['config']:17s} {r['batch']:5d}  {r.get('skipped') or r.get('error')}")
             continue
-        lines.append(f"  {r['config']:17s} {r['batch']:5d} {r['words_per_s']:11.0f} {r['p50_ms']:9.2f} "
-                     f"{r.get('peak_gb', float('nan')):8.2f} {r.get('speedup_vs_reference', float('nan')):6.1f} "
-                     f"{r.get('max_abs_diff_vs_reference', float('nan')):9.1e}")
+        lines.append(
+            f"  {r['config']:17s} {r['batch']:5d} {r['words_per_s']:11.0f} {r['p50_ms']:9.2f} "
+            f"{r.get('peak_gb', float('nan')):8.2f} {r.get('speedup_vs_reference', float('nan')):6.1f} "
+            f"{r.get('max_abs_diff_vs_reference', float('nan')):9.1e}"
+        )
     lines.append("  targets (issue 33, H100):")
     for what, configs, batch, field, op, value in TARGETS:
-        got = next(((c, r[field]) for c in configs for r in rows
-                    if r.get("config") == c and r.get("batch") == batch and field in r), None)
+        got = next(
+            (
+                (c, r[field])
+                for c in configs
+                for r in rows
+                if r.get("config") == c and r.get("batch") == batch and field in r
+            ),
+            None,
+        )
         if got is None:
             lines.append(f"    {what}: not measured")
             continue

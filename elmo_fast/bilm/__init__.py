@@ -22,6 +22,7 @@
                                           ``selfcheck_cases``; an op that failed it runs its twin via ``fallback``
 * :mod:`~elmo_fast.bilm.build_report`     what was built: version, torch, backends, CUDA archs (``--version``)
 """
+
 from . import selfcheck
 from .char_ids import batch_to_ids
 from .model import ElmoBiLm

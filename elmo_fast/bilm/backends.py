@@ -1,5 +1,6 @@
 """Which forward the biLM's stages run: ``"fast"`` (the compiled ops) or ``"reference"`` (plain
 PyTorch), and ``"auto"``, the fast one whenever the extension is built."""
+
 from __future__ import annotations
 
 import warnings
@@ -14,7 +15,7 @@ _warned_fallback = False
 
 
 def resolve_backend(backend: str) -> str:
-    """"auto" is "fast" when the extension is built, else "reference" (with a warning, once)."""
+    """ "auto" is "fast" when the extension is built, else "reference" (with a warning, once)."""
     global _warned_fallback
     if backend not in BACKENDS:
         raise ElmoFastError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -22,8 +23,10 @@ def resolve_backend(backend: str) -> str:
     if backend == "fast":
         ops.require_extension()
         if not has_fast:
-            raise ElmoFastError("this build of elmo_fast._C lacks the fast-path ops; rebuild it with "
-                                "`pip install --no-build-isolation -e .`")
+            raise ElmoFastError(
+                "this build of elmo_fast._C lacks the fast-path ops; rebuild it with "
+                "`pip install --no-build-isolation -e .`"
+            )
     if backend == "auto":
         if has_fast:
             return "fast"
@@ -31,10 +34,13 @@ def resolve_backend(backend: str) -> str:
             if ops.EXTENSION_LOAD_FAILED:
                 why = f"elmo_fast._C does not load ({ops.EXTENSION_IMPORT_ERROR})"
             else:
-                why = ("elmo_fast._C is not built. Build the fast path from the source tree with "
-                       "`pip install --no-build-isolation -e .`")
-            warnings.warn(f"elmo-fast runs its plain-PyTorch reference path (slow): {why}.", RuntimeWarning,
-                          stacklevel=3)
+                why = (
+                    "elmo_fast._C is not built. Build the fast path from the source tree with "
+                    "`pip install --no-build-isolation -e .`"
+                )
+            warnings.warn(
+                f"elmo-fast runs its plain-PyTorch reference path (slow): {why}.", RuntimeWarning, stacklevel=3
+            )
             _warned_fallback = True
         return "reference"
     return backend

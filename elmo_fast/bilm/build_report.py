@@ -5,6 +5,7 @@ built (CPU always; CUDA with the CUDA release and the GPU architectures it was c
 The facts come from the loaded extension (:mod:`elmo_fast.bilm.ops`) and from what setup.py recorded
 when it built it (``elmo_fast/_build_info.py``, read by :mod:`elmo_fast._extension_info`).
 """
+
 from __future__ import annotations
 
 import re
@@ -76,8 +77,10 @@ def build_report() -> BuildReport:
     archs = getattr(info, "CUDA_ARCHS", None)
     gpus = ()
     if torch.cuda.is_available():
-        gpus = tuple(f"cuda:{i} {torch.cuda.get_device_name(i)} (sm_{''.join(map(str, torch.cuda.get_device_capability(i)))})"
-                     for i in range(torch.cuda.device_count()))
+        gpus = tuple(
+            f"cuda:{i} {torch.cuda.get_device_name(i)} (sm_{''.join(map(str, torch.cuda.get_device_capability(i)))})"
+            for i in range(torch.cuda.device_count())
+        )
     return BuildReport(
         version=__version__,
         torch=torch.__version__,
@@ -110,6 +113,8 @@ def arch_mismatch(archs: tuple[str, ...] | None, capability: tuple[int, int]) ->
             return None
         if kind == "compute" and (a_major, a_minor) <= (major, minor):
             return None
-    return (f"elmo_fast._C's CUDA kernels were compiled for {' '.join(archs)}, none of which runs on a GPU of compute "
-            f"capability {major}.{minor}: rebuild with ELMO_FAST_CUDA_ARCHS=\"{major}.{minor}\" "
-            "pip install --no-build-isolation -e .")
+    return (
+        f"elmo_fast._C's CUDA kernels were compiled for {' '.join(archs)}, none of which runs on a GPU of compute "
+        f'capability {major}.{minor}: rebuild with ELMO_FAST_CUDA_ARCHS="{major}.{minor}" '
+        "pip install --no-build-isolation -e ."
+    )

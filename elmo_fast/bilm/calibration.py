@@ -21,12 +21,13 @@ measurement left (all out, or the time budget spent) keeps the kernels' default.
 milliseconds per candidate on small models, and stays under the budget (0.8 s by default) on the
 official ones. :mod:`~elmo_fast.bilm.cpu_tuning` decides when to calibrate and caches the result.
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -81,7 +82,7 @@ class CpuTuning:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CpuTuning":
+    def from_dict(cls, d: dict) -> CpuTuning:
         """The tuning a :meth:`to_dict` wrote; ValueError for anything else (a cache file is never trusted)."""
         if not isinstance(d, dict) or set(d) != {"lstm", "linear_gemv_rows", "highway_gemv_rows", "packed"}:
             raise ValueError(f"not a CpuTuning: {d!r}")
@@ -100,8 +101,12 @@ class CpuTuning:
 
         if not isinstance(d["packed"], bool):
             raise ValueError(f"CpuTuning.packed must be a bool, got {d['packed']!r}")
-        return cls(schedule(d["lstm"], "lstm"), count(d["linear_gemv_rows"], "linear_gemv_rows"),
-                   count(d["highway_gemv_rows"], "highway_gemv_rows"), d["packed"])
+        return cls(
+            schedule(d["lstm"], "lstm"),
+            count(d["linear_gemv_rows"], "linear_gemv_rows"),
+            count(d["highway_gemv_rows"], "highway_gemv_rows"),
+            d["packed"],
+        )
 
 
 #: no measurement: every op's own default
@@ -145,8 +150,9 @@ class Chooser:
         """Best seconds of each candidate that ran and agreed with the first that ran; {} once the
         budget is spent."""
         if self.spent() >= self.budget_s:
-            self.notes.append(f"budget of {self.budget_s:g} s spent: {', '.join(c.name for c in candidates)} "
-                              "not measured")
+            self.notes.append(
+                f"budget of {self.budget_s:g} s spent: {', '.join(c.name for c in candidates)} not measured"
+            )
             return {}
         alive: list[Candidate] = []
         best: dict[str, float] = {}
@@ -245,8 +251,9 @@ def _lstm_case(layer0: Sequence[Tensor], n: int, gen: torch.Generator):
     return xg0, index, lengths
 
 
-def _lstm_candidates(layouts: dict[str, list[Tensor]], case, concurrency: bool,
-                     gemv_alive: set[str]) -> list[Candidate]:
+def _lstm_candidates(
+    layouts: dict[str, list[Tensor]], case, concurrency: bool, gemv_alive: set[str]
+) -> list[Candidate]:
     """(layout, schedule, GEMM) candidates of one row count, named "layout/schedule/gemv|gemm": "gemm"
     is BLAS or oneDNN's matmul for plain weights, the BRGeMM micro-kernel for packed ones (which the
     GEMV does not take)."""
@@ -261,8 +268,13 @@ def _lstm_candidates(layouts: dict[str, list[Tensor]], case, concurrency: bool,
                 if gemm == "gemv" and f"{layout}/{mode}" not in gemv_alive:
                     continue
                 tuning = [rows, rows, conc]
-                out.append(Candidate(f"{layout}/{mode}/{gemm}", lambda w=weights, t=tuning: ops.bilstm(
-                    xg0, index, lengths, w, None, None, None, None, t), tol))
+                out.append(
+                    Candidate(
+                        f"{layout}/{mode}/{gemm}",
+                        lambda w=weights, t=tuning: ops.bilstm(xg0, index, lengths, w, None, None, None, None, t),
+                        tol,
+                    )
+                )
     return out
 
 
@@ -270,8 +282,14 @@ def _layer0(flat: Sequence[Tensor]) -> list[Tensor]:
     return [w.detach() for w in flat[:8]]
 
 
-def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: str, *,
-              chooser: Chooser | None = None, seed: int = 0) -> tuple[CpuTuning, dict]:
+def calibrate(
+    lstm_weights: Sequence[Tensor],
+    highway: tuple | None,
+    precision: str,
+    *,
+    chooser: Chooser | None = None,
+    seed: int = 0,
+) -> tuple[CpuTuning, dict]:
     """Measure and choose for this model (``lstm_weights``: the encoder's flat fp32 weights,
     ``highway``: (weights, biases, proj_weight, proj_bias) of a char token embedder, or None) in
     ``precision`` ("fp32", "bf16"; other modes take the defaults) at torch's current thread count.
@@ -325,8 +343,9 @@ def calibrate(lstm_weights: Sequence[Tensor], highway: tuple | None, precision: 
     # threshold (packed weights: the micro-kernel, whatever the rows). bf16 with plain weights computes
     # them in fp32, which this run did not time.
     linear = lstm[0] if precision == "fp32" and layout == "plain" and lstm[0] != UNSET else None
-    return CpuTuning(lstm=lstm, linear_gemv_rows=linear, highway_gemv_rows=highway_rows,
-                     packed=layout == "packed"), report
+    return CpuTuning(
+        lstm=lstm, linear_gemv_rows=linear, highway_gemv_rows=highway_rows, packed=layout == "packed"
+    ), report
 
 
 def _series(timings: dict, name: str) -> dict[int, float]:
@@ -375,9 +394,12 @@ def _calibrate_highway(highway: tuple, chooser: Chooser, gen: torch.Generator, r
     blas: dict[int, float] = {}
     for n in HIGHWAY_ROWS:
         x = torch.randn(n, F, generator=gen)
-        t = chooser.measure([
-            Candidate(name, lambda r=rows: ops.highway(x, list(weights), list(biases), proj_w, proj_b, r))
-            for name, rows in (("gemv", ALWAYS), ("blas", 0))])
+        t = chooser.measure(
+            [
+                Candidate(name, lambda r=rows: ops.highway(x, list(weights), list(biases), proj_w, proj_b, r))
+                for name, rows in (("gemv", ALWAYS), ("blas", 0))
+            ]
+        )
         report[n] = t
         if "gemv" in t:
             gemv[n] = t["gemv"]

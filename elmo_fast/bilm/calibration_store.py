@@ -9,6 +9,7 @@ and a tuning that :meth:`~elmo_fast.bilm.calibration.CpuTuning.from_dict` accept
 file cut short, edited, from another machine or version) is ignored, and the next calibration
 replaces it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,7 +35,7 @@ def store_dir() -> Path:
     return cache_dir() / "calibration"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo, else the platform's)."""
     try:
@@ -48,7 +49,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _extension_id() -> str:
     """The compiled extension's size and modification time: a rebuilt kernel is measured again."""
     spec = importlib.util.find_spec("elmo_fast._C")
@@ -61,7 +62,7 @@ def _extension_id() -> str:
     return f"{st.st_size}-{st.st_mtime_ns}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _elmo_fast_version() -> str:
     try:
         from importlib.metadata import version
@@ -74,9 +75,17 @@ def _elmo_fast_version() -> str:
 def calibration_key(shapes: dict, precision: str, threads: int) -> dict:
     """The key of a calibration: this machine, these versions, the model's ``shapes`` (plain ints and
     lists), ``precision`` and ``threads``."""
-    return {"format": FORMAT, "cpu": cpu_model(), "logical_cpus": os.cpu_count(), "torch": torch.__version__,
-            "elmo_fast": _elmo_fast_version(), "extension": _extension_id(), "shapes": shapes,
-            "precision": precision, "threads": threads}
+    return {
+        "format": FORMAT,
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "elmo_fast": _elmo_fast_version(),
+        "extension": _extension_id(),
+        "shapes": shapes,
+        "precision": precision,
+        "threads": threads,
+    }
 
 
 def key_text(key: dict) -> str:
@@ -105,9 +114,16 @@ def save(key: dict, tuning: CpuTuning, report: dict, seconds: float, directory: 
     """Write ``tuning`` for ``key`` (with the timings it came from); raises WriteError/OSError."""
     path = path_for(key, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"key": json.loads(key_text(key)), "tuning": tuning.to_dict(), "seconds": round(seconds, 4),
-                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                      "report": _jsonable(report)})
+    write_json(
+        path,
+        {
+            "key": json.loads(key_text(key)),
+            "tuning": tuning.to_dict(),
+            "seconds": round(seconds, 4),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "report": _jsonable(report),
+        },
+    )
     return path
 
 

@@ -4,10 +4,11 @@ A token becomes 50 ids: begin-of-word (258), its UTF-8 bytes cut to 48, end-of-w
 then padding (260); the literal tokens ``<S>`` and ``</S>`` get the sentence marks 256 / 257
 instead of their bytes. Every id is then shifted by +1 so that 0 can mean "no token here".
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import torch
 from torch import Tensor

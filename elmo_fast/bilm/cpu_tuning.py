@@ -18,6 +18,7 @@ Environment:
 * ``ELMO_FAST_BILSTM_GEMV_ROWS=N``, ``ELMO_FAST_BILSTM_THREADS=sequential|directions``: read by the
   kernels themselves, they override any tuning (csrc/cpu/tuning.h).
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,8 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -148,15 +149,23 @@ def packable(lstm_weights: Sequence[Tensor], precision: str) -> bool:
 def _calibrate(key: dict, lstm_weights, highway, precision: str) -> CpuTuning:
     start = time.perf_counter()
     try:
-        tuning, report = calibration.calibrate(lstm_weights, highway, precision,
-                                               chooser=calibration.Chooser(budget_s=budget()))
+        tuning, report = calibration.calibrate(
+            lstm_weights, highway, precision, chooser=calibration.Chooser(budget_s=budget())
+        )
     except Exception as e:  # never fail a forward for a measurement: the defaults are correct too
-        _say_once(f"elmo_fast: calibrating the CPU kernels failed ({type(e).__name__}: {e}); using the defaults",
-                  warn=True)
+        _say_once(
+            f"elmo_fast: calibrating the CPU kernels failed ({type(e).__name__}: {e}); using the defaults", warn=True
+        )
         return DEFAULT
     seconds = time.perf_counter() - start
-    log.info("elmo_fast: calibrated the CPU kernels for %s, %s, %d threads in %.2f s: %s", key["shapes"], precision,
-             key["threads"], seconds, tuning)
+    log.info(
+        "elmo_fast: calibrated the CPU kernels for %s, %s, %d threads in %.2f s: %s",
+        key["shapes"],
+        precision,
+        key["threads"],
+        seconds,
+        tuning,
+    )
     if not report.get("complete", True):
         # The budget ran out (a busy machine, say): this process uses what was measured, the kernels'
         # defaults for the rest; a later process measures again rather than inherit a partial choice.
@@ -164,8 +173,9 @@ def _calibrate(key: dict, lstm_weights, highway, precision: str) -> CpuTuning:
     try:
         calibration_store.save(key, tuning, report, seconds)
     except Exception as e:  # a read-only or full disk: this process keeps its result
-        _say_once(f"elmo_fast: could not store the CPU calibration ({e}); later processes will measure again",
-                  warn=False)
+        _say_once(
+            f"elmo_fast: could not store the CPU calibration ({e}); later processes will measure again", warn=False
+        )
     return tuning
 
 
@@ -174,8 +184,11 @@ def _forced(tuning: CpuTuning, precision: str, lstm_weights: Sequence[Tensor]) -
     if precision not in ("fp32", "bf16") or value not in ("0", "1"):
         return tuning
     if value == "1" and not packable(lstm_weights, precision):
-        _say_once(f"{PACKED_ENV}=1: this model's LSTM weights cannot be packed in {precision} (each [N, K] needs "
-                  "N a multiple of 16, and K even in bf16); they stay as they are", warn=True)
+        _say_once(
+            f"{PACKED_ENV}=1: this model's LSTM weights cannot be packed in {precision} (each [N, K] needs "
+            "N a multiple of 16, and K even in bf16); they stay as they are",
+            warn=True,
+        )
         return replace(tuning, packed=False)
     return replace(tuning, packed=value == "1")
 

@@ -6,10 +6,11 @@ schedule depend on); its second batch is captured, later ones replay it with the
 copied into the bucket's static inputs. Nothing here knows the model: the forward to capture
 is given as a function of those static inputs.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -86,8 +87,9 @@ class CudaGraphCache:
         self._graphs.clear()
         self._seen.clear()
 
-    def forward(self, distinct_h: Tensor, index_h: Tensor, mask_h: Tensor, weights_key: tuple,
-                device: torch.device, body: Body) -> list[Tensor] | None:
+    def forward(
+        self, distinct_h: Tensor, index_h: Tensor, mask_h: Tensor, weights_key: tuple, device: torch.device, body: Body
+    ) -> list[Tensor] | None:
         """The activations of this batch (distinct [U, W], token_index [B, T], mask [B, T], all on
         the CPU) from its bucket's captured forward (captured now if the bucket was seen before),
         or None: the caller runs the forward itself (a bucket seen for the first time)."""
@@ -115,11 +117,22 @@ class CudaGraphCache:
             entry.fill(distinct_h, index_h, mask_h)
         return [t.clone() for t in entry.runner.replay()]
 
-    def _capture(self, distinct_h: Tensor, index_h: Tensor, mask_h: Tensor, lengths: Tensor, rows: int,
-                 device: torch.device, body: Body) -> _CapturedBucket:
-        entry = _CapturedBucket(torch.empty(rows, distinct_h.shape[1], dtype=torch.long, device=device),
-                                torch.empty(index_h.shape, dtype=torch.long, device=device),
-                                torch.empty(mask_h.shape, dtype=torch.bool, device=device), lengths.clone())
+    def _capture(
+        self,
+        distinct_h: Tensor,
+        index_h: Tensor,
+        mask_h: Tensor,
+        lengths: Tensor,
+        rows: int,
+        device: torch.device,
+        body: Body,
+    ) -> _CapturedBucket:
+        entry = _CapturedBucket(
+            torch.empty(rows, distinct_h.shape[1], dtype=torch.long, device=device),
+            torch.empty(index_h.shape, dtype=torch.long, device=device),
+            torch.empty(mask_h.shape, dtype=torch.bool, device=device),
+            lengths.clone(),
+        )
         entry.fill(distinct_h, index_h, mask_h)
         entry.runner = self.runner(device)
         entry.runner.capture(lambda: body(entry.distinct, entry.token_index, entry.mask, entry.lengths))

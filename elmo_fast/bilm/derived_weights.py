@@ -5,9 +5,10 @@ op's weight list (stacked per layer on CUDA), and the vocabulary cache's token v
 Fine-tuning, ``load_state_dict``, in-place edits and moves all change the weights under a cached
 copy; :func:`weights_key` changes with every one of them, and each copy is checked against it.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -56,8 +57,14 @@ class DerivedWeights:
             self._token_embedder = (key, token_embedder.lowp_weights(dtype))
         return self._token_embedder[1]
 
-    def lstm_op_weights(self, flat: list[Tensor], device: torch.device, dtype: torch.dtype,
-                        key: Callable[[], tuple], pack: Callable[[Tensor], Tensor] | None = None) -> list[Tensor]:
+    def lstm_op_weights(
+        self,
+        flat: list[Tensor],
+        device: torch.device,
+        dtype: torch.dtype,
+        key: Callable[[], tuple],
+        pack: Callable[[Tensor], Tensor] | None = None,
+    ) -> list[Tensor]:
         """The bilstm op's flat weight list (``flat``, the encoder's parameters) in ``dtype``,
         detached: the parameters themselves (fp32 on a CPU), or copies made once per (device,
         dtype): low-precision copies of the GEMM weights (biases stay fp32 on a CPU; on CUDA, whose

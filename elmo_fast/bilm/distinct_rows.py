@@ -4,9 +4,11 @@ Every forward of :class:`~elmo_fast.bilm.model.ElmoBiLm` sends each distinct tok
 CNN, the highways and layer 0's input projection once (fast inference, fine-tuning, the
 vocabulary cache, the host-planned GPU forward), and the biLSTM reads them by index.
 """
+
 from __future__ import annotations
 
 import numpy as np
+
 # numpy.random loads on first use otherwise, in the middle of a run; a SIGTERM handled while its Cython
 # modules initialise is swallowed there (they report errors while registering with collections.abc
 # as "unraisable"), and `embed` then ran on to the end: seen in 3 of 60 tries

@@ -15,9 +15,11 @@ device for all their inputs. The ops also take a few forms the twins do not, ada
 
 The twins are plain PyTorch under autograd: a fallen-back op stays differentiable.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -25,9 +27,17 @@ from torch import Tensor
 from . import reference
 
 
-def _lstm_layer_twin(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
-                     proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
-                     token_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def _lstm_layer_twin(
+    xg: Tensor,
+    lengths: Tensor,
+    w_hh: Tensor,
+    w_proj: Tensor,
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+    token_index: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     if token_index is not None:  # [2, U, 4C] read at token_index[b, t]; padding positions are never read
         xg = xg[:, token_index.clamp(0, max(xg.shape[1] - 1, 0))]
     return reference.lstm_layer_pair_ref(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0)
@@ -49,11 +59,20 @@ def _layer0_gates_twin(tokens: Tensor, weights: list[Tensor], gemv_max_rows: int
     return reference.layer0_gates_ref(tokens, weights)
 
 
-def _bilstm_twin(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
-                 proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
-                 tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    return reference.bilstm_ref(xg0, token_index, lengths, [unpack_weight(w) for w in weights], cell_clip, proj_clip,
-                                h0, c0)
+def _bilstm_twin(
+    xg0: Tensor,
+    token_index: Tensor,
+    lengths: Tensor,
+    weights: list[Tensor],
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+    tuning: list[int] | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    return reference.bilstm_ref(
+        xg0, token_index, lengths, [unpack_weight(w) for w in weights], cell_clip, proj_clip, h0, c0
+    )
 
 
 #: the twin each op falls back to, by the op's name in elmo_fast.bilm.ops

@@ -1,6 +1,7 @@
 """State dicts saved by other code, loaded into :class:`~elmo_fast.bilm.model.ElmoBiLm`'s stage
 modules: allennlp's ``_ElmoBiLm`` (alone, inside ``Elmo``, or inside any model) and elmo-fast 0.1
 (flat parameter lists). :func:`rename_legacy_keys` is the model's ``load_state_dict`` pre-hook."""
+
 from __future__ import annotations
 
 import re
@@ -8,7 +9,10 @@ import re
 _ALLENNLP_KEYS = [  # allennlp's _ElmoBiLm parameter names -> ours (relative to the biLM)
     (re.compile(r"_token_embedder\._char_embedding_weights$"), "token_embedder.char_cnn.char_embedding"),
     (re.compile(r"_token_embedder\.char_conv_(\d+)\.(weight|bias)$"), r"token_embedder.char_cnn.convs.\1.\2"),
-    (re.compile(r"_token_embedder\._highways\._layers\.(\d+)\.(weight|bias)$"), r"token_embedder.highways.layers.\1.\2"),
+    (
+        re.compile(r"_token_embedder\._highways\._layers\.(\d+)\.(weight|bias)$"),
+        r"token_embedder.highways.layers.\1.\2",
+    ),
     (re.compile(r"_token_embedder\._projection\.(weight|bias)$"), r"token_embedder.projection.\1"),
     (re.compile(r"_elmo_lstm\.(forward|backward)_layer_(\d+)\.(\w+\.(?:weight|bias))$"), r"encoder.\1_layers.\2.\3"),
 ]
@@ -30,7 +34,7 @@ def rename_legacy_keys(state_dict: dict, prefix: str, *args) -> None:
     modules' names (and drop allennlp's vocab_to_cache tables, which are derived, not weights).
     Keys already in the stage modules' names are left as they are."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
-        rest = key[len(prefix):]
+        rest = key[len(prefix) :]
         if _ALLENNLP_DERIVED.fullmatch(rest):
             del state_dict[key]
             continue

@@ -11,12 +11,13 @@ the parts that let the fast path do less work, each in its own module:
 * :mod:`~elmo_fast.bilm.vocab_cache`       allennlp's vocab_to_cache: word ids read against cached vectors
 * :mod:`~elmo_fast.bilm.legacy_keys`       state dicts of allennlp and elmo-fast 0.1
 """
+
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
-from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -36,8 +37,7 @@ from .derived_weights import DerivedWeights, weights_key
 from .distinct_rows import distinct_rows
 from .legacy_keys import rename_legacy_keys
 from .precision import Precision, resolve_precision
-from .stages import (BiLstmEncoder, CharCNN, CharTokenEmbedder, Highway, LstmLayer, Stage, WordCharTokenEmbedder,
-                     _linear)
+from .stages import BiLstmEncoder, CharCNN, CharTokenEmbedder, Highway, LstmLayer, Stage, WordCharTokenEmbedder, _linear
 from .token_cache import TokenCache
 from .vocab_cache import usable_word_inputs, vocab_index
 from .word_char_ids import ManyLangsIds
@@ -50,23 +50,33 @@ def build_stages(w: ElmoWeights | ManyLangsWeights, requires_grad: bool = False)
     o, g = w.options, requires_grad
     if isinstance(w, ManyLangsWeights):
         has_chars = w.char_embedding is not None
-        front_end = ManyLangsIds(w.char_vocab if has_chars else None,
-                                 w.word_vocab if w.word_embedding is not None else None, o.max_characters_per_token)
+        front_end = ManyLangsIds(
+            w.char_vocab if has_chars else None,
+            w.word_vocab if w.word_embedding is not None else None,
+            o.max_characters_per_token,
+        )
         token_embedder = WordCharTokenEmbedder(
             w.word_embedding,
-            CharCNN(w.char_embedding, w.conv_weights, w.conv_biases, o.activation, requires_grad=g) if has_chars else None,
+            CharCNN(w.char_embedding, w.conv_weights, w.conv_biases, o.activation, requires_grad=g)
+            if has_chars
+            else None,
             Highway(w.highway_weights, w.highway_biases, requires_grad=g) if has_chars else None,
-            _linear(w.proj_weight, w.proj_bias, g), requires_grad=g)
+            _linear(w.proj_weight, w.proj_bias, g),
+            requires_grad=g,
+        )
     else:
         front_end = AllenNlpCharIds()
         token_embedder = CharTokenEmbedder(
             CharCNN(w.char_embedding, w.conv_weights, w.conv_biases, o.activation, requires_grad=g),
             Highway(w.highway_weights, w.highway_biases, requires_grad=g),
-            _linear(w.proj_weight, w.proj_bias, g))
+            _linear(w.proj_weight, w.proj_bias, g),
+        )
     encoder = BiLstmEncoder(
         [LstmLayer(f.w_ih, f.w_hh, f.bias, f.w_proj, reverse=False, requires_grad=g) for f, _ in w.lstm],
         [LstmLayer(b.w_ih, b.w_hh, b.bias, b.w_proj, reverse=True, requires_grad=g) for _, b in w.lstm],
-        o.cell_clip, o.proj_clip)
+        o.cell_clip,
+        o.proj_clip,
+    )
     return front_end, token_embedder, encoder
 
 
@@ -130,21 +140,32 @@ class ElmoBiLm(nn.Module):
     as without. Graphs are dropped when the weights change, and each holds its own memory.
     """
 
-    def __init__(self, options_file: str | os.PathLike | None = None,
-                 weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
-                 requires_grad: bool = False, stateful: bool = False, backend: str = "auto",
-                 token_cache_size: int = 0, dtype: torch.dtype | None = None,
-                 vocab_to_cache: Sequence[str] | None = None, *, model_dir: str | os.PathLike | None = None,
-                 cuda_graphs: int = 0, precision: str | Precision | None = None,
-                 model_format: str | None = None) -> None:
+    def __init__(
+        self,
+        options_file: str | os.PathLike | None = None,
+        weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
+        requires_grad: bool = False,
+        stateful: bool = False,
+        backend: str = "auto",
+        token_cache_size: int = 0,
+        dtype: torch.dtype | None = None,
+        vocab_to_cache: Sequence[str] | None = None,
+        *,
+        model_dir: str | os.PathLike | None = None,
+        cuda_graphs: int = 0,
+        precision: str | Precision | None = None,
+        model_format: str | None = None,
+    ) -> None:
         super().__init__()
         self.backend = resolve_backend(backend)
         #: the fast path's arithmetic (see the class docstring)
         self.precision = resolve_precision(precision, dtype)
         self.precision.check_backend(self.backend)
         if self.precision.cuda_only and not ops.HAS_CUDA_KERNELS:
-            raise ElmoFastError(Param("precision", self.precision.name), " runs on CUDA only, and this build of "
-                                "elmo_fast._C has no CUDA kernels; use bf16 or fp32 on a CPU")
+            raise ElmoFastError(
+                Param("precision", self.precision.name),
+                " runs on CUDA only, and this build of elmo_fast._C has no CUDA kernels; use bf16 or fp32 on a CPU",
+            )
         if cuda_graphs < 0:
             raise ElmoFastError(f"cuda_graphs must be >= 0 (the captured buckets to keep; 0: none), got {cuda_graphs}")
         #: CUDA graphs of the fast forward kept, per bucket (0: none; see the class docstring)
@@ -173,8 +194,9 @@ class ElmoBiLm(nn.Module):
         vocab_ids = None
         if vocab_to_cache is not None:
             if isinstance(vocab_to_cache, str) or not all(isinstance(w, str) for w in vocab_to_cache):
-                raise ElmoFastError("vocab_to_cache must be a list of words (str), e.g. "
-                                    "vocab.get_index_to_token_vocabulary().values()")
+                raise ElmoFastError(
+                    "vocab_to_cache must be a list of words (str), e.g. vocab.get_index_to_token_vocabulary().values()"
+                )
             if len(vocab_to_cache):
                 vocab_ids = torch.tensor([self.front_end.token_ids(w) for w in vocab_to_cache], dtype=torch.long)
                 vocab_ids[0] = 0
@@ -193,7 +215,7 @@ class ElmoBiLm(nn.Module):
             self._graphs.clear()
 
     @classmethod
-    def from_weights(cls, weights: ElmoWeights | ManyLangsWeights, **kwargs) -> "ElmoBiLm":
+    def from_weights(cls, weights: ElmoWeights | ManyLangsWeights, **kwargs) -> ElmoBiLm:
         """A biLM holding these tensors (as :func:`~elmo_fast.formats.bilm_tf.load_model_files` or
         :func:`~elmo_fast.formats.manylangs_dir.load_manylangs` return them) as its parameters; keyword
         arguments as the constructor's."""
@@ -231,7 +253,7 @@ class ElmoBiLm(nn.Module):
 
     @property
     def backend(self) -> str:
-        """"fast" or "reference": the forward every stage runs (see the class docstring for gradients)."""
+        """ "fast" or "reference": the forward every stage runs (see the class docstring for gradients)."""
         return self._backend
 
     @backend.setter
@@ -261,23 +283,36 @@ class ElmoBiLm(nn.Module):
         """The module's current parameters as an :class:`ElmoWeights` (or :class:`ManyLangsWeights`),
         no copies."""
         emb, enc = self.token_embedder, self.encoder
-        lstm = [tuple(LstmWeights(*layer.flat()) for layer in pair)
-                for pair in zip(enc.forward_layers, enc.backward_layers)]
+        lstm = [
+            tuple(LstmWeights(*layer.flat()) for layer in pair) for pair in zip(enc.forward_layers, enc.backward_layers)
+        ]
         if isinstance(emb, WordCharTokenEmbedder):
             cnn, fe = emb.char_cnn, self.front_end
             return ManyLangsWeights(
-                options=self.options, char_vocab=fe.char_vocab or {}, word_vocab=fe.word_vocab or {},
-                word_embedding=emb.word_embedding, char_embedding=None if cnn is None else cnn.char_embedding,
+                options=self.options,
+                char_vocab=fe.char_vocab or {},
+                word_vocab=fe.word_vocab or {},
+                word_embedding=emb.word_embedding,
+                char_embedding=None if cnn is None else cnn.char_embedding,
                 conv_weights=[] if cnn is None else cnn.conv_weights(),
                 conv_biases=[] if cnn is None else cnn.conv_biases(),
                 highway_weights=[] if cnn is None else emb.highways.weights(),
                 highway_biases=[] if cnn is None else emb.highways.biases(),
-                proj_weight=emb.projection.weight, proj_bias=emb.projection.bias, lstm=lstm)
+                proj_weight=emb.projection.weight,
+                proj_bias=emb.projection.bias,
+                lstm=lstm,
+            )
         return ElmoWeights(
-            options=self.options, char_embedding=emb.char_cnn.char_embedding,
-            conv_weights=emb.char_cnn.conv_weights(), conv_biases=emb.char_cnn.conv_biases(),
-            highway_weights=emb.highways.weights(), highway_biases=emb.highways.biases(),
-            proj_weight=emb.projection.weight, proj_bias=emb.projection.bias, lstm=lstm)
+            options=self.options,
+            char_embedding=emb.char_cnn.char_embedding,
+            conv_weights=emb.char_cnn.conv_weights(),
+            conv_biases=emb.char_cnn.conv_biases(),
+            highway_weights=emb.highways.weights(),
+            highway_biases=emb.highways.biases(),
+            proj_weight=emb.projection.weight,
+            proj_bias=emb.projection.bias,
+            lstm=lstm,
+        )
 
     def save(self, directory: str | os.PathLike) -> tuple[str, str]:
         """Write the current weights (fine-tuned, say) as ``options.json`` + ``weights.hdf5`` in the
@@ -330,8 +365,9 @@ class ElmoBiLm(nn.Module):
 
     # ---- forward ---------------------------------------------------------------------------------------
 
-    def forward(self, char_ids: Tensor | None = None,
-                word_inputs: Tensor | None = None) -> dict[str, Tensor | list[Tensor]]:
+    def forward(
+        self, char_ids: Tensor | None = None, word_inputs: Tensor | None = None
+    ) -> dict[str, Tensor | list[Tensor]]:
         word_inputs = usable_word_inputs(char_ids, word_inputs, self.vocab_size or None, self.token_width)
         W = self.token_width
         if word_inputs is None and (char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != W):
@@ -364,8 +400,9 @@ class ElmoBiLm(nn.Module):
                 char_ids = self._vocab_char_ids[word_inputs]
             if self.backend == "reference" or char_ids.shape[0] * char_ids.shape[1] == 0:
                 with self._stage("reference"):
-                    activations, mask, h, c = reference.bilm_ref(char_ids, self.weights(), h0, c0,
-                                                                 self.front_end.bos, self.front_end.eos)
+                    activations, mask, h, c = reference.bilm_ref(
+                        char_ids, self.weights(), h0, c0, self.front_end.bos, self.front_end.eos
+                    )
             else:
                 with self._stage("autograd"):
                     activations, mask, h, c = self._forward_autograd(char_ids, h0, c0)
@@ -415,8 +452,9 @@ class ElmoBiLm(nn.Module):
         enc = self.encoder
         if self._fast_gradients():
             vectors = self.token_embedder.forward_fast(distinct)
-            outputs, h, c = ops.bilstm_train(vectors[token_index], lengths, enc.flat_weights(), enc.cell_clip,
-                                             enc.proj_clip, h0, c0, training=False)
+            outputs, h, c = ops.bilstm_train(
+                vectors[token_index], lengths, enc.flat_weights(), enc.cell_clip, enc.proj_clip, h0, c0, training=False
+            )
         else:
             vectors = self.token_embedder.forward_reference(distinct)
             outputs, h, c = enc.forward_reference(enc.layer0_gates(vectors), token_index, lengths, h0, c0)
@@ -427,8 +465,9 @@ class ElmoBiLm(nn.Module):
         """Whether the fast ops can give this model's gradients (backward passes on its device)."""
         return self.backend == "fast" and fast_gradients(self.device)
 
-    def _forward_planned_on_host(self, char_ids: Tensor | None, word_inputs: Tensor | None, h0: Tensor | None,
-                                 c0: Tensor | None) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:
+    def _forward_planned_on_host(
+        self, char_ids: Tensor | None, word_inputs: Tensor | None, h0: Tensor | None, c0: Tensor | None
+    ) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:
         """The fast forward from inputs on the CPU, without a device sync: the sentence boundaries,
         the distinct tokens (:func:`~elmo_fast.bilm.distinct_rows.distinct_rows`), the token cache's
         keys and the lengths are worked out on the CPU; the distinct tokens, token_index and mask go
@@ -444,10 +483,16 @@ class ElmoBiLm(nn.Module):
         else:
             ids_h, mask_h = self._add_sentence_boundaries(char_ids)
             distinct_h, index_h = distinct_rows(ids_h, mask_h)
-            if self.cuda_graphs > 0 and h0 is None and not self.stateful and self.token_cache is None \
-                    and not self.profile:  # only the data varies: a captured forward may replay
-                activations = self._graphs.forward(distinct_h, index_h, mask_h, self._weights_key(), device,
-                                                   self._captured_forward)
+            if (
+                self.cuda_graphs > 0
+                and h0 is None
+                and not self.stateful
+                and self.token_cache is None
+                and not self.profile
+            ):  # only the data varies: a captured forward may replay
+                activations = self._graphs.forward(
+                    distinct_h, index_h, mask_h, self._weights_key(), device, self._captured_forward
+                )
                 if activations is not None:
                     return activations, ops.to_device_async(mask_h, device), None, None
             vectors, gates = self._token_results(distinct_h)
@@ -474,8 +519,12 @@ class ElmoBiLm(nn.Module):
         current thread count, measured on this machine at first use and cached
         (:mod:`~elmo_fast.bilm.cpu_tuning`); the kernels' defaults off the CPU or the fast backend, and
         inside torch.compile (which cannot trace a measurement)."""
-        if self.device.type != "cpu" or self.backend != "fast" or not ops.HAS_EXTENSION \
-                or torch.compiler.is_compiling():
+        if (
+            self.device.type != "cpu"
+            or self.backend != "fast"
+            or not ops.HAS_EXTENSION
+            or torch.compiler.is_compiling()
+        ):
             return DEFAULT_TUNING
         precision = precision or self.precision.name
         # asked several times a forward: remembered per (precision, threads, environment)
@@ -530,12 +579,20 @@ class ElmoBiLm(nn.Module):
         """The bilstm op's flat weight list in the precision's dtype, packed where the calibration chose
         it (see :meth:`~elmo_fast.bilm.derived_weights.DerivedWeights.lstm_op_weights`)."""
         pack = ops.pack_weight if self.cpu_tuning().packed else None
-        return self._derived.lstm_op_weights(self.encoder.flat_weights(), self.device, self.compute_dtype,
-                                             self._weights_key, pack)
+        return self._derived.lstm_op_weights(
+            self.encoder.flat_weights(), self.device, self.compute_dtype, self._weights_key, pack
+        )
 
-    def _contextualize(self, vectors: Tensor, gates: Tensor, token_index: Tensor, mask: Tensor,
-                       h0: Tensor | None, c0: Tensor | None,
-                       lengths: Tensor | None = None) -> tuple[list[Tensor], Tensor, Tensor]:
+    def _contextualize(
+        self,
+        vectors: Tensor,
+        gates: Tensor,
+        token_index: Tensor,
+        mask: Tensor,
+        h0: Tensor | None,
+        c0: Tensor | None,
+        lengths: Tensor | None = None,
+    ) -> tuple[list[Tensor], Tensor, Tensor]:
         """The biLSTM over the distinct tokens' results; the fast path's activations and final states.
         lengths: [B] (on the CPU when the caller has them there: the op plans from them without a
         device sync), else mask.sum(dim=1)."""
@@ -548,8 +605,9 @@ class ElmoBiLm(nn.Module):
             gates = gates.to(self.compute_dtype)
         with self._stage("lstm"):
             lengths = mask.sum(dim=1) if lengths is None else lengths
-            outputs, h, c = self.encoder.forward_fast(gates, token_index, lengths, h0, c0, weights,
-                                                      self.cpu_tuning().lstm)
+            outputs, h, c = self.encoder.forward_fast(
+                gates, token_index, lengths, h0, c0, weights, self.cpu_tuning().lstm
+            )
             outputs = outputs.float()
         tokens = vectors[token_index] * mask.unsqueeze(-1).to(vectors.dtype)
         return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], h, c
@@ -573,8 +631,9 @@ class ElmoBiLm(nn.Module):
         """[V + 2, P]: the context-free vectors of vocab_to_cache, then of <S> and </S>."""
 
         def make() -> Tensor:
-            ids = torch.cat([self._vocab_char_ids,
-                             self._vocab_char_ids.new_tensor([self.front_end.bos, self.front_end.eos])])
+            ids = torch.cat(
+                [self._vocab_char_ids, self._vocab_char_ids.new_tensor([self.front_end.bos, self.front_end.eos])]
+            )
             with torch.no_grad():  # chunks bound the char CNN's memory for large vocabularies
                 return torch.cat([self._token_vectors(chunk) for chunk in ids.split(4096)])
 

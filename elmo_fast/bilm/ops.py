@@ -7,9 +7,10 @@ csrc/cpu/ and csrc/cuda/). This module never fails to import: when the extension
 
 Each op has a twin ``<op>_ref`` in :mod:`elmo_fast.bilm.reference` with the same signature.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -87,8 +88,14 @@ def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
     return torch.ops.elmo_fast.highway_gate.default(projected, x)
 
 
-def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tensor], proj_weight: Tensor,
-            proj_bias: Tensor, gemv_max_rows: int | None = None) -> Tensor:
+def highway(
+    x: Tensor,
+    highway_weights: list[Tensor],
+    highway_biases: list[Tensor],
+    proj_weight: Tensor,
+    proj_bias: Tensor,
+    gemv_max_rows: int | None = None,
+) -> Tensor:
     """Highway stack and projection (twin of :func:`elmo_fast.bilm.reference.highway_ref`).
 
     x:               [N, F] char CNN output.
@@ -104,8 +111,9 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
     if _first_use_hook is not None and (twin := _first_use_hook("highway", x)) is not None:
         return twin(x, highway_weights, highway_biases, proj_weight, proj_bias)
     _require_kernels_for(x)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, *highway_weights, *highway_biases, proj_weight,
-                                                                   proj_bias)):
+    if torch.is_grad_enabled() and any(
+        t.requires_grad for t in (x, *highway_weights, *highway_biases, proj_weight, proj_bias)
+    ):
         # Training: the op's own steps (the same GEMMs and fused gate, hence the same values), one by one,
         # so that autograd keeps every layer's [transform | gate] for the gate's fused backward
         # (highway_gate_backward); the op's own backward would have to recompute them.
@@ -113,8 +121,9 @@ def highway(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tenso
         for w, b in zip(highway_weights, highway_biases):
             x = highway_gate(F.linear(x, w, b).to(x.dtype), x)
         return F.linear(x, proj_weight, proj_bias)
-    return torch.ops.elmo_fast.highway.default(x, list(highway_weights), list(highway_biases), proj_weight, proj_bias,
-                                               gemv_max_rows)
+    return torch.ops.elmo_fast.highway.default(
+        x, list(highway_weights), list(highway_biases), proj_weight, proj_bias, gemv_max_rows
+    )
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gemv_max_rows: int | None = None) -> Tensor:
@@ -161,8 +170,13 @@ def layer0_gates(tokens: Tensor, weights: list[Tensor], gemv_max_rows: int | Non
     return torch.stack([linear(tokens, weights[4 * d], weights[4 * d + 2], gemv_max_rows) for d in range(2)], dim=1)
 
 
-def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor], conv_biases: list[Tensor],
-             activation: str = "relu") -> Tensor:
+def char_cnn(
+    char_ids: Tensor,
+    char_embedding: Tensor,
+    conv_weights: list[Tensor],
+    conv_biases: list[Tensor],
+    activation: str = "relu",
+) -> Tensor:
     """Character CNN: one token vector per row of character ids (fused; twin of ``char_cnn_ref``).
 
     char_ids:       [N, L] int64, ids in [0, V) (+1 shifted ids; any strides). L is 50 for allennlp's
@@ -184,13 +198,22 @@ def char_cnn(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor
     if _first_use_hook is not None and (twin := _first_use_hook("char_cnn", char_embedding)) is not None:
         return twin(char_ids, char_embedding, conv_weights, conv_biases, activation)
     _require_kernels_for(char_ids, char_embedding)
-    return torch.ops.elmo_fast.char_cnn.default(char_ids, char_embedding, list(conv_weights), list(conv_biases),
-                                                activation)
+    return torch.ops.elmo_fast.char_cnn.default(
+        char_ids, char_embedding, list(conv_weights), list(conv_biases), activation
+    )
 
 
-def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
-           proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
-           tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def bilstm(
+    xg0: Tensor,
+    token_index: Tensor,
+    lengths: Tensor,
+    weights: list[Tensor],
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+    tuning: list[int] | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """ELMo's stacked projected biLSTM, fused: the whole stack and time loop in C++.
 
     Same semantics as :func:`elmo_fast.bilm.reference.bilstm_ref`.
@@ -221,8 +244,9 @@ def bilstm(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tens
     if _first_use_hook is not None and (twin := _first_use_hook("bilstm", xg0)) is not None:
         return twin(xg0, token_index, lengths, weights, cell_clip, proj_clip, h0, c0)
     _require_kernels_for(xg0, token_index)
-    return torch.ops.elmo_fast.bilstm.default(xg0, token_index, lengths, list(weights), cell_clip, proj_clip,
-                                              h0, c0, tuning)
+    return torch.ops.elmo_fast.bilstm.default(
+        xg0, token_index, lengths, list(weights), cell_clip, proj_clip, h0, c0, tuning
+    )
 
 
 def _require_training_kernels(op: str, *tensors: Tensor | None) -> None:
@@ -230,25 +254,31 @@ def _require_training_kernels(op: str, *tensors: Tensor | None) -> None:
     error instead of the dispatcher's."""
     require_extension()
     if not HAS_CUDA_BACKWARD and any(t is not None and t.is_cuda for t in tensors):
-        raise NotImplementedError(f"elmo_fast: {op} has no CUDA kernel in this build ({_no_cuda_training_why()}); "
-                                  "run it on CPU tensors (its reference twin in elmo_fast.bilm.reference runs "
-                                  "anywhere, under autograd)")
+        raise NotImplementedError(
+            f"elmo_fast: {op} has no CUDA kernel in this build ({_no_cuda_training_why()}); "
+            "run it on CPU tensors (its reference twin in elmo_fast.bilm.reference runs "
+            "anywhere, under autograd)"
+        )
 
 
 def _no_cuda_backward(op: str, *tensors: Tensor | None) -> None:
     """Backward formulas on CUDA tensors need the CUDA training ops (:data:`HAS_CUDA_BACKWARD`)."""
     if not HAS_CUDA_BACKWARD and any(t is not None and t.is_cuda for t in tensors):
-        raise NotImplementedError(f"elmo_fast: {op} has no CUDA backward in this build ({_no_cuda_training_why()}): "
-                                  f"train on CPU tensors, or run elmo_fast.bilm.reference.{op}_ref (plain PyTorch "
-                                  "autograd) on the GPU")
+        raise NotImplementedError(
+            f"elmo_fast: {op} has no CUDA backward in this build ({_no_cuda_training_why()}): "
+            f"train on CPU tensors, or run elmo_fast.bilm.reference.{op}_ref (plain PyTorch "
+            "autograd) on the GPU"
+        )
 
 
 def _no_cuda_training_why() -> str:
     reason = cuda_kernels_missing_reason()
     if reason is not None:
         return reason
-    return ("elmo_fast._C has CUDA kernels but not the training ops: it was built from older sources; rebuild it "
-            "with `pip install --no-build-isolation -e .`")
+    return (
+        "elmo_fast._C has CUDA kernels but not the training ops: it was built from older sources; rebuild it "
+        "with `pip install --no-build-isolation -e .`"
+    )
 
 
 def to_device_async(t: Tensor, device: torch.device) -> Tensor:
@@ -261,9 +291,18 @@ def to_device_async(t: Tensor, device: torch.device) -> Tensor:
     return t.to(device)
 
 
-def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
-               proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
-               token_index: Tensor | None = None, tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def lstm_layer(
+    xg: Tensor,
+    lengths: Tensor,
+    w_hh: Tensor,
+    w_proj: Tensor,
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+    token_index: Tensor | None = None,
+    tuning: list[int] | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """One projected LSTM layer, both directions in one call, differentiable (CPU and CUDA).
 
     Twin of :func:`elmo_fast.bilm.reference.lstm_layer_pair_ref` (same semantics and signature); its
@@ -294,23 +333,37 @@ def lstm_layer(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_c
     if _first_use_hook is not None and (twin := _first_use_hook("lstm_layer", xg)) is not None:
         return twin(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index)
     _require_training_kernels("lstm_layer", xg, w_hh, w_proj, h0, c0)
-    y, h, c, _saved = torch.ops.elmo_fast.lstm_layer_forward.default(xg, lengths, w_hh, w_proj, cell_clip, proj_clip,
-                                                                     h0, c0, token_index, tuning)
+    y, h, c, _saved = torch.ops.elmo_fast.lstm_layer_forward.default(
+        xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index, tuning
+    )
     return y, h, c
 
 
-def dropout_masks(shape: tuple[int, ...] | torch.Size, num_layers: int, dropout: float, generator=None,
-                  device=None, dtype=None) -> list[Tensor]:
+def dropout_masks(
+    shape: tuple[int, ...] | torch.Size, num_layers: int, dropout: float, generator=None, device=None, dtype=None
+) -> list[Tensor]:
     """Fresh masks for :func:`bilstm_train`: ``num_layers`` tensors of ``shape`` ([2, B, T, P]), each
     element 0 with probability ``dropout``, else ``1 / (1 - dropout)`` (TensorFlow's dropout)."""
     keep = 1.0 - dropout
-    return [torch.empty(shape, device=device, dtype=dtype).bernoulli_(keep, generator=generator).div_(keep)
-            for _ in range(num_layers)]
+    return [
+        torch.empty(shape, device=device, dtype=dtype).bernoulli_(keep, generator=generator).div_(keep)
+        for _ in range(num_layers)
+    ]
 
 
-def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None, proj_clip: float | None,
-                 h0: Tensor | None = None, c0: Tensor | None = None, dropout: float = 0.0, training: bool = True,
-                 masks: list[Tensor] | None = None, tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def bilstm_train(
+    x: Tensor,
+    lengths: Tensor,
+    weights: list[Tensor],
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+    dropout: float = 0.0,
+    training: bool = True,
+    masks: list[Tensor] | None = None,
+    tuning: list[int] | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """ELMo's stacked biLSTM for training (twin of :func:`elmo_fast.bilm.reference.bilstm_train_ref`).
 
     The recurrence of every layer is :func:`lstm_layer` (both directions, backward in C++); the input
@@ -358,24 +411,36 @@ def bilstm_train(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: f
     rows = to_device_async(rows_host, x.device)
     outputs, hs, cs = [], [], []
     for layer in range(num_layers):
-        w = weights[8 * layer:8 * layer + 8]
+        w = weights[8 * layer : 8 * layer + 8]
         layer_in = inputs * masks[layer] if masks is not None else inputs
         packed = layer_in.reshape(2, B * T, P).index_select(1, rows)  # [2, N, P]
-        gates = torch.baddbmm(torch.stack([w[2], w[6]]).unsqueeze(1), packed,
-                              torch.stack([w[0], w[4]]).transpose(1, 2))  # [2, N, 4C]
+        gates = torch.baddbmm(
+            torch.stack([w[2], w[6]]).unsqueeze(1), packed, torch.stack([w[0], w[4]]).transpose(1, 2)
+        )  # [2, N, 4C]
         gates = gates.to(w[1].dtype)  # under autocast (bf16 training): the recurrence keeps the weights' dtype
-        y, h, c = lstm_layer(gates, lengths, torch.stack([w[1], w[5]]), torch.stack([w[3], w[7]]), cell_clip,
-                             proj_clip, None if h0 is None else h0[layer].view(B, 2, P).transpose(0, 1),
-                             None if c0 is None else c0[layer].view(B, 2, C).transpose(0, 1), token_index, tuning)
+        y, h, c = lstm_layer(
+            gates,
+            lengths,
+            torch.stack([w[1], w[5]]),
+            torch.stack([w[3], w[7]]),
+            cell_clip,
+            proj_clip,
+            None if h0 is None else h0[layer].view(B, 2, P).transpose(0, 1),
+            None if c0 is None else c0[layer].view(B, 2, C).transpose(0, 1),
+            token_index,
+            tuning,
+        )
         if layer > 0:
             y = y + layer_in
         inputs = y
         outputs.append(y)
         hs.append(h)
         cs.append(c)
-    return (torch.stack(outputs).permute(0, 2, 3, 1, 4).reshape(num_layers, B, T, 2 * P),
-            torch.stack(hs).transpose(1, 2).reshape(num_layers, B, 2 * P),
-            torch.stack(cs).transpose(1, 2).reshape(num_layers, B, 2 * C))
+    return (
+        torch.stack(outputs).permute(0, 2, 3, 1, 4).reshape(num_layers, B, T, 2 * P),
+        torch.stack(hs).transpose(1, 2).reshape(num_layers, B, 2 * P),
+        torch.stack(cs).transpose(1, 2).reshape(num_layers, B, 2 * C),
+    )
 
 
 if HAS_EXTENSION:
@@ -383,8 +448,9 @@ if HAS_EXTENSION:
     @torch.library.register_fake("elmo_fast::highway")
     def _highway_fake(x, highway_weights, highway_biases, proj_weight, proj_bias, gemv_max_rows=None):
         torch._check(x.dim() == 2, lambda: "highway: x must have 2 dims")
-        torch._check(proj_weight.dim() == 2 and proj_weight.shape[1] == x.shape[1],
-                     lambda: "highway: proj_weight must be [P, F]")
+        torch._check(
+            proj_weight.dim() == 2 and proj_weight.shape[1] == x.shape[1], lambda: "highway: proj_weight must be [P, F]"
+        )
         return x.new_empty((x.shape[0], proj_weight.shape[0]))
 
     @torch.library.register_fake("elmo_fast::linear")
@@ -400,8 +466,10 @@ if HAS_EXTENSION:
     @torch.library.register_fake("elmo_fast::pack_weight")
     def _pack_weight_fake(weight: Tensor) -> Tensor:
         g = 2 if weight.dtype == torch.bfloat16 else 1
-        torch._check(weight.dim() == 2 and weight.shape[0] % 16 == 0 and weight.shape[1] % g == 0,
-                     lambda: "pack_weight: weight [N, K] must have N a multiple of 16 (and K even in bfloat16)")
+        torch._check(
+            weight.dim() == 2 and weight.shape[0] % 16 == 0 and weight.shape[1] % g == 0,
+            lambda: "pack_weight: weight [N, K] must have N a multiple of 16 (and K even in bfloat16)",
+        )
         N, K = weight.shape
         nb = 64 if N % 64 == 0 else 32 if N % 32 == 0 else 16
         return weight.new_empty((N // nb, K // g, nb, g))
@@ -436,83 +504,149 @@ if HAS_EXTENSION:
         torch._check(projected.dtype == x.dtype, lambda: "highway_gate: projected and x must have the same dtype")
         return x.new_empty(x.shape)
 
-    def _check_char_cnn_args(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
-                             conv_biases: list[Tensor], activation: str, op: str = "char_cnn") -> None:
+    def _check_char_cnn_args(
+        char_ids: Tensor,
+        char_embedding: Tensor,
+        conv_weights: list[Tensor],
+        conv_biases: list[Tensor],
+        activation: str,
+        op: str = "char_cnn",
+    ) -> None:
         # The kernels' rule, in their words (csrc/cpu/char_cnn_cpu.cpp, csrc/char_cnn_args.h): L >= 1,
         # 1 <= w_k <= L.
         torch._check(char_ids.dim() == 2, lambda: f"{op}: char_ids must have 2 dims, got {char_ids.dim()}")
         L = char_ids.shape[1]
-        torch._check(L >= 1, lambda: (f"{op}: char_ids must have at least one character id per token (shape [N, L]), "
-                                      f"got shape {list(char_ids.shape)}"))
+        torch._check(
+            L >= 1,
+            lambda: (
+                f"{op}: char_ids must have at least one character id per token (shape [N, L]), "
+                f"got shape {list(char_ids.shape)}"
+            ),
+        )
         torch._check(char_embedding.dim() == 2, lambda: "char_cnn: char_embedding must be [V, D]")
-        torch._check(len(conv_weights) == len(conv_biases) and len(conv_weights) > 0,
-                     lambda: "char_cnn: conv_weights and conv_biases must have the same, non-zero length")
+        torch._check(
+            len(conv_weights) == len(conv_biases) and len(conv_weights) > 0,
+            lambda: "char_cnn: conv_weights and conv_biases must have the same, non-zero length",
+        )
         for k, (w, b) in enumerate(zip(conv_weights, conv_biases)):
-            torch._check(w.dim() == 3 and w.shape[1] == char_embedding.shape[1],
-                         lambda: "char_cnn: conv_weights[k] must be [n_k, D, w_k]")
-            torch._check(w.shape[2] >= 1 and w.shape[2] <= L, lambda: (
-                f"{op}: conv_weights[{k}] must have a width in 1..{L} (the characters per token of char_ids, "
-                f"{list(char_ids.shape)}), got shape {list(w.shape)}"))
+            torch._check(
+                w.dim() == 3 and w.shape[1] == char_embedding.shape[1],
+                lambda: "char_cnn: conv_weights[k] must be [n_k, D, w_k]",
+            )
+            torch._check(
+                w.shape[2] >= 1 and w.shape[2] <= L,
+                lambda: (
+                    f"{op}: conv_weights[{k}] must have a width in 1..{L} (the characters per token of char_ids, "
+                    f"{list(char_ids.shape)}), got shape {list(w.shape)}"
+                ),
+            )
             torch._check(b.dim() == 1 and b.shape[0] == w.shape[0], lambda: "char_cnn: conv_biases[k] must be [n_k]")
         torch._check(activation in ("relu", "tanh"), lambda: "char_cnn: activation must be 'relu' or 'tanh'")
 
     @torch.library.register_fake("elmo_fast::char_cnn")
-    def _char_cnn_fake(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
-                       conv_biases: list[Tensor], activation: str) -> Tensor:
+    def _char_cnn_fake(
+        char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor], conv_biases: list[Tensor], activation: str
+    ) -> Tensor:
         _check_char_cnn_args(char_ids, char_embedding, conv_weights, conv_biases, activation)
         return char_embedding.new_empty((char_ids.shape[0], sum(w.shape[0] for w in conv_weights)))
+
     @torch.library.register_fake("elmo_fast::bilstm")
-    def _bilstm_fake(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor],
-                     cell_clip: float | None, proj_clip: float | None, h0: Tensor | None,
-                     c0: Tensor | None, tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        torch._check(len(weights) > 0 and len(weights) % 8 == 0,
-                     lambda: "bilstm: weights must hold 8 tensors per layer")
-        torch._check(xg0.dim() == 3 and token_index.dim() == 2 and lengths.dim() == 1,
-                     lambda: "bilstm: xg0, token_index and lengths must have 3, 2 and 1 dims")
+    def _bilstm_fake(
+        xg0: Tensor,
+        token_index: Tensor,
+        lengths: Tensor,
+        weights: list[Tensor],
+        cell_clip: float | None,
+        proj_clip: float | None,
+        h0: Tensor | None,
+        c0: Tensor | None,
+        tuning: list[int] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        torch._check(
+            len(weights) > 0 and len(weights) % 8 == 0, lambda: "bilstm: weights must hold 8 tensors per layer"
+        )
+        torch._check(
+            xg0.dim() == 3 and token_index.dim() == 2 and lengths.dim() == 1,
+            lambda: "bilstm: xg0, token_index and lengths must have 3, 2 and 1 dims",
+        )
         num_layers = len(weights) // 8
         w = weights[3]
         P, C = (w.shape[0] * w.shape[2], w.shape[1] * w.shape[3]) if w.dim() == 4 else w.shape
         B, T = token_index.shape
         torch._check(xg0.shape[1] == 2 and xg0.shape[2] == 4 * C, lambda: "bilstm: xg0 must be [U, 2, 4C]")
         torch._check(lengths.shape[0] == B, lambda: "bilstm: lengths must be [B]")
-        return (xg0.new_empty(num_layers, B, T, 2 * P), xg0.new_empty(num_layers, B, 2 * P),
-                xg0.new_empty(num_layers, B, 2 * C))
+        return (
+            xg0.new_empty(num_layers, B, T, 2 * P),
+            xg0.new_empty(num_layers, B, 2 * P),
+            xg0.new_empty(num_layers, B, 2 * C),
+        )
 
     @torch.library.register_fake("elmo_fast::lstm_layer_forward")
-    def _lstm_layer_forward_fake(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
-                                 proj_clip: float | None, h0: Tensor | None, c0: Tensor | None,
-                                 token_index: Tensor | None = None,
-                                 tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _lstm_layer_forward_fake(
+        xg: Tensor,
+        lengths: Tensor,
+        w_hh: Tensor,
+        w_proj: Tensor,
+        cell_clip: float | None,
+        proj_clip: float | None,
+        h0: Tensor | None,
+        c0: Tensor | None,
+        token_index: Tensor | None = None,
+        tuning: list[int] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         torch._check(w_proj.dim() == 3 and w_proj.shape[0] == 2, lambda: "lstm_layer_forward: w_proj must be [2, P, C]")
         P, C = w_proj.shape[1], w_proj.shape[2]
         torch._check(lengths.dim() == 1, lambda: "lstm_layer_forward: lengths must be [B]")
         B = lengths.shape[0]
         if token_index is None:
-            torch._check(xg.dim() == 4 and xg.shape[0] == 2 and xg.shape[1] == B and xg.shape[3] == 4 * C,
-                         lambda: "lstm_layer_forward: xg must be [2, B, T, 4C]")
+            torch._check(
+                xg.dim() == 4 and xg.shape[0] == 2 and xg.shape[1] == B and xg.shape[3] == 4 * C,
+                lambda: "lstm_layer_forward: xg must be [2, B, T, 4C]",
+            )
             T = xg.shape[2]
         else:
-            torch._check(xg.dim() == 3 and xg.shape[0] == 2 and xg.shape[2] == 4 * C,
-                         lambda: "lstm_layer_forward: xg with token_index must be [2, U, 4C]")
-            torch._check(token_index.dim() == 2 and token_index.shape[0] == B,
-                         lambda: "lstm_layer_forward: token_index must be [B, T]")
+            torch._check(
+                xg.dim() == 3 and xg.shape[0] == 2 and xg.shape[2] == 4 * C,
+                lambda: "lstm_layer_forward: xg with token_index must be [2, U, 4C]",
+            )
+            torch._check(
+                token_index.dim() == 2 and token_index.shape[0] == B,
+                lambda: "lstm_layer_forward: token_index must be [B, T]",
+            )
             T = token_index.shape[1]
         # saved holds one row per token (N = sum of lengths): a size known only from the data
         N = torch.library.get_ctx().new_dynamic_size()
-        return (xg.new_empty(2, B, T, P), xg.new_empty(2, B, P), xg.new_empty(2, B, C),
-                xg.new_empty(2, N, 6 * C + P))
+        return (xg.new_empty(2, B, T, P), xg.new_empty(2, B, P), xg.new_empty(2, B, C), xg.new_empty(2, N, 6 * C + P))
 
     @torch.library.register_fake("elmo_fast::lstm_layer_backward")
-    def _lstm_layer_backward_fake(grad_y: Tensor | None, grad_h: Tensor | None, grad_c: Tensor | None, saved: Tensor,
-                                  lengths: Tensor, token_index: Tensor | None, xg_size: list[int], w_hh: Tensor,
-                                  w_proj: Tensor, cell_clip: float | None, proj_clip: float | None, h0: Tensor | None,
-                                  c0: Tensor | None,
-                                  tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        torch._check(saved.dim() == 3 and saved.shape[0] == 2, lambda: "lstm_layer_backward: saved must be [2, N, 6C + P]")
+    def _lstm_layer_backward_fake(
+        grad_y: Tensor | None,
+        grad_h: Tensor | None,
+        grad_c: Tensor | None,
+        saved: Tensor,
+        lengths: Tensor,
+        token_index: Tensor | None,
+        xg_size: list[int],
+        w_hh: Tensor,
+        w_proj: Tensor,
+        cell_clip: float | None,
+        proj_clip: float | None,
+        h0: Tensor | None,
+        c0: Tensor | None,
+        tuning: list[int] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        torch._check(
+            saved.dim() == 3 and saved.shape[0] == 2, lambda: "lstm_layer_backward: saved must be [2, N, 6C + P]"
+        )
         B = lengths.shape[0]
         P, C = w_proj.shape[1], w_proj.shape[2]
-        return (saved.new_empty(xg_size), saved.new_empty(2, 4 * C, P), saved.new_empty(2, P, C),
-                saved.new_empty(2, B, P), saved.new_empty(2, B, C))
+        return (
+            saved.new_empty(xg_size),
+            saved.new_empty(2, 4 * C, P),
+            saved.new_empty(2, P, C),
+            saved.new_empty(2, B, P),
+            saved.new_empty(2, B, C),
+        )
 
     def _lstm_layer_setup_context(ctx, inputs, output) -> None:
         xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0 = inputs[:8]
@@ -531,15 +665,36 @@ if HAS_EXTENSION:
         saved, lengths, w_hh, w_proj, h0, c0, token_index = ctx.saved_tensors
         _no_cuda_backward("lstm_layer", saved)
         grad_xg, grad_w_hh, grad_w_proj, grad_h0, grad_c0 = torch.ops.elmo_fast.lstm_layer_backward.default(
-            grad_y, grad_h, grad_c, saved, lengths, token_index, ctx.xg_size, w_hh, w_proj, *ctx.clips, h0, c0,
-            ctx.tuning)
+            grad_y,
+            grad_h,
+            grad_c,
+            saved,
+            lengths,
+            token_index,
+            ctx.xg_size,
+            w_hh,
+            w_proj,
+            *ctx.clips,
+            h0,
+            c0,
+            ctx.tuning,
+        )
         need = ctx.needs_input_grad
-        return _grads(ctx, grad_xg if need[0] else None, None, grad_w_hh if need[2] else None,
-                      grad_w_proj if need[3] else None, None, None, grad_h0 if need[6] else None,
-                      grad_c0 if need[7] else None)
+        return _grads(
+            ctx,
+            grad_xg if need[0] else None,
+            None,
+            grad_w_hh if need[2] else None,
+            grad_w_proj if need[3] else None,
+            None,
+            None,
+            grad_h0 if need[6] else None,
+            grad_c0 if need[7] else None,
+        )
 
-    torch.library.register_autograd("elmo_fast::lstm_layer_forward", _lstm_layer_backward,
-                                    setup_context=_lstm_layer_setup_context)
+    torch.library.register_autograd(
+        "elmo_fast::lstm_layer_forward", _lstm_layer_backward, setup_context=_lstm_layer_setup_context
+    )
 
     # --- autograd of the char CNN and the highway: backward kernels on CPU ---------------------------
 
@@ -554,8 +709,11 @@ if HAS_EXTENSION:
     @torch.library.register_fake("elmo_fast::char_cnn_backward")
     def _char_cnn_backward_fake(grad_out, char_ids, char_embedding, conv_weights, conv_biases, activation):
         _check_char_cnn_args(char_ids, char_embedding, conv_weights, conv_biases, activation, "char_cnn_backward")
-        return (char_embedding.new_empty(char_embedding.shape), [w.new_empty(w.shape) for w in conv_weights],
-                [b.new_empty(b.shape) for b in conv_biases])
+        return (
+            char_embedding.new_empty(char_embedding.shape),
+            [w.new_empty(w.shape) for w in conv_weights],
+            [b.new_empty(b.shape) for b in conv_biases],
+        )
 
     def _char_cnn_setup_context(ctx, inputs, output) -> None:
         char_ids, char_embedding, conv_weights, conv_biases, activation = inputs
@@ -568,12 +726,17 @@ if HAS_EXTENSION:
         _no_cuda_backward("char_cnn", char_embedding)
         K = ctx.num_convs
         grad_embedding, grad_weights, grad_biases = torch.ops.elmo_fast.char_cnn_backward.default(
-            grad, char_ids, char_embedding, convs[:K], convs[K:], ctx.activation)
+            grad, char_ids, char_embedding, convs[:K], convs[K:], ctx.activation
+        )
         need = ctx.needs_input_grad
         weights = convs[:K]
-        return (None, grad_embedding if need[1] else None,
-                [_strided_like(g, w) if n else None for g, w, n in zip(grad_weights, weights, need[2])],
-                [g if n else None for g, n in zip(grad_biases, need[3])], None)
+        return (
+            None,
+            grad_embedding if need[1] else None,
+            [_strided_like(g, w) if n else None for g, w, n in zip(grad_weights, weights, need[2])],
+            [g if n else None for g, n in zip(grad_biases, need[3])],
+            None,
+        )
 
     torch.library.register_autograd("elmo_fast::char_cnn", _char_cnn_backward, setup_context=_char_cnn_setup_context)
 
@@ -591,8 +754,9 @@ if HAS_EXTENSION:
         need = ctx.needs_input_grad
         return grad_projected if need[0] else None, grad_x if need[1] else None
 
-    torch.library.register_autograd("elmo_fast::highway_gate", _highway_gate_backward,
-                                    setup_context=_highway_gate_setup_context)
+    torch.library.register_autograd(
+        "elmo_fast::highway_gate", _highway_gate_backward, setup_context=_highway_gate_setup_context
+    )
 
     def _highway_setup_context(ctx, inputs, output) -> None:
         x, highway_weights, highway_biases, proj_weight, proj_bias = inputs[:5]
@@ -605,7 +769,7 @@ if HAS_EXTENSION:
         x, *rest = ctx.saved_tensors
         _no_cuda_backward("highway", x)
         L = ctx.num_layers
-        weights, biases, proj_weight = rest[:L], rest[L:2 * L], rest[2 * L]
+        weights, biases, proj_weight = rest[:L], rest[L : 2 * L], rest[2 * L]
         layer_inputs, projected = [], []
         for w, b in zip(weights, biases):
             layer_inputs.append(x)

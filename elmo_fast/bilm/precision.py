@@ -30,11 +30,12 @@ Training (``elmo-fast train`` / ``finetune --precision``): fp32; tf32 (TF32 GEMM
 a CPU); bf16 (the forward under ``torch.autocast`` to bf16; weights, gradients and the optimizer
 stay fp32). fp16 is refused there: it needs loss scaling, which the trainer does not do.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
@@ -88,14 +89,20 @@ class Precision:
 
     def check_backend(self, backend: str) -> None:
         if self.name != "fp32" and backend != "fast":
-            raise ElmoFastError(Param("precision", self.name), " needs the fast backend (the reference path is the "
-                                "fp32 oracle); got ", Param("backend", backend))
+            raise ElmoFastError(
+                Param("precision", self.name),
+                " needs the fast backend (the reference path is the fp32 oracle); got ",
+                Param("backend", backend),
+            )
 
     def check_device(self, device: torch.device | str) -> None:
         """A one-line error where this mode cannot run on ``device`` (fp16 on a CPU)."""
         if self.cuda_only and torch.device(device).type != "cuda":
-            raise ElmoFastError(Param("precision", self.name), f" runs on CUDA only (the CPU kernels have no "
-                                f"{self.name} GEMMs); on {torch.device(device)} use bf16 or fp32")
+            raise ElmoFastError(
+                Param("precision", self.name),
+                f" runs on CUDA only (the CPU kernels have no "
+                f"{self.name} GEMMs); on {torch.device(device)} use bf16 or fp32",
+            )
 
     def check_training(self) -> None:
         if self.no_training is not None:
@@ -112,36 +119,59 @@ class Precision:
 
     def autocast(self, device_type: str):
         """Training's forward: ``torch.autocast`` to :attr:`autocast_dtype` (off without one)."""
-        return torch.autocast(device_type, dtype=self.autocast_dtype or torch.bfloat16,
-                              enabled=self.autocast_dtype is not None)
+        return torch.autocast(
+            device_type, dtype=self.autocast_dtype or torch.bfloat16, enabled=self.autocast_dtype is not None
+        )
 
 
 _LOWP_BOUND = ErrorBound(max_rel=0.01, rms_rel=0.0025)
 
-FP32 = Precision("fp32", torch.float32, tf32=False, autocast_dtype=None, bound=ErrorBound(max_abs=1e-5),
-                 summary="fp32 throughout (max abs error <= 1e-5 against the reference)",
-                 training="fp32 throughout")
-TF32 = Precision("tf32", torch.float32, tf32=True, autocast_dtype=None, bound=_LOWP_BOUND,
-                 summary="CUDA: fp32 GEMMs on TF32 tensor cores (max error <= 1% of a layer's max |value|, RMS "
-                         "<= 0.25%); a CPU: exactly fp32",
-                 training="CUDA: TF32 GEMMs; a CPU: fp32")
-BF16 = Precision("bf16", torch.bfloat16, tf32=False, autocast_dtype=torch.bfloat16,
-                 bound=ErrorBound(max_rel=0.05, rms_rel=0.01),
-                 summary="GEMMs in bf16 with fp32 accumulation (max error <= 5% of a layer's max |value|, RMS "
-                         "<= 1%)",
-                 training="the forward autocast to bf16; weights, gradients and optimizer fp32")
-FP16 = Precision("fp16", torch.float16, tf32=False, autocast_dtype=torch.float16, bound=_LOWP_BOUND,
-                 summary="CUDA only: GEMMs in fp16 (max error <= 1% of a layer's max |value|, RMS <= 0.25%)",
-                 training="refused (needs loss scaling)",
-                 cuda_only=True, no_training="fp16 needs loss scaling, which the trainer does not do; use bf16")
+FP32 = Precision(
+    "fp32",
+    torch.float32,
+    tf32=False,
+    autocast_dtype=None,
+    bound=ErrorBound(max_abs=1e-5),
+    summary="fp32 throughout (max abs error <= 1e-5 against the reference)",
+    training="fp32 throughout",
+)
+TF32 = Precision(
+    "tf32",
+    torch.float32,
+    tf32=True,
+    autocast_dtype=None,
+    bound=_LOWP_BOUND,
+    summary="CUDA: fp32 GEMMs on TF32 tensor cores (max error <= 1% of a layer's max |value|, RMS "
+    "<= 0.25%); a CPU: exactly fp32",
+    training="CUDA: TF32 GEMMs; a CPU: fp32",
+)
+BF16 = Precision(
+    "bf16",
+    torch.bfloat16,
+    tf32=False,
+    autocast_dtype=torch.bfloat16,
+    bound=ErrorBound(max_rel=0.05, rms_rel=0.01),
+    summary="GEMMs in bf16 with fp32 accumulation (max error <= 5% of a layer's max |value|, RMS <= 1%)",
+    training="the forward autocast to bf16; weights, gradients and optimizer fp32",
+)
+FP16 = Precision(
+    "fp16",
+    torch.float16,
+    tf32=False,
+    autocast_dtype=torch.float16,
+    bound=_LOWP_BOUND,
+    summary="CUDA only: GEMMs in fp16 (max error <= 1% of a layer's max |value|, RMS <= 0.25%)",
+    training="refused (needs loss scaling)",
+    cuda_only=True,
+    no_training="fp16 needs loss scaling, which the trainer does not do; use bf16",
+)
 
 #: every mode, by name, in the order the flags list them
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (FP32, TF32, BF16, FP16)}
 _BY_DTYPE = {torch.float32: FP32, torch.bfloat16: BF16, torch.float16: FP16}
 
 
-def resolve_precision(precision: str | Precision | None = None,
-                      dtype: torch.dtype | str | None = None) -> Precision:
+def resolve_precision(precision: str | Precision | None = None, dtype: torch.dtype | str | None = None) -> Precision:
     """The mode a caller asked for: ``precision`` (a name or a :class:`Precision`), or ``dtype``, its
     older name (torch.float32, torch.bfloat16, torch.float16, or a mode's name); fp32 when neither
     is given. Both may be given only when they agree."""
@@ -150,13 +180,22 @@ def resolve_precision(precision: str | Precision | None = None,
         if isinstance(dtype, torch.dtype):
             alias = _BY_DTYPE.get(dtype)
             if alias is None:
-                raise ElmoFastError(Param("dtype"), " must be torch.float32, torch.bfloat16 or torch.float16 (or "
-                                    "give ", Param("precision"), f": {', '.join(PRECISIONS)}), got {dtype}")
+                raise ElmoFastError(
+                    Param("dtype"),
+                    " must be torch.float32, torch.bfloat16 or torch.float16 (or give ",
+                    Param("precision"),
+                    f": {', '.join(PRECISIONS)}), got {dtype}",
+                )
         else:
             alias = _by_name(dtype, "dtype")
         if chosen is not None and alias is not chosen:
-            raise ElmoFastError("give ", Param("precision"), " or ", Param("dtype"), f" (its older name), not both "
-                                f"(got {chosen.name} and {dtype})")
+            raise ElmoFastError(
+                "give ",
+                Param("precision"),
+                " or ",
+                Param("dtype"),
+                f" (its older name), not both (got {chosen.name} and {dtype})",
+            )
         chosen = alias
     return FP32 if chosen is None else chosen
 

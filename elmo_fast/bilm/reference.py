@@ -2,6 +2,7 @@
 
 One function per stage, fp32 inside, written to be obviously right rather than fast.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,13 @@ def highway_gate_ref(projected: Tensor, x: Tensor) -> Tensor:
     return g * x + (1 - g) * F.relu(transform)
 
 
-def char_cnn_ref(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Tensor],
-                 conv_biases: list[Tensor], activation: str = "relu") -> Tensor:
+def char_cnn_ref(
+    char_ids: Tensor,
+    char_embedding: Tensor,
+    conv_weights: list[Tensor],
+    conv_biases: list[Tensor],
+    activation: str = "relu",
+) -> Tensor:
     """Character CNN: one token vector per row of character ids.
 
     char_ids:       [N, L] long, +1 shifted ids (0 = no character / no token); allennlp's L is 50.
@@ -38,8 +44,9 @@ def char_cnn_ref(char_ids: Tensor, char_embedding: Tensor, conv_weights: list[Te
     return torch.cat([act(F.conv1d(x, w, b).amax(dim=-1)) for w, b in zip(conv_weights, conv_biases)], dim=-1)
 
 
-def highway_ref(x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tensor],
-                proj_weight: Tensor, proj_bias: Tensor) -> Tensor:
+def highway_ref(
+    x: Tensor, highway_weights: list[Tensor], highway_biases: list[Tensor], proj_weight: Tensor, proj_bias: Tensor
+) -> Tensor:
     """Highway stack, then the projection to the LSTM's input width.
 
     x:               [N, F] char CNN output.
@@ -52,10 +59,18 @@ def highway_ref(x: Tensor, highway_weights: list[Tensor], highway_biases: list[T
     return F.linear(x, proj_weight, proj_bias)
 
 
-def word_char_tokens_ref(ids: Tensor, word_embedding: Tensor | None, char_embedding: Tensor | None,
-                         conv_weights: list[Tensor], conv_biases: list[Tensor], activation: str,
-                         highway_weights: list[Tensor], highway_biases: list[Tensor], proj_weight: Tensor,
-                         proj_bias: Tensor) -> Tensor:
+def word_char_tokens_ref(
+    ids: Tensor,
+    word_embedding: Tensor | None,
+    char_embedding: Tensor | None,
+    conv_weights: list[Tensor],
+    conv_biases: list[Tensor],
+    activation: str,
+    highway_weights: list[Tensor],
+    highway_biases: list[Tensor],
+    proj_weight: Tensor,
+    proj_bias: Tensor,
+) -> Tensor:
     """ELMoForManyLangs' token embedder: [word embedding ; highways(char CNN)], projected.
 
     ids:             [N, W] long rows ``[word id] + [char ids]`` (+1 shifted, 0 = no token); the word
@@ -82,16 +97,35 @@ def token_vectors_ref(ids: Tensor, weights) -> Tensor:
     :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` (char CNN, highways, projection) or
     :class:`~elmo_fast.formats.manylangs_dir.ManyLangsWeights` (with word embeddings)."""
     if hasattr(weights, "word_embedding"):
-        return word_char_tokens_ref(ids, weights.word_embedding, weights.char_embedding, weights.conv_weights,
-                                    weights.conv_biases, weights.options.activation, weights.highway_weights,
-                                    weights.highway_biases, weights.proj_weight, weights.proj_bias)
-    tokens = char_cnn_ref(ids, weights.char_embedding, weights.conv_weights, weights.conv_biases,
-                          weights.options.activation)
+        return word_char_tokens_ref(
+            ids,
+            weights.word_embedding,
+            weights.char_embedding,
+            weights.conv_weights,
+            weights.conv_biases,
+            weights.options.activation,
+            weights.highway_weights,
+            weights.highway_biases,
+            weights.proj_weight,
+            weights.proj_bias,
+        )
+    tokens = char_cnn_ref(
+        ids, weights.char_embedding, weights.conv_weights, weights.conv_biases, weights.options.activation
+    )
     return highway_ref(tokens, weights.highway_weights, weights.highway_biases, weights.proj_weight, weights.proj_bias)
 
 
-def lstm_layer_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, h0: Tensor, c0: Tensor,
-                   cell_clip: float | None, proj_clip: float | None, reverse: bool) -> tuple[Tensor, Tensor, Tensor]:
+def lstm_layer_ref(
+    xg: Tensor,
+    lengths: Tensor,
+    w_hh: Tensor,
+    w_proj: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    cell_clip: float | None,
+    proj_clip: float | None,
+    reverse: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
     """One direction of one projected LSTM layer (allennlp's ``LstmCellWithProjection``).
 
     xg:      [B, T, 4C] the input's share of the gates, x W_ih^T + bias, gates in order i, f, g, o;
@@ -108,7 +142,7 @@ def lstm_layer_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, h0
     # but autograd then moves each step's gradient once instead of a whole [B, T, .] tensor per step
     xg_steps = xg.unbind(1)
     y: list[Tensor] = [xg.new_zeros(0)] * T
-    for t in (range(T - 1, -1, -1) if reverse else range(T)):
+    for t in range(T - 1, -1, -1) if reverse else range(T):
         i, f, g, o = (xg_steps[t] + F.linear(h, w_hh)).chunk(4, dim=1)
         c_new = torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c
         if cell_clip:
@@ -123,9 +157,16 @@ def lstm_layer_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, h0
     return (torch.stack(y, dim=1) if T else xg.new_zeros(B, 0, w_proj.shape[0])), h, c
 
 
-def lstm_layer_pair_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tensor, cell_clip: float | None,
-                        proj_clip: float | None, h0: Tensor | None = None,
-                        c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def lstm_layer_pair_ref(
+    xg: Tensor,
+    lengths: Tensor,
+    w_hh: Tensor,
+    w_proj: Tensor,
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Both directions of one projected LSTM layer: :func:`lstm_layer_ref` per direction (twin of the
     ``lstm_layer`` op).
 
@@ -143,8 +184,12 @@ def lstm_layer_pair_ref(xg: Tensor, lengths: Tensor, w_hh: Tensor, w_proj: Tenso
         h0 = xg.new_zeros(2, B, P)
     if c0 is None:
         c0 = xg.new_zeros(2, B, C)
-    ys, hs, cs = zip(*[lstm_layer_ref(xg[d], lengths, w_hh[d], w_proj[d], h0[d], c0[d], cell_clip, proj_clip,
-                                      reverse=(d == 1)) for d in range(2)])
+    ys, hs, cs = zip(
+        *[
+            lstm_layer_ref(xg[d], lengths, w_hh[d], w_proj[d], h0[d], c0[d], cell_clip, proj_clip, reverse=(d == 1))
+            for d in range(2)
+        ]
+    )
     return torch.stack(ys), torch.stack(hs), torch.stack(cs)
 
 
@@ -164,9 +209,16 @@ def layer0_gates_ref(tokens: Tensor, weights: list[Tensor]) -> Tensor:
     return torch.stack([F.linear(tokens, weights[4 * d], weights[4 * d + 2]) for d in range(2)], dim=1)
 
 
-def bilstm_ref(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[Tensor],
-               cell_clip: float | None, proj_clip: float | None, h0: Tensor | None = None,
-               c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def bilstm_ref(
+    xg0: Tensor,
+    token_index: Tensor,
+    lengths: Tensor,
+    weights: list[Tensor],
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """ELMo's stacked biLSTM: forward and backward stacks kept apart, skip connections from layer 1.
 
     xg0:         [U, 2, 4C] layer 0's input projections of the distinct tokens
@@ -196,8 +248,16 @@ def bilstm_ref(xg0: Tensor, token_index: Tensor, lengths: Tensor, weights: list[
     return _stacked_ref([None, None], gates, lengths, weights, cell_clip, proj_clip, h0, c0)
 
 
-def _stacked_ref(first_inputs: list, gates, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
-                 proj_clip: float | None, h0: Tensor, c0: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _stacked_ref(
+    first_inputs: list,
+    gates,
+    lengths: Tensor,
+    weights: list[Tensor],
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor,
+    c0: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
     """The stack of :func:`bilstm_ref` and :func:`bilstm_train_ref`: the forward and backward stacks kept
     apart (each layer reads only its own direction's outputs), skip connections from layer 1.
 
@@ -214,10 +274,19 @@ def _stacked_ref(first_inputs: list, gates, lengths: Tensor, weights: list[Tenso
     for layer in range(len(weights) // 8):
         ys, h_layer, c_layer = [], [], []
         for d in range(2):
-            w_ih, w_hh, bias, w_proj = weights[4 * (2 * layer + d): 4 * (2 * layer + d) + 4]
+            w_ih, w_hh, bias, w_proj = weights[4 * (2 * layer + d) : 4 * (2 * layer + d) + 4]
             xg, x_skip = gates(layer, d, inputs[d], w_ih, bias)
-            y, h, c = lstm_layer_ref(xg, lengths, w_hh, w_proj, h0[layer, :, d * P:(d + 1) * P],
-                                     c0[layer, :, d * C:(d + 1) * C], cell_clip, proj_clip, reverse=(d == 1))
+            y, h, c = lstm_layer_ref(
+                xg,
+                lengths,
+                w_hh,
+                w_proj,
+                h0[layer, :, d * P : (d + 1) * P],
+                c0[layer, :, d * C : (d + 1) * C],
+                cell_clip,
+                proj_clip,
+                reverse=(d == 1),
+            )
             ys.append(y + x_skip if layer > 0 else y)
             h_layer.append(h)
             c_layer.append(c)
@@ -228,10 +297,18 @@ def _stacked_ref(first_inputs: list, gates, lengths: Tensor, weights: list[Tenso
     return torch.stack(outputs), torch.stack(hs), torch.stack(cs)
 
 
-def bilstm_train_ref(x: Tensor, lengths: Tensor, weights: list[Tensor], cell_clip: float | None,
-                     proj_clip: float | None, h0: Tensor | None = None, c0: Tensor | None = None,
-                     dropout: float = 0.0, training: bool = True,
-                     masks: list[Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def bilstm_train_ref(
+    x: Tensor,
+    lengths: Tensor,
+    weights: list[Tensor],
+    cell_clip: float | None,
+    proj_clip: float | None,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+    dropout: float = 0.0,
+    training: bool = True,
+    masks: list[Tensor] | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """ELMo's stacked biLSTM as bilm-tf trains it: dropout on each layer's input (each direction its
     own mask), the skip connection of layers >= 1 adding the dropped input (bilm-tf wraps every cell in
     ``DropoutWrapper(ResidualWrapper(cell))``, so the residual sees the dropped input).
@@ -295,8 +372,9 @@ def remove_sentence_boundaries(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]
     return body * new_mask.view(*new_mask.shape, *([1] * (x.dim() - 2))).to(x.dtype), new_mask
 
 
-def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None, c0: Tensor | None = None, bos=None,
-             eos=None) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:
+def bilm_ref(
+    char_ids: Tensor, weights, h0: Tensor | None = None, c0: Tensor | None = None, bos=None, eos=None
+) -> tuple[list[Tensor], Tensor, Tensor, Tensor]:
     """The whole biLM (allennlp's ``_ElmoBiLm``), boundaries included in what it returns.
 
     char_ids: [B, T, 50] from :func:`~elmo_fast.batch_to_ids` (or [B, T, W] rows of another front
@@ -314,8 +392,16 @@ def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None, c0: Tensor | N
     tokens = tokens * mask.unsqueeze(-1).to(tokens.dtype)
     lstm = flat_lstm_weights(weights.lstm)
     token_index = torch.arange(B * T2, device=ids.device).view(B, T2)
-    outputs, h, c = bilstm_ref(layer0_gates_ref(tokens.view(B * T2, tokens.shape[-1]), lstm), token_index, mask.sum(dim=1),
-                               lstm, o.cell_clip, o.proj_clip, h0, c0)
+    outputs, h, c = bilstm_ref(
+        layer0_gates_ref(tokens.view(B * T2, tokens.shape[-1]), lstm),
+        token_index,
+        mask.sum(dim=1),
+        lstm,
+        o.cell_clip,
+        o.proj_clip,
+        h0,
+        c0,
+    )
     return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c
 
 
@@ -323,8 +409,9 @@ def bilm_ref(char_ids: Tensor, weights, h0: Tensor | None = None, c0: Tensor | N
 LAYER_NORM_EPS = 1e-13
 
 
-def scalar_mix_ref(layers: list[Tensor], weights: Tensor, gamma: Tensor, mask: Tensor | None = None,
-                   do_layer_norm: bool = False) -> Tensor:
+def scalar_mix_ref(
+    layers: list[Tensor], weights: Tensor, gamma: Tensor, mask: Tensor | None = None, do_layer_norm: bool = False
+) -> Tensor:
     """allennlp's ``ScalarMix``: ``gamma * sum_k softmax(weights)_k * norm(layers[k])``.
 
     layers:  K tensors [..., D] of one shape (e.g. [B, T, D]).

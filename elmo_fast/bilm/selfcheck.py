@@ -33,6 +33,7 @@ When on, an op call on a device the mode does not check pays one Python call; on
 one set lookup after its first use. The checks themselves (and the doctor's) run the real kernels
 whatever earlier checks decided, never a twin, and check nothing again on the way.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,9 +42,9 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -127,8 +128,13 @@ def _exact_arithmetic(device: torch.device) -> Iterator[None]:
     """Autograd on (also inside the caller's inference_mode or no_grad), autocast off, TF32 off for
     GEMMs and convolutions: the bounds are those of fp32 arithmetic. The caller's settings come back
     after (TF32 is a process-wide flag: another thread's GEMMs see the change meanwhile)."""
-    with FP32.gemm_mode(device), _cudnn_tf32_off(device), torch.inference_mode(False), torch.enable_grad(), \
-            torch.autocast(device.type, enabled=False):
+    with (
+        FP32.gemm_mode(device),
+        _cudnn_tf32_off(device),
+        torch.inference_mode(False),
+        torch.enable_grad(),
+        torch.autocast(device.type, enabled=False),
+    ):
         yield
 
 
@@ -149,6 +155,7 @@ def _real_kernels() -> Iterator[None]:
 
 # --- the three checks of an op ---------------------------------------------------------------------
 
+
 def _tuple(out) -> tuple[Tensor, ...]:
     return out if isinstance(out, tuple) else (out,)
 
@@ -159,10 +166,13 @@ def _forward(case: Case, dtype: torch.dtype) -> tuple[float, float]:
         got = _tuple(case.fast(*case.leaves))
         want = _tuple(case.reference(*[t.double() for t in case.leaves]))
     if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
-        raise SelfCheckError(f"output shapes {[tuple(g.shape) for g in got]} != the twin's "
-                             f"{[tuple(w.shape) for w in want]}")
-    return (max(max_abs_error(g, w) for g, w in zip(got, want)),
-            max(tolerance_ratio(g, w, dtype) for g, w in zip(got, want)))
+        raise SelfCheckError(
+            f"output shapes {[tuple(g.shape) for g in got]} != the twin's {[tuple(w.shape) for w in want]}"
+        )
+    return (
+        max(max_abs_error(g, w) for g, w in zip(got, want)),
+        max(tolerance_ratio(g, w, dtype) for g, w in zip(got, want)),
+    )
 
 
 def _cotangents(outputs: Sequence[Tensor], gen: torch.Generator) -> list[Tensor]:
@@ -172,8 +182,9 @@ def _cotangents(outputs: Sequence[Tensor], gen: torch.Generator) -> list[Tensor]
 def _grads(fn, leaves: list[Tensor], cotangents: list[Tensor]) -> list[Tensor]:
     leaves = [t.detach().requires_grad_() for t in leaves]
     out = _tuple(fn(*leaves))
-    return list(torch.autograd.grad(out, leaves, [c.to(o.dtype) for c, o in zip(cotangents, out)],
-                                    materialize_grads=True))
+    return list(
+        torch.autograd.grad(out, leaves, [c.to(o.dtype) for c, o in zip(cotangents, out)], materialize_grads=True)
+    )
 
 
 def _grad(case: Case, gen: torch.Generator, dtype: torch.dtype) -> tuple[float, float, float, str]:
@@ -221,6 +232,7 @@ def _gradcheck(case: Case, gen: torch.Generator, directions: int = 2) -> tuple[f
 
 # --- one op on one device ----------------------------------------------------------------------------
 
+
 def _skip_reason(spec: OpSpec, device: torch.device, check: str) -> str | None:
     if not ops.HAS_EXTENSION:
         return f"the extension is not loaded ({ops.EXTENSION_IMPORT_ERROR})"
@@ -236,8 +248,12 @@ def _row(spec: OpSpec, device: torch.device, dtype: torch.dtype, check: str) -> 
     return Result(spec.name, spec.twin, str(device), _dtype_name(dtype), check, "ok")
 
 
-def check_op(name: str, device: torch.device | str = "cpu", seed: int | None = None,
-             checks: Sequence[str] = ("forward", "grad", "gradcheck")) -> list[Result]:
+def check_op(
+    name: str,
+    device: torch.device | str = "cpu",
+    seed: int | None = None,
+    checks: Sequence[str] = ("forward", "grad", "gradcheck"),
+) -> list[Result]:
     """The rows of one op on one device: forward in each dtype the op takes there, then (if it is
     differentiable) grad in float32 and gradcheck in float64, each over every shape of its case,
     the worst shape reported. Fresh random inputs unless ``seed`` is given."""
@@ -283,6 +299,7 @@ def check_op(name: str, device: torch.device | str = "cpu", seed: int | None = N
 
 
 # --- the whole model ------------------------------------------------------------------------------
+
 
 def _sentences(gen: torch.Generator, n: int = 5) -> list[list[str]]:
     """Random sentences: an empty one, a one-token one, a token longer than 50 characters, non-ASCII."""
@@ -338,8 +355,10 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
     device = torch.device(device)
     gen = torch.Generator().manual_seed(fresh_seed() if seed is None else seed)
     precisions = model_precisions(device)
-    rows = [Result("ElmoBiLm", "backend=reference", str(device), p.name, "model", "ok", bound=_bound_text(p))
-            for p in precisions]
+    rows = [
+        Result("ElmoBiLm", "backend=reference", str(device), p.name, "model", "ok", bound=_bound_text(p))
+        for p in precisions
+    ]
     reason = _skip_reason(OPS["bilstm"], device, "forward")
     if reason is not None:
         for row in rows:
@@ -349,10 +368,15 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
     what = f"'tiny' random model, {len(sentences)} sentences of {sorted(len(s) for s in sentences)} tokens"
     try:
         # fork_rng: building the modules draws their (then replaced) initial weights from torch's RNG
-        with scratch_dir("elmo-fast-selfcheck-") as tmp, _exact_arithmetic(device), _real_kernels(), \
-                torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            files = random_model("tiny", tmp, seed=int(torch.randint(0, 2**31, (1,), generator=gen)),
-                                 exercise_clips=True)
+        with (
+            scratch_dir("elmo-fast-selfcheck-") as tmp,
+            _exact_arithmetic(device),
+            _real_kernels(),
+            torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
+        ):
+            files = random_model(
+                "tiny", tmp, seed=int(torch.randint(0, 2**31, (1,), generator=gen)), exercise_clips=True
+            )
             ids = batch_to_ids(sentences).to(device)
             with torch.no_grad():
                 want = ElmoBiLm(*files, backend="reference").to(device)(ids)
@@ -374,6 +398,7 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
 
 # --- everything, everywhere --------------------------------------------------------------------------
 
+
 def available_devices() -> list[torch.device]:
     """The CPU, then every CUDA device torch sees."""
     devices = [torch.device("cpu")]
@@ -382,8 +407,9 @@ def available_devices() -> list[torch.device]:
     return devices
 
 
-def run_all(devices: Sequence[torch.device | str] | None = None, seed: int | None = None,
-            model: bool = True) -> list[Result]:
+def run_all(
+    devices: Sequence[torch.device | str] | None = None, seed: int | None = None, model: bool = True
+) -> list[Result]:
     """Every op's rows on every device (default: :func:`available_devices`), then the model's. With
     ``seed``, op k on device j draws from ``seed + 1000 * j + k`` (to replay a failure); else fresh."""
     results = []
@@ -421,12 +447,17 @@ _strict = False
 def _failure_line(op: str, device: torch.device, results: list[Result], seconds: float) -> str:
     failed = [r for r in results if r.failed]
     setting = f"{ENV_VAR}={_mode}{',strict' if _strict else ''}"  # the mode in effect, however it was set
-    then = ("raising, as strict asks" if _strict else
-            f"elmo_fast.bilm.reference.{failed[0].twin} runs instead on {device} for the rest of this process "
-            f"(right, slower; {ENV_VAR}=strict makes this an error, 0 turns the check off)")
-    return (f"elmo-fast self-check ({setting}): {op} gives wrong results on {device}: {failed[0].one_line()} "
-            f"(against elmo_fast.bilm.reference.{failed[0].twin}; {len(failed)} of {len(results)} checks failed, "
-            f"{seconds * 1e3:.0f} ms); {then}. Run `elmo-fast doctor` for every op, and report its output")
+    then = (
+        "raising, as strict asks"
+        if _strict
+        else f"elmo_fast.bilm.reference.{failed[0].twin} runs instead on {device} for the rest of this process "
+        f"(right, slower; {ENV_VAR}=strict makes this an error, 0 turns the check off)"
+    )
+    return (
+        f"elmo-fast self-check ({setting}): {op} gives wrong results on {device}: {failed[0].one_line()} "
+        f"(against elmo_fast.bilm.reference.{failed[0].twin}; {len(failed)} of {len(results)} checks failed, "
+        f"{seconds * 1e3:.0f} ms); {then}. Run `elmo-fast doctor` for every op, and report its output"
+    )
 
 
 def _on_first_use(op: str, tensor: Tensor) -> Callable[..., object] | None:
@@ -478,9 +509,11 @@ def parse_mode(value: str | None) -> tuple[str | None, bool]:
     words.discard("strict")
     words = {"cuda" if w in ("1", "on", "true", "yes") else w for w in words} or {"cuda"}
     if len(words) != 1 or not words <= {"cuda", "all"}:
-        raise ValueError(f"{ENV_VAR}={value!r}: expected 1 (or cuda): check each CUDA op on its first use and fall "
-                         "back to its reference twin if it fails; all: ops on every device; strict (or all,strict): "
-                         "a failed check is an error; 0: off")
+        raise ValueError(
+            f"{ENV_VAR}={value!r}: expected 1 (or cuda): check each CUDA op on its first use and fall "
+            "back to its reference twin if it fails; all: ops on every device; strict (or all,strict): "
+            "a failed check is an error; 0: off"
+        )
     return words.pop(), strict
 
 

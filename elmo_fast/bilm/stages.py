@@ -16,9 +16,10 @@ and the parameter names follow allennlp's where it has modules for them (``input
 ``state_linearity``, ``state_projection``). Modules are built on the meta device and the loaded
 tensors assigned, so building never spends time on a random initialisation.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -68,8 +69,14 @@ class CharCNN(Stage):
     forward(char_ids [N, 50] long) -> [N, sum n_k]; see :func:`~elmo_fast.bilm.reference.char_cnn_ref`.
     """
 
-    def __init__(self, char_embedding: Tensor, conv_weights: Sequence[Tensor], conv_biases: Sequence[Tensor],
-                 activation: str = "relu", requires_grad: bool = False) -> None:
+    def __init__(
+        self,
+        char_embedding: Tensor,
+        conv_weights: Sequence[Tensor],
+        conv_biases: Sequence[Tensor],
+        activation: str = "relu",
+        requires_grad: bool = False,
+    ) -> None:
         super().__init__()
         self.activation = activation
         #: [V, D], row 0 zero (the id of "no character")
@@ -98,8 +105,9 @@ class CharCNN(Stage):
         return ops.char_cnn(char_ids, self.char_embedding, self.conv_weights(), self.conv_biases(), self.activation)
 
     def forward_reference(self, char_ids: Tensor) -> Tensor:
-        return reference.char_cnn_ref(char_ids, self.char_embedding, self.conv_weights(), self.conv_biases(),
-                                      self.activation)
+        return reference.char_cnn_ref(
+            char_ids, self.char_embedding, self.conv_weights(), self.conv_biases(), self.activation
+        )
 
 
 class Highway(Stage):
@@ -157,25 +165,44 @@ class CharTokenEmbedder(Stage):
 
     def lowp_weights(self, dtype: torch.dtype) -> dict:
         """``dtype`` (bf16, fp16) copies of the GEMM weights :meth:`project_fast` reads with ``lowp``."""
-        return {"highway_weights": [p.detach().to(dtype) for p in self.highways.weights()],
-                "highway_biases": [p.detach().to(dtype) for p in self.highways.biases()],
-                "proj_weight": self.projection.weight.detach().to(dtype),
-                "proj_bias": self.projection.bias.detach().to(dtype)}
+        return {
+            "highway_weights": [p.detach().to(dtype) for p in self.highways.weights()],
+            "highway_biases": [p.detach().to(dtype) for p in self.highways.biases()],
+            "proj_weight": self.projection.weight.detach().to(dtype),
+            "proj_bias": self.projection.bias.detach().to(dtype),
+        }
 
-    def project_fast(self, cnn: Tensor, lowp: dict | None = None, ids: Tensor | None = None,
-                     gemv_max_rows: int | None = None) -> Tensor:
+    def project_fast(
+        self, cnn: Tensor, lowp: dict | None = None, ids: Tensor | None = None, gemv_max_rows: int | None = None
+    ) -> Tensor:
         """The highways and the projection of char CNN outputs [N, F] -> [N, P], as one op
         (``ids`` unused: the signature of every token embedder's second half; ``gemv_max_rows``: the
         op's, measured by :mod:`~elmo_fast.bilm.calibration`)."""
         if lowp is not None:
-            return ops.highway(cnn.to(lowp["proj_weight"].dtype), lowp["highway_weights"], lowp["highway_biases"],
-                               lowp["proj_weight"], lowp["proj_bias"]).float()
-        return ops.highway(cnn, self.highways.weights(), self.highways.biases(), self.projection.weight,
-                           self.projection.bias, gemv_max_rows)
+            return ops.highway(
+                cnn.to(lowp["proj_weight"].dtype),
+                lowp["highway_weights"],
+                lowp["highway_biases"],
+                lowp["proj_weight"],
+                lowp["proj_bias"],
+            ).float()
+        return ops.highway(
+            cnn,
+            self.highways.weights(),
+            self.highways.biases(),
+            self.projection.weight,
+            self.projection.bias,
+            gemv_max_rows,
+        )
 
     def forward_reference(self, char_ids: Tensor) -> Tensor:
-        return reference.highway_ref(self.char_cnn.forward_reference(char_ids), self.highways.weights(),
-                                     self.highways.biases(), self.projection.weight, self.projection.bias)
+        return reference.highway_ref(
+            self.char_cnn.forward_reference(char_ids),
+            self.highways.weights(),
+            self.highways.biases(),
+            self.projection.weight,
+            self.projection.bias,
+        )
 
 
 class WordCharTokenEmbedder(Stage):
@@ -189,8 +216,14 @@ class WordCharTokenEmbedder(Stage):
     flip); the projection reads ``[word embedding ; highway output]``.
     """
 
-    def __init__(self, word_embedding: Tensor | None, char_cnn: CharCNN | None, highways: Highway | None,
-                 projection: nn.Linear, requires_grad: bool = False) -> None:
+    def __init__(
+        self,
+        word_embedding: Tensor | None,
+        char_cnn: CharCNN | None,
+        highways: Highway | None,
+        projection: nn.Linear,
+        requires_grad: bool = False,
+    ) -> None:
         super().__init__()
         #: [Vw, Dw], row 0 zero (no token); None without word embeddings
         self.word_embedding = None if word_embedding is None else _param(word_embedding, requires_grad)
@@ -212,10 +245,11 @@ class WordCharTokenEmbedder(Stage):
         """The char CNN's output [N, F] (None without characters)."""
         if self.char_cnn is None:
             return None
-        return self.char_cnn.forward_fast(ids[:, 0 if self.word_embedding is None else 1:])
+        return self.char_cnn.forward_fast(ids[:, 0 if self.word_embedding is None else 1 :])
 
-    def project_fast(self, cnn: Tensor | None, lowp: dict | None = None, ids: Tensor | None = None,
-                     gemv_max_rows: int | None = None) -> Tensor:
+    def project_fast(
+        self, cnn: Tensor | None, lowp: dict | None = None, ids: Tensor | None = None, gemv_max_rows: int | None = None
+    ) -> Tensor:
         """Highways over the char CNN output, the word embedding of ``ids``, the projection: [N, P].
         ``lowp`` (low-precision copies from :meth:`lowp_weights`) runs the GEMMs in their dtype
         (``gemv_max_rows`` unused: its GEMMs are ATen's)."""
@@ -238,10 +272,12 @@ class WordCharTokenEmbedder(Stage):
     def lowp_weights(self, dtype: torch.dtype) -> dict:
         """``dtype`` (bf16, fp16) copies of the GEMM weights :meth:`project_fast` reads with ``lowp``."""
         hw = self.highways
-        return {"highway_weights": [] if hw is None else [p.detach().to(dtype) for p in hw.weights()],
-                "highway_biases": [] if hw is None else [p.detach().to(dtype) for p in hw.biases()],
-                "proj_weight": self.projection.weight.detach().to(dtype),
-                "proj_bias": self.projection.bias.detach().to(dtype)}
+        return {
+            "highway_weights": [] if hw is None else [p.detach().to(dtype) for p in hw.weights()],
+            "highway_biases": [] if hw is None else [p.detach().to(dtype) for p in hw.biases()],
+            "proj_weight": self.projection.weight.detach().to(dtype),
+            "proj_bias": self.projection.bias.detach().to(dtype),
+        }
 
     def forward_fast(self, ids: Tensor, lowp: dict | None = None) -> Tensor:
         return self.project_fast(self.char_features_fast(ids), lowp, ids)
@@ -249,10 +285,17 @@ class WordCharTokenEmbedder(Stage):
     def forward_reference(self, ids: Tensor) -> Tensor:
         cnn = self.char_cnn
         return reference.word_char_tokens_ref(
-            ids, self.word_embedding, None if cnn is None else cnn.char_embedding,
-            [] if cnn is None else cnn.conv_weights(), [] if cnn is None else cnn.conv_biases(),
-            "relu" if cnn is None else cnn.activation, [] if cnn is None else self.highways.weights(),
-            [] if cnn is None else self.highways.biases(), self.projection.weight, self.projection.bias)
+            ids,
+            self.word_embedding,
+            None if cnn is None else cnn.char_embedding,
+            [] if cnn is None else cnn.conv_weights(),
+            [] if cnn is None else cnn.conv_biases(),
+            "relu" if cnn is None else cnn.activation,
+            [] if cnn is None else self.highways.weights(),
+            [] if cnn is None else self.highways.biases(),
+            self.projection.weight,
+            self.projection.bias,
+        )
 
 
 class LstmLayer(nn.Module):
@@ -260,8 +303,9 @@ class LstmLayer(nn.Module):
     i, f, g, o: ``input_linearity`` [4C, In] (no bias), ``state_linearity`` [4C, P] with the bias
     (forget gate +1 folded in), ``state_projection`` [P, C]."""
 
-    def __init__(self, w_ih: Tensor, w_hh: Tensor, bias: Tensor, w_proj: Tensor, reverse: bool,
-                 requires_grad: bool = False) -> None:
+    def __init__(
+        self, w_ih: Tensor, w_hh: Tensor, bias: Tensor, w_proj: Tensor, reverse: bool, requires_grad: bool = False
+    ) -> None:
         super().__init__()
         self.reverse = reverse
         self.input_linearity = _linear(w_ih, None, requires_grad)
@@ -274,19 +318,33 @@ class LstmLayer(nn.Module):
 
     def flat(self) -> list[Tensor]:
         """w_ih, w_hh, bias, w_proj: this layer's share of the flat list the bilstm op takes."""
-        return [self.input_linearity.weight, self.state_linearity.weight, self.state_linearity.bias,
-                self.state_projection.weight]
+        return [
+            self.input_linearity.weight,
+            self.state_linearity.weight,
+            self.state_linearity.bias,
+            self.state_projection.weight,
+        ]
 
     def extra_repr(self) -> str:
         return "backward in time" if self.reverse else "forward in time"
 
-    def forward(self, x: Tensor, lengths: Tensor, h0: Tensor, c0: Tensor, cell_clip: float | None,
-                proj_clip: float | None) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, lengths: Tensor, h0: Tensor, c0: Tensor, cell_clip: float | None, proj_clip: float | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """x [B, T, In] -> y [B, T, P], h [B, P], c [B, C] (reference only: the fast op runs the
         whole stack, :class:`BiLstmEncoder`)."""
         xg = F.linear(x, self.input_linearity.weight, self.state_linearity.bias)
-        return reference.lstm_layer_ref(xg, lengths, self.state_linearity.weight, self.state_projection.weight,
-                                        h0, c0, cell_clip, proj_clip, self.reverse)
+        return reference.lstm_layer_ref(
+            xg,
+            lengths,
+            self.state_linearity.weight,
+            self.state_projection.weight,
+            h0,
+            c0,
+            cell_clip,
+            proj_clip,
+            self.reverse,
+        )
 
 
 class BiLstmEncoder(Stage):
@@ -302,8 +360,13 @@ class BiLstmEncoder(Stage):
     reads and updates them.
     """
 
-    def __init__(self, forward_layers: Sequence[LstmLayer], backward_layers: Sequence[LstmLayer],
-                 cell_clip: float | None, proj_clip: float | None) -> None:
+    def __init__(
+        self,
+        forward_layers: Sequence[LstmLayer],
+        backward_layers: Sequence[LstmLayer],
+        cell_clip: float | None,
+        proj_clip: float | None,
+    ) -> None:
         super().__init__()
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
@@ -325,8 +388,9 @@ class BiLstmEncoder(Stage):
             return
         rows = self._states[0].shape[1]
         if mask.dim() != 1 or mask.shape[0] != rows:
-            raise ElmoFastError(f"reset_states: mask must have one entry per carried row, [{rows}], got "
-                             f"{list(mask.shape)}")
+            raise ElmoFastError(
+                f"reset_states: mask must have one entry per carried row, [{rows}], got {list(mask.shape)}"
+            )
         keep = (~mask.to(device=self._states[0].device, dtype=torch.bool)).view(1, rows, 1)
         self._states = tuple(s * keep.to(s.dtype) for s in self._states)  # type: ignore[assignment]
 
@@ -342,10 +406,17 @@ class BiLstmEncoder(Stage):
         h, c = states
         first = self.forward_layers[0].state_projection
         L, P2, C2 = self.num_layers, 2 * first.out_features, 2 * first.in_features
-        if h.dim() != 3 or c.dim() != 3 or (h.shape[0], h.shape[2]) != (L, P2) or (c.shape[0], c.shape[2]) != (L, C2) \
-                or h.shape[1] != c.shape[1]:
-            raise ElmoFastError(f"states must be h [{L}, rows, {P2}] and c [{L}, rows, {C2}], got h {list(h.shape)} "
-                             f"and c {list(c.shape)}")
+        if (
+            h.dim() != 3
+            or c.dim() != 3
+            or (h.shape[0], h.shape[2]) != (L, P2)
+            or (c.shape[0], c.shape[2]) != (L, C2)
+            or h.shape[1] != c.shape[1]
+        ):
+            raise ElmoFastError(
+                f"states must be h [{L}, rows, {P2}] and c [{L}, rows, {C2}], got h {list(h.shape)} "
+                f"and c {list(c.shape)}"
+            )
         device = first.weight.device
         self._states = (h.detach().to(device), c.detach().to(device))
 
@@ -396,12 +467,20 @@ class BiLstmEncoder(Stage):
             return None
         keep = 1.0 - dropout
         B, T, P = x.shape[-3:]
-        return [torch.empty(2, B, T, P, dtype=x.dtype, device=x.device).bernoulli_(keep).div_(keep)
-                for _ in range(self.num_layers)]
+        return [
+            torch.empty(2, B, T, P, dtype=x.dtype, device=x.device).bernoulli_(keep).div_(keep)
+            for _ in range(self.num_layers)
+        ]
 
-    def forward_sequence(self, x: Tensor, lengths: Tensor, h0: Tensor | None = None, c0: Tensor | None = None,
-                         masks: list[Tensor] | None = None,
-                         tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def forward_sequence(
+        self,
+        x: Tensor,
+        lengths: Tensor,
+        h0: Tensor | None = None,
+        c0: Tensor | None = None,
+        masks: list[Tensor] | None = None,
+        tuning: list[int] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """The stack over per-position inputs, for training: x [B, T, P] read by both directions, or
         [2, B, T, P] one per direction (bilm-tf's unrolled scheme reads two streams); ``masks`` from
         :meth:`input_masks`. Layer 0's input gates are computed per position, gradients reach every
@@ -409,18 +488,46 @@ class BiLstmEncoder(Stage):
         C++; ``tuning``: its, see :func:`~elmo_fast.bilm.ops.bilstm`). Returns outputs [L, B, T, 2P],
         h [L, B, 2P], c [L, B, 2C]."""
         if self.backend == "fast":
-            return ops.bilstm_train(x, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0,
-                                    training=masks is not None, masks=masks, tuning=tuning)
-        return reference.bilstm_train_ref(x, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0,
-                                          training=masks is not None, masks=masks)
+            return ops.bilstm_train(
+                x,
+                lengths,
+                self.flat_weights(),
+                self.cell_clip,
+                self.proj_clip,
+                h0,
+                c0,
+                training=masks is not None,
+                masks=masks,
+                tuning=tuning,
+            )
+        return reference.bilstm_train_ref(
+            x,
+            lengths,
+            self.flat_weights(),
+            self.cell_clip,
+            self.proj_clip,
+            h0,
+            c0,
+            training=masks is not None,
+            masks=masks,
+        )
 
-    def forward_fast(self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None,
-                     c0: Tensor | None = None, weights: list[Tensor] | None = None,
-                     tuning: list[int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def forward_fast(
+        self,
+        xg0: Tensor,
+        token_index: Tensor,
+        lengths: Tensor,
+        h0: Tensor | None = None,
+        c0: Tensor | None = None,
+        weights: list[Tensor] | None = None,
+        tuning: list[int] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         weights = self.flat_weights() if weights is None else weights
         return ops.bilstm(xg0, token_index, lengths, weights, self.cell_clip, self.proj_clip, h0, c0, tuning)
 
-    def forward_reference(self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None,
-                          c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        return reference.bilstm_ref(xg0, token_index, lengths, self.flat_weights(), self.cell_clip, self.proj_clip,
-                                    h0, c0)
+    def forward_reference(
+        self, xg0: Tensor, token_index: Tensor, lengths: Tensor, h0: Tensor | None = None, c0: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        return reference.bilstm_ref(
+            xg0, token_index, lengths, self.flat_weights(), self.cell_clip, self.proj_clip, h0, c0
+        )

@@ -1,10 +1,11 @@
 """The context-free results of tokens, kept across batches (``token_cache_size`` /
 ``token_cache_mb``): a token's vector and its layer-0 input gates depend on its ids alone, so a
 token met again is looked up, not recomputed."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -47,8 +48,13 @@ class TokenCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    def results(self, distinct: Tensor, weights_key: tuple, key_dtype: torch.dtype,
-                compute: Callable[[Tensor], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+    def results(
+        self,
+        distinct: Tensor,
+        weights_key: tuple,
+        key_dtype: torch.dtype,
+        compute: Callable[[Tensor], tuple[Tensor, Tensor]],
+    ) -> tuple[Tensor, Tensor]:
         """Token vectors [U, P] and layer-0 gates [U, 2, 4C] of the rows ``distinct`` [U, W] (on the
         CPU or the model's device): the cached ones looked up, the others given by ``compute(rows
         [M, W])`` and kept. ``key_dtype``: the integer type a row's ids are keyed in (the smallest

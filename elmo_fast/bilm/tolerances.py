@@ -15,6 +15,7 @@ atol + rtol * |expected|, where ``expected`` is the reference computed in float6
   rtol 1e-2 is ~5 roundings, atol 2e-2 covers cancellation near 0 at output magnitude ~1.
 * float16: 11-bit mantissa, one rounding ~ 2^-12 ~ 2.4e-4 relative: the bf16 budget scaled by 8.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,12 @@ TOL: dict[torch.dtype, dict[str, float]] = {
 #: fp32 recurrence over a few dozen steps and the long sums of the weight gradients. bfloat16 and
 #: float16 (kernels computing in fp32 and rounding the result once: the highway gate; the char CNN on
 #: CUDA): two half-ulps of the largest entry, 2^-8 and 2^-10.
-GRAD_RTOL: dict[torch.dtype, float] = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 4e-3,
-                                       torch.float16: 1e-3}
+GRAD_RTOL: dict[torch.dtype, float] = {
+    torch.float64: 1e-12,
+    torch.float32: 1e-5,
+    torch.bfloat16: 4e-3,
+    torch.float16: 1e-3,
+}
 
 
 #: torch.autograd.gradcheck's defaults, for a float64 check of an op's backward against central

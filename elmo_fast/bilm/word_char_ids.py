@@ -17,9 +17,10 @@ id + 1, so that an all-zero row means "no token", which is how the biLM core tel
 tokens; the model's tables carry a zero row 0 to match
 (:func:`~elmo_fast.formats.manylangs_dir.load_manylangs`).
 """
+
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -39,8 +40,9 @@ class ManyLangsIds:
 
     _CACHE_ENTRIES = 1 << 17
 
-    def __init__(self, char_vocab: Mapping[str, int] | None, word_vocab: Mapping[str, int] | None,
-                 max_characters_per_token: int) -> None:
+    def __init__(
+        self, char_vocab: Mapping[str, int] | None, word_vocab: Mapping[str, int] | None, max_characters_per_token: int
+    ) -> None:
         if not char_vocab and not word_vocab:
             raise ValueError("ManyLangsIds needs a char.dic or a word.dic")
         self.max_characters_per_token = max_characters_per_token

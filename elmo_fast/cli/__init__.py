@@ -14,6 +14,7 @@ the file); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM, 129 SIGHUP),
 through the same cleanup as Ctrl-C. ``serve`` is the exception: a stop signal is how a server is
 meant to end, so it answers what it received and exits 0 (a second signal stops it at once: 128 + N).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     from . import convert, doctor, embed, models, serve, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
-    parser.add_argument("--version", action=doctor.VersionAction,
-                        help="print elmo-fast's version, torch's and the extension's backends, and exit")
+    parser.add_argument(
+        "--version",
+        action=doctor.VersionAction,
+        help="print elmo-fast's version, torch's and the extension's backends, and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     embed.add_parser(sub)
     train.add_parsers(sub)

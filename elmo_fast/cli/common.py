@@ -1,5 +1,6 @@
 """What every command shares: termination signals as exceptions, flags for parameter names, the
 --precision flag, timing."""
+
 from __future__ import annotations
 
 import _thread
@@ -9,8 +10,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Iterator, Mapping
 
 #: the signals a batch system, a container runtime or a closed terminal sends to end a job
 #: (timeout, SLURM, docker stop and Kubernetes send SIGTERM; a closed terminal, SIGHUP)
@@ -118,8 +119,10 @@ class _DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(f"elmo-fast: {option_string} is deprecated: use {self.instead} {values}, which means the same",
-              file=sys.stderr)
+        print(
+            f"elmo-fast: {option_string} is deprecated: use {self.instead} {values}, which means the same",
+            file=sys.stderr,
+        )
         setattr(namespace, self.dest, values)
 
 
@@ -128,13 +131,19 @@ def add_max_line_length_flag(parser: argparse.ArgumentParser) -> None:
     that reads lines of text (embed, train, finetune, vocab, perplexity)."""
     from ..textio import DEFAULT_MAX_LINE_LENGTH
 
-    parser.add_argument("--max-line-length", type=int, default=DEFAULT_MAX_LINE_LENGTH, metavar="N",
-                        help=f"a line longer than N characters is an error naming it, found before the line is read "
-                             f"whole (default {DEFAULT_MAX_LINE_LENGTH:,})")
+    parser.add_argument(
+        "--max-line-length",
+        type=int,
+        default=DEFAULT_MAX_LINE_LENGTH,
+        metavar="N",
+        help=f"a line longer than N characters is an error naming it, found before the line is read "
+        f"whole (default {DEFAULT_MAX_LINE_LENGTH:,})",
+    )
 
 
-def add_precision_flag(parser: argparse.ArgumentParser, training: bool = False,
-                       deprecated_aliases: tuple[str, ...] = ()) -> None:
+def add_precision_flag(
+    parser: argparse.ArgumentParser, training: bool = False, deprecated_aliases: tuple[str, ...] = ()
+) -> None:
     """``--precision {fp32,tf32,bf16,fp16}`` (dest ``precision``, default fp32), with one meaning in
     every command (:mod:`elmo_fast.bilm.precision`): embedding, serving and training take it alike.
     training: the help says what each mode does to a training step (fp16 is refused there).
@@ -143,11 +152,21 @@ def add_precision_flag(parser: argparse.ArgumentParser, training: bool = False,
 
     modes = "; ".join(f"{p.name}: {p.training if training else p.summary}" for p in PRECISIONS.values())
     what = "the training step's arithmetic" if training else "the fast path's arithmetic, each mode's error bounded"
-    parser.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
-                        help=f"{what} (default fp32). {modes}".replace("%", "%%"))
+    parser.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="fp32",
+        help=f"{what} (default fp32). {modes}".replace("%", "%%"),
+    )
     for flag in deprecated_aliases:
-        parser.add_argument(flag, dest="precision", choices=list(PRECISIONS), action=_DeprecatedAlias,
-                            instead="--precision", help="deprecated: the same as --precision")
+        parser.add_argument(
+            flag,
+            dest="precision",
+            choices=list(PRECISIONS),
+            action=_DeprecatedAlias,
+            instead="--precision",
+            help="deprecated: the same as --precision",
+        )
 
 
 def process_start() -> float:

@@ -4,6 +4,7 @@ CPU included, and the whole model fast vs reference (:mod:`elmo_fast.bilm.selfch
 max errors against their bounds and a one-line verdict; exit 1 when a check fails. ``--json``: the
 same as one JSON object. Also ``elmo-fast --version``'s line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,9 @@ def _table(results) -> list[str]:
         status = {"ok": "ok", "FAIL": f"FAIL ({r.detail})"}.get(r.status, f"{r.status}: {r.detail}")
         rows.append((r.op, r.twin, r.device, r.dtype, r.check, _fmt(r.error), r.bound or "-", used, status))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header) - 1)]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(row[:-1], widths)) + "  " + str(row[-1])
-            for row in [header, *rows]]
+    return [
+        "  ".join(str(c).ljust(w) for c, w in zip(row[:-1], widths)) + "  " + str(row[-1]) for row in [header, *rows]
+    ]
 
 
 def _verdict(results, devices, seconds: float) -> str:
@@ -72,12 +74,17 @@ def _verdict(results, devices, seconds: float) -> str:
     skipped = [r for r in results if r.status == "skip"]
     ran = len(results) - len(skipped)
     where = ", ".join(str(d) for d in devices)
-    skip = f"; {len(skipped)} skipped ({skipped[0].detail}{', ...' if len({s.detail for s in skipped}) > 1 else ''})" \
-        if skipped else ""
+    skip = (
+        f"; {len(skipped)} skipped ({skipped[0].detail}{', ...' if len({s.detail for s in skipped}) > 1 else ''})"
+        if skipped
+        else ""
+    )
     if failed:
         names = sorted({f"{r.op} on {r.device}" for r in failed})
-        return (f"FAIL: {len(failed)} of {ran} checks on {where} out of bounds or raising: {', '.join(names)}{skip} "
-                f"({seconds:.1f} s)")
+        return (
+            f"FAIL: {len(failed)} of {ran} checks on {where} out of bounds or raising: {', '.join(names)}{skip} "
+            f"({seconds:.1f} s)"
+        )
     return f"OK: all {ran} checks passed on {where}{skip} ({seconds:.1f} s)"
 
 
@@ -96,9 +103,20 @@ def _doctor(args: argparse.Namespace) -> int:
     failed = any(r.failed for r in results)
     verdict = _verdict(results, devices, seconds)
     if args.json:
-        json.dump({"build": report.to_dict(), "devices": [str(d) for d in devices], "seed": seed,
-                   "torch_threads": torch.get_num_threads(), "results": [r.to_dict() for r in results],
-                   "ok": not failed, "verdict": verdict, "seconds": round(seconds, 3)}, sys.stdout, indent=1)
+        json.dump(
+            {
+                "build": report.to_dict(),
+                "devices": [str(d) for d in devices],
+                "seed": seed,
+                "torch_threads": torch.get_num_threads(),
+                "results": [r.to_dict() for r in results],
+                "ok": not failed,
+                "verdict": verdict,
+                "seconds": round(seconds, 3),
+            },
+            sys.stdout,
+            indent=1,
+        )
         print()
     else:
         print("\n".join(_build_lines(report, devices)))
@@ -128,10 +146,16 @@ def _device(text: str):
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("doctor", help="check this install: every compiled op against its reference twin, on "
-                                      "every device, and the whole model (exit 1 when one is out of bounds)")
-    p.add_argument("--device", action="append",
-                   help="check only this device (cpu, cuda, cuda:N; repeatable; default: the CPU and every GPU)")
+    p = sub.add_parser(
+        "doctor",
+        help="check this install: every compiled op against its reference twin, on "
+        "every device, and the whole model (exit 1 when one is out of bounds)",
+    )
+    p.add_argument(
+        "--device",
+        action="append",
+        help="check only this device (cpu, cuda, cuda:N; repeatable; default: the CPU and every GPU)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (build, results, verdict) instead")
     p.add_argument("--seed", type=int, help="draw the inputs of an earlier run again (default: fresh ones)")
     p.add_argument("--no-model", action="store_true", help="the ops only, not the whole model")

@@ -1,5 +1,6 @@
 """``elmo-fast random-model``, ``models`` and ``demo``: models to test with, models by name, and
 what contextual vectors do."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,11 @@ def _random_model(args: argparse.Namespace) -> int:
                 raise ElmoFastError(f"{path} already exists; pass --overwrite to replace it")
     options, weights = random_model(args.preset, args.directory, seed=args.seed, exercise_clips=args.exercise_clips)
     print(f"wrote {options} and {weights}", file=sys.stderr)
-    print("WARNING: these weights are RANDOM: the vectors they give mean nothing. Use them to test and "
-          "benchmark elmo-fast, not to embed text.", file=sys.stderr)
+    print(
+        "WARNING: these weights are RANDOM: the vectors they give mean nothing. Use them to test and "
+        "benchmark elmo-fast, not to embed text.",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -38,9 +42,11 @@ def _models(args: argparse.Namespace) -> int:
 
 #: the classic check of contextual vectors: the two money "bank"s should be closer to each other
 #: than either is to the river "bank", at the LSTM layers; layer 0 gives every "bank" one vector
-BANK_SENTENCES = (("The bank is closed on Sundays .", 1),
-                  ("That bank was robbed recently .", 1),
-                  ("Can you see that nice swan at the river bank ?", 9))
+BANK_SENTENCES = (
+    ("The bank is closed on Sundays .", 1),
+    ("That bank was robbed recently .", 1),
+    ("Can you see that nice swan at the river bank ?", 9),
+)
 
 
 def bank_distances(embedder) -> list[dict[str, float]]:
@@ -52,9 +58,14 @@ def bank_distances(embedder) -> list[dict[str, float]]:
     def cosine_distance(a, b):
         return float(1.0 - np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
-    return [{"money-money": cosine_distance(vectors[0][k], vectors[1][k]),
-             "money1-river": cosine_distance(vectors[0][k], vectors[2][k]),
-             "money2-river": cosine_distance(vectors[1][k], vectors[2][k])} for k in range(vectors[0].shape[0])]
+    return [
+        {
+            "money-money": cosine_distance(vectors[0][k], vectors[1][k]),
+            "money1-river": cosine_distance(vectors[0][k], vectors[2][k]),
+            "money2-river": cosine_distance(vectors[1][k], vectors[2][k]),
+        }
+        for k in range(vectors[0].shape[0])
+    ]
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -75,8 +86,11 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"  {i}. {text}")
     print(f"  {'layer':<8}{'1 vs 2 (both money)':>22}{'1 vs 3 (river)':>17}{'2 vs 3 (river)':>17}")
     for k, d in enumerate(bank_distances(embedder)):
-        ok = "  <- context: money banks closer" if k > 0 and d["money-money"] < min(d["money1-river"], d["money2-river"]) \
+        ok = (
+            "  <- context: money banks closer"
+            if k > 0 and d["money-money"] < min(d["money1-river"], d["money2-river"])
             else ("  (context-free: one vector per word)" if k == 0 else "")
+        )
         print(f"  {k:<8}{d['money-money']:>22.3f}{d['money1-river']:>17.3f}{d['money2-river']:>17.3f}{ok}")
     return 0
 
@@ -89,8 +103,11 @@ def add_parsers(sub) -> None:
     p.add_argument("directory", help="where to write options.json and weights.hdf5")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--exercise-clips", action="store_true", help="scale the LSTM so that the +-3 clips are hit")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace options.json and weights.hdf5 if DIR holds them (default: refuse)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace options.json and weights.hdf5 if DIR holds them (default: refuse)",
+    )
     p.set_defaults(func=_random_model, outcome=lambda args: f"no half-written file is left in {args.directory}")
 
     p = sub.add_parser("models", help="list the models --model accepts (the bundled one and the official ones)")

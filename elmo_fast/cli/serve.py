@@ -3,6 +3,7 @@
 The model flags are ``embed``'s; the server's own say where it listens and how it batches. Needs
 the ``[serve]`` extra (``pip install "elmo-fast[serve]"``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,14 @@ def model_source(args: argparse.Namespace) -> tuple[dict, str]:
             raise ElmoFastError("give one of --model-dir DIR, --model NAME or --options F --weights F")
         if not os.path.isdir(args.model_dir):
             raise ElmoFastError(f"--model-dir {args.model_dir}: not a directory")
-        return (dict(model_dir=args.model_dir, model_format=args.model_format),
-                os.path.basename(os.path.normpath(args.model_dir)))
+        return (
+            dict(model_dir=args.model_dir, model_format=args.model_format),
+            os.path.basename(os.path.normpath(args.model_dir)),
+        )
     if args.model_format:
-        raise ElmoFastError("--model-format picks the model of a --model-dir DIR that holds both kinds; give it "
-                            "with --model-dir")
+        raise ElmoFastError(
+            "--model-format picks the model of a --model-dir DIR that holds both kinds; give it with --model-dir"
+        )
     if args.model:
         from ..pretrained import fetch_model, model_names
 
@@ -39,8 +43,10 @@ def model_source(args: argparse.Namespace) -> tuple[dict, str]:
         options, weights = fetch_model(args.model, progress=True)
         return dict(options_file=options, weight_file=weights), args.model
     if bool(args.options) != bool(args.weights):
-        raise ElmoFastError("give --options F and --weights F together (or --model NAME, or --model-dir DIR, or none "
-                            "of them for the bundled model)")
+        raise ElmoFastError(
+            "give --options F and --weights F together (or --model NAME, or --model-dir DIR, or none "
+            "of them for the bundled model)"
+        )
     if args.options:
         for flag, path in (("--options", args.options), ("--weights", args.weights)):
             if not os.path.isfile(path):
@@ -81,14 +87,22 @@ def _exposure(args: argparse.Namespace):
         try:  # now, not once the model has loaded
             context.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
         except (ssl.SSLError, OSError) as e:
-            raise ElmoFastError(f"--ssl-certfile {args.ssl_certfile}: not a certificate and key that go together "
-                                f"({e.strerror or e})") from None
+            raise ElmoFastError(
+                f"--ssl-certfile {args.ssl_certfile}: not a certificate and key that go together ({e.strerror or e})"
+            ) from None
     if key is None and args.host not in _LOOPBACK:
-        print(f"elmo-fast serve: note: listening on {args.host} without --api-key: anyone who reaches this port "
-              f"can use the server (keep the default --host 127.0.0.1 unless behind a key or a proxy)",
-              file=sys.stderr)
-    return Exposure(api_key=key.strip() if key else None, max_connections=args.max_connections,
-                    read_timeout=args.read_timeout, ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile)
+        print(
+            f"elmo-fast serve: note: listening on {args.host} without --api-key: anyone who reaches this port "
+            f"can use the server (keep the default --host 127.0.0.1 unless behind a key or a proxy)",
+            file=sys.stderr,
+        )
+    return Exposure(
+        api_key=key.strip() if key else None,
+        max_connections=args.max_connections,
+        read_timeout=args.read_timeout,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
+    )
 
 
 def _check_limits(args: argparse.Namespace) -> None:
@@ -109,8 +123,9 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         if e.name not in _NEEDS:
             raise
-        raise ElmoFastError(f"elmo-fast serve needs the [serve] extra (missing: {e.name}): "
-                            f'pip install "elmo-fast[serve]"') from None
+        raise ElmoFastError(
+            f'elmo-fast serve needs the [serve] extra (missing: {e.name}): pip install "elmo-fast[serve]"'
+        ) from None
     from ..devices import resolve_device
     from ..embedding.embedder import ElmoEmbedder
 
@@ -125,10 +140,23 @@ def run(args: argparse.Namespace) -> int:
     def load():
         return ElmoEmbedder(**model, device=device, backend=args.backend, precision=args.precision)
 
-    limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens,
-                    max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
-    signum, forced = run_server(load, name, lambda embedder: embedder.output_dim, limits, args.max_request_tokens,
-                                args.host, args.port, log_level=args.log_level, exposure=exposure)
+    limits = Limits(
+        max_batch_size=args.max_batch_size,
+        max_batch_tokens=args.max_batch_tokens,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+    )
+    signum, forced = run_server(
+        load,
+        name,
+        lambda embedder: embedder.output_dim,
+        limits,
+        args.max_request_tokens,
+        args.host,
+        args.port,
+        log_level=args.log_level,
+        exposure=exposure,
+    )
     why = f"stopped by {signum.name}" if signum else "stopped"
     if forced:  # a second signal: what was still in progress was dropped
         print(f"elmo-fast serve: {why} (a second signal): requests in progress were dropped", file=sys.stderr)
@@ -140,52 +168,111 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     from ..pretrained import model_names
 
-    p = sub.add_parser("serve", help="an HTTP embedding server with dynamic batching (the [serve] extra)",
-                       description="Serve a biLM over HTTP: POST /embed (tokens or raw text; all layers, their "
-                                   "average, the top layer or a mean vector), POST /v1/embeddings (OpenAI's "
-                                   "embeddings API), GET /health, GET /metrics (Prometheus). Concurrent requests' "
-                                   "sentences are merged into batches. SIGTERM, SIGINT (Ctrl-C) or SIGHUP: stop "
-                                   "accepting, answer what was received, exit 0; a second one: stop at once.")
+    p = sub.add_parser(
+        "serve",
+        help="an HTTP embedding server with dynamic batching (the [serve] extra)",
+        description="Serve a biLM over HTTP: POST /embed (tokens or raw text; all layers, their "
+        "average, the top layer or a mean vector), POST /v1/embeddings (OpenAI's "
+        "embeddings API), GET /health, GET /metrics (Prometheus). Concurrent requests' "
+        "sentences are merged into batches. SIGTERM, SIGINT (Ctrl-C) or SIGHUP: stop "
+        "accepting, answer what was received, exit 0; a second one: stop at once.",
+    )
     p.add_argument("--options", "--options-file", help="options.json of the model")
     p.add_argument("--weights", "--weight-file", help="weights.hdf5 of the model, bilm-tf layout")
-    p.add_argument("--model-dir", metavar="DIR",
-                   help="a model directory: bilm-tf's (options.json + weights.hdf5) or ELMoForManyLangs'")
-    p.add_argument("--model-format", choices=["bilm-tf", "elmoformanylangs"],
-                   help="which model to load from a --model-dir that holds both kinds")
-    p.add_argument("--model", metavar="NAME",
-                   help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
-                        f"official one, downloaded once into the cache: {', '.join(model_names())}")
+    p.add_argument(
+        "--model-dir",
+        metavar="DIR",
+        help="a model directory: bilm-tf's (options.json + weights.hdf5) or ELMoForManyLangs'",
+    )
+    p.add_argument(
+        "--model-format",
+        choices=["bilm-tf", "elmoformanylangs"],
+        help="which model to load from a --model-dir that holds both kinds",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
+        f"official one, downloaded once into the cache: {', '.join(model_names())}",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    p.add_argument("--backend", default="auto", choices=["auto", "fast", "reference"],
-                   help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "fast", "reference"],
+        help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)",
+    )
     add_precision_flag(p)
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1; 0.0.0.0: all). Keep the default unless the server "
-                        "is behind --api-key or a proxy that checks who calls")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0: all). Keep the default unless the server "
+        "is behind --api-key or a proxy that checks who calls",
+    )
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any free port, printed)")
-    p.add_argument("--max-batch-size", type=int, default=64, metavar="N",
-                   help="at most N sentences per model batch (default 64; 1 turns batching off)")
-    p.add_argument("--max-batch-tokens", type=int, default=4096, metavar="N",
-                   help="at most N padded tokens (sentences x longest) per batch (default 4096); a longer "
-                        "sentence runs alone")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
-                   help="how long a free model waits for the clients it expects before running a smaller batch "
-                        "(default 5; a lone client never waits)")
-    p.add_argument("--max-queue", type=int, default=1024, metavar="N",
-                   help="requests waiting for a batch before new ones get 503 + Retry-After (default 1024)")
-    p.add_argument("--max-request-tokens", type=int, default=8192, metavar="N",
-                   help="tokens one request may hold; more: 413 (default 8192)")
-    p.add_argument("--api-key", metavar="KEY",
-                   help=f"require 'Authorization: Bearer KEY' on every route but /health (401 otherwise); default: "
-                        f"${API_KEY_ENV}, which keeps the key out of the process list")
-    p.add_argument("--max-connections", type=int, metavar="N",
-                   help="at most N connections with a request in progress; more get 503 + Retry-After, as a full "
-                        "queue does (default: no bound)")
-    p.add_argument("--read-timeout", type=float, default=30.0, metavar="S",
-                   help="seconds a client may take to send its request's headers, and each piece of its body, "
-                        "before it gets 408 and is disconnected (default 30)")
+    p.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=64,
+        metavar="N",
+        help="at most N sentences per model batch (default 64; 1 turns batching off)",
+    )
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="at most N padded tokens (sentences x longest) per batch (default 4096); a longer sentence runs alone",
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="how long a free model waits for the clients it expects before running a smaller batch "
+        "(default 5; a lone client never waits)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="requests waiting for a batch before new ones get 503 + Retry-After (default 1024)",
+    )
+    p.add_argument(
+        "--max-request-tokens",
+        type=int,
+        default=8192,
+        metavar="N",
+        help="tokens one request may hold; more: 413 (default 8192)",
+    )
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"require 'Authorization: Bearer KEY' on every route but /health (401 otherwise); default: "
+        f"${API_KEY_ENV}, which keeps the key out of the process list",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="at most N connections with a request in progress; more get 503 + Retry-After, as a full "
+        "queue does (default: no bound)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds a client may take to send its request's headers, and each piece of its body, "
+        "before it gets 408 and is disconnected (default 30)",
+    )
     p.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--ssl-keyfile", metavar="FILE", help="its private key (PEM), when it is not in --ssl-certfile")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level (default warning)")
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level (default warning)",
+    )
     p.set_defaults(func=run, flags=param_flags(p))

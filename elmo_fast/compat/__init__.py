@@ -12,13 +12,18 @@
 
 Names are loaded on first use, so that the import path's finder (light) does not import the model.
 """
+
 from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"ConfigurationError": "elmo_fast.compat.allennlp", "Elmo": "elmo_fast.compat.allennlp",
-            "HubElmo": "elmo_fast.compat.tf_hub", "hub_module": "elmo_fast.compat.tf_hub",
-            "hub_signature": "elmo_fast.compat.tf_hub"}
+_EXPORTS = {
+    "ConfigurationError": "elmo_fast.compat.allennlp",
+    "Elmo": "elmo_fast.compat.allennlp",
+    "HubElmo": "elmo_fast.compat.tf_hub",
+    "hub_module": "elmo_fast.compat.tf_hub",
+    "hub_signature": "elmo_fast.compat.tf_hub",
+}
 
 __all__ = ["ConfigurationError", "Elmo", "HubElmo", "hub_module", "hub_signature"]
 

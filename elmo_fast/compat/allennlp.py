@@ -1,10 +1,11 @@
 """``Elmo``: ELMo inside a PyTorch model, with learned layer mixes (allennlp's ``Elmo``), and the
 ``ConfigurationError`` that code migrated from allennlp catches."""
+
 from __future__ import annotations
 
 import math
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -66,49 +67,95 @@ class Elmo(nn.Module):
     scalar mixes of a state dict saved from an allennlp model load as they are.
     """
 
-    def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None,
-                 num_output_representations: int | None = None, requires_grad: bool = False,
-                 do_layer_norm: bool = False, dropout: float = 0.5, vocab_to_cache: Sequence[str] | None = None,
-                 keep_sentence_boundaries: bool = False, scalar_mix_parameters: Sequence[float] | None = None,
-                 module: nn.Module | None = None, stateful: bool = False, backend: str = "auto",
-                 device: str | torch.device | None = None, dtype: torch.dtype | None = None, *,
-                 model_dir: str | os.PathLike | None = None, precision: str | Precision | None = None,
-                 model_format: str | None = None) -> None:
+    def __init__(
+        self,
+        options_file: str | os.PathLike | None = None,
+        weight_file: str | os.PathLike | None = None,
+        num_output_representations: int | None = None,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        vocab_to_cache: Sequence[str] | None = None,
+        keep_sentence_boundaries: bool = False,
+        scalar_mix_parameters: Sequence[float] | None = None,
+        module: nn.Module | None = None,
+        stateful: bool = False,
+        backend: str = "auto",
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        model_dir: str | os.PathLike | None = None,
+        precision: str | Precision | None = None,
+        model_format: str | None = None,
+    ) -> None:
         super().__init__()
         if isinstance(weight_file, int) and not isinstance(weight_file, bool):
-            raise ElmoFastError("with a model directory, pass num_output_representations by keyword: "
-                                "Elmo(model_dir, num_output_representations=2)")
-        if isinstance(num_output_representations, bool) or not isinstance(num_output_representations, int) \
-                or num_output_representations < 1:
-            raise ElmoFastError(f"num_output_representations must be an integer >= 1, got {num_output_representations!r}")
+            raise ElmoFastError(
+                "with a model directory, pass num_output_representations by keyword: "
+                "Elmo(model_dir, num_output_representations=2)"
+            )
+        if (
+            isinstance(num_output_representations, bool)
+            or not isinstance(num_output_representations, int)
+            or num_output_representations < 1
+        ):
+            raise ElmoFastError(
+                f"num_output_representations must be an integer >= 1, got {num_output_representations!r}"
+            )
         if not 0.0 <= dropout <= 1.0:
             raise ElmoFastError(f"dropout must be in [0, 1], got {dropout!r}")
         if module is not None:
             if options_file is not None or weight_file is not None or model_dir is not None or model_format:
-                raise ConfigurationError("give options_file and weight_file (or model_dir), or module, not both "
-                                         "(allennlp: \"Don't provide options_file or weight_file with module\")")
+                raise ConfigurationError(
+                    "give options_file and weight_file (or model_dir), or module, not both "
+                    '(allennlp: "Don\'t provide options_file or weight_file with module")'
+                )
             _check_bilm_module(module)
-            own = [name for name, given in (("stateful", stateful), ("backend", backend != "auto"),
-                                            ("precision", precision is not None), ("dtype", dtype is not None))
-                   if given]
+            own = [
+                name
+                for name, given in (
+                    ("stateful", stateful),
+                    ("backend", backend != "auto"),
+                    ("precision", precision is not None),
+                    ("dtype", dtype is not None),
+                )
+                if given
+            ]
             if own:
-                raise ConfigurationError(f"{', '.join(own)}: settings of the biLM itself; with module=, set them on "
-                                         f"the module you pass (e.g. ElmoBiLm(..., stateful=True))")
+                raise ConfigurationError(
+                    f"{', '.join(own)}: settings of the biLM itself; with module=, set them on "
+                    f"the module you pass (e.g. ElmoBiLm(..., stateful=True))"
+                )
             self._elmo_lstm = module
         else:
-            self._elmo_lstm = ElmoBiLm(options_file, weight_file, requires_grad=requires_grad, stateful=stateful,
-                                       backend=backend, dtype=dtype, precision=precision,
-                                       vocab_to_cache=vocab_to_cache, model_dir=model_dir, model_format=model_format)
+            self._elmo_lstm = ElmoBiLm(
+                options_file,
+                weight_file,
+                requires_grad=requires_grad,
+                stateful=stateful,
+                backend=backend,
+                dtype=dtype,
+                precision=precision,
+                vocab_to_cache=vocab_to_cache,
+                model_dir=model_dir,
+                model_format=model_format,
+            )
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
         num_layers = self._elmo_lstm.num_layers
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != num_layers:
-            raise ConfigurationError(f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, but this biLM "
-                                f"has {num_layers} layers to mix")
+            raise ConfigurationError(
+                f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, but this biLM "
+                f"has {num_layers} layers to mix"
+            )
         self._scalar_mixes: list[ScalarMix] = []
         for k in range(num_output_representations):
-            mix = ScalarMix(num_layers, do_layer_norm=do_layer_norm, initial_scalar_parameters=scalar_mix_parameters,
-                            trainable=scalar_mix_parameters is None)
+            mix = ScalarMix(
+                num_layers,
+                do_layer_norm=do_layer_norm,
+                initial_scalar_parameters=scalar_mix_parameters,
+                trainable=scalar_mix_parameters is None,
+            )
             self.add_module(f"scalar_mix_{k}", mix)
             self._scalar_mixes.append(mix)
         if device is not None:
@@ -128,8 +175,9 @@ class Elmo(nn.Module):
         ``options.json`` + ``weights.hdf5`` in the bilm-tf layout, an ELMoForManyLangs model in its own
         (see :meth:`ElmoBiLm.save`)."""
         if not isinstance(self._elmo_lstm, ElmoBiLm):
-            raise ElmoFastError(f"save_bilm writes an ElmoBiLm; this Elmo holds a {type(self._elmo_lstm).__name__} "
-                                "(module=)")
+            raise ElmoFastError(
+                f"save_bilm writes an ElmoBiLm; this Elmo holds a {type(self._elmo_lstm).__name__} (module=)"
+            )
         return self._elmo_lstm.save(directory)
 
     def reset_states(self) -> None:
@@ -138,8 +186,9 @@ class Elmo(nn.Module):
         if reset is not None:
             reset()
 
-    def forward(self, char_ids: Tensor | None = None,
-                word_inputs: Tensor | None = None) -> dict[str, Tensor | list[Tensor]]:
+    def forward(
+        self, char_ids: Tensor | None = None, word_inputs: Tensor | None = None
+    ) -> dict[str, Tensor | list[Tensor]]:
         """char_ids [..., T, 50] (``batch_to_ids``; [..., T, token_width] of :meth:`batch_to_ids` for an
         ELMoForManyLangs model), word_inputs [..., T] (with ``vocab_to_cache``).
 
@@ -155,13 +204,17 @@ class Elmo(nn.Module):
         if word_inputs is not None and word_inputs.dim() < 2:
             raise ElmoFastError(f"word_inputs must have shape [batch, ..., tokens], got {list(word_inputs.shape)}")
         if char_ids is not None and word_inputs is not None and word_inputs.shape != char_ids.shape[:-1]:
-            raise ElmoFastError(f"char_ids {list(char_ids.shape)} and word_inputs {list(word_inputs.shape)} must "
-                                f"describe the same tokens: [..., tokens, {W}] and [..., tokens]")
-        lead = (char_ids.shape[:-2] if char_ids is not None else word_inputs.shape[:-1])
+            raise ElmoFastError(
+                f"char_ids {list(char_ids.shape)} and word_inputs {list(word_inputs.shape)} must "
+                f"describe the same tokens: [..., tokens, {W}] and [..., tokens]"
+            )
+        lead = char_ids.shape[:-2] if char_ids is not None else word_inputs.shape[:-1]
         T = char_ids.shape[-2] if char_ids is not None else word_inputs.shape[-1]
         rows = math.prod(lead)  # explicit: view(-1, ...) cannot infer it when there are no elements
-        bilm = self._elmo_lstm(None if char_ids is None else char_ids.reshape(rows, T, W),
-                               None if word_inputs is None else word_inputs.reshape(rows, T))
+        bilm = self._elmo_lstm(
+            None if char_ids is None else char_ids.reshape(rows, T, W),
+            None if word_inputs is None else word_inputs.reshape(rows, T),
+        )
         layers, mask = bilm["activations"], bilm["mask"]
         representations = []
         for mix in self._scalar_mixes:
@@ -179,12 +232,17 @@ def _check_bilm_module(module: object) -> None:
     it outputs, the context-free one included), ``get_output_dim()`` and a forward returning
     ``{"activations", "mask"}``."""
     if not isinstance(module, nn.Module):
-        raise ConfigurationError(f"module must be a torch.nn.Module with allennlp's _ElmoBiLm interface (an ElmoBiLm, "
-                                 f"say), got {type(module).__name__}")
+        raise ConfigurationError(
+            f"module must be a torch.nn.Module with allennlp's _ElmoBiLm interface (an ElmoBiLm, "
+            f"say), got {type(module).__name__}"
+        )
     layers = getattr(module, "num_layers", None)
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-        raise ConfigurationError(f"module ({type(module).__name__}) must have num_layers, the number of layers it "
-                                 f"outputs (an int >= 1), as allennlp's Elmo requires; got {layers!r}")
+        raise ConfigurationError(
+            f"module ({type(module).__name__}) must have num_layers, the number of layers it "
+            f"outputs (an int >= 1), as allennlp's Elmo requires; got {layers!r}"
+        )
     if not callable(getattr(module, "get_output_dim", None)):
-        raise ConfigurationError(f"module ({type(module).__name__}) must have get_output_dim(), as allennlp's "
-                                 "_ElmoBiLm has")
+        raise ConfigurationError(
+            f"module ({type(module).__name__}) must have get_output_dim(), as allennlp's _ElmoBiLm has"
+        )

@@ -18,10 +18,11 @@ they do not (beyond fp32 rounding, ~1e-6), and they equal what ELMoForManyLangs 
 embedded alone from a fresh state (its ``Embedder`` with the encoder's ``reset_states()`` before
 each batch of one).
 """
+
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -43,14 +44,30 @@ class Embedder:
     stated bound against fp32: :mod:`~elmo_fast.bilm.precision`).
     """
 
-    def __init__(self, model_dir: str | os.PathLike, batch_size: int = 64, device: str | torch.device = "cpu",
-                 backend: str = "auto", dtype: torch.dtype | None = None, token_cache_mb: float = 256.0, *,
-                 precision: str | Precision | None = None, model_format: str | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: str | os.PathLike,
+        batch_size: int = 64,
+        device: str | torch.device = "cpu",
+        backend: str = "auto",
+        dtype: torch.dtype | None = None,
+        token_cache_mb: float = 256.0,
+        *,
+        precision: str | Precision | None = None,
+        model_format: str | None = None,
+    ) -> None:
         self.model_dir = model_dir
         self.batch_size = batch_size
-        self.embedder = ElmoEmbedder(model_dir=model_dir, device=device, batch_size=batch_size, backend=backend,
-                                     dtype=dtype, precision=precision, token_cache_mb=token_cache_mb,
-                                     model_format=model_format)
+        self.embedder = ElmoEmbedder(
+            model_dir=model_dir,
+            device=device,
+            batch_size=batch_size,
+            backend=backend,
+            dtype=dtype,
+            precision=precision,
+            token_cache_mb=token_cache_mb,
+            model_format=model_format,
+        )
         #: the biLM (an :class:`~elmo_fast.ElmoBiLm`)
         self.model = self.embedder.elmo_bilm
 
@@ -70,16 +87,21 @@ class Embedder:
         """ELMo vectors of tokenized sentences: a list of float32 arrays, in input order (see the
         module docstring for ``output_layer``)."""
         layers = self.num_layers
-        if isinstance(output_layer, bool) or not isinstance(output_layer, (int, np.integer)) \
-                or not -layers <= output_layer < layers:
-            raise ElmoFastError(f"output_layer must be -1 (the mean of the layers), -2 (all layers) or a layer in "
-                                f"0..{layers - 1} (or -{layers}..-3 from the end), got {output_layer!r}")
+        if (
+            isinstance(output_layer, bool)
+            or not isinstance(output_layer, (int, np.integer))
+            or not -layers <= output_layer < layers
+        ):
+            raise ElmoFastError(
+                f"output_layer must be -1 (the mean of the layers), -2 (all layers) or a layer in "
+                f"0..{layers - 1} (or -{layers}..-3 from the end), got {output_layer!r}"
+            )
         sents = as_batch(sents, "sents")
         # Longest first, in batches: vectors do not depend on batching, so sorting only saves padding.
         order = sorted(range(len(sents)), key=lambda i: -len(sents[i]))
         out: list[np.ndarray | None] = [None] * len(sents)
         for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
+            chunk = order[start : start + self.batch_size]
             for i, data in zip(chunk, self.embedder.embed_batch([sents[i] for i in chunk])):
                 out[i] = self._select(data, int(output_layer))
         return out  # type: ignore[return-value]

@@ -9,6 +9,7 @@ When :mod:`elmo_fast.as_allennlp` is active and ``flair.embeddings.legacy`` is i
 and ``load`` work; the model files are named, not copied, as flair does for other file-backed
 embeddings. A flair that has them already is left alone.
 """
+
 from __future__ import annotations
 
 import types

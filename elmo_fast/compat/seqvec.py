@@ -23,11 +23,12 @@ and ``options.json`` in it (bio_embeddings 0.2.2 looks for files named ``weights
 ``options_file`` there, which a SeqVec download does not have). For a whole FASTA file,
 ``elmo-fast embed --fasta`` is faster (stateless, sorted by length, resumable).
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator, Iterable, Sequence
 from pathlib import Path
-from typing import Generator, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ from .allennlp09.commands_elmo import ElmoEmbedder
 logger = logging.getLogger(__name__)
 
 #: bio_embeddings' warm-up sequence (T0922 from CASP12), embedded ``warmup_rounds`` times at start
-WARMUP_SEQUENCE = ("MGSSHHHHHHSSGLVPRGSHMASVQKFPGDANCDGIVDISDAVLIMQTMANPSKYQMTDKGRINADVTGNSDGVTVLDAQFIQSYCLGLVELPPVE")
+WARMUP_SEQUENCE = "MGSSHHHHHHSSGLVPRGSHMASVQKFPGDANCDGIVDISDAVLIMQTMANPSKYQMTDKGRINADVTGNSDGVTVLDAQFIQSYCLGLVELPPVE"
 
 
 def _device(device: str | torch.device | None) -> torch.device:
@@ -65,12 +66,19 @@ class SeqVecEmbedder:
         elif kwargs.get("weights_file") and kwargs.get("options_file"):
             self._weights_file, self._options_file = str(kwargs["weights_file"]), str(kwargs["options_file"])
         else:
-            raise ElmoFastError("SeqVecEmbedder needs the model: give ", Param("weights_file"), " and ",
-                                Param("options_file"), " (or ", Param("model_directory"), " holding weights.hdf5 and "
-                                "options.json); elmo-fast downloads no SeqVec weights")
+            raise ElmoFastError(
+                "SeqVecEmbedder needs the model: give ",
+                Param("weights_file"),
+                " and ",
+                Param("options_file"),
+                " (or ",
+                Param("model_directory"),
+                " holding weights.hdf5 and options.json); elmo-fast downloads no SeqVec weights",
+            )
         cuda_device = (self._device.index or 0) if self._device.type == "cuda" else -1
-        self._model = ElmoEmbedder(weight_file=self._weights_file, options_file=self._options_file,
-                                   cuda_device=cuda_device)
+        self._model = ElmoEmbedder(
+            weight_file=self._weights_file, options_file=self._options_file, cuda_device=cuda_device
+        )
         self._model_fallback: ElmoEmbedder | None = None
         self.warmup_rounds = warmup_rounds
         for _ in range(warmup_rounds):  # bio_embeddings' work-around for ELMo's states, kept for its numbers
@@ -91,8 +99,9 @@ class SeqVecEmbedder:
             yield from self._embed_batch_impl(batch, self._model)
         except RuntimeError as e:
             if len(batch) == 1:
-                logger.error(f"RuntimeError for sequence with {len(batch[0])} residues: {e}. Embedding on the CPU "
-                             f"instead")
+                logger.error(
+                    f"RuntimeError for sequence with {len(batch[0])} residues: {e}. Embedding on the CPU instead"
+                )
                 yield from self._embed_batch_impl(batch, self._get_fallback_model())
                 return
             logger.error(f"Error processing batch of {len(batch)} sequences: {e}. Embedding each sequence alone")
@@ -100,8 +109,9 @@ class SeqVecEmbedder:
                 try:
                     yield from self._embed_batch_impl([sequence], self._model)
                 except RuntimeError as e:
-                    logger.error(f"RuntimeError for sequence with {len(sequence)} residues: {e}. Embedding on the "
-                                 f"CPU instead")
+                    logger.error(
+                        f"RuntimeError for sequence with {len(sequence)} residues: {e}. Embedding on the CPU instead"
+                    )
                     yield from self._embed_batch_impl([sequence], self._get_fallback_model())
 
     def embed_many(self, sequences: Iterable[str], batch_size: int | None = None) -> Generator[np.ndarray, None, None]:
@@ -115,8 +125,10 @@ class SeqVecEmbedder:
         length = 0
         for sequence in sequences:
             if len(sequence) > batch_size:
-                logger.warning(f"A sequence is {len(sequence)} residues long, which is longer than your "
-                               f"`batch_size` parameter which is {batch_size}")
+                logger.warning(
+                    f"A sequence is {len(sequence)} residues long, which is longer than your "
+                    f"`batch_size` parameter which is {batch_size}"
+                )
                 yield from self.embed_batch([sequence])
                 continue
             if length + len(sequence) >= batch_size:
@@ -139,8 +151,9 @@ class SeqVecEmbedder:
     def _get_fallback_model(self) -> ElmoEmbedder:
         if self._model_fallback is None:
             logger.warning("Loading model for CPU into RAM. Embedding on the CPU is slower")
-            self._model_fallback = ElmoEmbedder(weight_file=self._weights_file, options_file=self._options_file,
-                                                cuda_device=-1)
+            self._model_fallback = ElmoEmbedder(
+                weight_file=self._weights_file, options_file=self._options_file, cuda_device=-1
+            )
             for _ in range(self.warmup_rounds):
                 self._model_fallback.embed_sentence(list(WARMUP_SEQUENCE))
         return self._model_fallback

@@ -67,11 +67,13 @@ Differences, on purpose:
 * simple_elmo calls ``logging.basicConfig(level=INFO)`` when an ``ElmoModel`` is made; this logs
   to the ``elmo_fast.compat.simple_elmo`` logger and leaves the logging setup to the program.
 """
+
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -109,15 +111,16 @@ def _from_checkpoint(folder: str, vocab_size: int) -> tuple[ElmoWeights, tuple[t
         weights = load_model_files(os.path.join(tmp, "options.json"), os.path.join(tmp, "weights.hdf5"))
         softmax_path = os.path.join(tmp, "softmax.hdf5")
         if not os.path.isfile(softmax_path):
-            raise SimpleElmoExit(f"{folder}: full=True needs the language model's softmax, and the checkpoint holds "
-                                 f"none (lm/softmax/W)")
+            raise SimpleElmoExit(
+                f"{folder}: full=True needs the language model's softmax, and the checkpoint holds none (lm/softmax/W)"
+            )
         softmax = load_softmax(softmax_path, vocab_size, weights.options.projection_dim)
     return weights, softmax
 
 
 def _chunks(items: list, n: int) -> Iterator[list]:
     for i in range(0, len(items), n):
-        yield items[i:i + n]
+        yield items[i : i + n]
 
 
 class ElmoModel:
@@ -154,9 +157,19 @@ class ElmoModel:
     # ------------------------------------------------------------------------------------------
     # loading
 
-    def load(self, directory: str | os.PathLike, max_batch_size: int = 32, limit: int = 100, full: bool = False, *,
-             stateful: bool = True, device: str | torch.device = "cpu", backend: str = "auto",
-             precision: str | Precision | None = None, dtype: torch.dtype | None = None) -> str:
+    def load(
+        self,
+        directory: str | os.PathLike,
+        max_batch_size: int = 32,
+        limit: int = 100,
+        full: bool = False,
+        *,
+        stateful: bool = True,
+        device: str | torch.device = "cpu",
+        backend: str = "auto",
+        precision: str | Precision | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> str:
         """Load an NLPL archive (a folder or a ``.zip``; see :mod:`~elmo_fast.formats.nlpl_archive`).
 
         max_batch_size: texts per batch. limit: the vocabulary's first words whose character ids are
@@ -175,8 +188,9 @@ class ElmoModel:
         if not os.path.exists(path):
             raise SimpleElmoExit(f"Error: path not found for {path}!")
         if not (os.path.isdir(path) or is_nlpl_zip(path)):
-            raise SimpleElmoExit(f"{path}: either provide a path to a directory with the model or to the model in "
-                                 f"a ZIP archive")
+            raise SimpleElmoExit(
+                f"{path}: either provide a path to a directory with the model or to the model in a ZIP archive"
+            )
         device = resolve_device(device)
         precision = resolve_precision(precision, dtype)
         precision.check_device(device)  # before reading the model
@@ -192,27 +206,38 @@ class ElmoModel:
         vocab = softmax = None
         if full:
             if archive.vocab is None:
-                raise SimpleElmoExit(f"{path}: full=True needs the language model's vocabulary (vocab.txt or "
-                                     f"vocab.txt.gz), and the archive has none")
-            vocab = UnicodeCharsVocabulary(archive.vocab_lines(), options.max_characters_per_token, validate=True,
-                                           source=vocab_name)
+                raise SimpleElmoExit(
+                    f"{path}: full=True needs the language model's vocabulary (vocab.txt or "
+                    f"vocab.txt.gz), and the archive has none"
+                )
+            vocab = UnicodeCharsVocabulary(
+                archive.vocab_lines(), options.max_characters_per_token, validate=True, source=vocab_name
+            )
             if archive.checkpoint is not None:  # what simple_elmo's full=True reads: the run's latest checkpoint
                 weights, softmax = _from_checkpoint(path, vocab.size)
             elif archive.softmax is None:
-                raise SimpleElmoExit(f"{path}: full=True needs the language model's softmax: a bilm-tf training "
-                                     f"checkpoint (TensorFlow's checkpoint file and model.ckpt-N.*), or softmax.hdf5 "
-                                     f"(softmax/W [{vocab.size}, {options.projection_dim}] and softmax/b) beside the "
-                                     f"weights")
+                raise SimpleElmoExit(
+                    f"{path}: full=True needs the language model's softmax: a bilm-tf training "
+                    f"checkpoint (TensorFlow's checkpoint file and model.ckpt-N.*), or softmax.hdf5 "
+                    f"(softmax/W [{vocab.size}, {options.projection_dim}] and softmax/b) beside the "
+                    f"weights"
+                )
             else:
                 softmax = archive.load_softmax(vocab.size)
         if not full or archive.checkpoint is None:
             if archive.weights is None:
-                raise SimpleElmoExit(f"Error: no HDF5 model files found in the {path} directory! (model.hdf5 or "
-                                     f"another *.hdf5)")
+                raise SimpleElmoExit(
+                    f"Error: no HDF5 model files found in the {path} directory! (model.hdf5 or another *.hdf5)"
+                )
             weights = archive.load_weights()
         entry_bytes = 4 * (options.projection_dim + 8 * options.cell_dim)
-        bilm = ElmoBiLm.from_weights(weights, stateful=stateful, backend=backend, precision=precision,
-                                     token_cache_size=_TOKEN_CACHE_MB * 2**20 // entry_bytes)
+        bilm = ElmoBiLm.from_weights(
+            weights,
+            stateful=stateful,
+            backend=backend,
+            precision=precision,
+            token_cache_size=_TOKEN_CACHE_MB * 2**20 // entry_bytes,
+        )
         self.elmo_bilm = bilm.to(device).eval()
         self.softmax = None if softmax is None else (softmax[0].to(device), softmax[1].to(device))
         self.archive, self.batcher, self.vocab = archive, batcher, vocab
@@ -285,8 +310,9 @@ class ElmoModel:
             mixed = mixed + w[k] * activations[:, k]
         return mixed
 
-    def _batches(self, texts: list, warmup: bool, layers: str,
-                 quirks: bool) -> Iterator[tuple[list, torch.Tensor, torch.Tensor]]:
+    def _batches(
+        self, texts: list, warmup: bool, layers: str, quirks: bool
+    ) -> Iterator[tuple[list, torch.Tensor, torch.Tensor]]:
         """(chunk, mixed outputs, mask) per batch of ``batch_size`` texts, in order, from zero states
         (a new TensorFlow session's), after the warm-up pass over the first batch."""
         bilm = self._bilm()
@@ -305,8 +331,15 @@ class ElmoModel:
             self.logger.info("Warming up ELMo on %d sentences...", len(first))
             self._layers(first)
 
-    def get_elmo_vectors(self, texts: Sequence[Sequence[str]], warmup: bool = True, layers: str = "average",
-                         session: Any = None, *, quirks: bool = True) -> np.ndarray:
+    def get_elmo_vectors(
+        self,
+        texts: Sequence[Sequence[str]],
+        warmup: bool = True,
+        layers: str = "average",
+        session: Any = None,
+        *,
+        quirks: bool = True,
+    ) -> np.ndarray:
         """Contextual vectors of every token: float64 [N, longest, D] (``"average"``, ``"top"``) or
         [N, n_layers, longest, D] (``"all"``). texts: lists of tokens. warmup: run the first batch
         once before (see the module docstring). session: ignored (TensorFlow's).
@@ -321,12 +354,19 @@ class ElmoModel:
         row = 0
         for chunk, vectors, _ in self._batches(texts, warmup, layers, quirks):
             T = vectors.shape[-2]
-            out[row:row + len(chunk), ..., :T, :] = vectors.numpy()
+            out[row : row + len(chunk), ..., :T, :] = vectors.numpy()
             row += len(chunk)
         return out
 
-    def get_elmo_vector_average(self, texts: Sequence[Sequence[str]], warmup: bool = True, layers: str = "average",
-                                session: Any = None, *, quirks: bool = True) -> np.ndarray:
+    def get_elmo_vector_average(
+        self,
+        texts: Sequence[Sequence[str]],
+        warmup: bool = True,
+        layers: str = "average",
+        session: Any = None,
+        *,
+        quirks: bool = True,
+    ) -> np.ndarray:
         """One unit-norm vector per text: float64 [N, D] (``"average"``, ``"top"``) or [N, n_layers, D]
         (``"all"``), computed as simple_elmo does, padding included (see the module docstring).
         quirks=False: the mean over the text's own tokens (per layer with "all"), scaled to unit norm."""
@@ -359,8 +399,9 @@ class ElmoModel:
     # ------------------------------------------------------------------------------------------
     # the language model
 
-    def get_elmo_substitutes(self, data: Sequence[str], topn: int = 3, nodelimiters: bool = True, *,
-                             quirks: bool = True) -> list[list[dict]]:
+    def get_elmo_substitutes(
+        self, data: Sequence[str], topn: int = 3, nodelimiters: bool = True, *, quirks: bool = True
+    ) -> list[list[dict]]:
         """The language model's top ``topn`` predictions for every word of each raw sentence (a
         string, split on whitespace), forward and backward: simple_elmo's list of sentences, each a
         list of ``{"word", "forward": {"candidates", "candidate_words", "logp"}, "backward": {...}}``.
@@ -370,17 +411,20 @@ class ElmoModel:
         if self.vocab is None or self.softmax is None:
             raise ElmoFastError("get_elmo_substitutes needs the language model: load(directory, full=True)")
         if isinstance(topn, bool) or not isinstance(topn, (int, np.integer)) or not 1 <= topn <= self.vocab.size:
-            raise ElmoFastError(Param("topn"), f" must be an integer in 1..{self.vocab.size} (the vocabulary's "
-                                f"size), got {topn!r}")
+            raise ElmoFastError(
+                Param("topn"), f" must be an integer in 1..{self.vocab.size} (the vocabulary's size), got {topn!r}"
+            )
         if isinstance(data, str):
             raise InputError("data must be a list of sentences (strings), not a single string")
         data = list(data)
         for i, s in enumerate(data):
             if not isinstance(s, str):
-                raise InputError(f"sentence {i}: expected a string (raw text, split on whitespace), got "
-                                 f"{type(s).__name__}")
+                raise InputError(
+                    f"sentence {i}: expected a string (raw text, split on whitespace), got {type(s).__name__}"
+                )
         lm = simple_elmo_lm.LanguageModelHead(bilm, *self.softmax)
         if quirks:
-            return simple_elmo_lm.substitutes_as_simple_elmo(data, self.vocab, lm, self.batch_size, int(topn),
-                                                             nodelimiters)
+            return simple_elmo_lm.substitutes_as_simple_elmo(
+                data, self.vocab, lm, self.batch_size, int(topn), nodelimiters
+            )
         return simple_elmo_lm.substitutes_in_context(data, self.vocab, lm, self.batch_size, int(topn), nodelimiters)

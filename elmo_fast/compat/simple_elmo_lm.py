@@ -28,9 +28,10 @@ the words after it (the biLM run over the whole sentence from zero states); ``lo
 log-probabilities (log-softmax over the vocabulary), rounded to 4 decimals, best first;
 ``nodelimiters`` leaves ``<S>`` and ``</S>`` (by their ids in the vocabulary) out of the candidates.
 """
+
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -61,18 +62,19 @@ class LanguageModelHead:
         each direction's LM run on the token alone from zero states."""
         bilm = self.bilm
         ids = torch.from_numpy(rows).to(bilm.device)
-        vectors = bilm.token_embedder(ids).float()                              # [U, P]
+        vectors = bilm.token_embedder(ids).float()  # [U, P]
         lengths = torch.ones(len(rows), dtype=torch.long, device=bilm.device)
         outputs, _, _ = bilm.encoder.forward_sequence(vectors[:, None, :], lengths)  # [L, U, 1, 2P]
         top = outputs[-1, :, 0].float()
-        return self.scores(top[:, :self.P]), self.scores(top[:, self.P:])
+        return self.scores(top[:, : self.P]), self.scores(top[:, self.P :])
 
     def scores(self, h: Tensor) -> Tensor:
         return torch.addmm(self.bias, h, self.weight.t())
 
 
-def _stream(sentences: list[str], vocab: UnicodeCharsVocabulary,
-            reverse: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _stream(
+    sentences: list[str], vocab: UnicodeCharsVocabulary, reverse: bool
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """bilm-tf's ``lm_encode``: (word ids, character rows) of each sentence, the boundaries included."""
     for sentence in sentences:
         words = sentence.split()
@@ -81,8 +83,9 @@ def _stream(sentences: list[str], vocab: UnicodeCharsVocabulary,
         yield vocab.encode(words, reverse=reverse, split=False), vocab.encode_chars(words, reverse=reverse, split=False)
 
 
-def _steps(sentences: list[str], vocab: UnicodeCharsVocabulary, rows: int,
-           reverse: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _steps(
+    sentences: list[str], vocab: UnicodeCharsVocabulary, rows: int, reverse: bool
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """bilm-tf's ``_get_batch`` with one step per batch: per step, each row's input character row
     [rows, max_chars] and target word id [rows]. Ends, dropping the step, when a row finds no
     sentence left."""
@@ -119,7 +122,7 @@ class _TopByRow:
         new = list({r.tobytes(): r for r in rows if r.tobytes() not in self.known}.items())
         step = max(1, _SCORES_PER_PASS // self.lm.weight.shape[0])
         for start in range(0, len(new), step):
-            part = new[start:start + step]
+            part = new[start : start + step]
             forward, backward = self.lm.one_token_scores(np.stack([r for _, r in part]).astype(np.int64) + 1)
             picked = [self._top(s.cpu().numpy()) for s in (forward, backward)]
             for j, (key, _) in enumerate(part):
@@ -129,27 +132,43 @@ class _TopByRow:
         if self.nodelimiters:
             scores[:, 0] = 0
             scores[:, 1] = 0
-        ind = np.argpartition(scores, -self.topn)[:, -self.topn:]
+        ind = np.argpartition(scores, -self.topn)[:, -self.topn :]
         return ind, np.round(np.take_along_axis(scores, ind, 1).astype(float), 4)
 
     def __getitem__(self, row: np.ndarray):
         return self.known[row.tobytes()]
 
 
-def substitutes_as_simple_elmo(data: list[str], vocab: UnicodeCharsVocabulary, lm: LanguageModelHead,
-                               batch_size: int, topn: int, nodelimiters: bool) -> list[list[dict]]:
+def substitutes_as_simple_elmo(
+    data: list[str],
+    vocab: UnicodeCharsVocabulary,
+    lm: LanguageModelHead,
+    batch_size: int,
+    topn: int,
+    nodelimiters: bool,
+) -> list[list[dict]]:
     """simple_elmo's ``get_elmo_substitutes``, step for step (see the module docstring)."""
     if len(data) < batch_size:
-        raise SimpleElmoBatchError("Batch size must be less than the number of input sentences! (got "
-                                   f"{len(data)} sentences for max_batch_size={batch_size})")
+        raise SimpleElmoBatchError(
+            "Batch size must be less than the number of input sentences! (got "
+            f"{len(data)} sentences for max_batch_size={batch_size})"
+        )
     top = _TopByRow(lm, topn, nodelimiters)
-    top.add([row for sentence in data for reverse in (False, True)
-             for row in vocab.encode_chars(sentence.split()[::-1] if reverse else sentence.split(),
-                                           reverse=reverse, split=False)])
+    top.add(
+        [
+            row
+            for sentence in data
+            for reverse in (False, True)
+            for row in vocab.encode_chars(
+                sentence.split()[::-1] if reverse else sentence.split(), reverse=reverse, split=False
+            )
+        ]
+    )
     predictions: list[list[dict]] = []
     storage: list[tuple[list, list]] = [([], []) for _ in range(batch_size)]
-    for (chars, targets), (chars_r, targets_r) in zip(_steps(data, vocab, batch_size, False),
-                                                      _steps(data, vocab, batch_size, True)):
+    for (chars, targets), (chars_r, targets_r) in zip(
+        _steps(data, vocab, batch_size, False), _steps(data, vocab, batch_size, True)
+    ):
         for nr in range(batch_size):
             word, word_r = vocab.id_to_word(int(targets[nr])), vocab.id_to_word(int(targets_r[nr]))
             if word == EOS and word_r == BOS:
@@ -158,41 +177,57 @@ def substitutes_as_simple_elmo(data: list[str], vocab: UnicodeCharsVocabulary, l
                 continue
             for side, row, target in ((0, chars[nr], word), (1, chars_r[nr], word_r)):
                 ind, logp = top[row][side]
-                storage[nr][side].append({"word": target, "candidates": ind.tolist(),
-                                          "candidate_words": [vocab.id_to_word(int(i)) for i in ind],
-                                          "logp": logp.tolist()})
+                storage[nr][side].append(
+                    {
+                        "word": target,
+                        "candidates": ind.tolist(),
+                        "candidate_words": [vocab.id_to_word(int(i)) for i in ind],
+                        "logp": logp.tolist(),
+                    }
+                )
     return predictions
 
 
 def _merge(sentence: tuple[list, list]) -> list[dict]:
     forward, backward = sentence
-    return [{"word": f["word"], "forward": {k: v for k, v in f.items() if k != "word"},
-             "backward": {k: v for k, v in b.items() if k != "word"}}
-            for f, b in zip(forward, reversed(backward))]
+    return [
+        {
+            "word": f["word"],
+            "forward": {k: v for k, v in f.items() if k != "word"},
+            "backward": {k: v for k, v in b.items() if k != "word"},
+        }
+        for f, b in zip(forward, reversed(backward))
+    ]
 
 
 @torch.inference_mode()
-def substitutes_in_context(data: list[str], vocab: UnicodeCharsVocabulary, lm: LanguageModelHead, batch_size: int,
-                           topn: int, nodelimiters: bool) -> list[list[dict]]:
+def substitutes_in_context(
+    data: list[str],
+    vocab: UnicodeCharsVocabulary,
+    lm: LanguageModelHead,
+    batch_size: int,
+    topn: int,
+    nodelimiters: bool,
+) -> list[list[dict]]:
     """Every sentence, in order, each word predicted from its whole left (forward) and right
     (backward) context, with log-probabilities, best first."""
     bilm = lm.bilm
     P = lm.P
     out: list[list[dict]] = []
     for start in range(0, len(data), batch_size):
-        chunk = [s.split() for s in data[start:start + batch_size]]
+        chunk = [s.split() for s in data[start : start + batch_size]]
         longest = max(len(s) for s in chunk)
         ids = np.zeros((len(chunk), longest, vocab.max_word_length), dtype=np.int64)
         for k, words in enumerate(chunk):
             for t, w in enumerate(words):
                 ids[k, t] = vocab.word_to_char_ids(w) + 1
         bilm.reset_states()  # from zero states, whatever the biLM carried
-        top = bilm(torch.from_numpy(ids))["activations"][-1].float()           # [B, T + 2, 2P], boundaries included
+        top = bilm(torch.from_numpy(ids))["activations"][-1].float()  # [B, T + 2, 2P], boundaries included
         bilm.reset_states()
         for k, words in enumerate(chunk):
             n = len(words)
             sides = []
-            for h in (top[k, 0:n, :P], top[k, 2:n + 2, P:]):                   # predicting words 1..n
+            for h in (top[k, 0:n, :P], top[k, 2 : n + 2, P:]):  # predicting words 1..n
                 logp = torch.log_softmax(lm.scores(h), dim=-1)
                 if nodelimiters:
                     logp[:, [vocab.bos, vocab.eos]] = float("-inf")
@@ -202,9 +237,11 @@ def substitutes_in_context(data: list[str], vocab: UnicodeCharsVocabulary, lm: L
             for t, w in enumerate(words):
                 entry = {"word": vocab.id_to_word(vocab.word_to_id(w))}
                 for name, (ind, values) in zip(("forward", "backward"), sides):
-                    entry[name] = {"candidates": ind[t].tolist(),
-                                   "candidate_words": [vocab.id_to_word(int(i)) for i in ind[t]],
-                                   "logp": values[t].tolist()}
+                    entry[name] = {
+                        "candidates": ind[t].tolist(),
+                        "candidate_words": [vocab.id_to_word(int(i)) for i in ind[t]],
+                        "logp": values[t].tolist(),
+                    }
                 sentence.append(entry)
             out.append(sentence)
     return out

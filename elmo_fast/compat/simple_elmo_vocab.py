@@ -15,9 +15,10 @@ first ``limit`` words, with two exceptions that make it matter which words it ho
 ``limit`` counts lines read (a ``!!!MAXTERMID`` line is skipped and not counted); ``limit=0`` or
 ``None`` reads the whole file, as simple_elmo's ``idx == limit`` test never stops at 0.
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -36,8 +37,9 @@ class Vocabulary:
     ``bos``, ``eos``, ``unk`` are -1 when absent (``validate=True`` refuses that, naming ``source``).
     """
 
-    def __init__(self, lines: Iterable[str] | None, limit: int | None = None, validate: bool = False,
-                 source: str = "vocabulary") -> None:
+    def __init__(
+        self, lines: Iterable[str] | None, limit: int | None = None, validate: bool = False, source: str = "vocabulary"
+    ) -> None:
         self._id_to_word: list[str] = []
         self._word_to_id: dict[str, int] = {}
         self._bos = self._eos = self._unk = -1
@@ -59,8 +61,10 @@ class Vocabulary:
                 break
         if validate and -1 in (self._bos, self._eos, self._unk):
             missing = [t for t, i in ((BOS, self._bos), (EOS, self._eos), (UNK, self._unk)) if i == -1]
-            raise ModelFileError(f"{source}: the vocabulary lacks {', '.join(missing)} (the language model's "
-                                 f"vocabulary must hold {BOS}, {EOS} and {UNK})")
+            raise ModelFileError(
+                f"{source}: the vocabulary lacks {', '.join(missing)} (the language model's "
+                f"vocabulary must hold {BOS}, {EOS} and {UNK})"
+            )
 
     @property
     def bos(self) -> int:
@@ -105,7 +109,12 @@ class UnicodeCharsVocabulary(Vocabulary):
             raise ModelFileError(f"{kwargs.get('source', 'vocabulary')}: the vocabulary file holds no token")
         self._max_word_length = max_word_length
         self.bos_char, self.eos_char, self.bow_char, self.eow_char, self.pad_char = (
-            BOS_CHAR, EOS_CHAR, BOW_CHAR, EOW_CHAR, PAD_CHAR)
+            BOS_CHAR,
+            EOS_CHAR,
+            BOW_CHAR,
+            EOW_CHAR,
+            PAD_CHAR,
+        )
         self.bos_chars = self._boundary_row(BOS_CHAR)
         self.eos_chars = self._boundary_row(EOS_CHAR)
         self._word_char_ids = np.stack([self._convert_word_to_char_ids(w) for w in self._id_to_word])
@@ -130,7 +139,7 @@ class UnicodeCharsVocabulary(Vocabulary):
         code = np.full(self._max_word_length, PAD_CHAR, dtype=np.int32)
         encoded = word.encode("utf-8", "ignore")[: self._max_word_length - 2]
         code[0] = BOW_CHAR
-        code[1:len(encoded) + 1] = np.frombuffer(encoded, dtype=np.uint8)
+        code[1 : len(encoded) + 1] = np.frombuffer(encoded, dtype=np.uint8)
         code[len(encoded) + 1] = EOW_CHAR
         return code
 
@@ -155,8 +164,13 @@ class Batcher:
     one-character tokens, as in simple_elmo.
     """
 
-    def __init__(self, vocab_lines: Iterable[str] | None, max_token_length: int, limit: int | None = None,
-                 source: str = "vocabulary") -> None:
+    def __init__(
+        self,
+        vocab_lines: Iterable[str] | None,
+        max_token_length: int,
+        limit: int | None = None,
+        source: str = "vocabulary",
+    ) -> None:
         self._lm_vocab = UnicodeCharsVocabulary(vocab_lines, max_token_length, limit=limit, source=source)
         self._max_token_length = max_token_length
         self._rows: dict[str, np.ndarray] = {}
@@ -187,6 +201,6 @@ class Batcher:
         for k, sentence in enumerate(sentences):
             length = len(sentence)
             out[k, 0] = bos
-            out[k, 1:length + 1] = tokens[k, :length]
+            out[k, 1 : length + 1] = tokens[k, :length]
             out[k, length + 1] = eos
         return out

@@ -33,12 +33,13 @@ tensorflow/hub), and what was chosen where they are silent:
   not documented (tensorflow/hub#369 reports vectors that change when a sentence is added to the
   batch, without an answer).
 """
+
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -97,28 +98,55 @@ class HubElmo(nn.Module):
     weights are frozen; gradients reach the mix's scalars.
     """
 
-    def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None, *,
-                 scalar_mix_parameters: Sequence[float] | None = None, backend: str = "auto",
-                 device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
-                 token_cache_size: int = 0, precision: str | Precision | None = None) -> None:
+    def __init__(
+        self,
+        options_file: str | os.PathLike | None = None,
+        weight_file: str | os.PathLike | None = None,
+        *,
+        scalar_mix_parameters: Sequence[float] | None = None,
+        backend: str = "auto",
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+        token_cache_size: int = 0,
+        precision: str | Precision | None = None,
+    ) -> None:
         super().__init__()
         self.device = resolve_device(device)
         precision = resolve_precision(precision, dtype)
         precision.check_device(self.device)
-        self.elmo_bilm = ElmoBiLm(options_file, weight_file, requires_grad=False, stateful=False, backend=backend,
-                                  token_cache_size=token_cache_size, precision=precision).to(self.device).eval()
+        self.elmo_bilm = (
+            ElmoBiLm(
+                options_file,
+                weight_file,
+                requires_grad=False,
+                stateful=False,
+                backend=backend,
+                token_cache_size=token_cache_size,
+                precision=precision,
+            )
+            .to(self.device)
+            .eval()
+        )
         self.num_layers = self.elmo_bilm.num_layers
         self.projection_dim = self.elmo_bilm.options.projection_dim
         self.output_dim = self.elmo_bilm.get_output_dim()
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != self.num_layers:
             n = self.num_layers
-            raise ElmoFastError(f"scalar_mix_parameters has {len(scalar_mix_parameters)} values, but this model has "
-                                f"{n} layers to mix (the token layer and {n - 1} LSTM layers)")
-        self.scalar_mix = ScalarMix(self.num_layers, initial_scalar_parameters=scalar_mix_parameters,
-                                    trainable=scalar_mix_parameters is None).to(self.device)
+            raise ElmoFastError(
+                f"scalar_mix_parameters has {len(scalar_mix_parameters)} values, but this model has "
+                f"{n} layers to mix (the token layer and {n - 1} LSTM layers)"
+            )
+        self.scalar_mix = ScalarMix(
+            self.num_layers, initial_scalar_parameters=scalar_mix_parameters, trainable=scalar_mix_parameters is None
+        ).to(self.device)
 
-    def forward(self, inputs: Sequence[str] | np.ndarray | Mapping[str, object], *, signature: str | None = None,
-                as_dict: bool = True) -> dict[str, Tensor] | Tensor:
+    def forward(
+        self,
+        inputs: Sequence[str] | np.ndarray | Mapping[str, object],
+        *,
+        signature: str | None = None,
+        as_dict: bool = True,
+    ) -> dict[str, Tensor] | Tensor:
         """TF-Hub's ``elmo(inputs, signature=..., as_dict=...)``.
 
         signature "default" (or None): inputs are B untokenized sentences (a list of str or bytes,
@@ -147,22 +175,29 @@ class HubElmo(nn.Module):
                 raise InputError(f"strings must be a 1-D array of sentences [batch], got shape {list(strings.shape)}")
             strings = strings.tolist()  # <U: str, S: bytes, object: as held
         if isinstance(strings, (str, bytes)):
-            raise InputError(f"strings must be a list of sentences, got a single {type(strings).__name__}; "
-                             f"wrap it: [{strings!r:.40}]")
+            raise InputError(
+                f"strings must be a list of sentences, got a single {type(strings).__name__}; "
+                f"wrap it: [{strings!r:.40}]"
+            )
         if not isinstance(strings, Sequence):
-            hint = "; a dict of tokens and sequence_len is for signature=\"tokens\"" if isinstance(strings, Mapping) else ""
+            hint = (
+                '; a dict of tokens and sequence_len is for signature="tokens"' if isinstance(strings, Mapping) else ""
+            )
             raise InputError(f"strings must be a list or tuple of str, got {type(strings).__name__}{hint}")
         sentences = [split_on_spaces(_as_text(s, f"strings[{i}]")) for i, s in enumerate(strings)]
         return self._outputs(sentences, max((len(s) for s in sentences), default=0))
 
-    def tokens(self, tokens: Sequence[Sequence[str]] | np.ndarray, sequence_len: Sequence[int] | Tensor) -> dict[str, Tensor]:
+    def tokens(
+        self, tokens: Sequence[Sequence[str]] | np.ndarray, sequence_len: Sequence[int] | Tensor
+    ) -> dict[str, Tensor]:
         """The ``tokens`` signature: tokens [B, T] (a rectangular list of lists, or a 2-D numpy array
         of str or bytes, padded with "" as TF-Hub's example pads), sequence_len [B] ints in [0, T];
         tokens at or past sequence_len[i] are ignored."""
         if isinstance(tokens, np.ndarray):
             if tokens.ndim != 2:
-                raise InputError(f"tokens must be [batch, max_length] strings, got an array of shape "
-                                 f"{list(tokens.shape)}")
+                raise InputError(
+                    f"tokens must be [batch, max_length] strings, got an array of shape {list(tokens.shape)}"
+                )
             tokens = tokens.tolist()
         if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__"):
             raise InputError(f"tokens must be [batch, max_length] strings, got {type(tokens).__name__}")
@@ -173,11 +208,14 @@ class HubElmo(nn.Module):
         width = len(rows[0]) if rows else 0
         for i, r in enumerate(rows):
             if len(r) != width:
-                raise InputError(f"tokens must be rectangular (pad with \"\"): tokens[0] has {width} tokens, "
-                                 f"tokens[{i}] has {len(r)}")
+                raise InputError(
+                    f'tokens must be rectangular (pad with ""): tokens[0] has {width} tokens, tokens[{i}] has {len(r)}'
+                )
         lengths = _check_lengths(sequence_len, len(rows), width)
-        sentences = [[_as_text(t, f"tokens[{i}][{j}]") for j, t in enumerate(r[:n])]
-                     for i, (r, n) in enumerate(zip(rows, lengths))]
+        sentences = [
+            [_as_text(t, f"tokens[{i}][{j}]") for j, t in enumerate(r[:n])]
+            for i, (r, n) in enumerate(zip(rows, lengths))
+        ]
         return self._outputs(sentences, width)
 
     def _outputs(self, sentences: list[list[str]], width: int) -> dict[str, Tensor]:
@@ -205,13 +243,16 @@ class HubElmo(nn.Module):
 def _check_lengths(sequence_len: Sequence[int] | Tensor, batch: int, width: int) -> list[int]:
     if isinstance(sequence_len, Tensor):
         if sequence_len.dim() != 1 or sequence_len.dtype.is_floating_point or sequence_len.dtype == torch.bool:
-            raise InputError(f"sequence_len must be a 1-D integer tensor, got {sequence_len.dtype} "
-                             f"of shape {list(sequence_len.shape)}")
+            raise InputError(
+                f"sequence_len must be a 1-D integer tensor, got {sequence_len.dtype} "
+                f"of shape {list(sequence_len.shape)}"
+            )
         values = sequence_len.tolist()
     else:
         if isinstance(sequence_len, (str, bytes)) or not hasattr(sequence_len, "__len__"):
-            raise InputError("sequence_len must be a list of ints, one per sentence, "
-                             f"got {type(sequence_len).__name__}")
+            raise InputError(
+                f"sequence_len must be a list of ints, one per sentence, got {type(sequence_len).__name__}"
+            )
         values = list(sequence_len)
     if len(values) != batch:
         raise InputError(f"sequence_len has {len(values)} values for {batch} sentences")
@@ -230,9 +271,15 @@ _MODULES: OrderedDict[tuple, HubElmo] = OrderedDict()
 _MAX_CACHED = 2
 
 
-def hub_module(options_file: str | os.PathLike, weight_file: str | os.PathLike, *, backend: str = "auto",
-               device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
-               precision: str | Precision | None = None) -> HubElmo:
+def hub_module(
+    options_file: str | os.PathLike,
+    weight_file: str | os.PathLike,
+    *,
+    backend: str = "auto",
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    precision: str | Precision | None = None,
+) -> HubElmo:
     """A :class:`HubElmo` for these files and settings, loaded once and kept (the last two used).
 
     A file rewritten since it was loaded (new size or mtime) is loaded again.
@@ -257,11 +304,19 @@ def hub_module(options_file: str | os.PathLike, weight_file: str | os.PathLike, 
     return module
 
 
-def hub_signature(inputs: Sequence[str] | np.ndarray | Mapping[str, object],
-                  options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None, *,
-                  signature: str | None = "default", as_dict: bool = True, module: HubElmo | None = None,
-                  backend: str = "auto", device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
-                  precision: str | Precision | None = None) -> dict[str, Tensor] | Tensor:
+def hub_signature(
+    inputs: Sequence[str] | np.ndarray | Mapping[str, object],
+    options_file: str | os.PathLike | None = None,
+    weight_file: str | os.PathLike | None = None,
+    *,
+    signature: str | None = "default",
+    as_dict: bool = True,
+    module: HubElmo | None = None,
+    backend: str = "auto",
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    precision: str | Precision | None = None,
+) -> dict[str, Tensor] | Tensor:
     """TF-Hub's ``elmo(inputs, signature=signature, as_dict=as_dict)``, without gradients.
 
     signature="default": inputs is B strings (a list, or a 1-D numpy array of str or bytes).
@@ -275,7 +330,6 @@ def hub_signature(inputs: Sequence[str] | np.ndarray | Mapping[str, object],
     if module is None:
         if options_file is None or weight_file is None:
             raise ElmoFastError("hub_signature needs options_file and weight_file, or module=HubElmo(...)")
-        module = hub_module(options_file, weight_file, backend=backend, device=device, dtype=dtype,
-                            precision=precision)
+        module = hub_module(options_file, weight_file, backend=backend, device=device, dtype=dtype, precision=precision)
     with torch.no_grad():
         return module(inputs, signature=signature, as_dict=as_dict)

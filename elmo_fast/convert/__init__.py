@@ -8,6 +8,7 @@ directories, without TensorFlow.
 
 The checkpoint format itself is a file format: :mod:`elmo_fast.formats.tf_checkpoint`.
 """
+
 from .converter import OUTPUT_FILES, Conversion, convert
 
 __all__ = ["convert", "Conversion", "OUTPUT_FILES"]

@@ -20,13 +20,15 @@ finetune`` continues from:
 * ``hub_scalar_mix.json`` for a TF-Hub module: its trained ``elmo`` mix (``aggregation/weights``
   and ``aggregation/scaling``), to pass to ``HubElmo(..., scalar_mix_parameters=...)``.
 """
+
 from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..durable import check_writable, durable_hdf5, durable_open, write_json
 from ..errors import ModelFileError, Param
@@ -66,7 +68,9 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
     if not overwrite:
         for name in OUTPUT_FILES:
             if os.path.lexists(out_dir / name):
-                raise ModelFileError(f"{out_dir / name} already exists; pass ", Param("overwrite", True), " to replace it")
+                raise ModelFileError(
+                    f"{out_dir / name} already exists; pass ", Param("overwrite", True), " to replace it"
+                )
     parent = out_dir if out_dir.is_dir() else next((p for p in out_dir.parents if p.exists()), Path("."))
     check_writable(parent / "options.json", "model directory")
 
@@ -74,15 +78,25 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
 def _load_vocab(path: str, softmax_rows: int | None) -> Vocabulary:
     vocab = Vocabulary.load(path)
     if softmax_rows is not None and len(vocab) != softmax_rows:
-        raise ModelFileError(f"{path}: {len(vocab)} tokens, but the checkpoint's softmax has {softmax_rows} rows: the "
-                             f"vocabulary of another run")
+        raise ModelFileError(
+            f"{path}: {len(vocab)} tokens, but the checkpoint's softmax has {softmax_rows} rows: the "
+            f"vocabulary of another run"
+        )
     return vocab
 
 
-def convert(src: str | os.PathLike, out_dir: str | os.PathLike, *, step: int | None = None,
-            cell_clip: float | None = None, proj_clip: float | None = None, activation: str | None = None,
-            vocab: str | os.PathLike | None = None, overwrite: bool = False,
-            log: Callable[[str], None] | None = None) -> Conversion:
+def convert(
+    src: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    step: int | None = None,
+    cell_clip: float | None = None,
+    proj_clip: float | None = None,
+    activation: str | None = None,
+    vocab: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Conversion:
     """Convert the checkpoint in ``src`` into ``out_dir`` (see the module's docstring).
 
     step: a bilm-tf run's checkpoint other than the latest. cell_clip, proj_clip, activation:
@@ -119,9 +133,15 @@ def convert(src: str | os.PathLike, out_dir: str | os.PathLike, *, step: int | N
             conversion.written.append("vocab.txt")
         if converted.scalar_mix is not None:
             weights, gamma = converted.scalar_mix
-            write_json(out_dir / "hub_scalar_mix.json", {"scalar_mix_parameters": weights, "gamma": gamma,
-                                                         "source": f"{source.prefix}: aggregation/weights, "
-                                                                   f"aggregation/scaling"}, indent=2)
+            write_json(
+                out_dir / "hub_scalar_mix.json",
+                {
+                    "scalar_mix_parameters": weights,
+                    "gamma": gamma,
+                    "source": f"{source.prefix}: aggregation/weights, aggregation/scaling",
+                },
+                indent=2,
+            )
             conversion.written.append("hub_scalar_mix.json")
         write_json(out_dir / "options.json", _options_content(converted, source), indent=2)
         conversion.written.append("options.json")
@@ -155,21 +175,29 @@ def describe(conversion: Conversion, out_dir: Path, log: Callable[[str], None]) 
         if others:
             what += f"; also here: step {', '.join(others)}"
     log(f"read {s.prefix} ({what})")
-    log(f"  architecture: char CNN of {len(o.filters)} widths ({o.n_filters} filters, char dim {o.char_dim}), "
+    log(
+        f"  architecture: char CNN of {len(o.filters)} widths ({o.n_filters} filters, char dim {o.char_dim}), "
         f"{o.n_highway} highway, projection {o.projection_dim}, {o.n_layers} LSTM layer(s) of {o.cell_dim} cells; "
-        f"n_characters 262 (inference)")
+        f"n_characters 262 (inference)"
+    )
     for key in ("cell_clip", "proj_clip", "activation"):
         value = getattr(o, key) if key != "activation" else o.activation
         log(f"  {key} {value if value is not None else 'none'}: {c.sources.get(key)}")
     if "char_embed" in c.sources:
         log(f"  char_embed: {c.sources['char_embed']}")
     if c.softmax is not None and "vocab.txt" not in conversion.written:
-        log(f"  no vocabulary given: softmax.hdf5 holds {c.softmax[0].shape[0]} rows; give --vocab FILE (the run's "
-            f"vocab.txt) to continue training with `elmo-fast finetune`")
+        log(
+            f"  no vocabulary given: softmax.hdf5 holds {c.softmax[0].shape[0]} rows; give --vocab FILE (the run's "
+            f"vocab.txt) to continue training with `elmo-fast finetune`"
+        )
     if c.ignored:
         slots = sum(n.endswith("/Adagrad") for n in c.ignored)
         states = sum("bilm/Variable" in n for n in c.ignored)
         parts = [n for n in c.ignored if not n.endswith("/Adagrad") and "bilm/Variable" not in n]
-        parts += [f"{slots} Adagrad accumulators"] * bool(slots) + [f"{states} saved LSTM states (bilm/Variable*)"] * bool(states)
-        log(f"  left out (training and run-time state): {', '.join(parts[:-1])}{' and ' if len(parts) > 1 else ''}{parts[-1]}")
+        parts += [f"{slots} Adagrad accumulators"] * bool(slots) + [
+            f"{states} saved LSTM states (bilm/Variable*)"
+        ] * bool(states)
+        log(
+            f"  left out (training and run-time state): {', '.join(parts[:-1])}{' and ' if len(parts) > 1 else ''}{parts[-1]}"
+        )
     log(f"wrote {', '.join(str(out_dir / n) for n in conversion.written)}")

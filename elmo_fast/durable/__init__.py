@@ -45,6 +45,7 @@ move), :mod:`.writable` (before any work), :mod:`.failures` (what a failed step 
 error), :mod:`.file_writers` (writers open across batches), :mod:`.file_sets` (files that make one
 whole), :mod:`.convenience` (a whole file in one call; a log's line).
 """
+
 from __future__ import annotations
 
 from ..errors import ElmoFastError  # noqa: F401  (reached as durable.ElmoFastError)
@@ -55,15 +56,55 @@ from .file_sets import FileSet, together
 from .file_writers import FileWriter, Hdf5Writer
 from .hdf5_guard import GuardedFile, close_hdf5
 from .one_shot import durable_hdf5, durable_open, durable_path, scratch_dir
-from .temp_names import (NAME_MAX, TEMP_SUFFIX, TempFile, fitting_stem, host_tag, parse_temp_name, process_alive,
-                         sweep_temp_files, temp_files, temp_path)
+from .temp_names import (
+    NAME_MAX,
+    TEMP_SUFFIX,
+    TempFile,
+    fitting_stem,
+    host_tag,
+    parse_temp_name,
+    process_alive,
+    sweep_temp_files,
+    temp_files,
+    temp_path,
+)
 from .writable import check_writable
 from .write_error import WriteError, describe_os_error
 
 __all__ = [
-    "WriteError", "TEMP_SUFFIX", "NAME_MAX", "fitting_stem", "temp_path", "parse_temp_name", "TempFile", "temp_files", "sweep_temp_files",
-    "check_writable", "durable_path", "durable_open", "durable_hdf5", "Hdf5Writer", "GuardedFile", "FileWriter",
-    "FileSet", "together", "scratch_dir", "aborting",
-    "close_hdf5", "commit", "move", "fsync_path", "fsync_dir", "write_bytes", "write_text", "write_json",
-    "save_torch", "append_line", "remove_quietly", "describe_os_error", "process_alive", "host_tag", "reading_back",
+    "WriteError",
+    "TEMP_SUFFIX",
+    "NAME_MAX",
+    "fitting_stem",
+    "temp_path",
+    "parse_temp_name",
+    "TempFile",
+    "temp_files",
+    "sweep_temp_files",
+    "check_writable",
+    "durable_path",
+    "durable_open",
+    "durable_hdf5",
+    "Hdf5Writer",
+    "GuardedFile",
+    "FileWriter",
+    "FileSet",
+    "together",
+    "scratch_dir",
+    "aborting",
+    "close_hdf5",
+    "commit",
+    "move",
+    "fsync_path",
+    "fsync_dir",
+    "write_bytes",
+    "write_text",
+    "write_json",
+    "save_torch",
+    "append_line",
+    "remove_quietly",
+    "describe_os_error",
+    "process_alive",
+    "host_tag",
+    "reading_back",
 ]

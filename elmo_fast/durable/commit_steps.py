@@ -1,5 +1,6 @@
 """The last steps of every write: fsync the file, give it a normal file's mode, rename it onto its
 final name, fsync the folder (the rename itself is then on disk)."""
+
 from __future__ import annotations
 
 import contextlib

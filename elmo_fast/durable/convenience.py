@@ -1,5 +1,6 @@
 """Convenience writers: a whole file from bytes, text, JSON or a torch object in one call, and the
 one append (a log's line)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,9 @@ def write_bytes(final: str | os.PathLike, data: bytes) -> None:
         f.write(data)
 
 
-def write_text(final: str | os.PathLike, text: str, encoding: str = "utf-8", newline: str | None = None,
-               sync: bool = True) -> None:
+def write_text(
+    final: str | os.PathLike, text: str, encoding: str = "utf-8", newline: str | None = None, sync: bool = True
+) -> None:
     with durable_open(final, "w", encoding=encoding, newline=newline, sync=sync) as f:
         f.write(text)
 

@@ -3,20 +3,22 @@
 :func:`aborting` is the one rule every writer follows around each of its steps; :func:`reading_back`
 the same rule for reading back what was written on the way to a file; :func:`unraisable_errors`
 catches the errors a library reports only through the garbage collector."""
+
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import ElmoFastError
 from .write_error import WriteError
 
 
 @contextlib.contextmanager
-def aborting(final: str | os.PathLike, abort: Callable[[], None],
-             errors: tuple[type[BaseException], ...] = (OSError,)) -> Iterator[None]:
+def aborting(
+    final: str | os.PathLike, abort: Callable[[], None], errors: tuple[type[BaseException], ...] = (OSError,)
+) -> Iterator[None]:
     """Around one step of a write to ``final``: any exception calls ``abort()`` (which throws the
     temporary file away); one of ``errors`` (the OS's, and the libraries' where they report it their
     own way) is then raised as a :class:`WriteError` naming ``final``, anything else (the package's

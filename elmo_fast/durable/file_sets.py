@@ -1,9 +1,11 @@
 """Several files that make one whole (a model's options and weights), renamed only when all are whole."""
+
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
 from .commit_steps import fsync_dir
 from .file_writers import FileWriter, Hdf5Writer, rename_sealed

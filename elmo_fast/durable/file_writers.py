@@ -6,6 +6,7 @@ steps: write under a temporary name beside ``final``; :meth:`seal` (flush, check
 :func:`rename_sealed` (rename onto ``final``, fsync the folder). Every step goes through
 :func:`~elmo_fast.durable.failures.aborting`: a failure throws the temporary file away and raises a
 :class:`~elmo_fast.durable.WriteError` naming ``final``."""
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,15 @@ class FileWriter:
     as a scratch file that only serves the writer of ``final`` and is aborted once used: a killed
     run's is swept like any temporary file. ``sync=False``: see :func:`~elmo_fast.durable.commit`."""
 
-    def __init__(self, final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
-                 newline: str | None = None, tag: str | None = None, sync: bool = True) -> None:
+    def __init__(
+        self,
+        final: str | os.PathLike,
+        mode: str = "w",
+        encoding: str | None = "utf-8",
+        newline: str | None = None,
+        tag: str | None = None,
+        sync: bool = True,
+    ) -> None:
         if mode not in ("w", "wb"):
             raise ValueError(f"a FileWriter writes a new file: mode 'w' or 'wb', not {mode!r}")
         self.final = os.path.abspath(os.fspath(final))
@@ -39,8 +47,12 @@ class FileWriter:
         self.file: IO | None = None
         binary = mode == "wb"
         with aborting(self.final, self.abort):
-            self.file = _open(self.temp, "xb" if binary else "x", encoding=None if binary else encoding,
-                              newline=None if binary else newline)
+            self.file = _open(
+                self.temp,
+                "xb" if binary else "x",
+                encoding=None if binary else encoding,
+                newline=None if binary else newline,
+            )
 
     def write(self, data) -> int:
         """``file.write(data)``; an OSError (a full disk) is a :class:`WriteError` naming the final file."""

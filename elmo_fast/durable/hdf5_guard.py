@@ -4,6 +4,7 @@ HDF5 files are written through :class:`GuardedFile` (h5py's file-object driver):
 recorded, the writer stops at its next check, and the file is thrown away
 (:class:`~elmo_fast.durable.file_writers.Hdf5Writer`). :func:`close_hdf5` closes one so that an error
 is an exception, never an "Exception ignored" from the garbage collector."""
+
 from __future__ import annotations
 
 import io
@@ -82,7 +83,7 @@ class GuardedFile(io.RawIOBase):
         for offset, data in self._memory:  # what went to memory overrides the file, in order
             lo, hi = max(offset, self._pos), min(offset + len(data), self._pos + n)
             if lo < hi:
-                view[lo - self._pos:hi - self._pos] = data[lo - offset:hi - offset]
+                view[lo - self._pos : hi - self._pos] = data[lo - offset : hi - offset]
         self._pos += n
         return n
 

@@ -1,12 +1,14 @@
 """One-shot writes: a ``with`` block that writes one file, whole under its final name when the
 block ends cleanly, nothing at all when it does not."""
+
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
 import tempfile
-from typing import IO, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 from .commit_steps import commit, remove_quietly
 from .failures import aborting, unraisable_errors
@@ -19,8 +21,9 @@ _WRITE_FAILURES = (OSError, RuntimeError, MemoryError)
 
 
 @contextlib.contextmanager
-def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | None = None,
-                 sync: bool = True) -> Iterator[str]:
+def durable_path(
+    final: str | os.PathLike, *, check: Callable[[str], None] | None = None, sync: bool = True
+) -> Iterator[str]:
     """Yield a temporary path beside ``final``; the body writes a whole file there and closes it.
     On a clean exit the file is checked (``check(temp)``, optional), fsync'ed and renamed onto
     ``final``. Any error removes it and raises :class:`WriteError` (an :class:`ElmoFastError` raised by
@@ -41,8 +44,13 @@ def durable_path(final: str | os.PathLike, *, check: Callable[[str], None] | Non
 
 
 @contextlib.contextmanager
-def durable_open(final: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
-                 newline: str | None = None, sync: bool = True) -> Iterator[IO]:
+def durable_open(
+    final: str | os.PathLike,
+    mode: str = "w",
+    encoding: str | None = "utf-8",
+    newline: str | None = None,
+    sync: bool = True,
+) -> Iterator[IO]:
     """A new file object ("w" text or "wb" bytes) under a temporary name, flushed, fsync'ed, closed
     and renamed onto ``final`` when the block ends cleanly (a :class:`FileWriter` for the block)."""
     if mode not in ("w", "wb"):

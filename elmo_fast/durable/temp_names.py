@@ -5,6 +5,7 @@ the process let a later run tell a killed run's leftovers from a live run's file
 long to leave room for the rest (any legal name: up to NAME_MAX, 255 bytes) is shortened in the
 temporary name to its start and a hash of the whole (:func:`fitting_stem`): ``.START~HASH.HOST-...``,
 so that every legal name can be written, and its temporary files are still found by its name."""
+
 from __future__ import annotations
 
 import contextlib
@@ -60,12 +61,15 @@ def temp_path(final: str | os.PathLike, tag: str | None = None) -> str:
     final = os.path.abspath(os.fspath(final))
     directory, base = os.path.split(final)
     middle = f".{tag}" if tag else ""
-    return os.path.join(directory, f".{temp_stem(base)}.{host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{middle}"
-                                   f"{TEMP_SUFFIX}")
+    return os.path.join(
+        directory, f".{temp_stem(base)}.{host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{middle}{TEMP_SUFFIX}"
+    )
 
 
-_TEMP_RE = re.compile(rf"^\.(?P<base>.+)\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}"
-                      rf"(?:\.(?P<tag>[a-z]+))?{re.escape(TEMP_SUFFIX)}$")
+_TEMP_RE = re.compile(
+    rf"^\.(?P<base>.+)\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}"
+    rf"(?:\.(?P<tag>[a-z]+))?{re.escape(TEMP_SUFFIX)}$"
+)
 
 
 def parse_temp_name(name: str) -> tuple[str, str, int] | None:
@@ -91,6 +95,7 @@ def process_alive(pid: int) -> bool:
 class TempFile(NamedTuple):
     """One of our temporary files found in a folder, and who made it (``final_name``: as the
     temporary name holds it, :func:`temp_stem` of the final name)."""
+
     path: str
     final_name: str
     host: str

@@ -1,4 +1,5 @@
 """Before any work: can this file be written durably here?"""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,12 @@ def check_writable(final: str | os.PathLike, what: str = "output") -> str:
     if not base:
         raise WriteError(final, f"the {what} must be a file name, not a folder")
     if not os.path.isdir(directory):
-        raise WriteError(final, f"its folder {directory} does not exist" if not os.path.exists(directory)
-                         else f"{directory} is not a folder")
+        raise WriteError(
+            final,
+            f"its folder {directory} does not exist"
+            if not os.path.exists(directory)
+            else f"{directory} is not a folder",
+        )
     if os.path.isdir(final):
         raise WriteError(final, f"the {what} is a folder")
     try:
@@ -29,8 +34,11 @@ def check_writable(final: str | os.PathLike, what: str = "output") -> str:
         raise WriteError(final, f"file name too long ({size} bytes; at most {name_max} here)")
     temp_size = len(os.fsencode(temp_stem(base))) + TEMP_OVERHEAD  # the longest temporary name beside it
     if temp_size > name_max:  # a filesystem whose names are shorter than most (NAME_MAX < 255)
-        raise WriteError(final, f"file name too long ({size} bytes): the temporary name beside it takes up to "
-                                f"{temp_size} bytes, and at most {name_max} fit here")
+        raise WriteError(
+            final,
+            f"file name too long ({size} bytes): the temporary name beside it takes up to "
+            f"{temp_size} bytes, and at most {name_max} fit here",
+        )
     if not os.access(directory, os.W_OK | os.X_OK):
         raise WriteError(final, f"Permission denied (EACCES): cannot create files in {directory}")
     return final

@@ -1,4 +1,5 @@
 """The one error of a failed write, and its wording: the final file and the OS error, on one line."""
+
 from __future__ import annotations
 
 import errno

@@ -1,6 +1,7 @@
 """The end of a resumable run: the output assembled from the work directory's shards, in input order,
 each dataset copied once by HDF5 itself (H5Ocopy: no decoding into numpy and back), so that it is the
 file a plain run writes, plus the run's record. Needs room for the output twice until the shards go."""
+
 from __future__ import annotations
 
 import json
@@ -36,5 +37,6 @@ def assemble(work: str, manifest: dict, total: int, patience: float, path: str) 
             write_sentence_map(fout, pairs)
         record = {k: v for k, v in manifest.items() if k not in ("complete", "assembled")}
         # keys sorted: a resumed run (its manifest read back) and an uninterrupted one record the same text
-        fout.attrs[RUN_RECORD] = json.dumps({**record, "shards": [[s["n"], s["digest"]] for s in shards]},
-                                            sort_keys=True)
+        fout.attrs[RUN_RECORD] = json.dumps(
+            {**record, "shards": [[s["n"], s["digest"]] for s in shards]}, sort_keys=True
+        )

@@ -1,9 +1,11 @@
 """The embed stage: a batch of lines through the embedder, halved on out-of-memory until the halves fit,
 each sentence's vectors in the output's format."""
+
 from __future__ import annotations
 
 import os
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -32,8 +34,9 @@ def _is_out_of_memory(e: BaseException) -> bool:
         return True
     # CPU allocators report failure as a plain RuntimeError ("DefaultCPUAllocator: can't allocate memory")
     text = str(e).lower()
-    return isinstance(e, RuntimeError) and any(s in text for s in ("can't allocate memory", "cannot allocate memory",
-                                                                   "out of memory", "not enough memory"))
+    return isinstance(e, RuntimeError) and any(
+        s in text for s in ("can't allocate memory", "cannot allocate memory", "out of memory", "not enough memory")
+    )
 
 
 class BatchRunner:
@@ -66,16 +69,24 @@ class BatchRunner:
             torch.cuda.empty_cache()
         padded = len(batch) * max(len(line.tokens) for line in batch)
         what = "records" if batch[0].key is not None else "lines"
-        where = (batch[0].where() if len(batch) == 1
-                 else f"the batch of {what} {min(l.index for l in batch) + 1}..{max(l.index for l in batch) + 1}")
+        where = (
+            batch[0].where()
+            if len(batch) == 1
+            else f"the batch of {what} {min(l.index for l in batch) + 1}..{max(l.index for l in batch) + 1}"
+        )
         if self.stateful:
             # halves would run as two batches, so rows would take other rows' states: not the same run
-            raise InputError(f"{where} ({len(batch)} sentences, {padded} padded tokens) does not fit in memory on "
-                             f"{self.embedder.device} ({failure}); stateful mode cannot split a batch: pass a "
-                             f"smaller ", Param("batch_size"))
+            raise InputError(
+                f"{where} ({len(batch)} sentences, {padded} padded tokens) does not fit in memory on "
+                f"{self.embedder.device} ({failure}); stateful mode cannot split a batch: pass a "
+                f"smaller ",
+                Param("batch_size"),
+            )
         if len(batch) == 1:
-            raise InputError(f"{batch[0].where()}: its sentence of {len(batch[0].tokens)} tokens does not fit "
-                             f"in memory on {self.embedder.device} even alone ({failure})")
+            raise InputError(
+                f"{batch[0].where()}: its sentence of {len(batch[0].tokens)} tokens does not fit "
+                f"in memory on {self.embedder.device} even alone ({failure})"
+            )
         self.oom_splits += 1
         # later batches stay under what failed, instead of failing and splitting again one by one
         self.max_tokens = min(self.max_tokens or padded, max(1, padded // 2))

@@ -1,9 +1,11 @@
 """``ElmoEmbedder``: sentences in, numpy vectors out (allennlp's ``ElmoEmbedder``), and HDF5 files."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from typing import IO, Any, Iterable, Iterator, Sequence
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -14,8 +16,8 @@ from ..devices import resolve_device
 from ..errors import ElmoFastError, Param
 from ..model_source import resolve_model
 from ..sentences import as_batch, as_sentence
-from .lines import read_sentences  # noqa: F401  (public here too)
 from .input_guard import DEFAULT_MAX_LINE_LENGTH
+from .lines import read_sentences  # noqa: F401  (public here too)
 from .options import DEFAULT_WINDOW, OUTPUT_FORMATS, EmbedOptions  # noqa: F401  (public here too)
 from .pipeline import embed_corpus
 
@@ -64,15 +66,31 @@ class ElmoEmbedder:
     #: the biLM class it builds (a compatibility front may name a subclass)
     bilm_class: type[ElmoBiLm] = ElmoBiLm
 
-    def __init__(self, options_file: str | os.PathLike | None = None, weight_file: str | os.PathLike | None = None,
-                 device: str | int | torch.device = "cpu", batch_size: int = 64, stateful: bool = False,
-                 backend: str = "auto", token_cache_mb: float = 256.0, dtype: torch.dtype | None = None, *,
-                 cuda_device: int | None = None, model_dir: str | os.PathLike | None = None,
-                 precision: str | Precision | None = None, model_format: str | None = None) -> None:
+    def __init__(
+        self,
+        options_file: str | os.PathLike | None = None,
+        weight_file: str | os.PathLike | None = None,
+        device: str | int | torch.device = "cpu",
+        batch_size: int = 64,
+        stateful: bool = False,
+        backend: str = "auto",
+        token_cache_mb: float = 256.0,
+        dtype: torch.dtype | None = None,
+        *,
+        cuda_device: int | None = None,
+        model_dir: str | os.PathLike | None = None,
+        precision: str | Precision | None = None,
+        model_format: str | None = None,
+    ) -> None:
         if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
             if device != "cpu" and _device_name(device) != _device_name(cuda_device):
-                raise ElmoFastError("give ", Param("device"), " or ", Param("cuda_device"), f", not both "
-                                    f"(got {device!r} and {cuda_device!r})")
+                raise ElmoFastError(
+                    "give ",
+                    Param("device"),
+                    " or ",
+                    Param("cuda_device"),
+                    f", not both (got {device!r} and {cuda_device!r})",
+                )
             device = cuda_device
         if batch_size < 1:
             raise ElmoFastError(Param("batch_size"), f" must be >= 1, got {batch_size}")
@@ -92,8 +110,13 @@ class ElmoEmbedder:
         # a cached token holds its vector [P] and its layer-0 gates [2, 4C], in fp32
         entry_bytes = 4 * (o.projection_dim + 8 * o.cell_dim)
         cache_size = int(token_cache_mb * 2**20 // entry_bytes)
-        self.elmo_bilm = self.bilm_class.from_weights(weights, stateful=stateful, backend=backend,
-                                               token_cache_size=cache_size, precision=precision).to(self.device).eval()
+        self.elmo_bilm = (
+            self.bilm_class.from_weights(
+                weights, stateful=stateful, backend=backend, token_cache_size=cache_size, precision=precision
+            )
+            .to(self.device)
+            .eval()
+        )
         self.output_dim = self.elmo_bilm.get_output_dim()
         self.num_layers = self.elmo_bilm.num_layers
 
@@ -130,7 +153,9 @@ class ElmoEmbedder:
         lengths = mask.sum(dim=1).tolist()
         return [activations[i, :, :n] if n else self._empty() for i, n in enumerate(lengths)]
 
-    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int | None = None) -> Iterator[np.ndarray]:
+    def embed_sentences(
+        self, sentences: Iterable[Sequence[str]], batch_size: int | None = None
+    ) -> Iterator[np.ndarray]:
         """Lazily embed an iterable of tokenized sentences (each as :meth:`embed_sentence` takes it),
         in batches, yielding in input order."""
         batch_size = batch_size or self.batch_size
@@ -142,16 +167,32 @@ class ElmoEmbedder:
             yield from self.embed_batch([as_sentence(s, f"sentences[{start + i}]") for i, s in enumerate(chunk)])
             start += len(chunk)
 
-    def embed_file(self, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
-                   output_format: str = "all", batch_size: int | None = None, forget_sentences: bool = False,
-                   use_sentence_keys: bool = False, progress: bool | str = True, *,
-                   max_tokens_per_batch: int | None = None, bucketing: bool | None = None, window: int = DEFAULT_WINDOW,
-                   resume: bool = False, overwrite: bool = True, skip_empty: bool = False,
-                   encoding_errors: str = "strict", started: float | None = None,
-                   distributed: bool = False, tokenize: bool = False,
-                   max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH, fasta: bool = False,
-                   fasta_split_char: str | None = None, fasta_id_field: int = 1,
-                   per_protein: str | bool | None = None) -> dict[str, Any]:
+    def embed_file(
+        self,
+        input_file: str | os.PathLike | IO,
+        output_file_path: str | os.PathLike,
+        output_format: str = "all",
+        batch_size: int | None = None,
+        forget_sentences: bool = False,
+        use_sentence_keys: bool = False,
+        progress: bool | str = True,
+        *,
+        max_tokens_per_batch: int | None = None,
+        bucketing: bool | None = None,
+        window: int = DEFAULT_WINDOW,
+        resume: bool = False,
+        overwrite: bool = True,
+        skip_empty: bool = False,
+        encoding_errors: str = "strict",
+        started: float | None = None,
+        distributed: bool = False,
+        tokenize: bool = False,
+        max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+        fasta: bool = False,
+        fasta_split_char: str | None = None,
+        fasta_id_field: int = 1,
+        per_protein: str | bool | None = None,
+    ) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
         ``tokenize=True`` reads raw text instead (still one sentence per line): each line goes
@@ -223,11 +264,26 @@ class ElmoEmbedder:
         one process). Rank 0 alone shows progress, for the whole group; its returned counts are the
         group's, the other ranks' their own.
         """
-        options = EmbedOptions(output_format, batch_size, forget_sentences, use_sentence_keys, progress,
-                               max_tokens_per_batch=max_tokens_per_batch, bucketing=bucketing, window=window,
-                               resume=resume, overwrite=overwrite, skip_empty=skip_empty,
-                               encoding_errors=encoding_errors, started=started, distributed=distributed,
-                               tokenize=tokenize, max_line_length=max_line_length, fasta=fasta,
-                               fasta_split_char=fasta_split_char, fasta_id_field=fasta_id_field,
-                               per_protein=per_protein)
+        options = EmbedOptions(
+            output_format,
+            batch_size,
+            forget_sentences,
+            use_sentence_keys,
+            progress,
+            max_tokens_per_batch=max_tokens_per_batch,
+            bucketing=bucketing,
+            window=window,
+            resume=resume,
+            overwrite=overwrite,
+            skip_empty=skip_empty,
+            encoding_errors=encoding_errors,
+            started=started,
+            distributed=distributed,
+            tokenize=tokenize,
+            max_line_length=max_line_length,
+            fasta=fasta,
+            fasta_split_char=fasta_split_char,
+            fasta_id_field=fasta_id_field,
+            per_protein=per_protein,
+        )
         return embed_corpus(self, input_file, output_file_path, options)

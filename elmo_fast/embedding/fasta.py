@@ -14,12 +14,14 @@ than ``max_line_length``.
 Each record is a :class:`~.lines.Line`: ``index`` its number in the file (0-based), ``text`` its
 residues, ``tokens`` one per residue, ``key`` its id, ``number`` its header's line.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Iterator
+from typing import IO
 
 from ..errors import ElmoFastError, InputError, Param
 from ..textio import BOM, DECOMPRESSION_ERRORS, TextInput
@@ -41,8 +43,9 @@ class IdRule:
         if self.split_char is not None and (not isinstance(self.split_char, str) or not self.split_char):
             raise ElmoFastError(Param("fasta_split_char"), f" must be a non-empty string, got {self.split_char!r}")
         if isinstance(self.field, bool) or not isinstance(self.field, int) or self.field < -1:
-            raise ElmoFastError(Param("fasta_id_field"), f" must be an integer >= -1 (-1: the whole header), "
-                                f"got {self.field!r}")
+            raise ElmoFastError(
+                Param("fasta_id_field"), f" must be an integer >= -1 (-1: the whole header), got {self.field!r}"
+            )
 
     def id_of(self, header: str) -> str | None:
         """The id in a header's text (without ``>``); None when the rule finds none."""
@@ -58,8 +61,9 @@ class IdRule:
     def describe(self) -> str:
         if self.split_char is None:
             return "the header's first word"
-        return "the whole header" if self.field == -1 else f"field {self.field} of the header split at " \
-                                                            f"{self.split_char!r}"
+        return (
+            "the whole header" if self.field == -1 else f"field {self.field} of the header split at {self.split_char!r}"
+        )
 
 
 def _hdf5_name_problem(key: str) -> str | None:
@@ -69,8 +73,11 @@ def _hdf5_name_problem(key: str) -> str | None:
     return None
 
 
-def read_fasta(input_file: str | os.PathLike | IO, id_rule: IdRule = IdRule(),
-               max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> Iterator[Line]:
+def read_fasta(
+    input_file: str | os.PathLike | IO,
+    id_rule: IdRule = IdRule(),
+    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+) -> Iterator[Line]:
     """Lazily the records of a FASTA input (see the module docstring); the input is opened now, so that a
     missing file fails before any output is begun."""
     check_max_line_length(max_line_length)
@@ -88,8 +95,9 @@ def _records(source: TextInput, id_rule: IdRule, max_line_length: int | None) ->
         key, number = header
         text = "".join(residues)
         if not text:
-            raise InputError(f"{name}: line {number}: record {key!r} has no residues (a header with no sequence "
-                             f"after it)")
+            raise InputError(
+                f"{name}: line {number}: record {key!r} has no residues (a header with no sequence after it)"
+            )
         return Line(count, text, list(text), key=key, number=number)
 
     try:
@@ -103,8 +111,10 @@ def _records(source: TextInput, id_rule: IdRule, max_line_length: int | None) ->
             except DECOMPRESSION_ERRORS as e:
                 if not kind:
                     raise
-                raise InputError(f"{name}: the {kind} data is corrupt or truncated after line {number} "
-                                 f"({' '.join(str(e).split()) or type(e).__name__})") from None
+                raise InputError(
+                    f"{name}: the {kind} data is corrupt or truncated after line {number} "
+                    f"({' '.join(str(e).split()) or type(e).__name__})"
+                ) from None
             number += 1
             if number == 1 and raw.startswith(BOM):
                 raw = raw[1:]
@@ -115,28 +125,37 @@ def _records(source: TextInput, id_rule: IdRule, max_line_length: int | None) ->
                     count += 1
                 key = id_rule.id_of(line[1:])
                 if key is None:
-                    raise InputError(f"{name}: line {number}: the header {line[:80]!r} gives no id ({id_rule.describe()}"
-                                     f"); give every record an id, or choose another ", Param("fasta_split_char"),
-                                     " / ", Param("fasta_id_field"))
+                    raise InputError(
+                        f"{name}: line {number}: the header {line[:80]!r} gives no id ({id_rule.describe()}"
+                        f"); give every record an id, or choose another ",
+                        Param("fasta_split_char"),
+                        " / ",
+                        Param("fasta_id_field"),
+                    )
                 if (problem := _hdf5_name_problem(key)) is not None:
                     raise InputError(f"{name}: line {number}: the id {key!r} cannot key a dataset: {problem}")
                 first = seen.setdefault(key, number)
                 if first != number:
-                    raise InputError(f"{name}: line {number}: the id {key!r} was the id of line {first} too; ids key "
-                                     f"the output's datasets, so each must be unique ({id_rule.describe()})")
+                    raise InputError(
+                        f"{name}: line {number}: the id {key!r} was the id of line {first} too; ids key "
+                        f"the output's datasets, so each must be unique ({id_rule.describe()})"
+                    )
                 header, residues = (key, number), []
                 continue
             sequence = "".join(line.split())
             if not sequence:
                 continue  # blank lines between records
             if header is None:
-                raise InputError(f"{name}: line {number}: sequence before the first header; a FASTA file starts "
-                                 f"with a '>' line naming the record (is this a FASTA file?)")
+                raise InputError(
+                    f"{name}: line {number}: sequence before the first header; a FASTA file starts "
+                    f"with a '>' line naming the record (is this a FASTA file?)"
+                )
             if (bad := _NOT_RESIDUE.search(sequence)) is not None:
                 column = line.find(bad.group()) + 1
                 hint = " (a stop codon: remove it)" if bad.group() == "*" else ""
-                raise InputError(f"{name}: line {number}, column {column}: {bad.group()!r} is not a residue letter "
-                                 f"(A-Z){hint}")
+                raise InputError(
+                    f"{name}: line {number}, column {column}: {bad.group()!r} is not a residue letter (A-Z){hint}"
+                )
             residues.append(sequence.upper())
         if header is not None:
             yield record()

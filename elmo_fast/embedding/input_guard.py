@@ -11,11 +11,13 @@ unbounded length.
   error naming the file, the line and the limit before it is held whole, so ``/dev/zero`` or a
   2 GB line cannot exhaust memory.
 """
+
 from __future__ import annotations
 
 import os
 import stat
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 from ..textio import DEFAULT_MAX_LINE_LENGTH, check_max_line_length, line_too_long, without_line_end
 
@@ -46,8 +48,15 @@ def kind_of(source: str | os.PathLike | IO) -> str:
         mode = os.stat(source).st_mode
     except OSError:
         return "a file"
-    return ("a pipe (FIFO)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a file")
+    return (
+        "a pipe (FIFO)"
+        if stat.S_ISFIFO(mode)
+        else "a character device"
+        if stat.S_ISCHR(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a file"
+    )
 
 
 def bounded_lines(stream: IO[str], name: str, limit: int | None) -> Iterator[str]:

@@ -3,10 +3,11 @@ or with sentence keys its text, where '/' nests groups as h5py's ``create_datase
 ``sentence_to_index``, one JSON string mapping each sentence to its key. A FASTA input's datasets are
 named by record id, as seqvec and bio_embeddings name them, and may hold per-protein vectors
 (:func:`per_protein`): instead of the residues', or beside them as the attribute ``per_protein``."""
+
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -36,10 +37,14 @@ def write_float32(group, key: str, data: np.ndarray, attrs: dict[str, np.ndarray
             group = group.require_group(parent)
         dataset = h5py.h5d.create(group.id, name, h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple(data.shape))
     except (ValueError, TypeError) as e:  # only sentence keys can be such names: line indices always fit
-        raise InputError(f"the sentence {key!r} cannot be a dataset name in HDF5 ({e}): with ",
-                         Param("use_sentence_keys"), " '/' nests groups, so '.', a trailing '/', or a sentence that is "
-                         "another's group path cannot be stored; do not pass ", Param("use_sentence_keys"),
-                         " for this input") from None
+        raise InputError(
+            f"the sentence {key!r} cannot be a dataset name in HDF5 ({e}): with ",
+            Param("use_sentence_keys"),
+            " '/' nests groups, so '.', a trailing '/', or a sentence that is "
+            "another's group path cannot be stored; do not pass ",
+            Param("use_sentence_keys"),
+            " for this input",
+        ) from None
     if data.size:
         dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
     if attrs:
@@ -61,10 +66,14 @@ def copy_float32(source, name: str, group, key: str) -> None:
             group = group.require_group(parent)
         h5py.h5o.copy(source.id, name.encode("utf-8"), group.id, target)
     except (ValueError, TypeError, KeyError, RuntimeError) as e:  # H5Ocopy reports bad names as RuntimeError
-        raise InputError(f"the sentence {key!r} cannot be a dataset name in HDF5 ({e}): with ",
-                         Param("use_sentence_keys"), " '/' nests groups, so '.', a trailing '/', or a sentence that is "
-                         "another's group path cannot be stored; do not pass ", Param("use_sentence_keys"),
-                         " for this input") from None
+        raise InputError(
+            f"the sentence {key!r} cannot be a dataset name in HDF5 ({e}): with ",
+            Param("use_sentence_keys"),
+            " '/' nests groups, so '.', a trailing '/', or a sentence that is "
+            "another's group path cannot be stored; do not pass ",
+            Param("use_sentence_keys"),
+            " for this input",
+        ) from None
 
 
 def sentence_map(pairs: Iterable[tuple[str, str]]) -> str:

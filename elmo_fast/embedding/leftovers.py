@@ -5,6 +5,7 @@ Today's are :mod:`elmo_fast.durable`'s (``.OUTPUT.HOST-PID.TOKEN.elmo-tmp``, and
 ``.OUTPUT.HOST-PID.TOKEN.partial`` and ``.sentences``, and mkstemp's ``.OUTPUT.XXXXXXXX.partial``
 (elmo-fast 0.1, which does not name its process).
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,10 @@ from .. import durable
 def _legacy_pattern(output: str) -> re.Pattern:
     # exactly the earlier builds' names for this output: tagged with host and process, or mkstemp's
     base = re.escape(os.path.basename(output))
-    return re.compile(rf"\.{base}\.(?:(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}|[a-z0-9_]{{8}})"
-                      rf"\.(?:partial|sentences)")
+    return re.compile(
+        rf"\.{base}\.(?:(?P<host>[A-Za-z0-9_-]+)-(?P<pid>[0-9]+)\.[0-9a-f]{{8}}|[a-z0-9_]{{8}})"
+        rf"\.(?:partial|sentences)"
+    )
 
 
 def _temp_files(output: str) -> list[durable.TempFile]:
@@ -50,8 +53,10 @@ def stale_temp_files(output: str, remove: bool = True) -> tuple[list[str], list[
         path, host, pid = temp.path, temp.host, temp.pid
         owner = None if pid is None else temp.owner()
         if owner is None:
-            left.append(f"{path} (left by elmo-fast 0.1, which does not name its process: remove it if no run is "
-                        f"writing {output})")
+            left.append(
+                f"{path} (left by elmo-fast 0.1, which does not name its process: remove it if no run is "
+                f"writing {output})"
+            )
         elif owner == "other host":
             left.append(f"{path} (made on host {host}: remove it if no run there is writing {output})")
         elif owner == "running":

@@ -3,13 +3,15 @@
 The input may be a path, a binary stream or a text stream; plain, gzip, bzip2 or xz text, told apart
 by its first bytes (:mod:`elmo_fast.textio`). A bad line is an error naming it.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Callable, Iterable, Iterator
+from typing import IO
 
 from ..errors import ElmoFastError, InputError, Param
 from ..textio import BOM, DECOMPRESSION_ERRORS, TextInput
@@ -25,6 +27,7 @@ class Line:
     """One sentence of the input: its 0-based line number (its default key) and its text; or one record of
     a FASTA file (:mod:`.fasta`): its 0-based number, its residues, and its id (``key``) and header's line
     number (``number``)."""
+
     index: int
     text: str
     tokens: list[str]
@@ -52,17 +55,26 @@ def _decode_line(raw: str, name: str, number: int, encoding_errors: str, compres
     except UnicodeDecodeError as e:
         where = f"{name}: line {number}" + (f" (after {compression} decompression)" if compression else "")
         if compression:  # not text inside (a tar archive?): reading it with U+FFFD would embed garbage
-            raise InputError(f"{where} is not valid UTF-8 ({e.reason} at byte {e.start} of the line); the "
-                             f"decompressed data must be UTF-8 text, one sentence per line (is the file damaged, "
-                             f"or an archive?)") from None
-        raise InputError(f"{where} is not valid UTF-8 ({e.reason} at byte {e.start} of the line); fix it, or pass ",
-                         Param("encoding_errors", "replace"), " to read bad bytes as U+FFFD") from None
+            raise InputError(
+                f"{where} is not valid UTF-8 ({e.reason} at byte {e.start} of the line); the "
+                f"decompressed data must be UTF-8 text, one sentence per line (is the file damaged, "
+                f"or an archive?)"
+            ) from None
+        raise InputError(
+            f"{where} is not valid UTF-8 ({e.reason} at byte {e.start} of the line); fix it, or pass ",
+            Param("encoding_errors", "replace"),
+            " to read bad bytes as U+FFFD",
+        ) from None
     return raw  # unreachable in practice: surrogates only come from bytes that are not UTF-8
 
 
-def read_sentences(input_file: str | os.PathLike | IO, encoding_errors: str = "strict",
-                   skip_empty: bool = False, tokenize: bool = False,
-                   max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> Iterator[Line]:
+def read_sentences(
+    input_file: str | os.PathLike | IO,
+    encoding_errors: str = "strict",
+    skip_empty: bool = False,
+    tokenize: bool = False,
+    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+) -> Iterator[Line]:
     """Lazily the input's sentences, one per line, stripped, checked as they are read.
 
     input_file: a path, a binary stream (decoded as UTF-8 line by line) or a text stream; a path is
@@ -79,14 +91,20 @@ def read_sentences(input_file: str | os.PathLike | IO, encoding_errors: str = "s
     line is held whole (None: no bound; :mod:`.input_guard`).
     """
     if encoding_errors not in ENCODING_ERRORS:
-        raise ElmoFastError(Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, "
-                            f"got {encoding_errors!r}")
+        raise ElmoFastError(
+            Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, got {encoding_errors!r}"
+        )
     check_max_line_length(max_line_length)
     return _iter_lines(TextInput(input_file), encoding_errors, skip_empty, tokenize, max_line_length)
 
 
-def _iter_lines(source: TextInput, encoding_errors: str, skip_empty: bool, tokenize: bool = False,
-                max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> Iterator[Line]:
+def _iter_lines(
+    source: TextInput,
+    encoding_errors: str,
+    skip_empty: bool,
+    tokenize: bool = False,
+    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+) -> Iterator[Line]:
     name, kind = source.name, source.compression
     split: Callable[[str], list[str]] = str.split
     if tokenize:
@@ -103,22 +121,29 @@ def _iter_lines(source: TextInput, encoding_errors: str, skip_empty: bool, token
             except DECOMPRESSION_ERRORS as e:
                 if not kind:
                     raise
-                raise InputError(f"{name}: the {kind} data is corrupt or truncated after line {index + 1} "
-                                 f"({' '.join(str(e).split()) or type(e).__name__})") from None
+                raise InputError(
+                    f"{name}: the {kind} data is corrupt or truncated after line {index + 1} "
+                    f"({' '.join(str(e).split()) or type(e).__name__})"
+                ) from None
             index += 1
             if index == 0 and raw.startswith(BOM):
                 raw = raw[1:]  # only there: a BOM elsewhere is a character of the text, as utf-8-sig reads it
             if "\x00" in raw:
                 where = f" (after {kind} decompression)" if kind else ""
-                raise InputError(f"{name}: line {index + 1}{where} holds a NUL byte: this is binary data, not text; "
-                                 f"give a UTF-8 text file of sentences, one per line")
+                raise InputError(
+                    f"{name}: line {index + 1}{where} holds a NUL byte: this is binary data, not text; "
+                    f"give a UTF-8 text file of sentences, one per line"
+                )
             text = _decode_line(raw, name, index + 1, encoding_errors, kind).strip()
             if not text:
                 if skip_empty:
                     continue
-                raise InputError(f"{name}: line {index + 1} is empty; every line must hold one "
-                                 f"{'' if tokenize else 'whitespace-tokenized '}sentence (", Param("skip_empty", True),
-                                 " skips such lines)")
+                raise InputError(
+                    f"{name}: line {index + 1} is empty; every line must hold one "
+                    f"{'' if tokenize else 'whitespace-tokenized '}sentence (",
+                    Param("skip_empty", True),
+                    " skips such lines)",
+                )
             count += 1
             yield Line(index, text, split(text))
         if count == 0:
@@ -135,9 +160,12 @@ def refuse_duplicates(lines: Iterable[Line], output: str) -> Iterator[Line]:
         digest = hashlib.blake2b(line.text.encode("utf-8"), digest_size=16).digest()
         first = seen.setdefault(digest, line.index)
         if first != line.index:
-            raise InputError(f"line {line.index + 1} repeats the sentence of line {first + 1}; its key would exist "
-                             f"twice in {output}: do not pass ", Param("use_sentence_keys"),
-                             " to encode duplicate sentences")
+            raise InputError(
+                f"line {line.index + 1} repeats the sentence of line {first + 1}; its key would exist "
+                f"twice in {output}: do not pass ",
+                Param("use_sentence_keys"),
+                " to encode duplicate sentences",
+            )
         yield line
 
 
@@ -146,5 +174,5 @@ def lines_digest(lines: Iterable[Line]) -> str:
     h = hashlib.blake2b(digest_size=16)
     for line in lines:
         keyed = "" if line.key is None else f"{line.key}\t"  # (FASTA records: their ids too)
-        h.update(f"{line.index}\t{keyed}{line.text}\n".encode("utf-8"))
+        h.update(f"{line.index}\t{keyed}{line.text}\n".encode())
     return h.hexdigest()

@@ -1,5 +1,6 @@
 """How a corpus is embedded: :class:`EmbedOptions`, built from ``ElmoEmbedder.embed_file``'s keyword
 arguments (and so from ``elmo-fast embed``'s flags), checked once, then carried through the pipeline."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,11 +57,13 @@ class EmbedOptions:
 
     def __post_init__(self) -> None:
         if self.output_format not in OUTPUT_FORMATS:
-            raise ElmoFastError(Param("output_format"), f" must be one of {', '.join(OUTPUT_FORMATS)}, "
-                                f"got {self.output_format!r}")
+            raise ElmoFastError(
+                Param("output_format"), f" must be one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}"
+            )
         if self.encoding_errors not in ENCODING_ERRORS:
-            raise ElmoFastError(Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, "
-                                f"got {self.encoding_errors!r}")
+            raise ElmoFastError(
+                Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, got {self.encoding_errors!r}"
+            )
         for name in ("batch_size", "max_tokens_per_batch", "window"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -69,23 +72,34 @@ class EmbedOptions:
         if self.per_protein is True:
             object.__setattr__(self, "per_protein", "only")
         if self.per_protein not in (None, False, *PER_PROTEIN):
-            raise ElmoFastError(Param("per_protein"), f" must be one of {', '.join(PER_PROTEIN)} (or True: only), "
-                                f"got {self.per_protein!r}")
+            raise ElmoFastError(
+                Param("per_protein"),
+                f" must be one of {', '.join(PER_PROTEIN)} (or True: only), got {self.per_protein!r}",
+            )
         if self.per_protein is False:
             object.__setattr__(self, "per_protein", None)
         if self.fasta:
-            for name, bad in (("tokenize", self.tokenize), ("use_sentence_keys", self.use_sentence_keys),
-                              ("skip_empty", self.skip_empty)):
+            for name, bad in (
+                ("tokenize", self.tokenize),
+                ("use_sentence_keys", self.use_sentence_keys),
+                ("skip_empty", self.skip_empty),
+            ):
                 if bad:
-                    raise ElmoFastError(Param(name), " is for text, one sentence per line; with ", Param("fasta"),
-                                        " every record is one sequence, one residue a token, keyed by its id")
+                    raise ElmoFastError(
+                        Param(name),
+                        " is for text, one sentence per line; with ",
+                        Param("fasta"),
+                        " every record is one sequence, one residue a token, keyed by its id",
+                    )
         else:
-            for name, given in (("per_protein", self.per_protein is not None),
-                                ("fasta_split_char", self.fasta_split_char is not None)):
+            for name, given in (
+                ("per_protein", self.per_protein is not None),
+                ("fasta_split_char", self.fasta_split_char is not None),
+            ):
                 if given:
                     raise ElmoFastError(Param(name), " needs ", Param("fasta"), ": it is about FASTA records")
 
-    def for_model(self, batch_size: int, stateful: bool) -> "EmbedOptions":
+    def for_model(self, batch_size: int, stateful: bool) -> EmbedOptions:
         """These options with nothing left to the embedder: ``batch_size`` set, ``bucketing`` a bool,
         ``max_tokens_per_batch`` the bound batches are cut under (None: none). Stateful runs keep
         input order (the LSTM states flow from each batch to the next): bucketing and a token bound
@@ -93,16 +107,27 @@ class EmbedOptions:
         batch_size = self.batch_size if self.batch_size is not None else batch_size
         if stateful:
             if self.max_tokens_per_batch is not None or self.bucketing:
-                raise ElmoFastError("stateful mode keeps input order (the LSTM states flow from each batch to the "
-                                    "next), so it cannot sort sentences into batches by length: drop ",
-                                    Param("max_tokens_per_batch") if self.max_tokens_per_batch is not None
-                                    else Param("bucketing", True), " and bound batches with ", Param("batch_size"))
-            return dataclasses.replace(self, batch_size=batch_size, bucketing=False, max_tokens_per_batch=None,
-                                       window=-(-self.window // batch_size) * batch_size)
+                raise ElmoFastError(
+                    "stateful mode keeps input order (the LSTM states flow from each batch to the "
+                    "next), so it cannot sort sentences into batches by length: drop ",
+                    Param("max_tokens_per_batch")
+                    if self.max_tokens_per_batch is not None
+                    else Param("bucketing", True),
+                    " and bound batches with ",
+                    Param("batch_size"),
+                )
+            return dataclasses.replace(
+                self,
+                batch_size=batch_size,
+                bucketing=False,
+                max_tokens_per_batch=None,
+                window=-(-self.window // batch_size) * batch_size,
+            )
         bucketing = True if self.bucketing is None else self.bucketing
         default = DEFAULT_FASTA_MAX_TOKENS if self.fasta else DEFAULT_MAX_TOKENS
-        max_tokens = self.max_tokens_per_batch if self.max_tokens_per_batch is not None else (
-            default if bucketing else None)
+        max_tokens = (
+            self.max_tokens_per_batch if self.max_tokens_per_batch is not None else (default if bucketing else None)
+        )
         return dataclasses.replace(self, batch_size=batch_size, bucketing=bucketing, max_tokens_per_batch=max_tokens)
 
     @property

@@ -1,11 +1,12 @@
 """Before an embed run: the output can be written, is not another run's work, and may not be this
 very run's finished result already (``resume=True`` after its work directory was removed)."""
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from itertools import islice
-from typing import Iterator
 
 from .. import durable
 from ..errors import ElmoFastError, Param
@@ -32,8 +33,11 @@ def check_output(output: str, overwrite: bool, resume: bool) -> None:
             if not resume:
                 n = len(shard_names(work))
                 damaged = ", its manifest damaged" if manifest is DAMAGED else ""
-                raise ElmoFastError(f"{work} holds an interrupted run ({n} window(s) done{damaged}); pass ",
-                                    Param("resume", True), " to continue it, or remove that directory to start over")
+                raise ElmoFastError(
+                    f"{work} holds an interrupted run ({n} window(s) done{damaged}); pass ",
+                    Param("resume", True),
+                    " to continue it, or remove that directory to start over",
+                )
             return  # the run that made it passed the checks below; it may replace the output
     if os.path.exists(output) and not overwrite:
         if resume and _run_record(output) is not None:
@@ -66,8 +70,9 @@ def _finished_run_differs(record: dict, manifest: dict, lines: Iterator[Line], n
     return f"{name} has more lines than it was made from (line {extra.index + 1})" if extra else None
 
 
-def finished_already(output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
-                     rereadable: bool) -> bool:
+def finished_already(
+    output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool, rereadable: bool
+) -> bool:
     """Whether the output is the finished result of this very run (resume=True after the work directory
     was removed), reading the input to check it; an output of another run is an error unless overwrite."""
     work = work_dir_of(output)
@@ -80,9 +85,11 @@ def finished_already(output: str, manifest: dict, lines: Iterator[Line], name: s
     if why is None:
         return True
     if not overwrite:
-        raise ElmoFastError(f"{output} already exists, made by another run ({why}); pass ", Param("overwrite", True),
-                            " to replace it")
+        raise ElmoFastError(
+            f"{output} already exists, made by another run ({why}); pass ", Param("overwrite", True), " to replace it"
+        )
     if not rereadable:
-        raise ElmoFastError(f"{output} was made by another run ({why}), and {name} cannot be read twice; "
-                            f"remove {output} to embed it")
+        raise ElmoFastError(
+            f"{output} was made by another run ({why}), and {name} cannot be read twice; remove {output} to embed it"
+        )
     return False

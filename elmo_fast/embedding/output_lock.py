@@ -10,12 +10,13 @@ is removed when the run ends; a killed run's stays, and never blocks the next ru
 The command line takes it before it loads the model, so that a second run fails at once; the
 library takes it again for ``embed_file``: in the thread that holds it already, that is a no-op.
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..durable import fitting_stem
 from ..run_lock import RunLock

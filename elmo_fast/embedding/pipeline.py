@@ -18,6 +18,7 @@ string in allennlp's layout, is built whole at the end). Every file is written t
 * a group (``distributed=True``, ``torchrun``): the resumable way, each rank embedding its share
   of the windows into the same work directory, rank 0 assembling (:mod:`.ranks`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,8 @@ import dataclasses
 import os
 import sys
 import time
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
 from ..errors import ElmoFastError, Param
 from . import ranks as group
@@ -37,15 +39,16 @@ from .layout import per_protein
 from .leftovers import stale_temp_files
 from .lines import Line, read_sentences, refuse_duplicates
 from .options import EmbedOptions
+from .output_checks import check_output, check_output_path, finished_already
 from .output_lock import hold_output
 from .progress import Progress, TokenCount, summary_lines
-from .output_checks import check_output, check_output_path, finished_already
 from .work_area import new_manifest, work_dir_of
 from .writers import PlainWriter, ShardWriter, Writer
 
 
-def embed_corpus(embedder: Embedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
-                 options: EmbedOptions) -> dict[str, Any]:
+def embed_corpus(
+    embedder: Embedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike, options: EmbedOptions
+) -> dict[str, Any]:
     """The body of :meth:`ElmoEmbedder.embed_file` (see there); returns the run's counts and timings."""
     with contextlib.ExitStack() as held:
         check_output_path(os.fspath(output_file_path))  # what the lock file needs: its folder, a name that fits
@@ -54,8 +57,13 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike | IO, output_
         return _embed_corpus(embedder, input_file, output_file_path, options, held)
 
 
-def _embed_corpus(embedder: Embedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
-                  options: EmbedOptions, held: contextlib.ExitStack) -> dict[str, Any]:
+def _embed_corpus(
+    embedder: Embedder,
+    input_file: str | os.PathLike | IO,
+    output_file_path: str | os.PathLike,
+    options: EmbedOptions,
+    held: contextlib.ExitStack,
+) -> dict[str, Any]:
     run = CorpusRun(embedder, input_file, output_file_path, options)  # every check, before any work
     try:
         if not run.begin(held):  # a resumed run that had finished: nothing to do
@@ -90,29 +98,44 @@ class CorpusRun:
     runner: BatchRunner
     progress: Progress
 
-    def __init__(self, embedder: Embedder, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,
-                 options: EmbedOptions) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        input_file: str | os.PathLike | IO,
+        output_file_path: str | os.PathLike,
+        options: EmbedOptions,
+    ) -> None:
         self.started = time.perf_counter() if options.started is None else options.started
         self.embedder = embedder
         self.bilm = bilm = embedder.elmo_bilm
         self.input_file = input_file
         self.output = output = os.fspath(output_file_path)
-        self.name = (os.fspath(input_file) if isinstance(input_file, (str, os.PathLike))
-                     else str(getattr(input_file, "name", "<input>")))
+        self.name = (
+            os.fspath(input_file)
+            if isinstance(input_file, (str, os.PathLike))
+            else str(getattr(input_file, "name", "<input>"))
+        )
         self.rereadable = rereadable(input_file)  # else opened once, read once (input_guard)
         self.ranks: group.Ranks | None = None
         if options.distributed:
             if bilm.stateful:
-                raise _refusal_in_a_group("the LSTM states flow from each batch to the next in input order, so one "
-                                          "process must embed it all; run it without torchrun", "a stateful run (",
-                                          Param("stateful", True), ")")
+                raise _refusal_in_a_group(
+                    "the LSTM states flow from each batch to the next in input order, so one "
+                    "process must embed it all; run it without torchrun",
+                    "a stateful run (",
+                    Param("stateful", True),
+                    ")",
+                )
             if not self.rereadable:
-                raise _refusal_in_a_group("every rank reads the input itself; give a file on a filesystem that every "
-                                          "rank shares", f"input from {kind_of(input_file)} ({self.name})")
+                raise _refusal_in_a_group(
+                    "every rank reads the input itself; give a file on a filesystem that every rank shares",
+                    f"input from {kind_of(input_file)} ({self.name})",
+                )
             self.ranks = group.Ranks.join(work_dir_of(output))
             # the work directory is how ranks write, and how a restarted group continues
-            options = dataclasses.replace(options, resume=True,
-                                          progress=options.progress if self.ranks.rank == 0 else False)
+            options = dataclasses.replace(
+                options, resume=True, progress=options.progress if self.ranks.rank == 0 else False
+            )
         self.rank = 0 if self.ranks is None else self.ranks.rank
         self.options = options = options.for_model(embedder.batch_size, bilm.stateful)
         check_output(output, options.overwrite, options.resume)
@@ -129,9 +152,13 @@ class CorpusRun:
                     print(f"elmo-fast: note: {what}", file=sys.stderr)
         self.id_rule = IdRule(options.fasta_split_char, options.fasta_id_field) if options.fasta else None
         self.lines = self.sentences()  # the input is opened now: a missing file fails before any output
-        self.info = {"backend": bilm.backend, "stateful": bilm.stateful,
-                     "dtype": str(bilm.compute_dtype).replace("torch.", ""), "device": str(embedder.device),
-                     **({"input": "fasta"} if options.fasta else {})}
+        self.info = {
+            "backend": bilm.backend,
+            "stateful": bilm.stateful,
+            "dtype": str(bilm.compute_dtype).replace("torch.", ""),
+            "device": str(embedder.device),
+            **({"input": "fasta"} if options.fasta else {}),
+        }
         self.writer = None  # type: ignore[assignment]
         self.progress = None  # type: ignore[assignment]
         self.done: list[dict] = []  # the complete shards of an interrupted run, by start
@@ -157,8 +184,9 @@ class CorpusRun:
         else:
             manifest = new_manifest(self.embedder, self.name, o)
             if self.ranks is not None:
-                self.writer = group.start_group(self.ranks, output, manifest, self.lines, self.name, o.overwrite,
-                                                o.progress, held)
+                self.writer = group.start_group(
+                    self.ranks, output, manifest, self.lines, self.name, o.overwrite, o.progress, held
+                )
             elif finished_already(output, manifest, self.lines, self.name, o.overwrite, self.rereadable):
                 if o.progress:
                     print(f"elmo-fast: {output} is complete already: nothing to resume", file=sys.stderr)
@@ -176,24 +204,37 @@ class CorpusRun:
             if self.bilm.stateful:
                 self._restore_states(self.writer)
         self.runner = BatchRunner(self.embedder, o.output_format, o.max_tokens_per_batch)
-        counter = (TokenCount(self.name, o.tokenize, o.max_line_length, fasta=o.fasta)
-                   if self.rereadable and o.progress and os.path.isfile(self.name) else None)
-        self.progress = Progress(o.progress, sum(s["tokens"] for s in self.done), counter, self.ranks,
-                                 lambda: self.runner.oom_splits)
+        counter = (
+            TokenCount(self.name, o.tokenize, o.max_line_length, fasta=o.fasta)
+            if self.rereadable and o.progress and os.path.isfile(self.name)
+            else None
+        )
+        self.progress = Progress(
+            o.progress, sum(s["tokens"] for s in self.done), counter, self.ranks, lambda: self.runner.oom_splits
+        )
         return True
 
     def _restore_states(self, writer: ShardWriter) -> None:
         done = self.done
         if any(s["start"] != sum(d["n"] for d in done[:i]) for i, s in enumerate(done)):
-            raise ElmoFastError(f"{writer.work}: its shards leave gaps, so the LSTM states to continue from are "
-                                f"unknown (a stateful run leaves none); remove {writer.work} to start over")
+            raise ElmoFastError(
+                f"{writer.work}: its shards leave gaps, so the LSTM states to continue from are "
+                f"unknown (a stateful run leaves none); remove {writer.work} to start over"
+            )
         if (states := writer.saved_states()) is not None:
             self.bilm.set_states(states)
 
     def windows(self) -> Iterator[Window]:
         owns = self.ranks.owns if self.ranks is not None else (lambda k: True)
-        for window in windows(self.lines, self.options.window, self.done, owns, self.name, work_dir_of(self.output),
-                              self.options.use_sentence_keys):
+        for window in windows(
+            self.lines,
+            self.options.window,
+            self.done,
+            owns,
+            self.name,
+            work_dir_of(self.output),
+            self.options.use_sentence_keys,
+        ):
             self.total = window.start + len(window.lines)
             yield window
 
@@ -220,13 +261,25 @@ class CorpusRun:
 
     def nothing(self) -> dict[str, Any]:
         """The counts of a run that found nothing left to do."""
-        return {"sentences": 0, "tokens": 0, "seconds": 0.0, "tokens_per_s": 0.0, "resumed_sentences": 0,
-                "oom_splits": 0, **self.info}
+        return {
+            "sentences": 0,
+            "tokens": 0,
+            "seconds": 0.0,
+            "tokens_per_s": 0.0,
+            "resumed_sentences": 0,
+            "oom_splits": 0,
+            **self.info,
+        }
 
     def report(self) -> dict[str, Any]:
         """The run's counts and timings, and its two closing lines (with progress)."""
-        stats = self.progress.stats(self.started, self.assembly_start, self.info, sum(s["n"] for s in self.done),
-                                    os.path.getsize(self.output) if self.rank == 0 else 0)
+        stats = self.progress.stats(
+            self.started,
+            self.assembly_start,
+            self.info,
+            sum(s["n"] for s in self.done),
+            os.path.getsize(self.output) if self.rank == 0 else 0,
+        )
         if self.options.progress:
             for line in summary_lines(stats, self.output):
                 print(line, file=sys.stderr)

@@ -1,12 +1,14 @@
 """The record stage's counts and what the user sees of them: a progress bar of tokens (its total
 counted by a background pass over the input file), the counts and rates a run returns, and its two
 closing lines. In a group (torchrun) rank 0's bar and counts are the whole group's."""
+
 from __future__ import annotations
 
 import io
 import sys
 import time
-from typing import IO, TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
@@ -50,8 +52,13 @@ class TokenCount:
     A line over ``max_line_length`` characters ends the count without a total (the reader reports
     it), before it is held whole."""
 
-    def __init__(self, path: str, tokenize: bool = False,
-                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH, fasta: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        tokenize: bool = False,
+        max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+        fasta: bool = False,
+    ) -> None:
         import threading
 
         self.path = path
@@ -147,10 +154,16 @@ def progress_bar(total: int | None, initial: int, progress: bool | str):
     from tqdm import tqdm
 
     if progress == "log":
-        return tqdm(total=total, initial=initial, unit="tok", file=_LogLines(sys.stderr),
-                    mininterval=10.0, ascii=True, ncols=100)
-    return tqdm(total=total, initial=initial, unit="tok", disable=not progress, file=sys.stderr,
-                dynamic_ncols=True)
+        return tqdm(
+            total=total,
+            initial=initial,
+            unit="tok",
+            file=_LogLines(sys.stderr),
+            mininterval=10.0,
+            ascii=True,
+            ncols=100,
+        )
+    return tqdm(total=total, initial=initial, unit="tok", disable=not progress, file=sys.stderr, dynamic_ncols=True)
 
 
 def _size(n: int) -> str:
@@ -166,21 +179,28 @@ def summary_lines(stats: dict, output: str) -> list[str]:
     (after the first batch, which pays for warm-up), and the settings that explain that rate. A
     group's (torchrun's) counts and rates are the sums over its ranks."""
     resumed = f" (after {stats['resumed_sentences']:,} done before)" if stats["resumed_sentences"] else ""
-    assembling = (f", {stats['assembly_seconds']:.2f} s of it assembling the output"
-                  if stats.get("assembly_seconds") else "")
+    assembling = (
+        f", {stats['assembly_seconds']:.2f} s of it assembling the output" if stats.get("assembly_seconds") else ""
+    )
     items, tokens = ("proteins", "residues") if stats.get("input") == "fasta" else ("sentences", "tokens")
-    first = (f"elmo-fast: {stats['sentences']:,} {items}, {stats['tokens']:,} {tokens}{resumed} -> {output} "
-             f"({_size(stats['output_bytes'])}) in {stats['wall_seconds']:.2f} s ({stats['startup_seconds']:.2f} s "
-             f"to start, {stats['seconds']:.2f} s to embed and write{assembling})")
+    first = (
+        f"elmo-fast: {stats['sentences']:,} {items}, {stats['tokens']:,} {tokens}{resumed} -> {output} "
+        f"({_size(stats['output_bytes'])}) in {stats['wall_seconds']:.2f} s ({stats['startup_seconds']:.2f} s "
+        f"to start, {stats['seconds']:.2f} s to embed and write{assembling})"
+    )
     ranks = stats.get("ranks", 1)
     if stats["steady_tokens_per_s"] is not None:
         summed = f"; the sum over {ranks} ranks" if ranks > 1 else ""
-        rate = (f"{stats['steady_tokens_per_s']:,.0f} {tokens}/s steady (after the first batch, "
-                f"{stats['warmup_seconds']:.2f} s with warm-up{summed})")
+        rate = (
+            f"{stats['steady_tokens_per_s']:,.0f} {tokens}/s steady (after the first batch, "
+            f"{stats['warmup_seconds']:.2f} s with warm-up{summed})"
+        )
     else:
         rate = f"{stats['tokens_per_s']:,.0f} {tokens}/s in one batch, warm-up included (too few for a steady rate)"
-    second = (f"elmo-fast: {rate}; backend {stats['backend']}, {'stateful' if stats['stateful'] else 'stateless'}, "
-              f"{stats['dtype']}, {stats['device']}{f' x {ranks} ranks' if ranks > 1 else ''}")
+    second = (
+        f"elmo-fast: {rate}; backend {stats['backend']}, {'stateful' if stats['stateful'] else 'stateless'}, "
+        f"{stats['dtype']}, {stats['device']}{f' x {ranks} ranks' if ranks > 1 else ''}"
+    )
     return [first, second]
 
 
@@ -191,8 +211,14 @@ class Progress:
     ``initial_tokens``: those of windows an earlier run completed (the bar starts there); ``counter``:
     the background count of the input's tokens, the bar's total once known."""
 
-    def __init__(self, show: bool | str, initial_tokens: int, counter: TokenCount | None, ranks: Ranks | None,
-                 oom_splits: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        show: bool | str,
+        initial_tokens: int,
+        counter: TokenCount | None,
+        ranks: Ranks | None,
+        oom_splits: Callable[[], int],
+    ) -> None:
         self.counter = counter
         self.ranks = ranks
         self.oom_splits = oom_splits
@@ -253,8 +279,13 @@ class Progress:
         steady = None
         if self.first_done is not None and self.last_done > self.first_done:
             steady = (self.tokens - self.first_tokens) / (self.last_done - self.first_done)
-        return {"tokens": self.tokens, "sentences": self.sentences, "steady": steady,
-                "oom_splits": self.oom_splits(), "final": final}
+        return {
+            "tokens": self.tokens,
+            "sentences": self.sentences,
+            "steady": steady,
+            "oom_splits": self.oom_splits(),
+            "final": final,
+        }
 
     def _learn_total(self) -> None:
         if self.bar.total is None and self.counter is not None and self.counter.total is not None:
@@ -274,22 +305,29 @@ class Progress:
             self.bar.update(tokens - self._heard["tokens"])
             self._heard["tokens"] = tokens
 
-    def stats(self, started: float, assembly_start: float | None, info: dict, resumed: int,
-              output_bytes: int) -> dict:
+    def stats(self, started: float, assembly_start: float | None, info: dict, resumed: int, output_bytes: int) -> dict:
         """What a run returns: counts, timings (from ``started``; ``assembly_start``: when a resumable
         run began to assemble its output), the settings in ``info``; on rank 0 of a group, the group's
         totals."""
         end = time.perf_counter()
         own = self.counts(final=True)
         ranks = self.ranks
-        stats = {"sentences": self.sentences, "tokens": self.tokens, "seconds": end - self.start,
-                 "resumed_sentences": resumed, "oom_splits": own["oom_splits"],
-                 "wall_seconds": end - started, "startup_seconds": self.start - started,
-                 "warmup_seconds": (self.first_done - self.start) if self.first_done is not None else 0.0,
-                 "steady_tokens_per_s": own["steady"],
-                 "assembly_seconds": end - assembly_start if assembly_start is not None else 0.0,
-                 "output_bytes": output_bytes, "ranks": ranks.world if ranks is not None else 1,
-                 "rank": ranks.rank if ranks is not None else 0, **info}
+        stats = {
+            "sentences": self.sentences,
+            "tokens": self.tokens,
+            "seconds": end - self.start,
+            "resumed_sentences": resumed,
+            "oom_splits": own["oom_splits"],
+            "wall_seconds": end - started,
+            "startup_seconds": self.start - started,
+            "warmup_seconds": (self.first_done - self.start) if self.first_done is not None else 0.0,
+            "steady_tokens_per_s": own["steady"],
+            "assembly_seconds": end - assembly_start if assembly_start is not None else 0.0,
+            "output_bytes": output_bytes,
+            "ranks": ranks.world if ranks is not None else 1,
+            "rank": ranks.rank if ranks is not None else 0,
+            **info,
+        }
         if ranks is not None and ranks.rank == 0 and ranks.world > 1:  # the group's totals
             everyone = [own, *self.others]
             for key in ("sentences", "tokens", "oom_splits"):

@@ -18,6 +18,7 @@
 
 Only small control messages go through torch.distributed (gloo, even when the ranks embed on GPUs).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,15 +27,16 @@ import os
 import secrets
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .. import durable
 from ..distributed import world
 from ..errors import ElmoFastError
 from ..host import host_name
 from .lines import Line
-from .output_lock import hold_output
 from .output_checks import finished_already
+from .output_lock import hold_output
 from .writers import ShardWriter
 
 #: seconds between a rank's progress files, and between rank 0's reads of them
@@ -54,7 +56,7 @@ class Ranks:
         self._barrier = None
 
     @classmethod
-    def join(cls, work: str) -> "Ranks":
+    def join(cls, work: str) -> Ranks:
         """From the initialised default process group, or alone (rank 0 of 1) without one."""
         import torch.distributed as dist
 
@@ -62,9 +64,11 @@ class Ranks:
             return cls(dist.get_rank(), dist.get_world_size(), work)
         rank, world_size, _, _ = world()
         if world_size > 1:
-            raise ElmoFastError(f"this process is rank {rank} of {world_size} (WORLD_SIZE), but no torch.distributed "
-                                f"process group is initialised: call torch.distributed.init_process_group() first "
-                                f"(`elmo-fast embed` under torchrun does)")
+            raise ElmoFastError(
+                f"this process is rank {rank} of {world_size} (WORLD_SIZE), but no torch.distributed "
+                f"process group is initialised: call torch.distributed.init_process_group() first "
+                f"(`elmo-fast embed` under torchrun does)"
+            )
         return cls(0, 1, work)
 
     def owns(self, k: int) -> bool:
@@ -106,9 +110,11 @@ class Ranks:
         except (OSError, ValueError):
             seen = None
         if seen != token:
-            raise ElmoFastError(f"rank {self.rank} (host {self.host}) does not see the work directory that rank 0 "
-                                f"prepared ({path} is {'missing' if seen is None else 'of another attempt'}): the "
-                                f"output's directory must be on a filesystem that every rank shares")
+            raise ElmoFastError(
+                f"rank {self.rank} (host {self.host}) does not see the work directory that rank 0 "
+                f"prepared ({path} is {'missing' if seen is None else 'of another attempt'}): the "
+                f"output's directory must be on a filesystem that every rank shares"
+            )
 
     def publish(self, record: dict, force: bool = False) -> None:
         """Write this rank's counts (at most every PROGRESS_EVERY seconds unless forced); advisory, so
@@ -117,8 +123,12 @@ class Ranks:
         if not force and now - self._published < PROGRESS_EVERY:
             return
         self._published = now
-        durable.write_json(self._progress_path(self.rank), {**record, "token": self.token, "rank": self.rank,
-                                                            "host": self.host}, indent=None, sync=False)
+        durable.write_json(
+            self._progress_path(self.rank),
+            {**record, "token": self.token, "rank": self.rank, "host": self.host},
+            indent=None,
+            sync=False,
+        )
 
     def others(self) -> list[dict]:
         """The latest counts of every other rank in this attempt (a rank yet to write any: none)."""
@@ -156,8 +166,17 @@ class Ranks:
 
 # --- the start -------------------------------------------------------------------------------------------
 
-def start_group(ranks: Ranks, output: str, manifest: dict, lines: Iterator[Line], name: str, overwrite: bool,
-                progress: bool | str, held: contextlib.ExitStack) -> ShardWriter | None:
+
+def start_group(
+    ranks: Ranks,
+    output: str,
+    manifest: dict,
+    lines: Iterator[Line],
+    name: str,
+    overwrite: bool,
+    progress: bool | str,
+    held: contextlib.ExitStack,
+) -> ShardWriter | None:
     """The start of a group's run: rank 0 takes the output's lock (into ``held``, for the run),
     checks the output, prepares the work directory and sends the others what is done already; every
     other rank checks that it sees that directory and the same input. Returns this rank's writer,
@@ -177,9 +196,16 @@ def start_group(ranks: Ranks, output: str, manifest: dict, lines: Iterator[Line]
                 if writer.complete:  # killed between assembling the file and renaming it: finish that
                     writer.finish(0)
                     writer = None
-            message = {"state": "finished"} if writer is None else {
-                "state": "go", "token": ranks.new_attempt(), "done": writer.done,
-                "input_bytes": os.path.getsize(name)}
+            message = (
+                {"state": "finished"}
+                if writer is None
+                else {
+                    "state": "go",
+                    "token": ranks.new_attempt(),
+                    "done": writer.done,
+                    "input_bytes": os.path.getsize(name),
+                }
+            )
         except Exception as e:  # the others wait for a message: tell them, rather than leave them to a timeout
             parts = e.parts if isinstance(e, ElmoFastError) else (f"{type(e).__name__}: {e}",)
             ranks.broadcast({"state": "failed", "parts": parts})
@@ -194,9 +220,11 @@ def start_group(ranks: Ranks, output: str, manifest: dict, lines: Iterator[Line]
     ranks.check_shared(message["token"])
     size = os.path.getsize(name)
     if size != message["input_bytes"]:
-        raise ElmoFastError(f"rank {ranks.rank} (host {ranks.host}) reads {name} of {size:,} bytes, rank 0 one of "
-                            f"{message['input_bytes']:,} bytes: every rank must read the same input, from a "
-                            f"filesystem that all of them share")
+        raise ElmoFastError(
+            f"rank {ranks.rank} (host {ranks.host}) reads {name} of {size:,} bytes, rank 0 one of "
+            f"{message['input_bytes']:,} bytes: every rank must read the same input, from a "
+            f"filesystem that all of them share"
+        )
     writer = ShardWriter(output, manifest, role="member", patience=patience)
     writer.open()
     writer.done = message["done"]

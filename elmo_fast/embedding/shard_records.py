@@ -12,13 +12,15 @@ Every JSON file of the work directory (the records and the manifest) carries ``"
 SHA-256 of the rest of its content (:func:`seal`, :func:`unseal`), so that a damaged byte in one is
 found even where it leaves valid JSON.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import durable
 from ..file_hash import hash_file
@@ -85,8 +87,11 @@ def write_record(work: str, shard: dict) -> None:
 
 
 def _as_shard(record: dict | None, name: str) -> dict | None:
-    if record is None or record.get("shard") != name or any(
-            not isinstance(record.get(k), (int, str)) for k in (*SHARD_FIELDS, "bytes", "sha256")):
+    if (
+        record is None
+        or record.get("shard") != name
+        or any(not isinstance(record.get(k), (int, str)) for k in (*SHARD_FIELDS, "bytes", "sha256"))
+    ):
         return None
     return {"name": name, **{k: record[k] for k in SHARD_FIELDS}, "bytes": record["bytes"], "sha256": record["sha256"]}
 
@@ -129,14 +134,18 @@ def _why_untrusted(work: str, name: str) -> str | None:
     return None
 
 
-def verified_shards(work: str, shard_names: list[str], stateful: bool,
-                    tell: Callable[[str], None] = note) -> list[dict]:
+def verified_shards(
+    work: str, shard_names: list[str], stateful: bool, tell: Callable[[str], None] = note
+) -> list[dict]:
     """The shards of ``work`` that match their records, by start; every other shard and record
     is removed, with a line to ``tell`` saying why. ``shard_names``: the shard files present.
     ``stateful``: only an unbroken run of shards from the input's start is kept (a window's LSTM
     states come from the one before it)."""
-    names = set(shard_names) | {n[: -len(RECORD_SUFFIX)] for n in os.listdir(work)
-                                if n.startswith("shard-") and n.endswith(".h5" + RECORD_SUFFIX)}
+    names = set(shard_names) | {
+        n[: -len(RECORD_SUFFIX)]
+        for n in os.listdir(work)
+        if n.startswith("shard-") and n.endswith(".h5" + RECORD_SUFFIX)
+    }
     trusted: list[dict] = []
     for name in sorted(names):
         why = _why_untrusted(work, name)
@@ -150,8 +159,13 @@ def verified_shards(work: str, shard_names: list[str], stateful: bool,
         for i, s in enumerate(trusted):
             if s["start"] != end:
                 for later in trusted[i:]:
-                    _drop(work, later["name"], f"{os.path.join(work, later['name'])}: the window before it is "
-                                               f"redone, and the LSTM states flow from it: embedded again too", tell)
+                    _drop(
+                        work,
+                        later["name"],
+                        f"{os.path.join(work, later['name'])}: the window before it is "
+                        f"redone, and the LSTM states flow from it: embedded again too",
+                        tell,
+                    )
                 trusted = trusted[:i]
                 break
             end += s["n"]

@@ -16,6 +16,7 @@ recognised as done.
 Temporary names of elmo-fast 0.1 (``shard-START.h5.tmp``, ``manifest.json.tmp``) are still known:
 such a work area resumes (its shards, which have no completion records, are embedded again).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,7 @@ from ..errors import ElmoFastError
 from ..file_hash import hash_file
 from .batch_runner import Embedder
 from .options import EmbedOptions
-from .shard_records import (RECORD_SUFFIX, file_checksum, note, read_sealed, recorded_shards, seal,
-                            verified_shards)
+from .shard_records import RECORD_SUFFIX, file_checksum, note, read_sealed, recorded_shards, seal, verified_shards
 
 MANIFEST = "manifest.json"
 ASSEMBLING = "assembling.h5"
@@ -59,16 +59,30 @@ def shard_name(start: int) -> str:
 
 # --- the manifest ------------------------------------------------------------------------------------
 
+
 def new_manifest(embedder: Embedder, name: str, options: EmbedOptions) -> dict:
     """What a resumed run must share with the run it continues (its input is checked line by line)."""
     stateful = embedder.elmo_bilm.stateful
-    return {"version": MANIFEST_VERSION, "input": name, "output_format": options.output_format,
-            "use_sentence_keys": options.use_sentence_keys, "forget_sentences": options.forget_sentences,
-            "stateful": stateful, "batch_size": options.batch_size if stateful else None,
-            **({"tokenize": True} if options.tokenize else {}),  # (absent otherwise: older work areas resume)
-            **({"fasta": True, "fasta_id_rule": [options.fasta_split_char, options.fasta_id_field],
-                "per_protein": options.per_protein} if options.fasta else {}),
-            **_model_identity(embedder)}
+    return {
+        "version": MANIFEST_VERSION,
+        "input": name,
+        "output_format": options.output_format,
+        "use_sentence_keys": options.use_sentence_keys,
+        "forget_sentences": options.forget_sentences,
+        "stateful": stateful,
+        "batch_size": options.batch_size if stateful else None,
+        **({"tokenize": True} if options.tokenize else {}),  # (absent otherwise: older work areas resume)
+        **(
+            {
+                "fasta": True,
+                "fasta_id_rule": [options.fasta_split_char, options.fasta_id_field],
+                "per_protein": options.per_protein,
+            }
+            if options.fasta
+            else {}
+        ),
+        **_model_identity(embedder),
+    }
 
 
 def _file_digest(path: str) -> str:
@@ -77,8 +91,12 @@ def _file_digest(path: str) -> str:
 
 def _model_identity(embedder: Embedder) -> dict:
     bilm = embedder.elmo_bilm
-    return {**{role: _file_digest(os.fspath(path)) for role, path in embedder.model_files.items()},
-            "backend": bilm.backend, "dtype": str(bilm.compute_dtype), "device": embedder.device.type}
+    return {
+        **{role: _file_digest(os.fspath(path)) for role, path in embedder.model_files.items()},
+        "backend": bilm.backend,
+        "dtype": str(bilm.compute_dtype),
+        "device": embedder.device.type,
+    }
 
 
 #: what :func:`read_manifest` returns for a manifest that is unreadable or does not match its check
@@ -111,11 +129,15 @@ def differences(then: dict, now: dict) -> list[str]:
     def get(record: dict, k: str) -> Any:
         return record.get(k, False) if k == "tokenize" else record.get(k)
 
-    return [f"{k}: {get(then, k)!r} then, {get(now, k)!r} now" for k in keys
-            if k not in ("input", "complete", "assembled") and get(then, k) != get(now, k)]
+    return [
+        f"{k}: {get(then, k)!r} then, {get(now, k)!r} now"
+        for k in keys
+        if k not in ("input", "complete", "assembled") and get(then, k) != get(now, k)
+    ]
 
 
 # --- the files in the directory --------------------------------------------------------------------
+
 
 def _is_ours(name: str) -> bool:
     parsed = durable.parse_temp_name(name)
@@ -123,8 +145,13 @@ def _is_ours(name: str) -> bool:
         name = parsed[0]
     elif name.endswith(".tmp"):  # elmo-fast 0.1's temporary names
         name = name[: -len(".tmp")]
-    return (name.startswith("shard-") and name.endswith((".h5", ".h5" + RECORD_SUFFIX))
-            or name.startswith("progress-") and name.endswith(".json") or name in (MANIFEST, ASSEMBLING))
+    return (
+        name.startswith("shard-")
+        and name.endswith((".h5", ".h5" + RECORD_SUFFIX))
+        or name.startswith("progress-")
+        and name.endswith(".json")
+        or name in (MANIFEST, ASSEMBLING)
+    )
 
 
 def _is_cut_short(name: str) -> bool:
@@ -138,8 +165,10 @@ def remove_work_dir(work: str) -> None:
     names = os.listdir(work)
     strangers = [n for n in names if not _is_ours(n)]
     if strangers:
-        raise ElmoFastError(f"{work} holds files elmo-fast did not write ({', '.join(sorted(strangers)[:3])}); "
-                            f"move them away or pick another output name")
+        raise ElmoFastError(
+            f"{work} holds files elmo-fast did not write ({', '.join(sorted(strangers)[:3])}); "
+            f"move them away or pick another output name"
+        )
     for n in sorted(names, key=lambda n: n == MANIFEST):
         os.unlink(os.path.join(work, n))
     os.rmdir(work)
@@ -158,11 +187,14 @@ def list_shards(work: str, shards: list[dict] | None = None) -> list[dict]:
     shards = sorted(shards, key=lambda s: s["start"])
     for i, s in enumerate(shards):
         if s["name"] != shard_name(s["start"]):
-            raise ElmoFastError(f"{work}: shard {s['name']} holds the sentences from {s['start']} on (expected the "
-                                f"name {shard_name(s['start'])}); remove {work} to start over")
+            raise ElmoFastError(
+                f"{work}: shard {s['name']} holds the sentences from {s['start']} on (expected the "
+                f"name {shard_name(s['start'])}); remove {work} to start over"
+            )
         if i and shards[i - 1]["start"] + shards[i - 1]["n"] > s["start"]:
-            raise ElmoFastError(f"{work}: shards {shards[i - 1]['name']} and {s['name']} overlap; remove {work} "
-                                f"to start over")
+            raise ElmoFastError(
+                f"{work}: shards {shards[i - 1]['name']} and {s['name']} overlap; remove {work} to start over"
+            )
     return shards
 
 
@@ -176,8 +208,10 @@ def open_work_dir(work: str, output: str, manifest: dict, role: str) -> tuple[di
         existing = None
     if existing is None or existing is DAMAGED:
         if role == "member":
-            raise ElmoFastError(f"{work}: no {'readable ' if existing is DAMAGED else ''}manifest, though rank 0 "
-                                f"wrote one: the output's directory must be on a filesystem that every rank shares")
+            raise ElmoFastError(
+                f"{work}: no {'readable ' if existing is DAMAGED else ''}manifest, though rank 0 "
+                f"wrote one: the output's directory must be on a filesystem that every rank shares"
+            )
         if os.path.isdir(work):
             remove_work_dir(work)  # a void leftover (killed while created or torn down), or untrusted
         os.mkdir(work)
@@ -189,8 +223,10 @@ def open_work_dir(work: str, output: str, manifest: dict, role: str) -> tuple[di
         return manifest, []
     differs = differences(existing, manifest)
     if differs:
-        raise ElmoFastError(f"cannot resume {work}: the interrupted run differs ({'; '.join(differs)}); rerun "
-                            f"with its settings, or remove {work} to start over")
+        raise ElmoFastError(
+            f"cannot resume {work}: the interrupted run differs ({'; '.join(differs)}); rerun "
+            f"with its settings, or remove {work} to start over"
+        )
     if role == "member":
         return existing, []
     if existing.get("complete"):  # the assembled file is final (shards may be gone), if it is whole
@@ -224,8 +260,10 @@ def _assembled_whole(work: str, output: str, manifest: dict) -> bool:
     except OSError:
         whole = False
     if not whole:
-        note(f"{path} does not match the record of the assembled output in {os.path.join(work, MANIFEST)}: "
-             f"assembling it again from the saved windows")
+        note(
+            f"{path} does not match the record of the assembled output in {os.path.join(work, MANIFEST)}: "
+            f"assembling it again from the saved windows"
+        )
         if path != output:
             durable.remove_quietly(path)
     return whole
@@ -246,13 +284,16 @@ def covering_shards(work: str, total: int, patience: float) -> list[dict]:
             if end == total:
                 return shards
             if end > total:
-                raise ElmoFastError(f"{work} holds shards of {end} sentences, but the input has {total}; "
-                                    f"remove {work} to start over")
+                raise ElmoFastError(
+                    f"{work} holds shards of {end} sentences, but the input has {total}; remove {work} to start over"
+                )
         if time.monotonic() >= deadline:
             missing = next((s["start"] for s in shards if s["start"] > end), total)
-            raise ElmoFastError(f"{work} holds no shard for sentences {end + 1}..{missing} of the input "
-                                f"(counted from 1): a rank's work is missing; is the directory on a filesystem "
-                                f"that every rank shares?")
+            raise ElmoFastError(
+                f"{work} holds no shard for sentences {end + 1}..{missing} of the input "
+                f"(counted from 1): a rank's work is missing; is the directory on a filesystem "
+                f"that every rank shares?"
+            )
         time.sleep(0.5)
 
 

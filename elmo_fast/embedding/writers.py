@@ -13,6 +13,7 @@ Both writers share one interface (:class:`Writer`), and write every file through
   (:mod:`.shard_records`), so that completed windows survive any kill and a resumed run can check
   them; ``finish`` assembles the output from the shards.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,16 @@ from .batching import Window
 from .layout import write_float32, write_sentence_map
 from .lines import Line, lines_digest
 from .shard_records import write_record
-from .work_area import (ASSEMBLING, assembled_record, open_work_dir, remove_work_dir, saved_states, shard_name,
-                        work_dir_of, write_manifest)
+from .work_area import (
+    ASSEMBLING,
+    assembled_record,
+    open_work_dir,
+    remove_work_dir,
+    saved_states,
+    shard_name,
+    work_dir_of,
+    write_manifest,
+)
 
 
 class Writer(Protocol):
@@ -152,8 +161,14 @@ class ShardWriter:
         if states is not None:
             f.create_dataset("state_h", data=states[0].float().cpu().numpy())
             f.create_dataset("state_c", data=states[1].float().cpu().numpy())
-        facts = {"start": window.start, "n": len(lines), "tokens": sum(len(line.tokens) for line in lines),
-                 "digest": lines_digest(lines), "first_line": lines[0].index, "last_line": lines[-1].index}
+        facts = {
+            "start": window.start,
+            "n": len(lines),
+            "tokens": sum(len(line.tokens) for line in lines),
+            "digest": lines_digest(lines),
+            "first_line": lines[0].index,
+            "last_line": lines[-1].index,
+        }
         f.attrs.update(facts)
         shard, self.shard = self.shard, None
         shard.finish()  # whole on disk; only its record, written next, says: these sentences are done

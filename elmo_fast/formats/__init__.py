@@ -11,9 +11,21 @@ Formats know nothing of modules: they turn files into :class:`ElmoOptions` and
 :class:`ElmoWeights` (or :class:`ManyLangsConfig` and :class:`ManyLangsWeights`), tensors in
 PyTorch layout, and back.
 """
+
 from .bilm_tf import ElmoOptions, ElmoWeights, LstmWeights, load_model_files, load_options, load_weights
 from .manylangs_dir import ManyLangsConfig, ManyLangsWeights, load_manylangs
 from .model_dir import inspect_model_dir, load_model_dir
 
-__all__ = ["ElmoOptions", "ElmoWeights", "LstmWeights", "load_model_files", "load_options", "load_weights",
-           "ManyLangsConfig", "ManyLangsWeights", "load_manylangs", "inspect_model_dir", "load_model_dir"]
+__all__ = [
+    "ElmoOptions",
+    "ElmoWeights",
+    "LstmWeights",
+    "load_model_files",
+    "load_options",
+    "load_weights",
+    "ManyLangsConfig",
+    "ManyLangsWeights",
+    "load_manylangs",
+    "inspect_model_dir",
+    "load_model_dir",
+]

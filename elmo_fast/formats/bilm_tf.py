@@ -18,12 +18,14 @@ LSTM cell dim, ``In`` = layer input dim = ``P``)::
                                               B      [4C]          (TF adds 1 to f at run time)
                                               W_P_0  [C, P]
 """
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,7 +58,7 @@ class ElmoOptions(Architecture):
     max_characters_per_token: int = 50
 
     @classmethod
-    def from_dict(cls, options: dict[str, Any], source: str = "options") -> "ElmoOptions":
+    def from_dict(cls, options: dict[str, Any], source: str = "options") -> ElmoOptions:
         read = OptionsReader(options, source)
         read.sections({"lstm": "dim, n_layers, projection_dim", "char_cnn": "filters, n_highway, embedding"})
         cnn_embedding = read.get("char_cnn", "embedding")
@@ -64,19 +66,25 @@ class ElmoOptions(Architecture):
             raise ModelFileError(f"{source}: missing key 'char_cnn.embedding.dim'")
         char_dim = read.check_integer("char_cnn.embedding.dim", cnn_embedding["dim"])
         raw_filters = read.get("char_cnn", "filters")
-        if (not isinstance(raw_filters, (list, tuple))
-                or not all(isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in raw_filters)):
-            raise ModelFileError(f"{source}: 'char_cnn.filters' must be a list of [width, number] pairs, "
-                                 f"got {_short(raw_filters)}")
-        filters = tuple((read.check_integer(f"char_cnn.filters[{i}][0]", w),
-                         read.check_integer(f"char_cnn.filters[{i}][1]", n)) for i, (w, n) in enumerate(raw_filters))
+        if not isinstance(raw_filters, (list, tuple)) or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in raw_filters
+        ):
+            raise ModelFileError(
+                f"{source}: 'char_cnn.filters' must be a list of [width, number] pairs, got {_short(raw_filters)}"
+            )
+        filters = tuple(
+            (read.check_integer(f"char_cnn.filters[{i}][0]", w), read.check_integer(f"char_cnn.filters[{i}][1]", n))
+            for i, (w, n) in enumerate(raw_filters)
+        )
         activation = read.get("char_cnn", "activation", "relu")
         if activation not in ("relu", "tanh"):
-            raise ModelConfigurationError(f"{source}: 'char_cnn.activation' must be 'relu' or 'tanh', got "
-                                          f"{_short(activation)}")
+            raise ModelConfigurationError(
+                f"{source}: 'char_cnn.activation' must be 'relu' or 'tanh', got {_short(activation)}"
+            )
         if not read.get("lstm", "use_skip_connections", False):
-            raise ModelConfigurationError(f"{source}: only biLMs with 'lstm.use_skip_connections': true are supported "
-                                          "(as in allennlp)")
+            raise ModelConfigurationError(
+                f"{source}: only biLMs with 'lstm.use_skip_connections': true are supported (as in allennlp)"
+            )
         number = read.integer
         opts = cls(
             filters=filters,
@@ -92,11 +100,17 @@ class ElmoOptions(Architecture):
             max_characters_per_token=number("char_cnn", "max_characters_per_token", default=50),
         )
         if opts.max_characters_per_token != 50:
-            raise ModelFileError(f"{source}: 'char_cnn.max_characters_per_token' must be 50, got {_short(opts.max_characters_per_token)}")
+            raise ModelFileError(
+                f"{source}: 'char_cnn.max_characters_per_token' must be 50, got {_short(opts.max_characters_per_token)}"
+            )
         if opts.n_characters not in (261, 262):
-            raise ModelFileError(f"{source}: 'char_cnn.n_characters' must be 261 or 262, got {_short(opts.n_characters)}")
+            raise ModelFileError(
+                f"{source}: 'char_cnn.n_characters' must be 261 or 262, got {_short(opts.n_characters)}"
+            )
         if any(w < 1 or w > 50 or n < 1 for w, n in filters) or not filters:
-            raise ModelFileError(f"{source}: 'char_cnn.filters' must hold widths in 1..50 and counts >= 1, got {_short(list(filters))}")
+            raise ModelFileError(
+                f"{source}: 'char_cnn.filters' must hold widths in 1..50 and counts >= 1, got {_short(list(filters))}"
+            )
         for name in ("char_dim", "projection_dim", "cell_dim", "n_layers"):
             if getattr(opts, name) < 1:
                 raise ModelFileError(f"{source}: '{name}' must be >= 1, got {_short(getattr(opts, name))}")
@@ -191,7 +205,11 @@ def iter_expected_datasets(options: ElmoOptions) -> Iterator[tuple[str, tuple[in
     for d in range(2):
         for layer in range(o.n_layers):
             of = f"layer {layer} of lstm.n_layers = {o.n_layers}"
-            yield lstm_dataset(d, layer, "W_0"), (P + P, 4 * C), f"(input {P} + projection {P}) x 4 * lstm.dim {C}, {of}"
+            yield (
+                lstm_dataset(d, layer, "W_0"),
+                (P + P, 4 * C),
+                f"(input {P} + projection {P}) x 4 * lstm.dim {C}, {of}",
+            )
             yield lstm_dataset(d, layer, "B"), (4 * C,), f"4 * lstm.dim {C}, {of}"
             yield lstm_dataset(d, layer, "W_P_0"), (C, P), f"lstm.dim {C} x lstm.projection_dim {P}, {of}"
 
@@ -209,10 +227,12 @@ def _beyond_options(options: ElmoOptions) -> list[tuple[str, str]]:
     """
     o = options
     n = len(o.filters)
-    out = [(f"CNN/W_cnn_{n}", f"char_cnn.filters lists {n} convolutions"),
-           (f"CNN/b_cnn_{n}", f"char_cnn.filters lists {n} convolutions"),
-           (f"CNN_high_{o.n_highway}", f"char_cnn.n_highway = {o.n_highway}"),
-           ("RNN_2", "a biLM has 2 directions, RNN_0 and RNN_1")]
+    out = [
+        (f"CNN/W_cnn_{n}", f"char_cnn.filters lists {n} convolutions"),
+        (f"CNN/b_cnn_{n}", f"char_cnn.filters lists {n} convolutions"),
+        (f"CNN_high_{o.n_highway}", f"char_cnn.n_highway = {o.n_highway}"),
+        ("RNN_2", "a biLM has 2 directions, RNN_0 and RNN_1"),
+    ]
     out += [(f"RNN_{d}/RNN/MultiRNNCell/Cell{o.n_layers}", f"lstm.n_layers = {o.n_layers}") for d in range(2)]
     return out
 
@@ -233,7 +253,9 @@ def _read_checked(weight_file: str, options: ElmoOptions) -> dict[str, np.ndarra
     try:
         fin = h5py.File(weight_file, "r")
     except _H5_ERRORS as e:
-        raise ModelFileError(f"{weight_file}: not a readable HDF5 file (truncated or corrupt?): {_one_line(e)}") from None
+        raise ModelFileError(
+            f"{weight_file}: not a readable HDF5 file (truncated or corrupt?): {_one_line(e)}"
+        ) from None
 
     def corrupt(name: str, e: BaseException) -> ModelFileError:
         return ModelFileError(f"{weight_file}: dataset '{name}' cannot be read (truncated or corrupt?): {_one_line(e)}")
@@ -248,15 +270,20 @@ def _read_checked(weight_file: str, options: ElmoOptions) -> dict[str, np.ndarra
             except _H5_ERRORS as e:
                 raise corrupt(name, e) from None
             if is_group:
-                raise ModelFileError(f"{weight_file}: '{name}' is a group, expected a dataset of shape {shape} (from {why})")
+                raise ModelFileError(
+                    f"{weight_file}: '{name}' is a group, expected a dataset of shape {shape} (from {why})"
+                )
             if not isinstance(ds, h5py.Dataset):
                 raise ModelFileError(f"{weight_file}: dataset '{name}' is missing (expected shape {shape}, from {why})")
             if found_shape is None:  # HDF5's null dataspace: a dataset without even a scalar
-                raise ModelFileError(f"{weight_file}: dataset '{name}' has no shape (an empty HDF5 dataspace), "
-                                     f"expected {shape} (from {why})")
+                raise ModelFileError(
+                    f"{weight_file}: dataset '{name}' has no shape (an empty HDF5 dataspace), "
+                    f"expected {shape} (from {why})"
+                )
             if tuple(found_shape) != shape:
                 raise ModelFileError(
-                    f"{weight_file}: dataset '{name}' has shape {tuple(found_shape)}, expected {shape} (from {why})")
+                    f"{weight_file}: dataset '{name}' has shape {tuple(found_shape)}, expected {shape} (from {why})"
+                )
             if dtype.kind != "f":
                 raise ModelFileError(f"{weight_file}: dataset '{name}' has dtype {dtype}, expected a float type")
             try:
@@ -266,15 +293,19 @@ def _read_checked(weight_file: str, options: ElmoOptions) -> dict[str, np.ndarra
             except _H5_ERRORS as e:
                 raise corrupt(name, e) from None
             if unwritten:
-                raise ModelFileError(f"{weight_file}: dataset '{name}' of shape {shape} holds no stored values "
-                                     f"(created but never written?)")
+                raise ModelFileError(
+                    f"{weight_file}: dataset '{name}' of shape {shape} holds no stored values "
+                    f"(created but never written?)"
+                )
             if not np.isfinite(raw).all():
                 raise ModelFileError(f"{weight_file}: dataset '{name}' holds NaN or Inf values")
             with np.errstate(over="ignore"):
                 arr = np.asarray(raw, dtype=np.float32)
             if not np.isfinite(arr).all():
-                raise ModelFileError(f"{weight_file}: dataset '{name}' holds values too large for float32 "
-                                     f"(|x| > {float(np.finfo(np.float32).max):.4g}, dtype {dtype})")
+                raise ModelFileError(
+                    f"{weight_file}: dataset '{name}' holds values too large for float32 "
+                    f"(|x| > {float(np.finfo(np.float32).max):.4g}, dtype {dtype})"
+                )
             arrays[name] = arr
         for path, limit in _beyond_options(options):
             try:
@@ -282,19 +313,22 @@ def _read_checked(weight_file: str, options: ElmoOptions) -> dict[str, np.ndarra
             except _H5_ERRORS as e:
                 raise corrupt(path, e) from None
             if present:
-                raise ModelFileError(f"{weight_file}: holds '{path}', beyond the options ({limit}): "
-                                     f"the options file and the weights file are of different models")
+                raise ModelFileError(
+                    f"{weight_file}: holds '{path}', beyond the options ({limit}): "
+                    f"the options file and the weights file are of different models"
+                )
     return arrays
 
 
 def _tf_lstm_to_torch(w0: np.ndarray, b: np.ndarray, wp: np.ndarray, input_size: int, cell: int) -> LstmWeights:
     # TF: [x, h] @ W_0, gates i, j(new memory), f, o; torch: W @ x, gates i, f, g, o.
     w = w0.T  # [4C, In + P]
-    order = np.concatenate([np.arange(0, cell), np.arange(2 * cell, 3 * cell),
-                            np.arange(cell, 2 * cell), np.arange(3 * cell, 4 * cell)])
+    order = np.concatenate(
+        [np.arange(0, cell), np.arange(2 * cell, 3 * cell), np.arange(cell, 2 * cell), np.arange(3 * cell, 4 * cell)]
+    )
     w = w[order]
     bias = b.copy()
-    bias[2 * cell:3 * cell] += 1.0  # TF's LSTMCell adds forget_bias=1 at run time
+    bias[2 * cell : 3 * cell] += 1.0  # TF's LSTMCell adds forget_bias=1 at run time
     bias = bias[order]
     return LstmWeights(
         w_ih=torch.from_numpy(np.ascontiguousarray(w[:, :input_size])),
@@ -313,8 +347,9 @@ def load_weights(weight_file: str | os.PathLike, options: ElmoOptions) -> ElmoWe
 def zero_weights(options: ElmoOptions) -> ElmoWeights:
     """Zeros of the shapes ``options`` give, in torch layout: a model's skeleton, to load a state
     dict into (an allennlp biLM's, say)."""
-    return weights_from_datasets({name: np.zeros(shape, dtype=np.float32)
-                                  for name, (shape, _) in expected_datasets(options).items()}, options)
+    return weights_from_datasets(
+        {name: np.zeros(shape, dtype=np.float32) for name, (shape, _) in expected_datasets(options).items()}, options
+    )
 
 
 def weights_from_datasets(a: dict[str, np.ndarray], options: ElmoOptions) -> ElmoWeights:
@@ -335,10 +370,18 @@ def weights_from_datasets(a: dict[str, np.ndarray], options: ElmoOptions) -> Elm
         highway_biases.append(t(np.concatenate([a[g + "b_transform"], -a[g + "b_carry"]])))
     lstm = []
     for layer in range(o.n_layers):
-        lstm.append(tuple(
-            _tf_lstm_to_torch(a[lstm_dataset(d, layer, "W_0")], a[lstm_dataset(d, layer, "B")],
-                              a[lstm_dataset(d, layer, "W_P_0")], o.projection_dim, o.cell_dim)
-            for d in range(2)))
+        lstm.append(
+            tuple(
+                _tf_lstm_to_torch(
+                    a[lstm_dataset(d, layer, "W_0")],
+                    a[lstm_dataset(d, layer, "B")],
+                    a[lstm_dataset(d, layer, "W_P_0")],
+                    o.projection_dim,
+                    o.cell_dim,
+                )
+                for d in range(2)
+            )
+        )
     return ElmoWeights(
         options=o,
         char_embedding=char_embedding,
@@ -383,16 +426,21 @@ def check_not_swapped(options_file: str | os.PathLike, weight_file: str | os.Pat
     options_is_hdf5 = _head(o, len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
     weights_is_json = _holds_json(w)
     if options_is_hdf5 and weights_is_json:
-        raise ModelFileError("the model files look swapped: ", Param("options_file"), f" {o} is an HDF5 file (weights) "
-                             "and ", Param("weight_file"), f" {w} is JSON (options); pass them the other way round")
+        raise ModelFileError(
+            "the model files look swapped: ",
+            Param("options_file"),
+            f" {o} is an HDF5 file (weights) and ",
+            Param("weight_file"),
+            f" {w} is JSON (options); pass them the other way round",
+        )
     if options_is_hdf5:
         also = f"; {w} is HDF5 too: one file given for both?" if _head(w, 8) == HDF5_SIGNATURE else ""
-        raise ModelFileError(f"{o}: ", Param("options_file"), " is an HDF5 file (weights?), expected the JSON "
-                             f"options{also}")
+        raise ModelFileError(
+            f"{o}: ", Param("options_file"), f" is an HDF5 file (weights?), expected the JSON options{also}"
+        )
     if weights_is_json:
         also = f"; {o} is JSON too: one file given for both?" if _holds_json(o) else ""
-        raise ModelFileError(f"{w}: ", Param("weight_file"), " holds JSON (options?), expected the HDF5 "
-                             f"weights{also}")
+        raise ModelFileError(f"{w}: ", Param("weight_file"), f" holds JSON (options?), expected the HDF5 weights{also}")
 
 
 def load_model_files(options_file: str | os.PathLike, weight_file: str | os.PathLike) -> ElmoWeights:
@@ -406,10 +454,12 @@ def load_model_files(options_file: str | os.PathLike, weight_file: str | os.Path
 # forget bias without TF's run-time +1, the highway carry gate with its own sign, char_embed
 # without the padding row), so allennlp, bilm-tf and elmo-fast all load it.
 
+
 def _inverse_gate_order(cell: int) -> np.ndarray:
     # torch i, f, g, o <-> TF i, j(=g), f, o: swapping the middle blocks is its own inverse
-    return np.concatenate([np.arange(0, cell), np.arange(2 * cell, 3 * cell),
-                           np.arange(cell, 2 * cell), np.arange(3 * cell, 4 * cell)])
+    return np.concatenate(
+        [np.arange(0, cell), np.arange(2 * cell, 3 * cell), np.arange(cell, 2 * cell), np.arange(3 * cell, 4 * cell)]
+    )
 
 
 def to_datasets(weights: ElmoWeights) -> dict[str, np.ndarray]:
@@ -437,7 +487,7 @@ def to_datasets(weights: ElmoWeights) -> dict[str, np.ndarray]:
         for d, lw in enumerate(pair):
             w = np.concatenate([a(lw.w_ih), a(lw.w_hh)], axis=1)[order]  # [4C, In + P], TF gate order
             bias = a(lw.bias)[order].copy()
-            bias[2 * C:3 * C] -= 1.0  # TF's LSTMCell adds forget_bias=1 at run time
+            bias[2 * C : 3 * C] -= 1.0  # TF's LSTMCell adds forget_bias=1 at run time
             out[lstm_dataset(d, layer, "W_0")] = w.T
             out[lstm_dataset(d, layer, "B")] = bias
             out[lstm_dataset(d, layer, "W_P_0")] = a(lw.w_proj).T
@@ -464,8 +514,12 @@ def write_options(path: str | os.PathLike, options: ElmoOptions, extra: dict[str
     write_json(path, content, indent=2)
 
 
-def save_model_files(options_path: str | os.PathLike, weights_path: str | os.PathLike, weights: ElmoWeights,
-                     extra_options: dict[str, Any] | None = None) -> None:
+def save_model_files(
+    options_path: str | os.PathLike,
+    weights_path: str | os.PathLike,
+    weights: ElmoWeights,
+    extra_options: dict[str, Any] | None = None,
+) -> None:
     """Write ``weights`` as ``options.json`` + ``weights.hdf5`` in the bilm-tf layout (each durably)."""
     write_datasets(weights_path, to_datasets(weights))
     write_options(options_path, weights.options, extra_options)
@@ -478,8 +532,13 @@ SOFTMAX_W, SOFTMAX_B = "softmax/W", "softmax/b"
 
 def write_softmax(path: str | os.PathLike, weight: Tensor, bias: Tensor, dtype: np.dtype = np.float32) -> None:
     """``softmax.hdf5``: ``softmax/W`` [V, P] and ``softmax/b`` [V] (logits = h W^T + b)."""
-    write_datasets(path, {SOFTMAX_W: weight.detach().cpu().float().numpy().astype(dtype),
-                          SOFTMAX_B: bias.detach().cpu().float().numpy().astype(dtype)})
+    write_datasets(
+        path,
+        {
+            SOFTMAX_W: weight.detach().cpu().float().numpy().astype(dtype),
+            SOFTMAX_B: bias.detach().cpu().float().numpy().astype(dtype),
+        },
+    )
 
 
 def load_softmax(path: str | os.PathLike, vocab_size: int, projection_dim: int) -> tuple[Tensor, Tensor]:
@@ -498,8 +557,9 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, projection_dim: int) 
                     raise ModelFileError(f"{path}: dataset '{name}' is missing (expected shape {shape})")
                 if tuple(ds.shape) != shape:
                     why = "vocabulary size x projection dim" if name == SOFTMAX_W else "vocabulary size"
-                    raise ModelFileError(f"{path}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} "
-                                         f"({why})")
+                    raise ModelFileError(
+                        f"{path}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} ({why})"
+                    )
                 if ds.dtype.kind != "f":
                     raise ModelFileError(f"{path}: dataset '{name}' has dtype {ds.dtype}, expected a float type")
                 arr = np.asarray(ds[...], dtype=np.float32)

@@ -31,6 +31,7 @@ expected and found shapes) and returns :class:`ManyLangsWeights`. Its tables get
 as bilm-tf's ``char_embed`` does on load: row ``id + 1`` holds the file's id ``id``, and 0 means
 "no token", which is how the biLM core tells padding from tokens.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,9 +39,10 @@ import os
 import pickle
 import re
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -85,7 +87,7 @@ class ManyLangsConfig(Architecture):
     activation: str = "relu"
 
     @classmethod
-    def from_dict(cls, config: Any, source: str = "config") -> "ManyLangsConfig":
+    def from_dict(cls, config: Any, source: str = "config") -> ManyLangsConfig:
         read = OptionsReader(config, source)
         read.sections({"encoder": None, "token_embedder": None})
         get, integer = read.get, read.integer
@@ -96,54 +98,86 @@ class ManyLangsConfig(Architecture):
                 # its LstmTokenEmbedder concatenates [B, T, Dw] word vectors with [B * T, 2 char_dim]
                 # char vectors, and its LstmbiLm encoder gives one layer, not ELMo's layers: neither is
                 # a model ELMoForManyLangs' Embedder can give ELMo vectors with
-                raise ModelFileError(f"{source}: '{section}.name' is 'lstm', which ELMoForManyLangs itself cannot run "
-                                     f"to give ELMo vectors; only '{name}' ({module}) models are supported")
+                raise ModelFileError(
+                    f"{source}: '{section}.name' is 'lstm', which ELMoForManyLangs itself cannot run "
+                    f"to give ELMo vectors; only '{name}' ({module}) models are supported"
+                )
             if not isinstance(got, str) or got.lower() != name:
                 raise ModelFileError(f"{source}: '{section}.name' must be '{name}' ({module}), got {_short(got)}")
         char_dim = integer("token_embedder", "char_dim", 0)
         word_dim = integer("token_embedder", "word_dim", 0)
         if char_dim == 0 and word_dim == 0:
-            raise ModelFileError(f"{source}: 'token_embedder.char_dim' and 'token_embedder.word_dim' are both 0: "
-                                 "the model has no token input")
+            raise ModelFileError(
+                f"{source}: 'token_embedder.char_dim' and 'token_embedder.word_dim' are both 0: "
+                "the model has no token input"
+            )
         max_chars = integer("token_embedder", "max_characters_per_token", 1)
         if max_chars < 7:  # "<bos>" + its two marks, which ELMoForManyLangs asserts fit
-            raise ModelFileError(f"{source}: 'token_embedder.max_characters_per_token' must be >= 7 (the '<bos>' "
-                                 f"token and its two marks), got {max_chars}")
+            raise ModelFileError(
+                f"{source}: 'token_embedder.max_characters_per_token' must be >= 7 (the '<bos>' "
+                f"token and its two marks), got {max_chars}"
+            )
         filters: tuple[tuple[int, int], ...] = ()
         n_highway = 0
         activation = "relu"
         if char_dim:
             raw = get("token_embedder", "filters")
+
             def pair(p: Any) -> bool:
                 return isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p)
 
             if not isinstance(raw, list) or not raw or not all(pair(p) for p in raw):
-                raise ModelFileError(f"{source}: 'token_embedder.filters' must be a non-empty list of [width, number] "
-                                     f"integer pairs, got {_short(raw)}")
+                raise ModelFileError(
+                    f"{source}: 'token_embedder.filters' must be a non-empty list of [width, number] "
+                    f"integer pairs, got {_short(raw)}"
+                )
             filters = tuple((w, n) for w, n in raw)
             if any(w < 1 or w > max_chars or n < 1 for w, n in filters):
-                raise ModelFileError(f"{source}: 'token_embedder.filters' must hold widths in 1..{max_chars} "
-                                     f"(max_characters_per_token) and counts >= 1, got {_short(raw)}")
+                raise ModelFileError(
+                    f"{source}: 'token_embedder.filters' must hold widths in 1..{max_chars} "
+                    f"(max_characters_per_token) and counts >= 1, got {_short(raw)}"
+                )
             n_highway = integer("token_embedder", "n_highway", 0)
             activation = get("token_embedder", "activation")
             if activation not in ("relu", "tanh"):
-                raise ModelFileError(f"{source}: 'token_embedder.activation' must be 'relu' or 'tanh', "
-                                     f"got {_short(activation)}")
-        return cls(filters=filters, char_dim=char_dim, word_dim=word_dim, n_highway=n_highway,
-                   max_characters_per_token=max_chars, projection_dim=integer("encoder", "projection_dim", 1),
-                   cell_dim=integer("encoder", "dim", 1), n_layers=integer("encoder", "n_layers", 1),
-                   cell_clip=read.clip("encoder", "cell_clip"), proj_clip=read.clip("encoder", "proj_clip"),
-                   activation=activation)
+                raise ModelFileError(
+                    f"{source}: 'token_embedder.activation' must be 'relu' or 'tanh', got {_short(activation)}"
+                )
+        return cls(
+            filters=filters,
+            char_dim=char_dim,
+            word_dim=word_dim,
+            n_highway=n_highway,
+            max_characters_per_token=max_chars,
+            projection_dim=integer("encoder", "projection_dim", 1),
+            cell_dim=integer("encoder", "dim", 1),
+            n_layers=integer("encoder", "n_layers", 1),
+            cell_clip=read.clip("encoder", "cell_clip"),
+            proj_clip=read.clip("encoder", "proj_clip"),
+            activation=activation,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The nested config's content, laid out as the configs ELMoForManyLangs ships (with the
         ``dropout`` and ``classifier`` its code reads at construction)."""
         return {
-            "encoder": {"name": "elmo", "projection_dim": self.projection_dim, "cell_clip": self.cell_clip or 0,
-                        "proj_clip": self.proj_clip or 0, "dim": self.cell_dim, "n_layers": self.n_layers},
-            "token_embedder": {"name": "cnn", "activation": self.activation, "filters": [list(f) for f in self.filters],
-                               "n_highway": self.n_highway, "word_dim": self.word_dim, "char_dim": self.char_dim,
-                               "max_characters_per_token": self.max_characters_per_token},
+            "encoder": {
+                "name": "elmo",
+                "projection_dim": self.projection_dim,
+                "cell_clip": self.cell_clip or 0,
+                "proj_clip": self.proj_clip or 0,
+                "dim": self.cell_dim,
+                "n_layers": self.n_layers,
+            },
+            "token_embedder": {
+                "name": "cnn",
+                "activation": self.activation,
+                "filters": [list(f) for f in self.filters],
+                "n_highway": self.n_highway,
+                "word_dim": self.word_dim,
+                "char_dim": self.char_dim,
+                "max_characters_per_token": self.max_characters_per_token,
+            },
             "classifier": {"name": "sampled_softmax", "n_samples": 8192},
             "dropout": 0.1,
         }
@@ -174,6 +208,7 @@ class ManyLangsWeights(WeightsBase):
 
 # ---------------------------------------------------------------------------------------------
 # Reading
+
 
 def shipped_configs_dir() -> Path | None:
     """The ``configs`` folder of an installed ``elmoformanylangs`` (without importing it: its
@@ -208,8 +243,10 @@ def find_config(model_dir: str | os.PathLike) -> Path:
     d = Path(model_dir)
     outer = _read_json(d / CONFIG_FILE, "ELMoForManyLangs config")
     if not isinstance(outer, dict) or "config_path" not in outer:
-        raise ModelFileError(f"{d / CONFIG_FILE}: missing key 'config_path' (the path of the model's architecture "
-                             "config, e.g. cnn_50_100_512_4096_sample.json)")
+        raise ModelFileError(
+            f"{d / CONFIG_FILE}: missing key 'config_path' (the path of the model's architecture "
+            "config, e.g. cnn_50_100_512_4096_sample.json)"
+        )
     config_path = outer["config_path"]
     if not isinstance(config_path, str) or not config_path:
         raise ModelFileError(f"{d / CONFIG_FILE}: 'config_path' must be a file name, got {_short(config_path)}")
@@ -223,10 +260,13 @@ def find_config(model_dir: str | os.PathLike) -> Path:
         if candidate.is_file():
             return candidate
     where = ", ".join(str(c) for c in candidates)
-    hint = ("" if shipped is not None
-            else " (nor is elmoformanylangs installed, whose shipped configs are looked in last)")
-    raise ModelFileError(f"{d / CONFIG_FILE}: its config_path {config_path!r} is not found: tried {where}{hint}; "
-                         f"put the config file in {d}")
+    hint = (
+        "" if shipped is not None else " (nor is elmoformanylangs installed, whose shipped configs are looked in last)"
+    )
+    raise ModelFileError(
+        f"{d / CONFIG_FILE}: its config_path {config_path!r} is not found: tried {where}{hint}; "
+        f"put the config file in {d}"
+    )
 
 
 def load_config(model_dir: str | os.PathLike) -> tuple[ManyLangsConfig, Path]:
@@ -253,8 +293,9 @@ def read_dictionary(path: str | os.PathLike) -> dict[str, int]:
     except OSError as e:
         raise ModelFileError(f"{path}: cannot read dictionary: {e}") from None
     if text.startswith("\ufeff"):
-        raise ModelFileError(f"{path}: starts with a byte-order mark, which ELMoForManyLangs would read as part of the "
-                             "first token")
+        raise ModelFileError(
+            f"{path}: starts with a byte-order mark, which ELMoForManyLangs would read as part of the first token"
+        )
     vocab: dict[str, int] = {}
     for number, line in enumerate(text_lines(text), 1):  # lines end at "\n" or "\r\n" only
         parts = line.strip().split("\t")
@@ -286,11 +327,24 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, Tensor]:
         raise ModelFileError(f"{path}: {'is a directory, expected a file' if path.is_dir() else 'file not found'}")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError,
-            AttributeError, IndexError, zipfile.BadZipFile, ModuleNotFoundError, UnicodeDecodeError) as e:
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        EOFError,
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        zipfile.BadZipFile,
+        ModuleNotFoundError,
+        UnicodeDecodeError,
+    ) as e:
         first = " ".join(str(e).split())[:300]
-        raise ModelFileError(f"{path}: cannot read as a PyTorch state dict (truncated or corrupt?): "
-                             f"{type(e).__name__}: {first}") from None
+        raise ModelFileError(
+            f"{path}: cannot read as a PyTorch state dict (truncated or corrupt?): {type(e).__name__}: {first}"
+        ) from None
     if not isinstance(obj, Mapping):
         raise ModelFileError(f"{path}: holds a {type(obj).__name__}, expected a state dict (name -> tensor)")
     out: dict[str, Tensor] = {}
@@ -317,8 +371,10 @@ def expected_token_embedder(o: ManyLangsConfig, word_rows: int | None, char_rows
             why = f"highway layer {k} of token_embedder.n_highway = {o.n_highway}, total filters {T}"
             out[f"highways._layers.{k}.weight"] = ((2 * T, T), why)
             out[f"highways._layers.{k}.bias"] = ((2 * T,), why)
-    out["projection.weight"] = ((P, o.word_dim + T), f"encoder.projection_dim {P} x (word_dim {o.word_dim} + "
-                                                     f"total filters {T})")
+    out["projection.weight"] = (
+        (P, o.word_dim + T),
+        f"encoder.projection_dim {P} x (word_dim {o.word_dim} + total filters {T})",
+    )
     out["projection.bias"] = ((P,), f"encoder.projection_dim {P}")
     return out
 
@@ -353,13 +409,16 @@ def _checked(path: Path, state: dict[str, Tensor], expected: dict[str, tuple]) -
         t32 = t.detach().to(torch.float32).contiguous()
         if not bool(torch.isfinite(t32).all()):
             beyond = bool(torch.isfinite(t).all())  # finite in float64, not in float32
-            raise ModelFileError(f"{path}: '{key}' holds " + ("values too large for float32" if beyond
-                                                                else "NaN or Inf values"))
+            raise ModelFileError(
+                f"{path}: '{key}' holds " + ("values too large for float32" if beyond else "NaN or Inf values")
+            )
         out[key] = t32
     extra = sorted(set(state) - set(expected))
     if extra:
-        raise ModelFileError(f"{path}: holds '{extra[0]}'{f' and {len(extra) - 1} more' if len(extra) > 1 else ''}, "
-                             "which the config does not describe (another architecture's file?)")
+        raise ModelFileError(
+            f"{path}: holds '{extra[0]}'{f' and {len(extra) - 1} more' if len(extra) > 1 else ''}, "
+            "which the config does not describe (another architecture's file?)"
+        )
     return out
 
 
@@ -370,8 +429,9 @@ def _with_zero_row(table: Tensor) -> Tensor:
 def _check_vocab(path: Path, vocab: dict[str, int], specials: tuple[str, ...], rows: int, table: str) -> None:
     missing = [s for s in specials if s not in vocab]
     if missing:
-        raise ModelFileError(f"{path}: missing the entry {missing[0]!r} (a {path.name} must hold "
-                             f"{', '.join(specials)})")
+        raise ModelFileError(
+            f"{path}: missing the entry {missing[0]!r} (a {path.name} must hold {', '.join(specials)})"
+        )
     token, top = max(vocab.items(), key=lambda item: item[1])
     if top >= rows:
         raise ModelFileError(f"{path}: {token!r} has id {top}, but {table} has {rows} rows")
@@ -383,12 +443,15 @@ def load_manylangs(model_dir: str | os.PathLike) -> ManyLangsWeights:
     if not d.is_dir():
         raise ModelFileError(f"{d}: {'not a directory' if d.exists() else 'model directory not found'}")
     o, _ = load_config(d)
-    for name in (TOKEN_EMBEDDER_PKL, ENCODER_PKL) + ((CHAR_DIC,) if o.char_dim else ()) + \
-            ((WORD_DIC,) if o.word_dim else ()):
+    for name in (
+        (TOKEN_EMBEDDER_PKL, ENCODER_PKL) + ((CHAR_DIC,) if o.char_dim else ()) + ((WORD_DIC,) if o.word_dim else ())
+    ):
         if not (d / name).is_file():
-            raise ModelFileError(f"{d}: missing {name} (an ELMoForManyLangs model directory holds config.json, "
-                                 f"{CHAR_DIC + ', ' if o.char_dim else ''}{WORD_DIC + ', ' if o.word_dim else ''}"
-                                 f"{TOKEN_EMBEDDER_PKL} and {ENCODER_PKL})")
+            raise ModelFileError(
+                f"{d}: missing {name} (an ELMoForManyLangs model directory holds config.json, "
+                f"{CHAR_DIC + ', ' if o.char_dim else ''}{WORD_DIC + ', ' if o.word_dim else ''}"
+                f"{TOKEN_EMBEDDER_PKL} and {ENCODER_PKL})"
+            )
     char_vocab = read_dictionary(d / CHAR_DIC) if o.char_dim else {}
     word_vocab = read_dictionary(d / WORD_DIC) if o.word_dim else {}
     emb_path, enc_path = d / TOKEN_EMBEDDER_PKL, d / ENCODER_PKL
@@ -410,23 +473,35 @@ def load_manylangs(model_dir: str | os.PathLike) -> ManyLangsWeights:
         pair = []
         for direction in ("forward", "backward"):
             p = f"{direction}_layer_{layer}."
-            pair.append(LstmWeights(w_ih=enc[p + "input_linearity.weight"], w_hh=enc[p + "state_linearity.weight"],
-                                    bias=enc[p + "state_linearity.bias"], w_proj=enc[p + "state_projection.weight"]))
+            pair.append(
+                LstmWeights(
+                    w_ih=enc[p + "input_linearity.weight"],
+                    w_hh=enc[p + "state_linearity.weight"],
+                    bias=enc[p + "state_linearity.bias"],
+                    w_proj=enc[p + "state_projection.weight"],
+                )
+            )
         lstm.append(tuple(pair))
     return ManyLangsWeights(
-        options=o, char_vocab=char_vocab, word_vocab=word_vocab,
+        options=o,
+        char_vocab=char_vocab,
+        word_vocab=word_vocab,
         word_embedding=_with_zero_row(emb["word_emb_layer.embedding.weight"]) if o.word_dim else None,
         char_embedding=_with_zero_row(emb["char_emb_layer.embedding.weight"]) if o.char_dim else None,
         conv_weights=[emb[f"convolutions.{i}.weight"] for i in range(len(o.filters))],
         conv_biases=[emb[f"convolutions.{i}.bias"] for i in range(len(o.filters))],
         highway_weights=[emb[f"highways._layers.{k}.weight"] for k in range(o.n_highway)],
         highway_biases=[emb[f"highways._layers.{k}.bias"] for k in range(o.n_highway)],
-        proj_weight=emb["projection.weight"], proj_bias=emb["projection.bias"], lstm=lstm)
+        proj_weight=emb["projection.weight"],
+        proj_bias=emb["projection.bias"],
+        lstm=lstm,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Writing: the inverse of load_manylangs, in ELMoForManyLangs' own layout (for tests, and for
 # models made or changed here).
+
 
 def state_dicts(weights: ManyLangsWeights) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """token_embedder.pkl's and encoder.pkl's state dicts (tables without the zero row)."""
@@ -453,10 +528,18 @@ def state_dicts(weights: ManyLangsWeights) -> tuple[dict[str, Tensor], dict[str,
             enc[p + "state_linearity.weight"] = c(w.w_hh)
             enc[p + "state_linearity.bias"] = c(w.bias)
             enc[p + "state_projection.weight"] = c(w.w_proj)
-    for name, got, want in (("token_embedder", emb, expected_token_embedder(
-            o, None if weights.word_embedding is None else weights.word_embedding.shape[0] - 1,
-            None if weights.char_embedding is None else weights.char_embedding.shape[0] - 1)),
-            ("encoder", enc, expected_encoder(o))):
+    for name, got, want in (
+        (
+            "token_embedder",
+            emb,
+            expected_token_embedder(
+                o,
+                None if weights.word_embedding is None else weights.word_embedding.shape[0] - 1,
+                None if weights.char_embedding is None else weights.char_embedding.shape[0] - 1,
+            ),
+        ),
+        ("encoder", enc, expected_encoder(o)),
+    ):
         bad = [k for k in want if k not in got or tuple(got[k].shape) != tuple(want[k][0])]
         if bad or len(got) != len(want):
             raise ModelFileError(f"weights do not fit their config: {name} {bad[:3]}")
@@ -468,8 +551,13 @@ def write_dictionary(path: str | os.PathLike, vocab: Mapping[str, int]) -> None:
     write_text(path, "".join(f"{token}\t{index}\n" for token, index in vocab.items()), newline="\n")
 
 
-def save_manylangs(directory: str | os.PathLike, weights: ManyLangsWeights, legacy_format: bool = False,
-                   config_name: str = "config.model.json", config_path: str | None = None) -> Path:
+def save_manylangs(
+    directory: str | os.PathLike,
+    weights: ManyLangsWeights,
+    legacy_format: bool = False,
+    config_name: str = "config.model.json",
+    config_path: str | None = None,
+) -> Path:
     """Write ``weights`` as an ELMoForManyLangs model directory: config.json (pointing to
     ``config_path``, default ``config_name``), the config, the dictionaries and the two state dicts
     (``legacy_format``: torch's pre-1.6 pickle format, which the released models use)."""

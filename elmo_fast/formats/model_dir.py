@@ -9,6 +9,7 @@ A directory that is neither gives one line naming what is missing. A directory t
 an error asking which to load (``model_format``, the CLI's ``--model-format``): a silent guess could
 embed with the other model.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,10 +67,19 @@ def inspect_model_dir(path: str | os.PathLike, model_format: str | None = None) 
     if not d.exists():
         raise ModelFileError(f"{d}: model directory not found")
     if not d.is_dir():
-        raise ModelFileError(f"{d}: not a directory (a model directory holds {_BILM_TF_FILES} for bilm-tf models, "
-                             f"or {_MANYLANGS_FILES} for ELMoForManyLangs models)")
-    has = {name: (d / name).is_file() for name in ("options.json", manylangs_dir.CONFIG_FILE,
-                                                   manylangs_dir.TOKEN_EMBEDDER_PKL, manylangs_dir.ENCODER_PKL)}
+        raise ModelFileError(
+            f"{d}: not a directory (a model directory holds {_BILM_TF_FILES} for bilm-tf models, "
+            f"or {_MANYLANGS_FILES} for ELMoForManyLangs models)"
+        )
+    has = {
+        name: (d / name).is_file()
+        for name in (
+            "options.json",
+            manylangs_dir.CONFIG_FILE,
+            manylangs_dir.TOKEN_EMBEDDER_PKL,
+            manylangs_dir.ENCODER_PKL,
+        )
+    }
     pickles = has[manylangs_dir.TOKEN_EMBEDDER_PKL] or has[manylangs_dir.ENCODER_PKL]
     weights = _bilm_tf_weights(d)
     if kind == MANYLANGS:
@@ -79,17 +89,23 @@ def inspect_model_dir(path: str | os.PathLike, model_format: str | None = None) 
     if kind == BILM_TF:
         return _bilm_tf_model_dir(d, has["options.json"], weights)
     if has[manylangs_dir.CONFIG_FILE] and pickles and has["options.json"] and weights is not None:
-        raise ModelFileError(f"{d} holds both a bilm-tf model ({_BILM_TF_FILES}) and an ELMoForManyLangs model "
-                             f"(config.json, token_embedder.pkl, encoder.pkl): say which to load with ",
-                             Param("model_format", "bilm-tf"), " or ", Param("model_format", "elmoformanylangs"))
+        raise ModelFileError(
+            f"{d} holds both a bilm-tf model ({_BILM_TF_FILES}) and an ELMoForManyLangs model "
+            f"(config.json, token_embedder.pkl, encoder.pkl): say which to load with ",
+            Param("model_format", "bilm-tf"),
+            " or ",
+            Param("model_format", "elmoformanylangs"),
+        )
     if has[manylangs_dir.CONFIG_FILE] and (pickles or not has["options.json"]):
         return _manylangs_model_dir(d)
     if has["options.json"] or weights is not None:
         return _bilm_tf_model_dir(d, has["options.json"], weights)
     if pickles:
         _raise_missing(d, manylangs_dir.CONFIG_FILE, MANYLANGS)
-    raise ModelFileError(f"{d}: not a model directory: it holds neither {_BILM_TF_FILES} (bilm-tf, allennlp) nor "
-                         f"{_MANYLANGS_FILES} (ELMoForManyLangs)")
+    raise ModelFileError(
+        f"{d}: not a model directory: it holds neither {_BILM_TF_FILES} (bilm-tf, allennlp) nor "
+        f"{_MANYLANGS_FILES} (ELMoForManyLangs)"
+    )
 
 
 def _bilm_tf_model_dir(d: Path, has_options: bool, weights: Path | None) -> ModelDir:
@@ -118,15 +134,17 @@ def _manylangs_model_dir(d: Path) -> ModelDir:
     return ModelDir(MANYLANGS, d, files)
 
 
-def load_model_dir(path: str | os.PathLike,
-                   model_format: str | None = None) -> ElmoWeights | manylangs_dir.ManyLangsWeights:
+def load_model_dir(
+    path: str | os.PathLike, model_format: str | None = None
+) -> ElmoWeights | manylangs_dir.ManyLangsWeights:
     """The weights of a model directory of either kind, checked (see :func:`inspect_model_dir`)."""
     model = inspect_model_dir(path, model_format)
     return load_model(model)
 
 
-def save_model_dir(directory: str | os.PathLike,
-                   weights: ElmoWeights | manylangs_dir.ManyLangsWeights) -> tuple[str, str]:
+def save_model_dir(
+    directory: str | os.PathLike, weights: ElmoWeights | manylangs_dir.ManyLangsWeights
+) -> tuple[str, str]:
     """Write ``weights`` as a model directory of their own kind into ``directory`` (made if need be),
     each file replaced atomically: bilm-tf's ``options.json`` + ``weights.hdf5`` (returned), or
     ELMoForManyLangs' layout (config.json, its config, the dictionaries, token_embedder.pkl and
@@ -157,10 +175,15 @@ def model_dir_files(directory: str | os.PathLike, param: str = "model_dir") -> t
     weights = _bilm_tf_weights(d) or d / "weights.hdf5"
     missing = [p.name for p in (options, weights) if not p.exists()]
     if missing and (d / manylangs_dir.CONFIG_FILE).is_file() and (d / manylangs_dir.ENCODER_PKL).is_file():
-        raise InputError(Param(param), f" {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
-                         f"weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
-                         f"with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss")
+        raise InputError(
+            Param(param),
+            f" {d}: an ELMoForManyLangs model, which has no bilm-tf softmax (options.json, "
+            f"weights.hdf5, softmax.hdf5) to train or score with; `elmo-fast embed --model-dir` embeds "
+            f"with it, and Elmo(dir, requires_grad=True) fine-tunes it under a downstream loss",
+        )
     if missing:
-        raise InputError(Param(param), f" {d}: missing {' and '.join(missing)} (a model directory holds "
-                         f"options.json and weights.hdf5)")
+        raise InputError(
+            Param(param),
+            f" {d}: missing {' and '.join(missing)} (a model directory holds options.json and weights.hdf5)",
+        )
     return options, weights

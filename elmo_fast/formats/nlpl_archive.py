@@ -20,6 +20,7 @@ The vocabulary's lines are given as simple_elmo reads them (:meth:`NlplArchive.v
 folder's file line by line (universal newlines), a zip's ``vocab.txt`` split on ``"\\n"``, so a
 final newline there gives one empty line more, as it does in simple_elmo.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -28,9 +29,10 @@ import os
 import shutil
 import warnings
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from torch import Tensor
 
@@ -173,8 +175,9 @@ def _open_folder(path: str) -> NlplArchive:
         with open(options_path, "rb") as f:
             options, raw = _parse_options(f.read(), options_path)
     except FileNotFoundError:
-        raise ModelFileError(f"{path}: missing {OPTIONS_FILE} (an NLPL model holds {OPTIONS_FILE} and "
-                             f"{WEIGHTS_FILE})") from None
+        raise ModelFileError(
+            f"{path}: missing {OPTIONS_FILE} (an NLPL model holds {OPTIONS_FILE} and {WEIGHTS_FILE})"
+        ) from None
     except OSError as e:
         raise ModelFileError(f"{options_path}: cannot read the options file: {e}") from None
     weights: str | None = os.path.join(path, WEIGHTS_FILE)
@@ -197,9 +200,17 @@ def _open_folder(path: str) -> NlplArchive:
                 meta = _parse_meta(f.read(), meta_path)
         except OSError as e:
             warnings.warn(f"{meta_path}: not read ({e}); the model loads without it", RuntimeWarning, stacklevel=3)
-    return NlplArchive(path=path, is_zip=False, options=options, raw_options=raw, weights=weights, vocab=vocab,
-                       softmax=softmax if os.path.isfile(softmax) else None,
-                       checkpoint=checkpoint if os.path.isfile(checkpoint) else None, meta=meta)
+    return NlplArchive(
+        path=path,
+        is_zip=False,
+        options=options,
+        raw_options=raw,
+        weights=weights,
+        vocab=vocab,
+        softmax=softmax if os.path.isfile(softmax) else None,
+        checkpoint=checkpoint if os.path.isfile(checkpoint) else None,
+        meta=meta,
+    )
 
 
 def _open_zip(path: str) -> NlplArchive:
@@ -215,7 +226,13 @@ def _open_zip(path: str) -> NlplArchive:
             meta = _parse_meta(zf.read(META_FILE), f"{path}:{META_FILE}") if META_FILE in names else None
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise ModelFileError(f"{path}: not a readable zip archive: {e}") from None
-    return NlplArchive(path=path, is_zip=True, options=options, raw_options=raw, weights=WEIGHTS_FILE,
-                       vocab=VOCAB_FILE if VOCAB_FILE in names else None,
-                       softmax=SOFTMAX_FILE if SOFTMAX_FILE in names else None, meta=meta)
-
+    return NlplArchive(
+        path=path,
+        is_zip=True,
+        options=options,
+        raw_options=raw,
+        weights=WEIGHTS_FILE,
+        vocab=VOCAB_FILE if VOCAB_FILE in names else None,
+        softmax=SOFTMAX_FILE if SOFTMAX_FILE in names else None,
+        meta=meta,
+    )

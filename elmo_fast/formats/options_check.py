@@ -1,6 +1,7 @@
 """The one validator of an architecture's JSON (bilm-tf's ``options.json``, ELMoForManyLangs'
 config): sections, keys, whole numbers and clips, each failure one line naming the file and the key
 and quoting (a short piece of) what was found."""
+
 from __future__ import annotations
 
 import math
@@ -52,7 +53,9 @@ class OptionsReader:
             raise self.error("must hold a JSON object")
         for section, keys in holds.items():
             if section not in self.data:
-                raise self.error(f"missing key '{section}'" + (f" (the section of {section}.{{{keys}}})" if keys else ""))
+                raise self.error(
+                    f"missing key '{section}'" + (f" (the section of {section}.{{{keys}}})" if keys else "")
+                )
             if not isinstance(self.data[section], dict):
                 raise self.error(f"'{section}' must be a JSON object, got {short(self.data[section])}")
 
@@ -78,8 +81,9 @@ class OptionsReader:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or low is not None and value < low:
-            raise self.error(f"'{name}' must be an integer{f' >= {low}' if low is not None else ''}, "
-                             f"got {short(value)}")
+            raise self.error(
+                f"'{name}' must be an integer{f' >= {low}' if low is not None else ''}, got {short(value)}"
+            )
         return value
 
     def clip(self, section: str, key: str) -> float | None:

@@ -10,6 +10,7 @@ projections hit the +-3 clips, which a parity test must cover, while keeping the
 contractive: a chaotic random LSTM would turn fp32 rounding differences (a GEMM's blocking
 changes with the batch size) into 1e-2 output differences, and no parity bar could hold.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,14 +27,46 @@ _FULL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 10
 
 PRESETS: dict[str, ElmoOptions] = {
     # the shapes of ../shared/fixtures/bilm_tf_tiny (the real tiny biLM trained by bilm-tf)
-    "tiny": ElmoOptions(filters=((1, 4), (2, 8), (3, 16), (4, 32), (5, 64)), char_dim=4, n_highway=2,
-                        projection_dim=16, cell_dim=64, n_layers=2, cell_clip=3.0, proj_clip=3.0),
-    "small": ElmoOptions(filters=_FULL_FILTERS, char_dim=16, n_highway=1,
-                         projection_dim=128, cell_dim=1024, n_layers=2, cell_clip=3.0, proj_clip=3.0),
-    "medium": ElmoOptions(filters=_FULL_FILTERS, char_dim=16, n_highway=1,
-                          projection_dim=256, cell_dim=2048, n_layers=2, cell_clip=3.0, proj_clip=3.0),
-    "original": ElmoOptions(filters=_FULL_FILTERS, char_dim=16, n_highway=2,
-                            projection_dim=512, cell_dim=4096, n_layers=2, cell_clip=3.0, proj_clip=3.0),
+    "tiny": ElmoOptions(
+        filters=((1, 4), (2, 8), (3, 16), (4, 32), (5, 64)),
+        char_dim=4,
+        n_highway=2,
+        projection_dim=16,
+        cell_dim=64,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+    ),
+    "small": ElmoOptions(
+        filters=_FULL_FILTERS,
+        char_dim=16,
+        n_highway=1,
+        projection_dim=128,
+        cell_dim=1024,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+    ),
+    "medium": ElmoOptions(
+        filters=_FULL_FILTERS,
+        char_dim=16,
+        n_highway=1,
+        projection_dim=256,
+        cell_dim=2048,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+    ),
+    "original": ElmoOptions(
+        filters=_FULL_FILTERS,
+        char_dim=16,
+        n_highway=2,
+        projection_dim=512,
+        cell_dim=4096,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+    ),
 }
 
 
@@ -70,7 +103,7 @@ def random_weights(options: ElmoOptions, seed: int = 0, exercise_clips: bool = F
             w0[P:] *= recurrent_gain  # rows P: multiply the previous output h
             out[prefix + "W_0"] = w0
             bias = normal((4 * C,), 0.1)
-            bias[2 * C:3 * C] += forget_shift  # TF gate order i, j, f, o
+            bias[2 * C : 3 * C] += forget_shift  # TF gate order i, j, f, o
             out[prefix + "B"] = bias
             out[prefix + "W_P_0"] = normal((C, P), proj_gain / np.sqrt(C))
     expected = expected_datasets(o)
@@ -78,8 +111,13 @@ def random_weights(options: ElmoOptions, seed: int = 0, exercise_clips: bool = F
     return out
 
 
-def write_model(directory: str | os.PathLike, options: ElmoOptions, datasets: dict[str, np.ndarray],
-                options_name: str = "options.json", weights_name: str = "weights.hdf5") -> tuple[Path, Path]:
+def write_model(
+    directory: str | os.PathLike,
+    options: ElmoOptions,
+    datasets: dict[str, np.ndarray],
+    options_name: str = "options.json",
+    weights_name: str = "weights.hdf5",
+) -> tuple[Path, Path]:
     """Write ``options.json`` and a bilm-tf-layout ``weights.hdf5``; returns their paths.
 
     Both files are written together (:func:`elmo_fast.durable.together`): each under a temporary
@@ -97,8 +135,9 @@ def write_model(directory: str | os.PathLike, options: ElmoOptions, datasets: di
     return options_path, weights_path
 
 
-def random_model(preset: str, directory: str | os.PathLike, seed: int = 0,
-                 exercise_clips: bool = False) -> tuple[Path, Path]:
+def random_model(
+    preset: str, directory: str | os.PathLike, seed: int = 0, exercise_clips: bool = False
+) -> tuple[Path, Path]:
     """Write a random model of a preset's shapes (``tiny``, ``small``, ``medium``, ``original``).
 
     Returns ``(options_path, weights_path)``. The weights are random: the vectors mean nothing.
@@ -113,20 +152,40 @@ def random_model(preset: str, directory: str | os.PathLike, seed: int = 0,
 # ELMoForManyLangs model directories
 
 MANYLANGS_PRESETS: dict[str, ManyLangsConfig] = {
-    "tiny": ManyLangsConfig(filters=((1, 4), (2, 8), (3, 16), (4, 32)), char_dim=6, word_dim=8, n_highway=2,
-                            max_characters_per_token=50, projection_dim=16, cell_dim=48, n_layers=2, cell_clip=3.0,
-                            proj_clip=3.0),
+    "tiny": ManyLangsConfig(
+        filters=((1, 4), (2, 8), (3, 16), (4, 32)),
+        char_dim=6,
+        word_dim=8,
+        n_highway=2,
+        max_characters_per_token=50,
+        projection_dim=16,
+        cell_dim=48,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+    ),
     # the released models' shapes (cnn_50_100_512_4096_sample.json)
-    "released": ManyLangsConfig(filters=_FULL_FILTERS, char_dim=50, word_dim=100, n_highway=2,
-                                max_characters_per_token=50, projection_dim=512, cell_dim=4096, n_layers=2,
-                                cell_clip=3.0, proj_clip=3.0),
+    "released": ManyLangsConfig(
+        filters=_FULL_FILTERS,
+        char_dim=50,
+        word_dim=100,
+        n_highway=2,
+        max_characters_per_token=50,
+        projection_dim=512,
+        cell_dim=4096,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+    ),
 }
 
 #: characters of a random model's char.dic: ASCII, Latin letters with diacritics, Cyrillic, CJK
-MANYLANGS_CHARS = ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()-"
-                   "áéíóöőúüűÁÉÍÓÖŐÚÜŰßçñãõâêôàèìòùëïäåøæœ"
-                   "абвгдеёжзийклмнопрстуфхцчшщъыьэюя"
-                   "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年")
+MANYLANGS_CHARS = (
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()-"
+    "áéíóöőúüűÁÉÍÓÖŐÚÜŰßçñãõâêôàèìòùëïäåøæœ"
+    "абвгдеёжзийклмнопрстуфхцчшщъыьэюя"
+    "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年"
+)
 MANYLANGS_SPECIAL_CHARS = ("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>")
 MANYLANGS_SPECIAL_WORDS = ("<oov>", "<bos>", "<eos>", "<pad>")
 
@@ -142,8 +201,9 @@ def random_words(n: int, chars: str, seed: int = 0, max_len: int = 9) -> list[st
     return list(words)
 
 
-def random_manylangs_weights(config: ManyLangsConfig, chars: list[str], words: list[str], seed: int = 0,
-                             exercise_clips: bool = False) -> ManyLangsWeights:
+def random_manylangs_weights(
+    config: ManyLangsConfig, chars: list[str], words: list[str], seed: int = 0, exercise_clips: bool = False
+) -> ManyLangsWeights:
     """Random weights of an ELMoForManyLangs model, with dictionaries holding ``chars`` and ``words``
     (plus the marks its code needs), ids in the order ELMoForManyLangs' training gives them."""
     import torch
@@ -174,23 +234,41 @@ def random_manylangs_weights(config: ManyLangsConfig, chars: list[str], words: l
         pair = []
         for _ in range(2):
             bias = normal((4 * C,), 0.1)
-            bias[C:2 * C] += forget_shift  # gates i, f, g, o
-            pair.append(LstmWeights(w_ih=normal((4 * C, P), 1.0 / np.sqrt(2 * P)),
-                                    w_hh=normal((4 * C, P), recurrent_gain / np.sqrt(2 * P)),
-                                    bias=bias, w_proj=normal((P, C), proj_gain / np.sqrt(C))))
+            bias[C : 2 * C] += forget_shift  # gates i, f, g, o
+            pair.append(
+                LstmWeights(
+                    w_ih=normal((4 * C, P), 1.0 / np.sqrt(2 * P)),
+                    w_hh=normal((4 * C, P), recurrent_gain / np.sqrt(2 * P)),
+                    bias=bias,
+                    w_proj=normal((P, C), proj_gain / np.sqrt(C)),
+                )
+            )
         lstm.append(tuple(pair))
     return ManyLangsWeights(
-        options=o, char_vocab=char_vocab, word_vocab=word_vocab,
+        options=o,
+        char_vocab=char_vocab,
+        word_vocab=word_vocab,
         word_embedding=table(len(word_vocab), o.word_dim, 0.5) if o.word_dim else None,
         char_embedding=table(len(char_vocab), o.char_dim, 1.0) if o.char_dim else None,
-        conv_weights=conv_w, conv_biases=conv_b, highway_weights=hw_w, highway_biases=hw_b,
-        proj_weight=normal((P, o.word_dim + T), 0.5 / np.sqrt(o.word_dim + T)), proj_bias=normal((P,), 0.1),
-        lstm=lstm)
+        conv_weights=conv_w,
+        conv_biases=conv_b,
+        highway_weights=hw_w,
+        highway_biases=hw_b,
+        proj_weight=normal((P, o.word_dim + T), 0.5 / np.sqrt(o.word_dim + T)),
+        proj_bias=normal((P,), 0.1),
+        lstm=lstm,
+    )
 
 
-def random_manylangs_model(preset: str | ManyLangsConfig, directory: str | os.PathLike, seed: int = 0,
-                           exercise_clips: bool = False, n_words: int = 500, chars: str = MANYLANGS_CHARS,
-                           legacy_format: bool = False) -> Path:
+def random_manylangs_model(
+    preset: str | ManyLangsConfig,
+    directory: str | os.PathLike,
+    seed: int = 0,
+    exercise_clips: bool = False,
+    n_words: int = 500,
+    chars: str = MANYLANGS_CHARS,
+    legacy_format: bool = False,
+) -> Path:
     """Write a random ELMoForManyLangs model directory (``tiny``, ``released`` or a config) with a
     vocabulary of ``n_words`` random words over ``chars``. The weights are random: the vectors mean nothing."""
     config = MANYLANGS_PRESETS[preset] if isinstance(preset, str) else preset

@@ -16,6 +16,7 @@ The index block maps the last key of each data block to its handle. Every block'
 verified, every handle and length bounds-checked, and keys must increase: a damaged or truncated
 file is a :class:`~elmo_fast.errors.ModelFileError` naming it, never a wrong table.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def read_varint(buf: bytes, pos: int, limit: int, what: str, max_bytes: int = 10
     """A little-endian base-128 varint at ``pos``; returns (value, position after it). Raises
     ValueError (with ``what`` in its message) when it runs past ``limit`` or ``max_bytes``."""
     value = shift = 0
-    for i in range(max_bytes):
+    for _ in range(max_bytes):
         if pos >= limit:
             raise ValueError(f"{what} runs past the end")
         b = buf[pos]
@@ -62,8 +63,9 @@ def read_table(path: str | os.PathLike, what: str = "a TensorFlow checkpoint ind
         raise TableError(f"{path}: cannot read {what}: {e}") from None
 
     def bad(problem: str) -> TableError:
-        return TableError(f"{path}: {problem}; expected {what} (a LevelDB table), whole and undamaged "
-                          f"(truncated or corrupt?)")
+        return TableError(
+            f"{path}: {problem}; expected {what} (a LevelDB table), whole and undamaged (truncated or corrupt?)"
+        )
 
     if len(data) < FOOTER_SIZE:
         raise bad(f"{len(data)} bytes, shorter than a table's {FOOTER_SIZE}-byte footer")
@@ -83,17 +85,21 @@ def read_table(path: str | os.PathLike, what: str = "a TensorFlow checkpoint ind
 
     def block(offset: int, size: int, name: str) -> bytes:
         if offset + size + TRAILER_SIZE > body_end:
-            raise bad(f"the {name} at bytes {offset}..{offset + size + TRAILER_SIZE} runs past the end of the table "
-                      f"data ({body_end} bytes)")
-        contents = data[offset:offset + size]
+            raise bad(
+                f"the {name} at bytes {offset}..{offset + size + TRAILER_SIZE} runs past the end of the table "
+                f"data ({body_end} bytes)"
+            )
+        contents = data[offset : offset + size]
         kind = data[offset + size]
-        stored = struct.unpack("<I", data[offset + size + 1:offset + size + TRAILER_SIZE])[0]
-        if unmasked(stored) != crc32c(data[offset:offset + size + 1]):
+        stored = struct.unpack("<I", data[offset + size + 1 : offset + size + TRAILER_SIZE])[0]
+        if unmasked(stored) != crc32c(data[offset : offset + size + 1]):
             raise bad(f"checksum mismatch in the {name} at byte {offset}")
         if kind != 0:
-            raise TableError(f"{path}: the {name} is {COMPRESSION_NAMES.get(kind, f'type-{kind}')}-compressed; "
-                             f"only uncompressed tables are read (TensorFlow writes its checkpoint indexes "
-                             f"uncompressed)")
+            raise TableError(
+                f"{path}: the {name} is {COMPRESSION_NAMES.get(kind, f'type-{kind}')}-compressed; "
+                f"only uncompressed tables are read (TensorFlow writes its checkpoint indexes "
+                f"uncompressed)"
+            )
         return contents
 
     index_offset, index_size = handles[1]
@@ -132,9 +138,9 @@ def _block_entries(block: bytes, bad, name: str) -> list[tuple[bytes, bytes]]:
             value_len, pos = read_varint(block, pos, end, "an entry's value length", 5)
             if shared > len(key) or pos + unshared + value_len > end:
                 raise ValueError("an entry's lengths run past the block")
-            key = key[:shared] + block[pos:pos + unshared]
+            key = key[:shared] + block[pos : pos + unshared]
             pos += unshared
-            out.append((key, block[pos:pos + value_len]))
+            out.append((key, block[pos : pos + value_len]))
             pos += value_len
     except ValueError as e:
         raise bad(f"damaged {name} at byte {pos}: {e}") from None

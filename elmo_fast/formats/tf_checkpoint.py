@@ -20,6 +20,7 @@ a ``checkpoint`` file naming the latest one (:func:`read_checkpoint_state`).
 
 Every problem is a :class:`~elmo_fast.errors.ModelFileError` naming the file and what was expected.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,14 +36,40 @@ from .sstable import read_table, read_varint
 
 #: TensorFlow's DataType enum (types.proto) -> numpy, for the types a model's variables hold
 DTYPES: dict[int, np.dtype] = {
-    1: np.dtype("float32"), 2: np.dtype("float64"), 3: np.dtype("int32"), 4: np.dtype("uint8"),
-    5: np.dtype("int16"), 6: np.dtype("int8"), 9: np.dtype("int64"), 10: np.dtype("bool"),
+    1: np.dtype("float32"),
+    2: np.dtype("float64"),
+    3: np.dtype("int32"),
+    4: np.dtype("uint8"),
+    5: np.dtype("int16"),
+    6: np.dtype("int8"),
+    9: np.dtype("int64"),
+    10: np.dtype("bool"),
     14: np.dtype("uint16"),  # bfloat16: read as its bits, widened by read()
-    17: np.dtype("uint16"), 19: np.dtype("float16"), 22: np.dtype("uint32"), 23: np.dtype("uint64"),
+    17: np.dtype("uint16"),
+    19: np.dtype("float16"),
+    22: np.dtype("uint32"),
+    23: np.dtype("uint64"),
 }
-DTYPE_NAMES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
-               8: "complex64", 9: "int64", 10: "bool", 14: "bfloat16", 17: "uint16", 18: "complex128",
-               19: "float16", 20: "resource", 21: "variant", 22: "uint32", 23: "uint64"}
+DTYPE_NAMES = {
+    1: "float32",
+    2: "float64",
+    3: "int32",
+    4: "uint8",
+    5: "int16",
+    6: "int8",
+    7: "string",
+    8: "complex64",
+    9: "int64",
+    10: "bool",
+    14: "bfloat16",
+    17: "uint16",
+    18: "complex128",
+    19: "float16",
+    20: "resource",
+    21: "variant",
+    22: "uint32",
+    23: "uint64",
+}
 DT_BFLOAT16 = 14
 
 
@@ -60,13 +87,13 @@ def _fields(buf: bytes, what: str) -> list[tuple[int, int, int | bytes]]:
             n = 8 if wire == 1 else 4
             if pos + n > end:
                 raise ValueError(f"field {number} of {what} runs past the end")
-            value = int.from_bytes(buf[pos:pos + n], "little")
+            value = int.from_bytes(buf[pos : pos + n], "little")
             pos += n
         elif wire == 2:
             n, pos = read_varint(buf, pos, end, f"the length of field {number} of {what}")
             if pos + n > end:
                 raise ValueError(f"field {number} of {what} runs past the end")
-            value = buf[pos:pos + n]
+            value = buf[pos : pos + n]
             pos += n
         else:
             raise ValueError(f"{what} has a field of unknown wire type {wire}")
@@ -104,7 +131,9 @@ def _parse_entry(name: str, value: bytes) -> TensorEntry:
         elif number == 2 and wire == 2:
             for n2, w2, dim in _fields(v, f"the shape of '{name}'"):
                 if n2 == 2 and w2 == 2:
-                    size_of = [_int64(x) for n3, w3, x in _fields(dim, f"a dimension of '{name}'") if n3 == 1 and w3 == 0]
+                    size_of = [
+                        _int64(x) for n3, w3, x in _fields(dim, f"a dimension of '{name}'") if n3 == 1 and w3 == 0
+                    ]
                     shape.append(size_of[-1] if size_of else 0)
                 elif n2 == 3 and w2 == 0 and v:
                     raise ValueError(f"'{name}' has an unknown rank")
@@ -138,8 +167,9 @@ class TensorBundle:
         self.index_path = self.prefix + ".index"
         rows = read_table(self.index_path, "a TensorFlow checkpoint index")
         if not rows or rows[0][0] != b"":
-            raise ModelFileError(f"{self.index_path}: no bundle header (the entry of key \"\"); expected a TensorFlow "
-                                 f"V2 checkpoint index")
+            raise ModelFileError(
+                f'{self.index_path}: no bundle header (the entry of key ""); expected a TensorFlow V2 checkpoint index'
+            )
         self.num_shards, big_endian = 1, False
         try:
             for number, wire, v in _fields(rows[0][1], "the bundle header"):
@@ -155,7 +185,9 @@ class TensorBundle:
             raise ModelFileError(f"{self.index_path}: damaged checkpoint index: {e}") from None
         self.byte_order = ">" if big_endian else "<"
         if self.num_shards < 1:
-            raise ModelFileError(f"{self.index_path}: the header names {self.num_shards} data shards; expected at least 1")
+            raise ModelFileError(
+                f"{self.index_path}: the header names {self.num_shards} data shards; expected at least 1"
+            )
         self._check_shards()
 
     def shard_path(self, shard: int) -> str:
@@ -168,19 +200,25 @@ class TensorBundle:
             try:
                 sizes[shard] = os.path.getsize(path)
             except FileNotFoundError:
-                raise ModelFileError(f"{path}: missing (the checkpoint index {os.path.basename(self.index_path)} names "
-                                     f"{self.num_shards} data shard(s), of which this is number {shard})") from None
+                raise ModelFileError(
+                    f"{path}: missing (the checkpoint index {os.path.basename(self.index_path)} names "
+                    f"{self.num_shards} data shard(s), of which this is number {shard})"
+                ) from None
             except OSError as e:
                 raise ModelFileError(f"{path}: cannot read data shard: {e}") from None
         for e in self.entries.values():
             if e.sliced:
                 continue
             if e.shard >= self.num_shards:
-                raise ModelFileError(f"{self.index_path}: tensor '{e.name}' is in shard {e.shard}, but the header names "
-                                     f"{self.num_shards} shard(s)")
+                raise ModelFileError(
+                    f"{self.index_path}: tensor '{e.name}' is in shard {e.shard}, but the header names "
+                    f"{self.num_shards} shard(s)"
+                )
             if e.offset + e.size > sizes[e.shard]:
-                raise ModelFileError(f"{self.shard_path(e.shard)}: {sizes[e.shard]} bytes, but tensor '{e.name}' "
-                                     f"needs bytes {e.offset}..{e.offset + e.size} (truncated data shard?)")
+                raise ModelFileError(
+                    f"{self.shard_path(e.shard)}: {sizes[e.shard]} bytes, but tensor '{e.name}' "
+                    f"needs bytes {e.offset}..{e.offset + e.size} (truncated data shard?)"
+                )
 
     def __contains__(self, name: str) -> bool:
         return name in self.entries
@@ -189,15 +227,21 @@ class TensorBundle:
         """The tensor ``name`` as a numpy array (bfloat16 widened to float32), its checksum verified."""
         e = self.entries[name]
         if e.sliced:
-            raise ModelFileError(f"{self.index_path}: tensor '{name}' is partitioned into slices, which this reader "
-                                 f"does not join; expected whole tensors (as bilm-tf and TF-Hub save them)")
+            raise ModelFileError(
+                f"{self.index_path}: tensor '{name}' is partitioned into slices, which this reader "
+                f"does not join; expected whole tensors (as bilm-tf and TF-Hub save them)"
+            )
         if e.dtype not in DTYPES:
-            raise ModelFileError(f"{self.index_path}: tensor '{name}' has dtype {e.dtype_name}; expected a numeric type")
+            raise ModelFileError(
+                f"{self.index_path}: tensor '{name}' has dtype {e.dtype_name}; expected a numeric type"
+            )
         dtype = DTYPES[e.dtype].newbyteorder(self.byte_order)
         count = int(np.prod(e.shape, dtype=np.int64))
         if count * dtype.itemsize != e.size:
-            raise ModelFileError(f"{self.index_path}: tensor '{name}' of shape {e.shape} and dtype {e.dtype_name} "
-                                 f"should take {count * dtype.itemsize} bytes, its entry says {e.size}")
+            raise ModelFileError(
+                f"{self.index_path}: tensor '{name}' of shape {e.shape} and dtype {e.dtype_name} "
+                f"should take {count * dtype.itemsize} bytes, its entry says {e.size}"
+            )
         path = self.shard_path(e.shard)
         try:
             with open(path, "rb") as f:
@@ -206,11 +250,14 @@ class TensorBundle:
         except OSError as err:
             raise ModelFileError(f"{path}: cannot read tensor '{name}': {err}") from None
         if len(raw) != e.size:
-            raise ModelFileError(f"{path}: ends inside tensor '{name}' (bytes {e.offset}..{e.offset + e.size}; "
-                                 f"truncated data shard?)")
+            raise ModelFileError(
+                f"{path}: ends inside tensor '{name}' (bytes {e.offset}..{e.offset + e.size}; truncated data shard?)"
+            )
         if e.crc32c is not None and crc32c(raw) != unmasked(e.crc32c):
-            raise ModelFileError(f"{path}: checksum mismatch in tensor '{name}' (bytes {e.offset}..{e.offset + e.size}): "
-                                 f"the data shard is damaged")
+            raise ModelFileError(
+                f"{path}: checksum mismatch in tensor '{name}' (bytes {e.offset}..{e.offset + e.size}): "
+                f"the data shard is damaged"
+            )
         array = np.frombuffer(raw, dtype=dtype).reshape(e.shape)
         if e.dtype == DT_BFLOAT16:
             return (array.astype(np.uint32) << 16).view(np.float32)
@@ -221,8 +268,19 @@ class TensorBundle:
 # The ``checkpoint`` file beside a run's checkpoints (a CheckpointState in protobuf text format)
 
 _STATE_LINE = re.compile(r'^\s*(\w+)\s*:\s*"((?:[^"\\]|\\.)*)"\s*$')
-_ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", '"': b'"', "'": b"'", "\\": b"\\", "a": b"\a", "b": b"\b",
-            "f": b"\f", "v": b"\v", "?": b"?"}
+_ESCAPES = {
+    "n": b"\n",
+    "t": b"\t",
+    "r": b"\r",
+    '"': b'"',
+    "'": b"'",
+    "\\": b"\\",
+    "a": b"\a",
+    "b": b"\b",
+    "f": b"\f",
+    "v": b"\v",
+    "?": b"?",
+}
 
 
 def _unescape(text: str) -> str:
@@ -237,11 +295,11 @@ def _unescape(text: str) -> str:
             continue
         nxt = text[i + 1]
         if nxt in "01234567":
-            m = re.match(r"[0-7]{1,3}", text[i + 1:])
+            m = re.match(r"[0-7]{1,3}", text[i + 1 :])
             out.append(int(m.group(0), 8) & 0xFF)
             i += 1 + len(m.group(0))
-        elif nxt == "x" and re.match(r"[0-9a-fA-F]{1,2}", text[i + 2:]):
-            m = re.match(r"[0-9a-fA-F]{1,2}", text[i + 2:])
+        elif nxt == "x" and re.match(r"[0-9a-fA-F]{1,2}", text[i + 2 :]):
+            m = re.match(r"[0-9a-fA-F]{1,2}", text[i + 2 :])
             out.append(int(m.group(0), 16))
             i += 2 + len(m.group(0))
         else:
@@ -267,8 +325,10 @@ def read_checkpoint_state(path: str | os.PathLike) -> tuple[str | None, list[str
         if m is None:
             if re.match(r"^\s*\w+\s*:\s*[-+0-9.eE]+\s*$", line):  # timestamps
                 continue
-            raise ModelFileError(f"{path}: line {n} is not TensorFlow's checkpoint list (expected "
-                                 f'model_checkpoint_path: "..." lines), got {line[:80]!r}')
+            raise ModelFileError(
+                f"{path}: line {n} is not TensorFlow's checkpoint list (expected "
+                f'model_checkpoint_path: "..." lines), got {line[:80]!r}'
+            )
         key, value = m.group(1), _unescape(m.group(2))
         if key == "model_checkpoint_path":
             latest = value

@@ -1,14 +1,15 @@
 """bilm-tf's vocabulary file: one token per line, most frequent first, holding ``<S>``, ``</S>``
 and ``<UNK>``. The softmax of a biLM predicts these ids; the candidate sampler of its training
 assumes the frequency order (a log-uniform distribution over ids)."""
+
 from __future__ import annotations
 
 import os
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..durable import write_text
-from ..textio import text_lines
 from ..errors import ModelFileError
+from ..textio import text_lines
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIAL_TOKENS = (EOS, BOS, UNK)
@@ -25,13 +26,16 @@ class Vocabulary:
             if not token or any(c.isspace() for c in token):
                 raise ModelFileError(f"{source}: line {i + 1} is not one token: {token!r}")
             if token in self._ids:
-                raise ModelFileError(f"{source}: token {token!r} appears twice (lines {self._ids[token] + 1} "
-                                     f"and {i + 1})")
+                raise ModelFileError(
+                    f"{source}: token {token!r} appears twice (lines {self._ids[token] + 1} and {i + 1})"
+                )
             self._ids[token] = i
         missing = [t for t in SPECIAL_TOKENS if t not in self._ids]
         if missing:
-            raise ModelFileError(f"{source}: the vocabulary lacks {', '.join(missing)} (a biLM vocabulary holds "
-                                 f"{', '.join(SPECIAL_TOKENS)}; `elmo-fast vocab` writes them)")
+            raise ModelFileError(
+                f"{source}: the vocabulary lacks {', '.join(missing)} (a biLM vocabulary holds "
+                f"{', '.join(SPECIAL_TOKENS)}; `elmo-fast vocab` writes them)"
+            )
         self.bos, self.eos, self.unk = self._ids[BOS], self._ids[EOS], self._ids[UNK]
 
     def __len__(self) -> int:
@@ -48,7 +52,7 @@ class Vocabulary:
         return [get(t, unk) for t in tokens]
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Vocabulary":
+    def load(cls, path: str | os.PathLike) -> Vocabulary:
         path = os.fspath(path)
         if os.path.isdir(path):
             raise ModelFileError(f"{path}: is a directory, expected a vocabulary file (one token per line)")

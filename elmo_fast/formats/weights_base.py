@@ -1,6 +1,7 @@
 """What the biLM's weight containers share (bilm-tf's :class:`~elmo_fast.formats.bilm_tf.ElmoWeights`,
 ELMoForManyLangs' :class:`~elmo_fast.formats.manylangs_dir.ManyLangsWeights`): the LSTM's weights,
 and the list of every tensor and the move to a device or dtype, written once over their fields."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -53,5 +54,11 @@ class WeightsBase:
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         """A copy with every tensor on ``device`` and of ``dtype`` (None: unchanged)."""
-        return replace(self, **{f.name: _moved(getattr(self, f.name), device, dtype) for f in fields(self)
-                                if isinstance(getattr(self, f.name), (Tensor, LstmWeights, list, tuple))})
+        return replace(
+            self,
+            **{
+                f.name: _moved(getattr(self, f.name), device, dtype)
+                for f in fields(self)
+                if isinstance(getattr(self, f.name), (Tensor, LstmWeights, list, tuple))
+            },
+        )

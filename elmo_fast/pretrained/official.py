@@ -11,6 +11,7 @@ Environment:
 * ``ELMO_FAST_BASE_URL``: where the models live (default :data:`DEFAULT_BASE_URL`); the
   relative paths in :data:`MODELS` are appended to it.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -50,18 +51,10 @@ def _paths(directory: str, stem: str) -> tuple[str, str]:
 
 #: name -> (options path, weights path), both relative to the base URL.
 MODELS: dict[str, tuple[str, str]] = {
-    "small": _paths(
-        "2x1024_128_2048cnn_1xhighway", "elmo_2x1024_128_2048cnn_1xhighway"
-    ),
-    "medium": _paths(
-        "2x2048_256_2048cnn_1xhighway", "elmo_2x2048_256_2048cnn_1xhighway"
-    ),
-    "original": _paths(
-        "2x4096_512_2048cnn_2xhighway", "elmo_2x4096_512_2048cnn_2xhighway"
-    ),
-    "original-5.5b": _paths(
-        "2x4096_512_2048cnn_2xhighway_5.5B", "elmo_2x4096_512_2048cnn_2xhighway_5.5B"
-    ),
+    "small": _paths("2x1024_128_2048cnn_1xhighway", "elmo_2x1024_128_2048cnn_1xhighway"),
+    "medium": _paths("2x2048_256_2048cnn_1xhighway", "elmo_2x2048_256_2048cnn_1xhighway"),
+    "original": _paths("2x4096_512_2048cnn_2xhighway", "elmo_2x4096_512_2048cnn_2xhighway"),
+    "original-5.5b": _paths("2x4096_512_2048cnn_2xhighway_5.5B", "elmo_2x4096_512_2048cnn_2xhighway_5.5B"),
     # contributed models that allennlp hosts beside them (flair's ELMoEmbeddings names both)
     "pt": ("contributed/pt/elmo_pt_options.json", "contributed/pt/elmo_pt_weights.hdf5"),
     "pubmed": (
@@ -104,7 +97,7 @@ def model_for_url(url: str) -> tuple[str, str] | None:
         return None
     for host, prefix in KNOWN_LOCATIONS:
         if parts.netloc.lower() == host and parts.path.startswith(prefix):
-            relative = parts.path[len(prefix):]
+            relative = parts.path[len(prefix) :]
             for name, files in MODELS.items():
                 for role, path in zip(("options", "weights"), files):
                     if relative == path:
@@ -136,9 +129,7 @@ def cache_dir() -> Path:
 
 def _check_name(name: str) -> None:
     if name not in MODELS:
-        raise ElmoFastError(
-            f"unknown ELMo model {name!r}; valid names: {', '.join(model_names())}"
-        )
+        raise ElmoFastError(f"unknown ELMo model {name!r}; valid names: {', '.join(model_names())}")
 
 
 def model_urls(name: str) -> tuple[str, str]:
@@ -177,8 +168,7 @@ def fetch_model(
         model_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DownloadError(
-            f"cannot fetch ELMo model {name!r}: cannot create cache directory "
-            f"{model_dir}: {exc}"
+            f"cannot fetch ELMo model {name!r}: cannot create cache directory {model_dir}: {exc}"
         ) from exc
     try:
         for url, path in targets:
@@ -194,8 +184,7 @@ def fetch_model(
     return targets[0][1], targets[1][1]
 
 
-def fetch_file(url: str, path: str | os.PathLike[str], label: str, progress: bool = True,
-               timeout: float = 30) -> Path:
+def fetch_file(url: str, path: str | os.PathLike[str], label: str, progress: bool = True, timeout: float = 30) -> Path:
     """``path``, downloaded from ``url`` first when it is not there (through the durable write path:
     never a partial file under that name); ``label`` names it in messages and the progress bar.
     Raises :class:`DownloadError` as :func:`fetch_model` does."""
@@ -220,10 +209,7 @@ def _offline_hint(model_dir: Path) -> str:
 
 
 def _network_error(name: str, url: str, model_dir: Path, reason: object) -> DownloadError:
-    return DownloadError(
-        f"cannot download ELMo model {name!r} from {url}: {reason}. "
-        + _offline_hint(model_dir)
-    )
+    return DownloadError(f"cannot download ELMo model {name!r} from {url}: {reason}. " + _offline_hint(model_dir))
 
 
 def _describe(exc: BaseException) -> str:
@@ -231,24 +217,18 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _download(
-    name: str, url: str, path: Path, model_dir: Path, *, progress: bool, timeout: float
-) -> None:
+def _download(name: str, url: str, path: Path, model_dir: Path, *, progress: bool, timeout: float) -> None:
     """Download ``url`` to ``path`` via a temporary file in the same directory."""
     request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         exc.close()
-        raise DownloadError(
-            f"cannot download ELMo model {name!r} from {url}: HTTP {exc.code} {exc.reason}"
-        ) from exc
+        raise DownloadError(f"cannot download ELMo model {name!r} from {url}: HTTP {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, OSError):
             raise _network_error(name, url, model_dir, _describe(exc.reason)) from exc
-        raise DownloadError(
-            f"cannot download ELMo model {name!r} from {url}: {exc.reason}"
-        ) from exc
+        raise DownloadError(f"cannot download ELMo model {name!r} from {url}: {exc.reason}") from exc
     except (OSError, http.client.HTTPException) as exc:  # timeout, reset, bad status line
         raise _network_error(name, url, model_dir, _describe(exc)) from exc
 
@@ -282,7 +262,9 @@ def _download(
                         ) from exc
                     except (OSError, http.client.HTTPException) as exc:
                         raise _network_error(
-                            name, url, model_dir,
+                            name,
+                            url,
+                            model_dir,
                             f"connection lost after {received} bytes ({_describe(exc)})",
                         ) from exc
                     if not chunk:

@@ -16,12 +16,16 @@ This room imports the core and never the other way round: nothing else in the pa
 ``import elmo_fast`` (or ``import elmo_fast.ray``) imports neither Ray nor torch. Names are loaded on
 first use.
 """
+
 from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"ElmoBatchEmbedder": "elmo_fast.ray.batch_embedder", "ElmoDeployment": "elmo_fast.ray.serve_deployment",
-            "serve_app": "elmo_fast.ray.serve_deployment"}
+_EXPORTS = {
+    "ElmoBatchEmbedder": "elmo_fast.ray.batch_embedder",
+    "ElmoDeployment": "elmo_fast.ray.serve_deployment",
+    "serve_app": "elmo_fast.ray.serve_deployment",
+}
 
 __all__ = ["ElmoBatchEmbedder", "ElmoDeployment", "serve_app"]
 

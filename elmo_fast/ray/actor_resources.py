@@ -5,6 +5,7 @@ Ray starts each actor with the CPUs and GPUs its caller asked for (``map_batches
 num_gpus=...)``, a deployment's ``ray_actor_options``), and hides the other GPUs from it; torch would
 otherwise use every core of the node in each actor, and actors sharing cores run slower together
 than apart. Outside a Ray actor nothing is changed: the device is the CPU unless told otherwise."""
+
 from __future__ import annotations
 
 import math

@@ -14,6 +14,7 @@ and shapes each row's vectors with :func:`~elmo_fast.output_shapes.shape_output`
 ``embed`` and ``serve``. The model is stateless: a row's vectors are those of its sentence embedded
 alone, whatever the batches, the partitioning and the number of actors (to fp32 rounding, ~1e-6).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,8 +32,13 @@ from .rows import Row, columns_of, text_rows, token_rows
 
 #: ``output`` -> the column it fills: one vector per row ("mean": the mean over tokens of the layer
 #: average, as the server's), [tokens, D] ("average", "top", "sum") or [layers, tokens, D] ("all")
-OUTPUT_COLUMNS = {"mean": "embedding", "average": "embeddings", "top": "embeddings", "sum": "embeddings",
-                  "all": "embeddings"}
+OUTPUT_COLUMNS = {
+    "mean": "embedding",
+    "average": "embeddings",
+    "top": "embeddings",
+    "sum": "embeddings",
+    "all": "embeddings",
+}
 
 
 class ElmoBatchEmbedder:
@@ -57,26 +63,48 @@ class ElmoBatchEmbedder:
     sentences and ``max_batch_tokens`` padded tokens (sentences x the longest).
     """
 
-    def __init__(self, *, model: str | None = None, model_dir: str | None = None, options_file: str | None = None,
-                 weight_file: str | None = None, model_format: str | None = None, device: str | None = None,
-                 precision: str | None = None, backend: str = "auto", output: str = "mean",
-                 text_column: str | None = None, tokens_column: str | None = None, tokenize: bool = False,
-                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH, max_batch_size: int = 64,
-                 max_batch_tokens: int | None = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        model_dir: str | None = None,
+        options_file: str | None = None,
+        weight_file: str | None = None,
+        model_format: str | None = None,
+        device: str | None = None,
+        precision: str | None = None,
+        backend: str = "auto",
+        output: str = "mean",
+        text_column: str | None = None,
+        tokens_column: str | None = None,
+        tokenize: bool = False,
+        max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+        max_batch_size: int = 64,
+        max_batch_tokens: int | None = DEFAULT_MAX_TOKENS,
+    ) -> None:
         if output not in OUTPUT_COLUMNS:
-            raise ElmoFastError(Param("output"), f" must be one of {', '.join(map(repr, OUTPUT_COLUMNS))}, "
-                                f"got {output!r}")
+            raise ElmoFastError(
+                Param("output"), f" must be one of {', '.join(map(repr, OUTPUT_COLUMNS))}, got {output!r}"
+            )
         if tokens_column is not None and text_column is not None:
-            raise ElmoFastError("give ", Param("text_column"), " (raw text) or ", Param("tokens_column"),
-                                " (lists of tokens), not both")
+            raise ElmoFastError(
+                "give ", Param("text_column"), " (raw text) or ", Param("tokens_column"), " (lists of tokens), not both"
+            )
         if tokens_column is not None and tokenize:
-            raise ElmoFastError(Param("tokenize"), " splits the text of ", Param("text_column"), "; a ",
-                                Param("tokens_column"), " is tokenized already")
+            raise ElmoFastError(
+                Param("tokenize"),
+                " splits the text of ",
+                Param("text_column"),
+                "; a ",
+                Param("tokens_column"),
+                " is tokenized already",
+            )
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ElmoFastError(Param("max_batch_size"), f" must be an integer >= 1, got {max_batch_size!r}")
         if max_batch_tokens is not None and (not isinstance(max_batch_tokens, int) or max_batch_tokens < 1):
-            raise ElmoFastError(Param("max_batch_tokens"), f" must be an integer >= 1 or None, got "
-                                f"{max_batch_tokens!r}")
+            raise ElmoFastError(
+                Param("max_batch_tokens"), f" must be an integer >= 1 or None, got {max_batch_tokens!r}"
+            )
         check_max_line_length(max_line_length)
         self.output = output
         self.column = OUTPUT_COLUMNS[output]

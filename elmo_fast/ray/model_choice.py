@@ -2,6 +2,7 @@
 or an official model, fetched once into the node's cache), a directory (``model_dir=``, bilm-tf's or
 ELMoForManyLangs'), bilm-tf's two files (``options_file=`` + ``weight_file=``), or nothing (the
 bundled model). The arguments travel to the actors as they are; each actor loads the model itself."""
+
 from __future__ import annotations
 
 import os
@@ -24,17 +25,32 @@ class ModelChoice:
         files = self.options_file is not None or self.weight_file is not None
         given = [self.model is not None, self.model_dir is not None, files]
         if sum(given) > 1:
-            raise ElmoFastError("give one of ", Param("model"), " (a name), ", Param("model_dir"), " or ",
-                                Param("options_file"), " + ", Param("weight_file"), " (none: the bundled model)")
+            raise ElmoFastError(
+                "give one of ",
+                Param("model"),
+                " (a name), ",
+                Param("model_dir"),
+                " or ",
+                Param("options_file"),
+                " + ",
+                Param("weight_file"),
+                " (none: the bundled model)",
+            )
         if self.model is not None:
             from ..pretrained import model_names
 
             if self.model not in model_names():
-                raise ElmoFastError(Param("model"), f": unknown model {self.model!r}; valid names: "
-                                    f"{', '.join(model_names())}")
+                raise ElmoFastError(
+                    Param("model"), f": unknown model {self.model!r}; valid names: {', '.join(model_names())}"
+                )
         if self.model_format is not None and self.model_dir is None:
-            raise ElmoFastError(Param("model_format"), " picks the model of a ", Param("model_dir"),
-                                " that holds both kinds; give it with ", Param("model_dir"))
+            raise ElmoFastError(
+                Param("model_format"),
+                " picks the model of a ",
+                Param("model_dir"),
+                " that holds both kinds; give it with ",
+                Param("model_dir"),
+            )
 
     @property
     def name(self) -> str:
@@ -59,5 +75,12 @@ class ModelChoice:
 
             options, weights = fetch_model(self.model, progress=False)
             return ElmoEmbedder(options, weights, device=device, backend=backend, precision=precision)
-        return ElmoEmbedder(self.options_file, self.weight_file, device=device, backend=backend,
-                            precision=precision, model_dir=self.model_dir, model_format=self.model_format)
+        return ElmoEmbedder(
+            self.options_file,
+            self.weight_file,
+            device=device,
+            backend=backend,
+            precision=precision,
+            model_dir=self.model_dir,
+            model_format=self.model_format,
+        )

@@ -2,6 +2,7 @@
 one-line error naming the parameter before anything is deployed): the model (:mod:`.model_choice`),
 its device, backend and precision, the dynamic batcher's limits and the guards, all as
 ``elmo-fast serve`` takes them as flags."""
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,9 @@ class ReplicaSettings:
         if self.limits.max_wait_ms < 0:
             raise ElmoFastError(Param("max_wait_ms"), f" must be >= 0, got {self.limits.max_wait_ms:g}")
         if self.api_key is not None and not self.api_key.strip():
-            raise ElmoFastError(Param("api_key"), " is empty: give a key, or leave it None (then the replicas' "
-                                f"{API_KEY_ENV}, if set)")
+            raise ElmoFastError(
+                Param("api_key"), f" is empty: give a key, or leave it None (then the replicas' {API_KEY_ENV}, if set)"
+            )
         if self.max_connections is not None:
             _at_least_one("max_connections", self.max_connections)
         if self.read_timeout is not None and not self.read_timeout > 0:

@@ -6,10 +6,12 @@ which one it is) and what was found, before any row of the batch is embedded.
 
 Batches come as Ray Data gives them to ``map_batches``: a dict of numpy arrays (``batch_format``
 ``"numpy"``, the default) or a pandas DataFrame (``"pandas"``)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..embedding.lines import Line
 from ..errors import InputError
@@ -36,16 +38,20 @@ def columns_of(batch: Any) -> list[str]:
         return list(batch)
     if hasattr(batch, "columns") and hasattr(batch, "iloc"):  # pandas
         return [str(c) for c in batch.columns]
-    raise InputError(f"{PREFIX}: got a batch of type {type(batch).__name__}; give map_batches "
-                     f"batch_format='numpy' (the default) or 'pandas'")
+    raise InputError(
+        f"{PREFIX}: got a batch of type {type(batch).__name__}; give map_batches "
+        f"batch_format='numpy' (the default) or 'pandas'"
+    )
 
 
 def column_values(batch: Any, column: str, parameter: str) -> list:
     """The values of one column, as Python objects (str, numpy arrays of tokens, ...)."""
     names = columns_of(batch)
     if column not in names:
-        raise InputError(f"{PREFIX}: the batch has no column {column!r} (its columns: "
-                         f"{', '.join(map(repr, names)) or 'none'}); name the column with {parameter}=")
+        raise InputError(
+            f"{PREFIX}: the batch has no column {column!r} (its columns: "
+            f"{', '.join(map(repr, names)) or 'none'}); name the column with {parameter}="
+        )
     values = batch[column]
     return values.tolist() if hasattr(values, "tolist") else list(values)
 
@@ -102,12 +108,16 @@ def text_rows(batch: Any, column: str, parameter: str, tokenize: bool, max_line_
             hint = " (bytes: decode them first)" if isinstance(value, bytes) else ""
             raise InputError(f"{label(i)}: expected a str, found {_found(value)}{hint}")
         if max_line_length is not None and len(value) > max_line_length:
-            raise InputError(f"{label(i)}: its text has {len(value):,} characters, over max_line_length="
-                             f"{max_line_length:,} (starts {_short(value)})")
+            raise InputError(
+                f"{label(i)}: its text has {len(value):,} characters, over max_line_length="
+                f"{max_line_length:,} (starts {_short(value)})"
+            )
         tokens = split(value)
         if not tokens:
-            raise InputError(f"{label(i)}: the text {_short(value)} is empty or all whitespace; every row needs "
-                             f"at least one token (filter such rows out first)")
+            raise InputError(
+                f"{label(i)}: the text {_short(value)} is empty or all whitespace; every row needs "
+                f"at least one token (filter such rows out first)"
+            )
         rows.append(Row(i, value, tokens, label=label))
     return rows
 
@@ -126,11 +136,15 @@ def token_rows(batch: Any, column: str, parameter: str, max_line_length: int | N
         except SentenceTypeError:  # again, to name the row: labels are made only for messages
             tokens = as_tokens(value, label(i))
         if not tokens:
-            raise InputError(f"{label(i)}: the list of tokens is empty; every row needs at least one token (filter "
-                             f"such rows out first)")
+            raise InputError(
+                f"{label(i)}: the list of tokens is empty; every row needs at least one token (filter "
+                f"such rows out first)"
+            )
         text = " ".join(tokens)
         if max_line_length is not None and len(text) > max_line_length:
-            raise InputError(f"{label(i)}: its {len(tokens):,} tokens hold {len(text):,} characters, over "
-                             f"max_line_length={max_line_length:,}")
+            raise InputError(
+                f"{label(i)}: its {len(tokens):,} tokens hold {len(text):,} characters, over "
+                f"max_line_length={max_line_length:,}"
+            )
         rows.append(Row(i, text, tokens, label=label))
     return rows

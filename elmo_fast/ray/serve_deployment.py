@@ -10,6 +10,7 @@ them (``num_replicas``, ``autoscaling_config``)::
 
     serve.run(serve_app(model="original", num_replicas=2, ray_actor_options={"num_gpus": 1}))
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,10 +48,18 @@ class ElmoDeployment:
         def load():
             return s.model.load(device, backend=s.backend, precision=s.precision)
 
-        self.served = served = compose(load, s.model.name, lambda embedder: embedder.output_dim, s.limits,
-                                       s.max_request_tokens, lambda error: settled.set(), settled.set,
-                                       api_key=s.key(), max_connections=s.max_connections,
-                                       read_timeout=s.read_timeout)
+        self.served = served = compose(
+            load,
+            s.model.name,
+            lambda embedder: embedder.output_dim,
+            s.limits,
+            s.max_request_tokens,
+            lambda error: settled.set(),
+            settled.set,
+            api_key=s.key(),
+            max_connections=s.max_connections,
+            read_timeout=s.read_timeout,
+        )
         return until_warm(served.app, settled)
 
     def check_health(self) -> None:
@@ -62,12 +71,26 @@ class ElmoDeployment:
             raise RuntimeError(f"elmo-fast: the model failed to load: {type(error).__name__}: {error}")
 
 
-def serve_app(*, model: str | None = None, model_dir: str | None = None, options_file: str | None = None,
-              weight_file: str | None = None, model_format: str | None = None, device: str | None = None,
-              backend: str = "auto", precision: str | None = None, max_batch_size: int = 64,
-              max_batch_tokens: int = 4096, max_wait_ms: float = 5.0, max_queue: int = 1024,
-              max_request_tokens: int = 8192, api_key: str | None = None, max_connections: int | None = None,
-              read_timeout: float | None = 30.0, **deployment_options: Any) -> serve.Application:
+def serve_app(
+    *,
+    model: str | None = None,
+    model_dir: str | None = None,
+    options_file: str | None = None,
+    weight_file: str | None = None,
+    model_format: str | None = None,
+    device: str | None = None,
+    backend: str = "auto",
+    precision: str | None = None,
+    max_batch_size: int = 64,
+    max_batch_tokens: int = 4096,
+    max_wait_ms: float = 5.0,
+    max_queue: int = 1024,
+    max_request_tokens: int = 8192,
+    api_key: str | None = None,
+    max_connections: int | None = None,
+    read_timeout: float | None = 30.0,
+    **deployment_options: Any,
+) -> serve.Application:
     """A Ray Serve application serving ``elmo-fast serve``'s API; ``serve.run(serve_app(...))`` deploys it.
 
     The model as ``embed`` takes it (``model``, ``model_dir`` + ``model_format``, ``options_file`` +
@@ -80,10 +103,19 @@ def serve_app(*, model: str | None = None, model_dir: str | None = None, options
     Every other keyword is the deployment's (``num_replicas``, ``autoscaling_config``,
     ``ray_actor_options``, ``max_ongoing_requests`` (default 256), ``max_queued_requests``, ``name``, ...).
     """
-    limits = Limits(max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
-                    max_queue=max_queue)
-    settings = ReplicaSettings(ModelChoice(model, model_dir, options_file, weight_file, model_format), device,
-                               backend, precision, limits, max_request_tokens, api_key, max_connections,
-                               read_timeout)
+    limits = Limits(
+        max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, max_queue=max_queue
+    )
+    settings = ReplicaSettings(
+        ModelChoice(model, model_dir, options_file, weight_file, model_format),
+        device,
+        backend,
+        precision,
+        limits,
+        max_request_tokens,
+        api_key,
+        max_connections,
+        read_timeout,
+    )
     deployment = ElmoDeployment.options(**deployment_options) if deployment_options else ElmoDeployment
     return deployment.bind(settings)

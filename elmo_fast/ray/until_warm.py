@@ -4,6 +4,7 @@ check passes), and Ray then sends it requests; ``elmo-fast serve`` answers 503 u
 behind its listening socket. A model that failed is reported by the replica's health check
 (:meth:`~.serve_deployment.ElmoDeployment.check_health`), whose error Ray shows in the deployment's
 status."""
+
 from __future__ import annotations
 
 import asyncio

@@ -5,14 +5,15 @@ the :class:`~.batcher.Batcher`, their vectors come back encoded by :mod:`.respon
 Every answer other than a 2xx is one line of JSON, ``{"error": {"message": ..., "type": kind}}``,
 and is counted by kind in the metrics.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 import orjson
 from starlette.applications import Starlette
@@ -66,8 +67,12 @@ class Service:
         return b"".join(chunks)
 
     def _too_big(self) -> RequestError:
-        return RequestError(413, "too_large", f"the request body is over {self.max_body} bytes, the most that "
-                                              f"--max-request-tokens {self.max_request_tokens} allows")
+        return RequestError(
+            413,
+            "too_large",
+            f"the request body is over {self.max_body} bytes, the most that "
+            f"--max-request-tokens {self.max_request_tokens} allows",
+        )
 
     async def _vectors(self, request: Request, sentences: list[list[str]], output: str) -> list:
         """Queue the sentences and wait for their vectors; a client that hangs up meanwhile takes its
@@ -145,16 +150,29 @@ class Service:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
     async def not_found(self, request: Request, exc: HTTPException) -> Response:
-        message = (f"no route {request.method} {request.url.path}" if exc.status_code == 404 else
-                   f"{request.method} is not allowed on {request.url.path}")
+        message = (
+            f"no route {request.method} {request.url.path}"
+            if exc.status_code == 404
+            else f"{request.method} is not allowed on {request.url.path}"
+        )
         kind = "not_found" if exc.status_code == 404 else "method_not_allowed"
         self.metrics.error(kind)
-        return Response(responses.error_body(f"{message}; the routes are {ROUTES}", kind), exc.status_code,
-                        headers=exc.headers, media_type=JSON)
+        return Response(
+            responses.error_body(f"{message}; the routes are {ROUTES}", kind),
+            exc.status_code,
+            headers=exc.headers,
+            media_type=JSON,
+        )
 
 
-def create_app(batcher: Batcher, metrics: Metrics, info: ModelInfo, max_request_tokens: int,
-               on_failure: Callable[[BaseException], None], on_ready: Callable[[], None]) -> Starlette:
+def create_app(
+    batcher: Batcher,
+    metrics: Metrics,
+    info: ModelInfo,
+    max_request_tokens: int,
+    on_failure: Callable[[BaseException], None],
+    on_ready: Callable[[], None],
+) -> Starlette:
     """The ASGI app. Its lifespan starts the model thread (which loads the model: /health answers 503
     until it is warm, then ``on_ready()`` is called; a model that fails to load is passed to
     ``on_failure``) and, at shutdown, lets it finish what is queued."""

@@ -18,23 +18,26 @@ A batch is chosen around the oldest waiting sentence (so none waits for ever), a
 sentences nearest to it in length while the batch holds at most ``max_batch_size`` sentences and
 ``max_batch_tokens`` padded tokens (sentences x the longest); a sentence longer than that runs alone.
 """
+
 from __future__ import annotations
 
 import asyncio
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
-
+from typing import Any
 
 from ..output_shapes import shape_output
 from .metrics import Metrics
 from .protocol import RequestError
 
 #: a batch that a warm-up runs through the model before the server says it is ready
-WARMUP_SENTENCES = [["The", "server", "warms", "up", "its", "model", "with", "this", "sentence", "."],
-                    ["And", "this", "one", "."]]
+WARMUP_SENTENCES = [
+    ["The", "server", "warms", "up", "its", "model", "with", "this", "sentence", "."],
+    ["And", "this", "one", "."],
+]
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class Job:
         self.output = output
         self.future = future
         self.results: list[Any] = [None] * len(sentences)
-        self.remaining = len(sentences)     # not yet delivered (event loop only)
+        self.remaining = len(sentences)  # not yet delivered (event loop only)
         self.undispatched = len(sentences)  # still in the queue (under the batcher's lock)
         self.cancelled = False
 
@@ -107,7 +110,7 @@ def select_batch(lengths: Sequence[int], max_size: int, max_tokens: int) -> list
             hi += 1
             top = lengths[best[1]]
         count += 1
-    return sorted(order[lo:hi + 1])
+    return sorted(order[lo : hi + 1])
 
 
 class Batcher:
@@ -137,8 +140,12 @@ class Batcher:
 
     # ---- event loop side ---------------------------------------------------------------------
 
-    def start(self, loop: asyncio.AbstractEventLoop, on_failure: Callable[[BaseException], None],
-              on_ready: Callable[[], None] = lambda: None) -> None:
+    def start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_failure: Callable[[BaseException], None],
+        on_ready: Callable[[], None] = lambda: None,
+    ) -> None:
         """Start the model thread: it loads the model, warms it up, sets ``ready`` and calls
         ``on_ready()``; a failure to load is kept in ``error`` and passed to ``on_failure``
         (both called on the loop)."""
@@ -158,9 +165,13 @@ class Batcher:
             if self._stopping:
                 raise RequestError(503, "shutting_down", "the server is shutting down", retry_after=1)
             if self._queued_requests >= self.limits.max_queue:
-                raise RequestError(503, "queue_full", f"the queue is full ({self._queued_requests} requests wait, "
-                                                      f"--max-queue {self.limits.max_queue}); retry later",
-                                   retry_after=self._retry_after())
+                raise RequestError(
+                    503,
+                    "queue_full",
+                    f"the queue is full ({self._queued_requests} requests wait, "
+                    f"--max-queue {self.limits.max_queue}); retry later",
+                    retry_after=self._retry_after(),
+                )
             self._pending.extend(_Item(job, i, now) for i in range(len(sentences)))
             self._queued_requests += 1
             self._cond.notify()
@@ -279,8 +290,9 @@ class Batcher:
                     break
                 self._cond.wait(wait)
             pending = self._pending
-            chosen = select_batch([it.length for it in pending], self.limits.max_batch_size,
-                                  self.limits.max_batch_tokens)
+            chosen = select_batch(
+                [it.length for it in pending], self.limits.max_batch_size, self.limits.max_batch_tokens
+            )
             taken = set(chosen)
             batch = [pending[i] for i in chosen]
             self._pending = [it for i, it in enumerate(pending) if i not in taken]

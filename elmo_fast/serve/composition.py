@@ -2,10 +2,11 @@
 replica in :mod:`elmo_fast.ray.serve_deployment`): the batcher and its model thread, the metrics with
 their gauges, the routes (:func:`~.app.create_app`) and the guards around them (:class:`~.guards.Guards`).
 Composed once here, so that every way of serving answers alike."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .app import ModelInfo, create_app
 from .batcher import Batcher, Limits
@@ -24,10 +25,19 @@ class ServedApp:
     info: ModelInfo
 
 
-def compose(load: Callable[[], object], name: str, dim_of: Callable[[object], int], limits: Limits,
-            max_request_tokens: int, on_failure: Callable[[BaseException], None], on_ready: Callable[[], None],
-            *, api_key: str | None = None, max_connections: int | None = None,
-            read_timeout: float | None = None) -> ServedApp:
+def compose(
+    load: Callable[[], object],
+    name: str,
+    dim_of: Callable[[object], int],
+    limits: Limits,
+    max_request_tokens: int,
+    on_failure: Callable[[BaseException], None],
+    on_ready: Callable[[], None],
+    *,
+    api_key: str | None = None,
+    max_connections: int | None = None,
+    read_timeout: float | None = None,
+) -> ServedApp:
     """The app serving the model that ``load()`` returns (run on the model thread; ``dim_of(embedder)``
     is its vectors' size, ``name`` what answers call it). ``on_failure(error)`` / ``on_ready()`` are
     called on the event loop when the model fails to load / is warm. The guards are off where None."""
@@ -40,12 +50,19 @@ def compose(load: Callable[[], object], name: str, dim_of: Callable[[object], in
         return embedder
 
     batcher = Batcher(load_and_measure, limits, metrics)
-    metrics.gauges.update({
-        "queue_depth": ("Requests waiting for a batch.", batcher.queue_depth),
-        "queued_sentences": ("Sentences waiting for a batch.", batcher.queued_sentences),
-        "ready": ("1 once the model is loaded and warm.", lambda: float(batcher.ready.is_set())),
-        "model_busy": ("1 while the model thread runs a batch.", lambda: float(batcher.busy)),
-    })
-    app = Guards(create_app(batcher, metrics, info, max_request_tokens, on_failure, on_ready), api_key=api_key,
-                 max_connections=max_connections, read_timeout=read_timeout, refused=metrics.error)
+    metrics.gauges.update(
+        {
+            "queue_depth": ("Requests waiting for a batch.", batcher.queue_depth),
+            "queued_sentences": ("Sentences waiting for a batch.", batcher.queued_sentences),
+            "ready": ("1 once the model is loaded and warm.", lambda: float(batcher.ready.is_set())),
+            "model_busy": ("1 while the model thread runs a batch.", lambda: float(batcher.busy)),
+        }
+    )
+    app = Guards(
+        create_app(batcher, metrics, info, max_request_tokens, on_failure, on_ready),
+        api_key=api_key,
+        max_connections=max_connections,
+        read_timeout=read_timeout,
+        refused=metrics.error,
+    )
     return ServedApp(app, batcher, metrics, info)

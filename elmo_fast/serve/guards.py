@@ -10,12 +10,14 @@ server runs (uvicorn here; a Ray Serve deployment wraps its app the same way):
 
 Every refusal is the server's usual one-line JSON error (:func:`~.responses.error_body`).
 """
+
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import hmac
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .responses import error_body
 
@@ -46,7 +48,7 @@ def route_path(scope: dict) -> str:
     under a prefix (a Ray Serve ``route_prefix``, a proxy's), as the app's router matches it."""
     path, root = scope.get("path", ""), scope.get("root_path", "")
     if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
-        return path[len(root):] or "/"
+        return path[len(root) :] or "/"
     return path
 
 
@@ -57,8 +59,9 @@ def _header(scope: dict, name: bytes) -> bytes | None:
     return None
 
 
-async def send_error(send: Callable[[dict], Awaitable[None]], status: int, kind: str, message: str,
-                     headers: dict[str, str] | None = None) -> None:
+async def send_error(
+    send: Callable[[dict], Awaitable[None]], status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> None:
     """A whole one-line JSON error response."""
     body = error_body(message, kind)
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -71,9 +74,16 @@ class Guards:
     """The ASGI middleware: ``Guards(app, api_key=..., max_connections=..., read_timeout=...)``;
     each is off when None. ``refused(kind)`` is called for each refusal (the server counts them)."""
 
-    def __init__(self, app: ASGIApp, *, api_key: str | None = None, max_connections: int | None = None,
-                 read_timeout: float | None = None, open_paths: tuple[str, ...] = OPEN_PATHS,
-                 refused: Callable[[str], None] = lambda kind: None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str | None = None,
+        max_connections: int | None = None,
+        read_timeout: float | None = None,
+        open_paths: tuple[str, ...] = OPEN_PATHS,
+        refused: Callable[[str], None] = lambda kind: None,
+    ) -> None:
         if api_key is not None and not api_key:
             raise ValueError("an empty API key would let anyone in")
         self.app = app
@@ -89,16 +99,29 @@ class Guards:
         if scope["type"] != "http":  # lifespan (and websockets, which the app has none of)
             await self.app(scope, receive, send)
             return
-        if self.api_key is not None and route_path(scope) not in self.open_paths and not bearer_matches(
-                _header(scope, b"authorization"), self.api_key):
+        if (
+            self.api_key is not None
+            and route_path(scope) not in self.open_paths
+            and not bearer_matches(_header(scope, b"authorization"), self.api_key)
+        ):
             self.refused("unauthorized")
-            await send_error(send, 401, "unauthorized", "this server needs an API key: send the header "
-                             "'Authorization: Bearer KEY'", {"WWW-Authenticate": "Bearer"})
+            await send_error(
+                send,
+                401,
+                "unauthorized",
+                "this server needs an API key: send the header 'Authorization: Bearer KEY'",
+                {"WWW-Authenticate": "Bearer"},
+            )
             return
         if self.max_connections is not None and self.active >= self.max_connections:
             self.refused("too_many_connections")
-            await send_error(send, 503, "too_many_connections", f"the server has {self.max_connections} requests "
-                             f"in progress, its --max-connections; retry shortly", {"Retry-After": "1"})
+            await send_error(
+                send,
+                503,
+                "too_many_connections",
+                f"the server has {self.max_connections} requests in progress, its --max-connections; retry shortly",
+                {"Retry-After": "1"},
+            )
             return
         self.active += 1
         try:
@@ -135,8 +158,13 @@ class _BodyDeadline:
             self.timed_out = True
             self.guards.refused("read_timeout")
             if not self.started:
-                await send_error(self._send, 408, "read_timeout", f"the request's body did not arrive within "
-                                 f"{self.guards.read_timeout:g} s", {"Connection": "close"})
+                await send_error(
+                    self._send,
+                    408,
+                    "read_timeout",
+                    f"the request's body did not arrive within {self.guards.read_timeout:g} s",
+                    {"Connection": "close"},
+                )
             return {"type": "http.disconnect"}
         if message["type"] != "http.request" or not message.get("more_body", False):
             self.body_done = True

@@ -1,12 +1,13 @@
 """The server's counters and histograms, written as Prometheus' text exposition format (version
 0.0.4) by hand: a few dozen lines instead of a dependency. Updated from the event loop (requests)
 and the model thread (batches), hence the lock."""
+
 from __future__ import annotations
 
 import bisect
 import math
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 PREFIX = "elmo_fast_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -96,26 +97,36 @@ class Metrics:
     def render(self) -> str:
         p = PREFIX
         with self._lock:
-            lines = [f"# HELP {p}requests_total HTTP requests answered, by endpoint and status.",
-                     f"# TYPE {p}requests_total counter"]
-            lines += [f"{p}requests_total{_labels((('endpoint', e), ('status', str(s))))} {n}"
-                      for (e, s), n in sorted(self.requests.items())]
-            lines += [f"# HELP {p}errors_total Refused or failed requests, by kind.",
-                      f"# TYPE {p}errors_total counter"]
+            lines = [
+                f"# HELP {p}requests_total HTTP requests answered, by endpoint and status.",
+                f"# TYPE {p}requests_total counter",
+            ]
+            lines += [
+                f"{p}requests_total{_labels((('endpoint', e), ('status', str(s))))} {n}"
+                for (e, s), n in sorted(self.requests.items())
+            ]
+            lines += [f"# HELP {p}errors_total Refused or failed requests, by kind.", f"# TYPE {p}errors_total counter"]
             lines += [f"{p}errors_total{_labels((('kind', k),))} {n}" for k, n in sorted(self.errors.items())]
-            lines += [f"# HELP {p}request_latency_seconds Time from a request's arrival to its answer, by endpoint.",
-                      f"# TYPE {p}request_latency_seconds histogram"]
+            lines += [
+                f"# HELP {p}request_latency_seconds Time from a request's arrival to its answer, by endpoint.",
+                f"# TYPE {p}request_latency_seconds histogram",
+            ]
             for e, hist in sorted(self.latency.items()):
                 lines += hist.lines(f"{p}request_latency_seconds", (("endpoint", e),))
             lines += [f"# HELP {p}batch_size Sentences per model batch.", f"# TYPE {p}batch_size histogram"]
             lines += self.batch_size.lines(f"{p}batch_size")
-            lines += [f"# HELP {p}batch_padded_tokens Padded tokens (sentences x longest) per model batch.",
-                      f"# TYPE {p}batch_padded_tokens histogram"]
+            lines += [
+                f"# HELP {p}batch_padded_tokens Padded tokens (sentences x longest) per model batch.",
+                f"# TYPE {p}batch_padded_tokens histogram",
+            ]
             lines += self.padded_tokens.lines(f"{p}batch_padded_tokens")
             lines += [f"# HELP {p}batch_seconds Model time per batch.", f"# TYPE {p}batch_seconds histogram"]
             lines += self.batch_seconds.lines(f"{p}batch_seconds")
-            lines += [f"# HELP {p}tokens_total Tokens embedded.", f"# TYPE {p}tokens_total counter",
-                      f"{p}tokens_total {self.tokens}"]
+            lines += [
+                f"# HELP {p}tokens_total Tokens embedded.",
+                f"# TYPE {p}tokens_total counter",
+                f"{p}tokens_total {self.tokens}",
+            ]
         for name, (help_text, read) in sorted(self.gauges.items()):
             lines += [f"# HELP {p}{name} {help_text}", f"# TYPE {p}{name} gauge", f"{p}{name} {_number(read())}"]
         return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ problem) and never reaches a batch that other requests share.
 Every refusal is a :class:`RequestError`: an HTTP status, a kind (the label of the errors metric)
 and a one-line message naming the field, its index and what was found instead.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,8 +81,15 @@ def _jsonable(value: object) -> bool:
 
 
 def _type_name(value: object) -> str:
-    return {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "a list",
-            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def parse_json(body: bytes) -> object:
@@ -96,9 +104,13 @@ def parse_json(body: bytes) -> object:
 
 def _check_tokens(tokens: int, max_request_tokens: int) -> None:
     if tokens > max_request_tokens:
-        raise RequestError(413, "too_large", f"the request holds {tokens} tokens, over this server's limit of "
-                                             f"{max_request_tokens} (--max-request-tokens): split it into "
-                                             f"several requests")
+        raise RequestError(
+            413,
+            "too_large",
+            f"the request holds {tokens} tokens, over this server's limit of "
+            f"{max_request_tokens} (--max-request-tokens): split it into "
+            f"several requests",
+        )
 
 
 def _sentences(value: object) -> list[list[str]]:
@@ -152,8 +164,10 @@ def parse_embed(body: bytes, max_request_tokens: int) -> EmbedRequest:
     if unknown:
         raise invalid(f"unknown field {unknown[0]!r}; the fields are {', '.join(map(repr, _EMBED_FIELDS))}")
     if ("sentences" in data) == ("texts" in data):
-        raise invalid("give either 'sentences' (lists of tokens) or 'texts' (raw strings, tokenized by the server)"
-                      + (", not both" if "sentences" in data else ""))
+        raise invalid(
+            "give either 'sentences' (lists of tokens) or 'texts' (raw strings, tokenized by the server)"
+            + (", not both" if "sentences" in data else "")
+        )
     output = data.get("output", DEFAULT_OUTPUT)
     if output not in OUTPUTS:
         raise invalid(f"'output' must be one of {', '.join(map(repr, OUTPUTS))}, got {_describe(output)}")
@@ -177,8 +191,9 @@ def parse_openai(body: bytes, max_request_tokens: int, dim: int) -> OpenAIReques
         raise invalid(f"'encoding_format' must be one of {', '.join(map(repr, ENCODINGS))}, got {_describe(encoding)}")
     dimensions = data.get("dimensions")
     if dimensions is not None and dimensions != dim:
-        raise invalid(f"'dimensions' is {_describe(dimensions)}, but this model's vectors have {dim} dimensions "
-                      f"(leave it out)")
+        raise invalid(
+            f"'dimensions' is {_describe(dimensions)}, but this model's vectors have {dim} dimensions (leave it out)"
+        )
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise invalid(f"'model' must be a string, got {_describe(model)}")

@@ -7,11 +7,12 @@ floats. As JSON that is 0.8 MB and ~5 ms to encode with orjson (~140 ms with ``j
 at batch 64 (fp32, 2 cores); as ``.npy`` it is 0.3 MB, written and read in microseconds
 (BENCHMARKS.md, "Serving"). The per-sentence ``"mean"`` vector costs ~0.06 ms as JSON.
 """
+
 from __future__ import annotations
 
 import base64
 import io
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import orjson
@@ -59,9 +60,12 @@ def openai_json(vectors: Sequence[np.ndarray], model: str, tokens: int, encoding
         data = [base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii") for v in vectors]
     else:
         data = list(vectors)
-    return orjson.dumps({
-        "object": "list",
-        "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(data)],
-        "model": model,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }, option=_JSON_OPTIONS)
+    return orjson.dumps(
+        {
+            "object": "list",
+            "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(data)],
+            "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        },
+        option=_JSON_OPTIONS,
+    )

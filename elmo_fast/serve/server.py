@@ -7,14 +7,15 @@ Exposed on a network: the app runs behind :class:`~.guards.Guards` (API key, con
 request in progress, the body's read deadline: plain ASGI, not uvicorn's), TLS where a certificate
 is given, and a connection that has not sent its first request's headers within the read timeout is
 closed (uvicorn has no deadline there: :func:`_header_deadline`)."""
+
 from __future__ import annotations
 
 import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import uvicorn
 
@@ -41,8 +42,9 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as e:
         sock.close()
-        raise ElmoFastError(f"cannot listen on {host}:{port}: {e.strerror} (another server there? pick another "
-                            f"--port)") from None
+        raise ElmoFastError(
+            f"cannot listen on {host}:{port}: {e.strerror} (another server there? pick another --port)"
+        ) from None
     sock.set_inheritable(True)
     return sock
 
@@ -126,23 +128,48 @@ class EmbeddingServer:
     returns the embedder; ``dim_of(embedder)`` is the size of its vectors; ``name`` what answers
     call the model. :meth:`run` serves until :meth:`stop` or a stop signal (main thread only)."""
 
-    def __init__(self, sock: socket.socket, load: Callable[[], object], name: str, dim_of: Callable[[object], int],
-                 limits: Limits, max_request_tokens: int, log_level: str = "warning",
-                 exposure: Exposure = Exposure()) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        load: Callable[[], object],
+        name: str,
+        dim_of: Callable[[object], int],
+        limits: Limits,
+        max_request_tokens: int,
+        log_level: str = "warning",
+        exposure: Exposure = Exposure(),
+    ) -> None:
         self.sock = sock
         host, port = sock.getsockname()[:2]
         scheme = "https" if exposure.ssl_certfile else "http"
         self.url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
         self.limits = limits
-        served = compose(load, name, dim_of, limits, max_request_tokens, self._failed, self._ready,
-                         api_key=exposure.api_key, max_connections=exposure.max_connections,
-                         read_timeout=exposure.read_timeout)
+        served = compose(
+            load,
+            name,
+            dim_of,
+            limits,
+            max_request_tokens,
+            self._failed,
+            self._ready,
+            api_key=exposure.api_key,
+            max_connections=exposure.max_connections,
+            read_timeout=exposure.read_timeout,
+        )
         self.metrics, self.info, self.batcher = served.metrics, served.info, served.batcher
         app = served.app
         http = "auto" if exposure.read_timeout is None else _header_deadline(exposure.read_timeout)
-        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", http=http,
-                                timeout_graceful_shutdown=None, timeout_keep_alive=30,
-                                ssl_certfile=exposure.ssl_certfile, ssl_keyfile=exposure.ssl_keyfile)
+        config = uvicorn.Config(
+            app,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+            http=http,
+            timeout_graceful_shutdown=None,
+            timeout_keep_alive=30,
+            ssl_certfile=exposure.ssl_certfile,
+            ssl_keyfile=exposure.ssl_keyfile,
+        )
         self.server = _Server(config)
         self.announce: Callable[[str], None] = lambda line: None
 
@@ -151,9 +178,11 @@ class EmbeddingServer:
 
     def _ready(self) -> None:
         i, lim = self.info, self.limits
-        self.announce(f"elmo-fast serve: ready on {self.url}: model {i.name!r} ({i.dim} dims); max batch "
-                      f"{lim.max_batch_size} sentences / {lim.max_batch_tokens} padded tokens, wait "
-                      f"{lim.max_wait_ms:g} ms")
+        self.announce(
+            f"elmo-fast serve: ready on {self.url}: model {i.name!r} ({i.dim} dims); max batch "
+            f"{lim.max_batch_size} sentences / {lim.max_batch_tokens} padded tokens, wait "
+            f"{lim.max_wait_ms:g} ms"
+        )
 
     def run(self) -> tuple[signal.Signals | None, bool]:
         """Serve until stopped: the signal that stopped it (None: :meth:`stop`), and whether a second
@@ -171,10 +200,18 @@ class EmbeddingServer:
         self.server.should_exit = True
 
 
-def run_server(load: Callable[[], object], name: str, dim_of: Callable[[object], int], limits: Limits,
-               max_request_tokens: int, host: str, port: int, log_level: str = "warning",
-               announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
-               exposure: Exposure = Exposure()) -> tuple[signal.Signals | None, bool]:
+def run_server(
+    load: Callable[[], object],
+    name: str,
+    dim_of: Callable[[object], int],
+    limits: Limits,
+    max_request_tokens: int,
+    host: str,
+    port: int,
+    log_level: str = "warning",
+    announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    exposure: Exposure = Exposure(),
+) -> tuple[signal.Signals | None, bool]:
     """Listen on host:port (before the model loads: a port in use fails at once), serve until a stop
     signal (see :class:`EmbeddingServer.run`)."""
     sock = listen(host, port)

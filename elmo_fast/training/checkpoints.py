@@ -12,11 +12,12 @@ one that does not read whole (damaged by something other than elmo-fast: a disk,
 is passed over with a note for the one before it; when none reads, the run stops and names each
 file and why, rather than quietly starting again from step 0.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -69,8 +70,9 @@ def read_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict:
     return payload
 
 
-def newest_readable(out: str | Path, device: torch.device | str = "cpu",
-                    log: Callable[[str], None] = print) -> tuple[Path, dict] | None:
+def newest_readable(
+    out: str | Path, device: torch.device | str = "cpu", log: Callable[[str], None] = print
+) -> tuple[Path, dict] | None:
     """The newest checkpoint of ``out`` that reads whole, and its payload; None when there is none.
     Unreadable newer ones are passed over with a note; when checkpoints exist and none reads, an
     :class:`~elmo_fast.errors.InputError` names each and why (resuming from nothing would silently
@@ -88,9 +90,13 @@ def newest_readable(out: str | Path, device: torch.device | str = "cpu",
         return path, payload
     if failed:
         reasons = "; ".join(f"{p.name}: {why}" for p, why in failed)
-        raise InputError(f"{Path(out) / CHECKPOINTS}: cannot resume: no checkpoint can be read ({reasons}); start over "
-                         "with ", Param("overwrite", True), " instead of ", Param("resume", True),
-                         " (it removes them), or put back a readable checkpoint")
+        raise InputError(
+            f"{Path(out) / CHECKPOINTS}: cannot resume: no checkpoint can be read ({reasons}); start over with ",
+            Param("overwrite", True),
+            " instead of ",
+            Param("resume", True),
+            " (it removes them), or put back a readable checkpoint",
+        )
     return None
 
 
@@ -99,9 +105,14 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def checkpoint_to_resume(out: str | Path, fingerprint: dict, identity: dict, allow_changed: bool,
-                         device: torch.device | str = "cpu",
-                         log: Callable[[str], None] = print) -> tuple[Path, dict] | None:
+def checkpoint_to_resume(
+    out: str | Path,
+    fingerprint: dict,
+    identity: dict,
+    allow_changed: bool,
+    device: torch.device | str = "cpu",
+    log: Callable[[str], None] = print,
+) -> tuple[Path, dict] | None:
     """:func:`newest_readable`, checked to be a checkpoint of this run: the vocabulary, corpus and
     settings it recorded (``fingerprint``, ``identity``: this run's) are compared; a difference is
     an InputError naming it, or a note when ``allow_changed``. A checkpoint from before the digests
@@ -115,9 +126,13 @@ def checkpoint_to_resume(out: str | Path, fingerprint: dict, identity: dict, all
         log(f"elmo-fast: {path} predates the digests of the vocabulary and corpus: they are not compared")
     changes = run_fingerprint.changes(then, fingerprint, _with_precision(payload["identity"]), identity)
     if changes and not allow_changed:
-        raise InputError(f"{out}: cannot resume: {'; '.join(changes)}; use the same inputs and settings, another ",
-                         Param("out"), ", or ", Param("allow_changed", True),
-                         " to continue with these (the model then comes from two different runs)")
+        raise InputError(
+            f"{out}: cannot resume: {'; '.join(changes)}; use the same inputs and settings, another ",
+            Param("out"),
+            ", or ",
+            Param("allow_changed", True),
+            " to continue with these (the model then comes from two different runs)",
+        )
     if changes:
         log(f"elmo-fast: resuming although {'; '.join(changes)}")
     return path, payload

@@ -18,12 +18,13 @@ Two schemes:
 With several processes (DistributedDataParallel), every rank computes the same global batches and
 takes its own rows of each; one process with ``batch_size * world_size`` sees the same batches.
 """
+
 from __future__ import annotations
 
 import glob
 import os
 import random
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -57,8 +58,9 @@ def expand_corpus(patterns: str | Sequence[str], param: str = "train") -> list[s
     return files
 
 
-def read_sentences(path: str, tokenize: Callable[[str], list[str]] | None = None,
-                   max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> list[str]:
+def read_sentences(
+    path: str, tokenize: Callable[[str], list[str]] | None = None, max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH
+) -> list[str]:
     """The non-empty lines of one corpus file, tokens joined by single spaces; a line longer than
     ``max_line_length`` characters is an error naming the file and the line (None: no bound)."""
     out = []
@@ -83,10 +85,10 @@ def sentence_batch(sentences: Sequence[Sequence[str]], vocab: Vocabulary) -> Bat
     lengths = torch.empty(B, dtype=torch.long)
     for b, s in enumerate(sentences):
         n = len(s)
-        char_ids[b, :n + 2] = torch.tensor([word_to_char_ids(t) for t in (BOS_TOKEN, *s, EOS_TOKEN)])
+        char_ids[b, : n + 2] = torch.tensor([word_to_char_ids(t) for t in (BOS_TOKEN, *s, EOS_TOKEN)])
         ids = torch.tensor([vocab.bos, *vocab.ids(s), vocab.eos])
-        fwd[b, :n + 1] = ids[1:]
-        bwd[b, 1:n + 2] = ids[:-1]
+        fwd[b, : n + 1] = ids[1:]
+        bwd[b, 1 : n + 2] = ids[:-1]
         lengths[b] = n + 2
     return Batch(char_ids, lengths, fwd, bwd)
 
@@ -97,10 +99,18 @@ class SentenceBatches:
     ``epoch(e, start)`` yields ``(index, sentences)`` for the global batches of epoch ``e`` from
     index ``start`` on, where ``sentences`` is this rank's share (lists of tokens)."""
 
-    def __init__(self, files: Sequence[str], batch_size: int, max_tokens: int | None, seed: int,
-                 world_size: int = 1, rank: int = 0, shuffle: bool = True,
-                 tokenize: Callable[[str], list[str]] | None = None,
-                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> None:
+    def __init__(
+        self,
+        files: Sequence[str],
+        batch_size: int,
+        max_tokens: int | None,
+        seed: int,
+        world_size: int = 1,
+        rank: int = 0,
+        shuffle: bool = True,
+        tokenize: Callable[[str], list[str]] | None = None,
+        max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+    ) -> None:
         self.files = list(files)
         self.max_line_length = max_line_length
         self.global_batch = batch_size * world_size
@@ -123,15 +133,17 @@ class SentenceBatches:
         batches: list[list[int]] = []
         window = self.global_batch * WINDOW_BATCHES
         for start in range(0, len(order), window):
-            idx = np.asarray(order[start:start + window])
-            lens = lengths[start:start + window]
+            idx = np.asarray(order[start : start + window])
+            lens = lengths[start : start + window]
             by_length = np.argsort(lens, kind="stable")
             current: list[int] = []
             longest = 0
             for j in by_length:
                 n = int(lens[j]) + 2
-                if current and (len(current) == self.global_batch or
-                                (self.max_tokens is not None and max(longest, n) * (len(current) + 1) > self.max_tokens)):
+                if current and (
+                    len(current) == self.global_batch
+                    or (self.max_tokens is not None and max(longest, n) * (len(current) + 1) > self.max_tokens)
+                ):
                     batches.append(current)
                     current, longest = [], 0
                 current.append(int(idx[j]))
@@ -165,7 +177,7 @@ class SentenceBatches:
             for batch in batches:
                 if index >= start:
                     rows = sorted(batch, key=lambda i: (lines[i].count(" "), i))
-                    mine = rows[self.rank::self.world_size]
+                    mine = rows[self.rank :: self.world_size]
                     yield index, [lines[i].split(" ") for i in mine]
                 index += 1
 
@@ -184,9 +196,18 @@ class UnrolledWindows:
     bilm-tf); LSTM states start from zero at each epoch.
     """
 
-    def __init__(self, files: Sequence[str], vocab: Vocabulary, rows: int, steps: int, seed: int,
-                 world_size: int = 1, rank: int = 0, tokenize: Callable[[str], list[str]] | None = None,
-                 max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> None:
+    def __init__(
+        self,
+        files: Sequence[str],
+        vocab: Vocabulary,
+        rows: int,
+        steps: int,
+        seed: int,
+        world_size: int = 1,
+        rank: int = 0,
+        tokenize: Callable[[str], list[str]] | None = None,
+        max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+    ) -> None:
         self.files, self.vocab, self.steps, self.seed = list(files), vocab, steps, seed
         self.max_line_length = max_line_length
         self.rows = rows * world_size
@@ -222,7 +243,7 @@ class UnrolledWindows:
                             current[d][i] = cur
                         take = min(len(cur) - 1, self.steps - len(inputs))
                         inputs += cur[:take]
-                        targets += cur[1:take + 1]
+                        targets += cur[1 : take + 1]
                         current[d][i] = cur[take:]
                     rows.append((inputs, targets))
                 windows.append(rows)

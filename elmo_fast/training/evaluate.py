@@ -1,4 +1,5 @@
 """Held-out perplexity of a biLM: sentence by sentence from zero states, with the full softmax."""
+
 from __future__ import annotations
 
 import math
@@ -13,16 +14,24 @@ from .model import BidirectionalLM, unwrap
 
 
 @torch.no_grad()
-def evaluate(lm: BidirectionalLM, files: list[str], vocab: Vocabulary, batch_size: int = 64,
-             device: torch.device | str = "cpu", tokenize=None, max_sentences: int | None = None,
-             max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH) -> dict:
+def evaluate(
+    lm: BidirectionalLM,
+    files: list[str],
+    vocab: Vocabulary,
+    batch_size: int = 64,
+    device: torch.device | str = "cpu",
+    tokenize=None,
+    max_sentences: int | None = None,
+    max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
+) -> dict:
     """Held-out perplexity, sentence by sentence from zero states, full softmax: forward, backward and
     mean (exp of the mean of the two directions' mean cross-entropies), and the targets per direction."""
     lm = unwrap(lm)
     was_training = lm.training
     lm.eval()
-    data = SentenceBatches(files, batch_size, None, seed=0, shuffle=False, tokenize=tokenize,
-                           max_line_length=max_line_length)
+    data = SentenceBatches(
+        files, batch_size, None, seed=0, shuffle=False, tokenize=tokenize, max_line_length=max_line_length
+    )
     sums, count, sentences = [0.0, 0.0], 0, 0
     try:
         for _, rows in data.epoch(0):
@@ -40,5 +49,4 @@ def evaluate(lm: BidirectionalLM, files: list[str], vocab: Vocabulary, batch_siz
     if count == 0:
         raise InputError(f"{', '.join(files)}: no sentences to evaluate")
     fwd, bwd = sums[0] / count, sums[1] / count
-    return {"forward": math.exp(fwd), "backward": math.exp(bwd), "mean": math.exp(0.5 * (fwd + bwd)),
-            "targets": count}
+    return {"forward": math.exp(fwd), "backward": math.exp(bwd), "mean": math.exp(0.5 * (fwd + bwd)), "targets": count}

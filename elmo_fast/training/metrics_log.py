@@ -9,6 +9,7 @@ A bad line anywhere else was not torn by a run: something else wrote to the log.
 naming the line, rather than a line silently dropped, because a resume rewrites the log (it trims
 what comes after its checkpoint) and would lose it for good.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,11 @@ class MetricsLog:
                 out.append((line, record))
             elif number < len(text):
                 shown = line if len(line) <= 60 else line[:57] + "..."
-                raise InputError(f"{self.path} line {number}: not a JSON object ({shown!r}); only the last line can "
-                                 f"be cut short by a crash, this one was written by something else: remove or mend it, "
-                                 f"then resume")
+                raise InputError(
+                    f"{self.path} line {number}: not a JSON object ({shown!r}); only the last line can "
+                    f"be cut short by a crash, this one was written by something else: remove or mend it, "
+                    f"then resume"
+                )
         return out
 
     def records(self) -> list[dict]:

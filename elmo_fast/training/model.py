@@ -1,6 +1,7 @@
 """The biLM as bilm-tf trains it: the inference architecture (:class:`~elmo_fast.bilm.ElmoBiLm`)
 with dropout on every LSTM layer's input and on the top outputs, and one softmax shared by the
 forward and the backward language model."""
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,11 @@ def initial_weights(options: ElmoOptions, generator: torch.Generator | None = No
     char_embedding[1:] = uniform((261, D), 1.0)
     conv_w, conv_b = [], []
     for width, num in o.filters:
-        conv_w.append(uniform((num, D, width), 0.05) if o.activation == "relu"
-                      else normal((num, D, width), math.sqrt(1.0 / (width * D))))
+        conv_w.append(
+            uniform((num, D, width), 0.05)
+            if o.activation == "relu"
+            else normal((num, D, width), math.sqrt(1.0 / (width * D)))
+        )
         conv_b.append(torch.zeros(num))
     hw_w, hw_b = [], []
     for _ in range(o.n_highway):
@@ -55,13 +59,27 @@ def initial_weights(options: ElmoOptions, generator: torch.Generator | None = No
         pair = []
         for _ in range(2):
             bias = torch.zeros(4 * C)
-            bias[C:2 * C] = 1.0  # torch gate order i, f, g, o: forget_bias=1
-            pair.append(LstmWeights(w_ih=uniform((4 * C, P), kernel_limit), w_hh=uniform((4 * C, P), kernel_limit),
-                                    bias=bias, w_proj=uniform((P, C), proj_limit)))
+            bias[C : 2 * C] = 1.0  # torch gate order i, f, g, o: forget_bias=1
+            pair.append(
+                LstmWeights(
+                    w_ih=uniform((4 * C, P), kernel_limit),
+                    w_hh=uniform((4 * C, P), kernel_limit),
+                    bias=bias,
+                    w_proj=uniform((P, C), proj_limit),
+                )
+            )
         lstm.append(tuple(pair))
-    return ElmoWeights(options=o, char_embedding=char_embedding, conv_weights=conv_w, conv_biases=conv_b,
-                       highway_weights=hw_w, highway_biases=hw_b, proj_weight=proj_w, proj_bias=torch.zeros(P),
-                       lstm=lstm)
+    return ElmoWeights(
+        options=o,
+        char_embedding=char_embedding,
+        conv_weights=conv_w,
+        conv_biases=conv_b,
+        highway_weights=hw_w,
+        highway_biases=hw_b,
+        proj_weight=proj_w,
+        proj_bias=torch.zeros(P),
+        lstm=lstm,
+    )
 
 
 @dataclass
@@ -75,6 +93,7 @@ class Batch:
                  the backward LM. -1 where nothing is predicted (padding, and the boundaries that
                  have no next / previous token in sentence mode).
     """
+
     char_ids: Tensor
     lengths: Tensor
     fwd_targets: Tensor
@@ -82,12 +101,16 @@ class Batch:
     #: [B, T, 50] the backward LM's own inputs (unrolled windows), or None: it reads ``char_ids``
     bwd_char_ids: Tensor | None = None
 
-    def to(self, device: torch.device) -> "Batch":
+    def to(self, device: torch.device) -> Batch:
         """The batch on ``device`` (itself on the CPU; copies queued without waiting elsewhere)."""
         if device.type == "cpu":
             return self
-        return Batch(*(None if t is None else t.to(device, non_blocking=True) for t in
-                       (self.char_ids, self.lengths, self.fwd_targets, self.bwd_targets, self.bwd_char_ids)))
+        return Batch(
+            *(
+                None if t is None else t.to(device, non_blocking=True)
+                for t in (self.char_ids, self.lengths, self.fwd_targets, self.bwd_targets, self.bwd_char_ids)
+            )
+        )
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -102,22 +125,26 @@ class BidirectionalLM(nn.Module):
     plus the final LSTM states (for the stateful ``--unroll-steps`` scheme).
     """
 
-    def __init__(self, bilm: ElmoBiLm, softmax: SoftmaxHead, dropout: float = 0.1,
-                 negative_samples: int = 8192) -> None:
+    def __init__(
+        self, bilm: ElmoBiLm, softmax: SoftmaxHead, dropout: float = 0.1, negative_samples: int = 8192
+    ) -> None:
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if bilm.options.projection_dim != softmax.weight.shape[1]:
-            raise ValueError(f"the softmax is [{softmax.vocab_size}, {softmax.weight.shape[1]}], but the biLM's "
-                             f"outputs have {bilm.options.projection_dim} dims")
+            raise ValueError(
+                f"the softmax is [{softmax.vocab_size}, {softmax.weight.shape[1]}], but the biLM's "
+                f"outputs have {bilm.options.projection_dim} dims"
+            )
         self.bilm = bilm
         self.softmax = softmax
         self.dropout = dropout
         self.negative_samples = negative_samples
         self.sampler = LogUniformSampler(softmax.vocab_size)
 
-    def top_outputs(self, batch: Batch, h0: Tensor | None = None,
-                    c0: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def top_outputs(
+        self, batch: Batch, h0: Tensor | None = None, c0: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Forward and backward top-layer outputs [B, T, P] (dropped out in training), final h, c."""
         bilm = self.bilm
         ids = batch.char_ids if batch.bwd_char_ids is None else torch.stack([batch.char_ids, batch.bwd_char_ids])
@@ -135,8 +162,14 @@ class BidirectionalLM(nn.Module):
             fwd, bwd = F.dropout(fwd, p), F.dropout(bwd, p)
         return fwd, bwd, h, c
 
-    def forward(self, batch: Batch, h0: Tensor | None = None, c0: Tensor | None = None,
-                sample_generator: torch.Generator | None = None, full_softmax: bool | None = None):
+    def forward(
+        self,
+        batch: Batch,
+        h0: Tensor | None = None,
+        c0: Tensor | None = None,
+        sample_generator: torch.Generator | None = None,
+        full_softmax: bool | None = None,
+    ):
         """Losses of one batch: ``(fwd_sum, bwd_sum, fwd_count, bwd_count, h, c)``, the sums of the
         per-target cross-entropies of each direction. Training (and unless ``full_softmax``) uses
         the sampled softmax, one draw of negatives per direction, as bilm-tf; evaluation the full one."""
@@ -153,8 +186,12 @@ class BidirectionalLM(nn.Module):
                 n = sampled.numel()
                 sampled = sampled.to(rows.device)
                 losses = self.softmax.sampled_loss(
-                    rows, tgt, sampled, self.sampler.expected_count(sampled.cpu(), tries, n).to(rows.device),
-                    self.sampler.expected_count(tgt.cpu(), tries, n).to(rows.device))
+                    rows,
+                    tgt,
+                    sampled,
+                    self.sampler.expected_count(sampled.cpu(), tries, n).to(rows.device),
+                    self.sampler.expected_count(tgt.cpu(), tries, n).to(rows.device),
+                )
             sums.append(losses.sum())
             counts.append(int(tgt.numel()))
         return sums[0], sums[1], counts[0], counts[1], h, c

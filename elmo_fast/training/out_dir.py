@@ -9,10 +9,11 @@ still leads to the file it locked, so a removal never lets two runs in; see :mod
 a killed run's stays, is no part of a run (a directory holding only it is empty for these checks),
 is never swept, and is taken and removed by the next run.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..durable import WriteError, sweep_temp_files
 from ..errors import InputError, Param
@@ -43,8 +44,14 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool, log: Callable[[str
             log(f"elmo-fast: removed {len(swept)} temporary file(s) left by killed runs in {folder}")
     has_run = (out / CHECKPOINTS).exists() or (out / "weights.hdf5").exists()
     if has_run and not resume and not overwrite:
-        raise InputError(Param("out"), f" {out}: holds a run already; ", Param("resume", True), " continues it, ",
-                         Param("overwrite", True), " starts over")
+        raise InputError(
+            Param("out"),
+            f" {out}: holds a run already; ",
+            Param("resume", True),
+            " continues it, ",
+            Param("overwrite", True),
+            " starts over",
+        )
     if resume and not checkpoint_files(out):
         log(f"elmo-fast: no checkpoint in {out} to resume from, starting from the beginning")
     if overwrite and not resume:

@@ -21,12 +21,13 @@ What each digest covers, and why:
 
 Files are compared by position, not by path: the same contents under new paths are the same run.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..file_hash import hash_file
 
@@ -49,8 +50,12 @@ def settings_digest(identity: dict) -> str:
 
 def fingerprint(vocab: str, train: Sequence[str], heldout: Sequence[str], identity: dict) -> dict:
     """The record a checkpoint keeps of the run's inputs and settings (JSON-able)."""
-    return {"vocab": file_digest(vocab, whole=True), "train": [file_digest(p) for p in train],
-            "heldout": [file_digest(p) for p in heldout], "settings": settings_digest(identity)}
+    return {
+        "vocab": file_digest(vocab, whole=True),
+        "train": [file_digest(p) for p in train],
+        "heldout": [file_digest(p) for p in heldout],
+        "settings": settings_digest(identity),
+    }
 
 
 def changes(then: dict, now: dict, identity_then: dict, identity_now: dict) -> list[str]:
@@ -59,12 +64,18 @@ def changes(then: dict, now: dict, identity_then: dict, identity_now: dict) -> l
     (its settings are then compared with the paths, as they were)."""
     found = []
     skip = PATH_KEYS if then is not None else ()
-    differ = [k for k in sorted(set(identity_then) | set(identity_now))
-              if k not in skip and identity_then.get(k) != identity_now.get(k)]
+    differ = [
+        k
+        for k in sorted(set(identity_then) | set(identity_now))
+        if k not in skip and identity_then.get(k) != identity_now.get(k)
+    ]
     if differ:
-        found.append("the run in it used other settings (" + "; ".join(
-            f"{k}: {identity_then.get(k)!r} then, {identity_now.get(k)!r} now" for k in differ[:4]) +
-            (f"; {len(differ) - 4} more" if len(differ) > 4 else "") + ")")
+        found.append(
+            "the run in it used other settings ("
+            + "; ".join(f"{k}: {identity_then.get(k)!r} then, {identity_now.get(k)!r} now" for k in differ[:4])
+            + (f"; {len(differ) - 4} more" if len(differ) > 4 else "")
+            + ")"
+        )
     if then is None:
         return found
     if then["vocab"]["sha256"] != now["vocab"]["sha256"]:
@@ -88,8 +99,10 @@ def _corpus_changes(then: list[dict], now: list[dict]) -> str:
     new = [p for p in after if p not in before]
     gone = [p for p in before if p not in after]
     for p in list(new):  # a file that moved, its content unchanged: no change to name
-        match = next((q for q in gone if (before[q]["size"], before[q]["sha256"]) ==
-                      (after[p]["size"], after[p]["sha256"])), None)
+        match = next(
+            (q for q in gone if (before[q]["size"], before[q]["sha256"]) == (after[p]["size"], after[p]["sha256"])),
+            None,
+        )
         if match is not None:
             new.remove(p)
             gone.remove(match)

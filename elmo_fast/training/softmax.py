@@ -9,6 +9,7 @@ logit and the sampled ones are corrected by the log of their expected counts (``
 a sampled class equal to a row's true class (an "accidental hit") is removed from that row; the loss
 is the cross-entropy of the true class among [true, sampled].
 """
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ class LogUniformSampler:
 
     def probability(self, ids: Tensor) -> Tensor:
         ids = ids.double()
-        return (torch.log((ids + 2) / (ids + 1)) / self.log_range)
+        return torch.log((ids + 2) / (ids + 1)) / self.log_range
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, int]:
         """``n`` distinct ids (in draw order) and the number of draws it took."""
@@ -48,7 +49,8 @@ class LogUniformSampler:
             first = torch.zeros(block, dtype=torch.bool)
             uniq, inverse = torch.unique(draws, return_inverse=True)
             order = torch.full((uniq.numel(),), block, dtype=torch.long).scatter_reduce_(
-                0, inverse, torch.arange(block), reduce="amin")
+                0, inverse, torch.arange(block), reduce="amin"
+            )
             first[order] = True
             new = first & ~seen[draws]
             positions = new.nonzero().squeeze(1)
@@ -80,7 +82,7 @@ class SoftmaxHead(nn.Module):
         self.bias = nn.Parameter(bias, requires_grad=requires_grad)
 
     @classmethod
-    def initial(cls, vocab_size: int, dim: int, generator: torch.Generator | None = None) -> "SoftmaxHead":
+    def initial(cls, vocab_size: int, dim: int, generator: torch.Generator | None = None) -> SoftmaxHead:
         """bilm-tf's initialisation: W ~ N(0, 1 / sqrt(P)), b = 0."""
         w = torch.randn(vocab_size, dim, generator=generator) / math.sqrt(dim)
         return cls(w, torch.zeros(vocab_size))
@@ -92,8 +94,9 @@ class SoftmaxHead(nn.Module):
     def extra_repr(self) -> str:
         return f"vocabulary={self.weight.shape[0]}, dim={self.weight.shape[1]}, shared by both directions"
 
-    def sampled_loss(self, h: Tensor, targets: Tensor, sampled: Tensor, sampled_expected: Tensor,
-                     true_expected: Tensor) -> Tensor:
+    def sampled_loss(
+        self, h: Tensor, targets: Tensor, sampled: Tensor, sampled_expected: Tensor, true_expected: Tensor
+    ) -> Tensor:
         """Per-row sampled softmax cross-entropy.
 
         h: [N, P]; targets: [N] ids; sampled: [S] distinct ids; sampled_expected: [S];

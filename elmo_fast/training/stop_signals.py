@@ -1,5 +1,6 @@
 """SIGTERM and SIGHUP during a run: recorded, acted on between steps, so a stopped run always ends
 on a checkpoint it can resume from (:class:`Interrupted`)."""
+
 from __future__ import annotations
 
 import signal
@@ -26,7 +27,7 @@ class StopSignals:
         self.received: int | None = None
         self._previous: dict = {}
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         self._previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
         for s in self._previous:
             signal.signal(s, self._on_signal)
@@ -55,7 +56,11 @@ class Interrupted(ElmoFastError):
         return type(self), (self.signum, str(self))
 
     @classmethod
-    def at_step(cls, signum: int, step: int) -> "Interrupted":
+    def at_step(cls, signum: int, step: int) -> Interrupted:
         name = signal.Signals(signum).name
-        return cls(signum, f"stopped by {name} at step {step}; checkpoint written: run the same command with ",
-                   Param("resume", True), " to continue")
+        return cls(
+            signum,
+            f"stopped by {name} at step {step}; checkpoint written: run the same command with ",
+            Param("resume", True),
+            " to continue",
+        )

@@ -23,15 +23,17 @@ negatives) comes from generators seeded by (seed, s), not from a state carried a
 resumed run therefore needs only the step, the data position and the tensors of a checkpoint, and
 ends with the weights of an uninterrupted run (same machine, same threads).
 """
+
 from __future__ import annotations
 
 import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -84,8 +86,8 @@ class TrainConfig:
     negative_samples: int = 8192
     tokenize: bool = False
     init_model_dir: str | None = None  # fine-tuning: start from this model
-    softmax_warmup_steps: int = 0      # steps training only a new softmax (fine-tuning without one)
-    keep_best: bool = False            # export the model with the best held-out perplexity
+    softmax_warmup_steps: int = 0  # steps training only a new softmax (fine-tuning without one)
+    keep_best: bool = False  # export the model with the best held-out perplexity
     # how the run runs (not compared on resume)
     eval_every: int = 1000
     eval_max_sentences: int | None = None
@@ -93,13 +95,30 @@ class TrainConfig:
     log_every: int = 50
     device: str = "cpu"
     backend: str = "auto"
-    precision: str = "fp32"            # elmo_fast.bilm.precision: fp32, tf32 or bf16 (autocast)
+    precision: str = "fp32"  # elmo_fast.bilm.precision: fp32, tf32 or bf16 (autocast)
     progress: bool = True
     max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH  # characters a corpus line may hold (None: no bound)
 
-    RESULT_KEYS = ("train", "vocab", "options", "heldout", "epochs", "batch_size", "max_tokens_per_batch",
-                   "unroll_steps", "seed", "learning_rate", "initial_accumulator", "clip_norm", "dropout",
-                   "negative_samples", "tokenize", "init_model_dir", "softmax_warmup_steps", "precision")
+    RESULT_KEYS = (
+        "train",
+        "vocab",
+        "options",
+        "heldout",
+        "epochs",
+        "batch_size",
+        "max_tokens_per_batch",
+        "unroll_steps",
+        "seed",
+        "learning_rate",
+        "initial_accumulator",
+        "clip_norm",
+        "dropout",
+        "negative_samples",
+        "tokenize",
+        "init_model_dir",
+        "softmax_warmup_steps",
+        "precision",
+    )
 
     def identity(self, world_size: int) -> dict:
         d = {k: getattr(self, k) for k in self.RESULT_KEYS}
@@ -136,8 +155,16 @@ class Trainer:
 
     def _check_config(self) -> None:
         c = self.cfg
-        for name in ("batch_size", "epochs", "negative_samples", "checkpoint_every", "eval_every", "log_every",
-                     "max_steps", "unroll_steps"):
+        for name in (
+            "batch_size",
+            "epochs",
+            "negative_samples",
+            "checkpoint_every",
+            "eval_every",
+            "log_every",
+            "max_steps",
+            "unroll_steps",
+        ):
             value = getattr(c, name)
             if value is not None and value < 1:
                 raise InputError(Param(name), f" must be >= 1, got {value}")
@@ -149,9 +176,16 @@ class Trainer:
         self.precision = PRECISIONS[c.precision]
         self.precision.check_training()
         if c.max_tokens_per_batch is not None and c.unroll_steps is not None:
-            raise InputError(Param("max_tokens_per_batch"), " applies to the sentence scheme, not to ",
-                             Param("unroll_steps"), " (whose batches are ", Param("batch_size"), " rows of ",
-                             Param("unroll_steps"), " tokens)")
+            raise InputError(
+                Param("max_tokens_per_batch"),
+                " applies to the sentence scheme, not to ",
+                Param("unroll_steps"),
+                " (whose batches are ",
+                Param("batch_size"),
+                " rows of ",
+                Param("unroll_steps"),
+                " tokens)",
+            )
 
     def _build(self) -> BidirectionalLM:
         c = self.cfg
@@ -177,24 +211,49 @@ class Trainer:
     def _data(self, files: list[str], shuffle: bool = True, eval_mode: bool = False):
         c = self.cfg
         if c.unroll_steps is not None and not eval_mode:
-            return UnrolledWindows(files, self.vocab, c.batch_size, c.unroll_steps, c.seed, self.world_size, self.rank,
-                                   self.tokenize, c.max_line_length)
-        return SentenceBatches(files, c.batch_size, c.max_tokens_per_batch, c.seed, self.world_size if not eval_mode
-                               else 1, self.rank if not eval_mode else 0, shuffle=shuffle, tokenize=self.tokenize,
-                               max_line_length=c.max_line_length)
+            return UnrolledWindows(
+                files,
+                self.vocab,
+                c.batch_size,
+                c.unroll_steps,
+                c.seed,
+                self.world_size,
+                self.rank,
+                self.tokenize,
+                c.max_line_length,
+            )
+        return SentenceBatches(
+            files,
+            c.batch_size,
+            c.max_tokens_per_batch,
+            c.seed,
+            self.world_size if not eval_mode else 1,
+            self.rank if not eval_mode else 0,
+            shuffle=shuffle,
+            tokenize=self.tokenize,
+            max_line_length=c.max_line_length,
+        )
 
     # ---- checkpoints -------------------------------------------------------------------------------
 
     def _save_checkpoint(self, lm: BidirectionalLM, optimizer, state: dict) -> None:
         if self.rank == 0:
-            save_checkpoint(self.out, {"model": unwrap(lm).state_dict(), "optimizer": optimizer.state_dict(),
-                                       "state": state, "identity": self.cfg.identity(self.world_size),
-                                       "fingerprint": self.fingerprint})
+            save_checkpoint(
+                self.out,
+                {
+                    "model": unwrap(lm).state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "state": state,
+                    "identity": self.cfg.identity(self.world_size),
+                    "fingerprint": self.fingerprint,
+                },
+            )
         self._barrier()
 
     def _load_checkpoint(self, lm: BidirectionalLM, optimizer, allow_changed: bool) -> dict | None:
-        found = checkpoint_to_resume(self.out, self.fingerprint, self.cfg.identity(self.world_size), allow_changed,
-                                     self.device, self.log)
+        found = checkpoint_to_resume(
+            self.out, self.fingerprint, self.cfg.identity(self.world_size), allow_changed, self.device, self.log
+        )
         if found is None:
             return None
         path, payload = found
@@ -203,8 +262,11 @@ class Trainer:
             optimizer.load_state_dict(payload["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
             first = " ".join(str(e).split())[:200]
-            raise InputError(f"{path}: its tensors do not fit this run's model ({first}): the architecture or the "
-                             "vocabulary's size changed; use another ", Param("out")) from None
+            raise InputError(
+                f"{path}: its tensors do not fit this run's model ({first}): the architecture or the "
+                "vocabulary's size changed; use another ",
+                Param("out"),
+            ) from None
         return payload["state"]
 
     def _export(self, lm: BidirectionalLM) -> None:
@@ -212,10 +274,16 @@ class Trainer:
         if self.rank != 0:
             return
         inner = unwrap(lm)
-        extra = {"bidirectional": True, "dropout": self.cfg.dropout, "n_tokens_vocab": len(self.vocab),
-                 "n_negative_samples_batch": self.cfg.negative_samples, "all_clip_norm_val": self.cfg.clip_norm,
-                 "batch_size": self.cfg.batch_size, "unroll_steps": self.cfg.unroll_steps or BILM_TF_UNROLL_STEPS,
-                 "n_epochs": self.cfg.epochs}
+        extra = {
+            "bidirectional": True,
+            "dropout": self.cfg.dropout,
+            "n_tokens_vocab": len(self.vocab),
+            "n_negative_samples_batch": self.cfg.negative_samples,
+            "all_clip_norm_val": self.cfg.clip_norm,
+            "batch_size": self.cfg.batch_size,
+            "unroll_steps": self.cfg.unroll_steps or BILM_TF_UNROLL_STEPS,
+            "n_epochs": self.cfg.epochs,
+        }
         save_model_files(self.out / "options.json", self.out / "weights.hdf5", inner.bilm.weights(), extra)
         write_softmax(self.out / "softmax.hdf5", inner.softmax.weight, inner.softmax.bias)
         if not (self.out / "vocab.txt").exists():
@@ -243,8 +311,7 @@ class Trainer:
         for param, files in (("train", train_files), ("heldout", heldout_files)):
             if files and not _has_a_sentence(files, c.max_line_length):
                 raise InputError(Param(param), f" {' '.join(files)}: no sentences (every line is empty)")
-        self.fingerprint = run_fingerprint.fingerprint(c.vocab, train_files, heldout_files,
-                                                       c.identity(self.world_size))
+        self.fingerprint = run_fingerprint.fingerprint(c.vocab, train_files, heldout_files, c.identity(self.world_size))
         lock = None
         if self.rank == 0:
             lock = lock_out_dir(self.out)
@@ -261,9 +328,12 @@ class Trainer:
         lm, model, optimizer = self._model_and_optimizer()
         state = self._start_or_resume(lm, optimizer, resume, allow_changed)
         carried = state.pop("states", None)
-        run = _Progress(state, started=time.perf_counter() - state["seconds"],
-                        h0c0=None if carried is None else tuple(t.to(self.device) for t in carried),
-                        bar=self._progress(state))
+        run = _Progress(
+            state,
+            started=time.perf_counter() - state["seconds"],
+            h0c0=None if carried is None else tuple(t.to(self.device) for t in carried),
+            bar=self._progress(state),
+        )
         with StopSignals() as stop:
             try:
                 self._loop(model, lm, optimizer, run, self._data(train_files), heldout_files, stop)
@@ -273,8 +343,12 @@ class Trainer:
             finally:
                 if run.bar is not None:
                     run.bar.close()
-        return {"step": state["step"], "tokens": state["tokens"], "seconds": time.perf_counter() - run.started,
-                "best": state["best"]}
+        return {
+            "step": state["step"],
+            "tokens": state["tokens"],
+            "seconds": time.perf_counter() - run.started,
+            "best": state["best"],
+        }
 
     def _model_and_optimizer(self):
         """The model (``lm``), what trains it (``model``: lm, or its DDP wrapper) and the optimizer."""
@@ -286,9 +360,13 @@ class Trainer:
 
             model = DistributedDataParallel(lm, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         # the fused kernel (CPU only in torch) updates in one pass: 4x faster than the per-tensor loop
-        optimizer = torch.optim.Adagrad(lm.parameters(), lr=c.learning_rate,
-                                        initial_accumulator_value=c.initial_accumulator, eps=0.0,
-                                        fused=True if self.device.type == "cpu" else None)
+        optimizer = torch.optim.Adagrad(
+            lm.parameters(),
+            lr=c.learning_rate,
+            initial_accumulator_value=c.initial_accumulator,
+            eps=0.0,
+            fused=True if self.device.type == "cpu" else None,
+        )
         return lm, model, optimizer
 
     def _start_or_resume(self, lm: BidirectionalLM, optimizer, resume: bool, allow_changed: bool) -> dict:
@@ -303,12 +381,14 @@ class Trainer:
         else:
             if self.rank == 0:  # lines logged after the checkpoint are logged again by this run
                 self.metrics.trim(state["step"])
-            self.log(f"elmo-fast: resuming at step {state['step']} (epoch {state['epoch'] + 1}, batch "
-                     f"{state['batch']})")
+            self.log(
+                f"elmo-fast: resuming at step {state['step']} (epoch {state['epoch'] + 1}, batch {state['batch']})"
+            )
         return state
 
-    def _loop(self, model, lm: BidirectionalLM, optimizer, run: "_Progress", data, heldout_files: list[str],
-              stop: StopSignals) -> None:
+    def _loop(
+        self, model, lm: BidirectionalLM, optimizer, run: _Progress, data, heldout_files: list[str], stop: StopSignals
+    ) -> None:
         """Epochs of steps from ``run.state``'s position, logging, evaluating and checkpointing on
         their schedules; a stop signal ends it after the step it arrived in (:class:`Stop`)."""
         c, state, interval = self.cfg, run.state, run.interval
@@ -319,8 +399,7 @@ class Trainer:
             for index, rows in data.epoch(state["epoch"], state["batch"]):
                 batch = rows if isinstance(rows, Batch) else sentence_batch(rows, self.vocab)
                 frozen = bilm_params if state["step"] < c.softmax_warmup_steps else []
-                loss_value, targets, run.h0c0 = self._step(model, lm, optimizer, batch, state["step"], run.h0c0,
-                                                           frozen)
+                loss_value, targets, run.h0c0 = self._step(model, lm, optimizer, batch, state["step"], run.h0c0, frozen)
                 state["step"] += 1
                 state["batch"] = index + 1
                 real_tokens = int((batch.fwd_targets >= 0).sum())
@@ -360,8 +439,9 @@ class Trainer:
         from tqdm import tqdm
 
         total = self.cfg.max_steps
-        return tqdm(total=total, initial=state["step"], unit="step", dynamic_ncols=True, file=sys.stderr,
-                    desc="training")
+        return tqdm(
+            total=total, initial=state["step"], unit="step", dynamic_ncols=True, file=sys.stderr, desc="training"
+        )
 
     def _step(self, model, lm: BidirectionalLM, optimizer, batch: Batch, step: int, h0c0, frozen=()):
         c = self.cfg
@@ -399,9 +479,15 @@ class Trainer:
         seconds = time.perf_counter() - interval["start"]
         loss = interval["loss"] / interval["targets"]
         rate = interval["tokens"] / max(seconds, 1e-9)
-        record = {"step": state["step"], "epoch": state["epoch"] + 1, "tokens": state["tokens"], "loss": round(loss, 5),
-                  "train_perplexity": round(math.exp(min(loss, 50.0)), 3), "tokens_per_s": round(rate, 1),
-                  "elapsed_s": round(time.perf_counter() - started, 1)}
+        record = {
+            "step": state["step"],
+            "epoch": state["epoch"] + 1,
+            "tokens": state["tokens"],
+            "loss": round(loss, 5),
+            "train_perplexity": round(math.exp(min(loss, 50.0)), 3),
+            "tokens_per_s": round(rate, 1),
+            "elapsed_s": round(time.perf_counter() - started, 1),
+        }
         self._log_metrics(record)
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{record['train_perplexity']:.1f}", tok_s=f"{rate:,.0f}")
@@ -409,14 +495,22 @@ class Trainer:
 
     def _evaluate_and_log(self, lm: BidirectionalLM, files: list[str], state: dict) -> None:
         if self.rank == 0:
-            result = evaluate(lm, files, self.vocab, batch_size=self.cfg.batch_size, device=self.device,
-                              tokenize=self.tokenize, max_sentences=self.cfg.eval_max_sentences,
-                              max_line_length=self.cfg.max_line_length)
+            result = evaluate(
+                lm,
+                files,
+                self.vocab,
+                batch_size=self.cfg.batch_size,
+                device=self.device,
+                tokenize=self.tokenize,
+                max_sentences=self.cfg.eval_max_sentences,
+                max_line_length=self.cfg.max_line_length,
+            )
             improved = state["best"] is None or result["mean"] < state["best"]
             if improved:
                 state["best"] = result["mean"]
-            self._log_metrics({"step": state["step"], "epoch": state["epoch"] + 1, "tokens": state["tokens"],
-                               "heldout": result})
+            self._log_metrics(
+                {"step": state["step"], "epoch": state["epoch"] + 1, "tokens": state["tokens"], "heldout": result}
+            )
             if self.cfg.keep_best and improved:
                 self._export(lm)
         self._barrier()
@@ -438,12 +532,14 @@ class Trainer:
 class _Progress:
     """Where a run stands while it trains: its state (checkpointed), when it started (less the
     seconds of the runs it resumes), the carried LSTM states, the progress bar, and the log interval."""
+
     state: dict
     started: float
     h0c0: tuple | None
     bar: Any
-    interval: dict = field(default_factory=lambda: {"loss": 0.0, "targets": 0, "tokens": 0,
-                                                     "start": time.perf_counter(), "steps": 0})
+    interval: dict = field(
+        default_factory=lambda: {"loss": 0.0, "targets": 0, "tokens": 0, "start": time.perf_counter(), "steps": 0}
+    )
 
 
 def _has_a_sentence(files: list[str], max_line_length: int | None) -> bool:

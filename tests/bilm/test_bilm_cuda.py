@@ -6,20 +6,27 @@ Two targets run each test (tests/support/cuda_targets.py): "cuda", the kernels o
 why, without one), and "emulated", the same kernels and bindings compiled for the CPU emulator (a default
 subset; every case with ELMO_FAST_CUDA_EMULATION=1). Outputs come from a poisoned allocator; the backward
 passes run with @poisoned (tests/support/grad_checks.py); TF32 is off (exact_fp32)."""
+
 import numpy as np
 import pytest
 import torch
-
 from bilm_cases import bilm_fast_train, expected_top_layers, rebuild, sentences
-from cuda_targets import exact_fp32  # noqa: F401  (autouse: TF32 off)
-from cuda_targets import emulated_by_default, needs_cpu_ops, no_nan, poison, ran_ops
+from cuda_targets import (
+    emulated_by_default,
+    exact_fp32,  # noqa: F401  (autouse: TF32 off)
+    needs_cpu_ops,
+    no_nan,
+    poison,
+    ran_ops,
+)
+from grad_checks import poisoned
+from rounding_model import modeled_error
+from tolerances import MODEL_BF16, MODEL_BOUNDS, TOL, assert_close, assert_grad_close, fp32_model_bound, max_abs_error
+
 from elmo_fast import ElmoBiLm, batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import model as model_module
 from elmo_fast.bilm import ops, reference
 from elmo_fast.bilm.reference import add_sentence_boundaries, bilm_ref, flat_lstm_weights, layer0_gates_ref
-from grad_checks import poisoned
-from rounding_model import modeled_error
-from tolerances import MODEL_BF16, MODEL_BOUNDS, TOL, assert_close, assert_grad_close, fp32_model_bound, max_abs_error
 
 
 def ops_bilm(target, char_ids, w, h0=None, c0=None):
@@ -32,8 +39,9 @@ def ops_bilm(target, char_ids, w, h0=None, c0=None):
     tokens = target.op("char_cnn")(uniq, w.char_embedding, list(w.conv_weights), list(w.conv_biases), o.activation)
     tokens = target.op("highway")(tokens, list(w.highway_weights), list(w.highway_biases), w.proj_weight, w.proj_bias)
     lstm = flat_lstm_weights(w.lstm)
-    outputs, h, c = target.op("bilstm")(layer0_gates_ref(tokens, lstm), inverse.view(B, T2), mask.sum(dim=1), lstm,
-                                        o.cell_clip, o.proj_clip, h0, c0)
+    outputs, h, c = target.op("bilstm")(
+        layer0_gates_ref(tokens, lstm), inverse.view(B, T2), mask.sum(dim=1), lstm, o.cell_clip, o.proj_clip, h0, c0
+    )
     token_vectors = tokens[inverse].view(B, T2, -1) * mask.unsqueeze(-1).to(tokens.dtype)
     return [torch.cat([token_vectors, token_vectors], dim=-1), *outputs.unbind(0)], mask, h, c
 
@@ -261,7 +269,7 @@ def test_golden_bilm_tf_stateful(target, bilm_tf_tiny, tiny_files, fixture_sente
         acts, mask, h, c = ops_bilm(target, batch_to_ids(batch).to(target.device), w, h, c)
         for k in range(3):
             n = len(batch[k])
-            got = acts[2][k, 1:n + 1].cpu().numpy()  # drop <S>
+            got = acts[2][k, 1 : n + 1].cpu().numpy()  # drop <S>
             worst = max(worst, float(np.abs(got - expected[k][i]).max()))
     assert worst <= TOL[torch.float32]["atol"], f"{target.name}: max abs error vs bilm-tf {worst:.3g}"
 

@@ -2,6 +2,7 @@
 the faster candidate on a fake clock and falls back safely; choices derive from timings as stated; the
 disk store never trusts a file it cannot vouch for; the model runs what was chosen, within its bounds.
 (conftest.py turns calibration off for the rest of the suite; these tests turn it on.)"""
+
 from __future__ import annotations
 
 import json
@@ -10,15 +11,16 @@ import math
 import numpy as np
 import pytest
 import torch
+from bilm_cases import _sentences
+from tolerances import MODEL_BOUNDS, TOL
 
 from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_fast.bilm import calibration, calibration_store, cpu_tuning, ops
 from elmo_fast.bilm.calibration import ALWAYS, DEFAULT, UNSET, Candidate, Chooser, CpuTuning
-from bilm_cases import _sentences
-from tolerances import MODEL_BOUNDS, TOL
 
-needs_extension = pytest.mark.skipif(not ops.HAS_EXTENSION,
-                                     reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
+needs_extension = pytest.mark.skipif(
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e ."
+)
 
 
 class FakeClock:
@@ -42,6 +44,7 @@ def costing(clock: FakeClock, seconds, result=None):
     def run():
         clock.advance(times.pop(0) if times is not None else seconds)
         return value
+
     return run
 
 
@@ -52,8 +55,9 @@ def test_chooser_picks_the_faster_candidate_by_its_best_run():
     clock = FakeClock()
     chooser = Chooser(clock=clock, repeats=2)
     # "b" has a slow first run (a kernel generated, say) but is the faster one afterwards
-    t = chooser.measure([Candidate("a", costing(clock, [0.010, 0.009, 0.011])),
-                         Candidate("b", costing(clock, [0.050, 0.004, 0.005]))])
+    t = chooser.measure(
+        [Candidate("a", costing(clock, [0.010, 0.009, 0.011])), Candidate("b", costing(clock, [0.050, 0.004, 0.005]))]
+    )
     assert t == {"a": pytest.approx(0.009), "b": pytest.approx(0.004)}
     assert min(t, key=t.get) == "b" and chooser.notes == []
 
@@ -62,8 +66,9 @@ def test_chooser_runs_hopeless_candidates_once_after_its_first_group():
     clock = FakeClock()
     chooser = Chooser(clock=clock, repeats=1)
     # first group: every candidate runs twice (first runs may pay one-time costs)
-    assert chooser.measure([Candidate("a", costing(clock, [0.1, 0.01])), Candidate("b", costing(clock, [0.02, 0.02]))]) \
-        == {"a": pytest.approx(0.01), "b": pytest.approx(0.02)}
+    assert chooser.measure(
+        [Candidate("a", costing(clock, [0.1, 0.01])), Candidate("b", costing(clock, [0.02, 0.02]))]
+    ) == {"a": pytest.approx(0.01), "b": pytest.approx(0.02)}
     # later groups: "slow" (over 1.5x the best first run) is not run again, even if it would have improved
     runs = {"fast": costing(clock, [0.010, 0.010]), "slow": costing(clock, [0.016, 0.001])}
     t = chooser.measure([Candidate(name, run) for name, run in runs.items()])
@@ -78,11 +83,15 @@ def test_chooser_leaves_out_failing_and_disagreeing_candidates():
         clock.advance(0.001)
         raise RuntimeError("pack_weight: no such kernel\nsecond line")
 
-    t = chooser.measure([Candidate("ref", costing(clock, 0.02)),
-                         Candidate("broken", broken),
-                         Candidate("wrong", costing(clock, 0.001, torch.full((3,), 1.5)), tolerance=0.1),
-                         Candidate("nan", costing(clock, 0.001, torch.tensor([1.0, math.nan, 1.0])), tolerance=0.1),
-                         Candidate("close", costing(clock, 0.01, torch.full((3,), 1.05)), tolerance=0.1)])
+    t = chooser.measure(
+        [
+            Candidate("ref", costing(clock, 0.02)),
+            Candidate("broken", broken),
+            Candidate("wrong", costing(clock, 0.001, torch.full((3,), 1.5)), tolerance=0.1),
+            Candidate("nan", costing(clock, 0.001, torch.tensor([1.0, math.nan, 1.0])), tolerance=0.1),
+            Candidate("close", costing(clock, 0.01, torch.full((3,), 1.05)), tolerance=0.1),
+        ]
+    )
     assert set(t) == {"ref", "close"}  # fast but wrong never wins
     assert chooser.notes[0] == "broken: failed (RuntimeError: pack_weight: no such kernel)"
     assert chooser.notes[1] == "wrong: result differs from ref's beyond 0.1: left out"
@@ -101,17 +110,17 @@ def test_thresholds_from_timings():
     rows = (1, 4, 16, 64)
     fast, slow = 1.0, 2.0
     g = calibration.gemv_threshold
-    assert g(rows, {1: fast, 4: fast, 16: slow}, {1: slow, 4: slow, 16: fast}) == 8       # between 4 and 16
-    assert g(rows, {1: slow}, {1: fast}) == 0                                            # never the GEMV
-    assert g(rows, dict.fromkeys(rows, fast), dict.fromkeys(rows, slow)) == 128          # always: twice the last
-    assert g(rows, {1: fast, 4: fast}, {1: slow, 4: slow}) is None                        # budget ran out: unknown
+    assert g(rows, {1: fast, 4: fast, 16: slow}, {1: slow, 4: slow, 16: fast}) == 8  # between 4 and 16
+    assert g(rows, {1: slow}, {1: fast}) == 0  # never the GEMV
+    assert g(rows, dict.fromkeys(rows, fast), dict.fromkeys(rows, slow)) == 128  # always: twice the last
+    assert g(rows, {1: fast, 4: fast}, {1: slow, 4: slow}) is None  # budget ran out: unknown
     c = calibration.concurrent_from
-    assert c(rows, dict.fromkeys(rows, fast), dict.fromkeys(rows, slow)) == 0             # never concurrent
-    assert c(rows, dict.fromkeys(rows, slow), dict.fromkeys(rows, fast)) == 1             # always
+    assert c(rows, dict.fromkeys(rows, fast), dict.fromkeys(rows, slow)) == 0  # never concurrent
+    assert c(rows, dict.fromkeys(rows, slow), dict.fromkeys(rows, fast)) == 1  # always
     assert c(rows, {1: fast, 4: fast, 16: slow, 64: slow}, {1: slow, 4: slow, 16: fast, 64: fast}) == 8
     # a win at 4 that does not last is no threshold: concurrent past the last loss (16), before 64
     assert c(rows, {1: fast, 4: slow, 16: fast, 64: slow}, {1: slow, 4: fast, 16: slow, 64: fast}) == 32
-    assert c(rows, {1: fast}, {1: slow}) is None                                          # not measured everywhere
+    assert c(rows, {1: fast}, {1: slow}) is None  # not measured everywhere
 
 
 # --- calibrate() on a real op, its clock driven by the candidates ------------------------------------------
@@ -121,8 +130,12 @@ def tiny_lstm(P=16, C=16, L=2, seed=0):
     gen = torch.Generator().manual_seed(seed)
     w = []
     for _ in range(2 * L):
-        w += [torch.randn(4 * C, P, generator=gen) * 0.2, torch.randn(4 * C, P, generator=gen) * 0.2,
-              torch.randn(4 * C, generator=gen) * 0.1, torch.randn(P, C, generator=gen) * 0.2]
+        w += [
+            torch.randn(4 * C, P, generator=gen) * 0.2,
+            torch.randn(4 * C, P, generator=gen) * 0.2,
+            torch.randn(4 * C, generator=gen) * 0.1,
+            torch.randn(P, C, generator=gen) * 0.2,
+        ]
     return w
 
 
@@ -196,10 +209,19 @@ def test_tuning_from_a_dict_is_checked():
     t = CpuTuning(lstm=(0, 0, 9), linear_gemv_rows=128, highway_gemv_rows=32, packed=True)
     assert CpuTuning.from_dict(json.loads(json.dumps(t.to_dict()))) == t
     assert CpuTuning.from_dict(DEFAULT.to_dict()) == DEFAULT
-    for bad in [None, [], {}, {**t.to_dict(), "lstm": [1, 2]}, {**t.to_dict(), "lstm": [1, 2, -2]},
-                {**t.to_dict(), "packed": 1}, {**t.to_dict(), "highway_gemv_rows": -1},
-                {**t.to_dict(), "linear_gemv_rows": True}, {**t.to_dict(), "extra": 1}, {**t.to_dict(), "lstm": "128"},
-                {**t.to_dict(), "lstm": [0, 0, None]}]:
+    for bad in [
+        None,
+        [],
+        {},
+        {**t.to_dict(), "lstm": [1, 2]},
+        {**t.to_dict(), "lstm": [1, 2, -2]},
+        {**t.to_dict(), "packed": 1},
+        {**t.to_dict(), "highway_gemv_rows": -1},
+        {**t.to_dict(), "linear_gemv_rows": True},
+        {**t.to_dict(), "extra": 1},
+        {**t.to_dict(), "lstm": "128"},
+        {**t.to_dict(), "lstm": [0, 0, None]},
+    ]:
         with pytest.raises(ValueError):
             CpuTuning.from_dict(bad)
 
@@ -219,8 +241,13 @@ def test_store_round_trip_and_what_it_never_trusts(tmp_path):
     for other in [{**key, "torch": "0.0"}, {**key, "threads": 3}, {**key, "shapes": {"lstm": [2, 16, 32]}}]:
         assert calibration_store.load(other, tmp_path) is None
     # a file under the right name that is not the right file: cut short, another key, a bad tuning
-    for text in [path.read_text()[:40], json.dumps({**stored, "key": {**key, "torch": "0.0"}}),
-                 json.dumps({**stored, "tuning": {**stored["tuning"], "lstm": [1]}}), "[]", "\x00\xff"]:
+    for text in [
+        path.read_text()[:40],
+        json.dumps({**stored, "key": {**key, "torch": "0.0"}}),
+        json.dumps({**stored, "tuning": {**stored["tuning"], "lstm": [1]}}),
+        "[]",
+        "\x00\xff",
+    ]:
         path.write_text(text)
         assert calibration_store.load(key, tmp_path) is None, text[:30]
 
@@ -314,7 +341,9 @@ def test_one_process_measures_while_the_others_wait_for_its_result(calibrating, 
 def test_a_partial_calibration_is_not_stored(calibrating, monkeypatch):
     calls, chosen, tmp_path = calibrating
     partial = {"lstm": {}, "notes": [], "complete": False}
-    monkeypatch.setattr(cpu_tuning.calibration, "calibrate", lambda *a, **k: (calls.append("partial") or chosen, partial))
+    monkeypatch.setattr(
+        cpu_tuning.calibration, "calibrate", lambda *a, **k: (calls.append("partial") or chosen, partial)
+    )
     assert cpu_tuning.cpu_tuning(tiny_lstm(), None, "fp32") == chosen and calls == ["partial"]
     assert not list((tmp_path / "calibration").glob("*.json"))  # a later process measures again
 

@@ -1,26 +1,28 @@
 """The char CNN room on the CPU: the fused op (elmo_fast.bilm.ops.char_cnn) against its oracle,
 elmo_fast.bilm.reference.char_cnn_ref, forward and backward; and the reference's own gradients. The CUDA
 kernels' tests: test_char_cnn_cuda.py."""
+
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
+from char_cnn_cases import ELMO_FILTERS, TINY_FILTERS, elmo_ids, near_ties, random_cnn
+from grad_checks import grads, leaves, poisoned
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from char_cnn_cases import ELMO_FILTERS, TINY_FILTERS, elmo_ids, near_ties, random_cnn
-from elmo_fast import batch_to_ids, load_options, load_weights
-from elmo_fast.bilm import ops
-from elmo_fast.bilm.reference import char_cnn_ref
-from grad_checks import grads, leaves, poisoned
 from layouts import every_other, transposed_storage, wider
 from repo_paths import REPO
 from tolerances import assert_close, assert_grad_close
 
+from elmo_fast import batch_to_ids, load_options, load_weights
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.reference import char_cnn_ref
+
 needs_extension = pytest.mark.skipif(
-    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e ."
+)
 
 NS = [0, 1, 7, 333]
 DTYPES = [torch.float32, torch.float64]
@@ -102,7 +104,11 @@ def test_single_id_rows_are_the_constant_window():
 def test_tiny_fixture_weights(tiny_files, fixture_sentences, dtype, activation):
     # The real bilm-tf tiny model's embedding and filters on the fixture's own sentences.
     w = load_weights(tiny_files[1], load_options(tiny_files[0]))
-    emb, ws, bs = w.char_embedding.to(dtype), [t.to(dtype) for t in w.conv_weights], [t.to(dtype) for t in w.conv_biases]
+    emb, ws, bs = (
+        w.char_embedding.to(dtype),
+        [t.to(dtype) for t in w.conv_weights],
+        [t.to(dtype) for t in w.conv_biases],
+    )
     sentences = [s.split() for group in fixture_sentences for s in group]
     ids = batch_to_ids(sentences).view(-1, 50)
     check(ids, emb, ws, bs, activation, f"char_cnn tiny fixture {activation} {dtype}")
@@ -116,8 +122,9 @@ def test_small_preset_weights_through_the_loader(random_models, n):
     w = load_weights(weights_path, load_options(options_path))
     assert [tuple(t.shape) for t in w.conv_weights] == [(num, 16, width) for width, num in ELMO_FILTERS]
     ids = torch.cat([elmo_ids(n, seed=n), torch.randint(0, 262, (n, 50), generator=torch.Generator().manual_seed(n))])
-    check(ids, w.char_embedding, w.conv_weights, w.conv_biases, w.options.activation,
-          f"char_cnn small preset N={2 * n}")
+    check(
+        ids, w.char_embedding, w.conv_weights, w.conv_biases, w.options.activation, f"char_cnn small preset N={2 * n}"
+    )
 
 
 @needs_extension
@@ -144,10 +151,16 @@ def test_non_contiguous_inputs(n, layout, dtype):
 
 @needs_extension
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(0, 24), dim=st.integers(1, 20), vocab=st.integers(1, 300),
-       filters=st.lists(st.tuples(st.integers(1, 50), st.integers(1, 70)), min_size=1, max_size=4),
-       seed=st.integers(0, 2**31 - 1), activation=st.sampled_from(ACTIVATIONS), dtype=st.sampled_from(DTYPES),
-       few_ids=st.booleans())
+@given(
+    n=st.integers(0, 24),
+    dim=st.integers(1, 20),
+    vocab=st.integers(1, 300),
+    filters=st.lists(st.tuples(st.integers(1, 50), st.integers(1, 70)), min_size=1, max_size=4),
+    seed=st.integers(0, 2**31 - 1),
+    activation=st.sampled_from(ACTIVATIONS),
+    dtype=st.sampled_from(DTYPES),
+    few_ids=st.booleans(),
+)
 def test_random_shapes(n, dim, vocab, filters, seed, activation, dtype, few_ids):
     # Awkward widths (up to 50: a single window), filter counts that do not fill a slice, any V.
     emb, ws, bs = random_cnn(filters, dim, dtype, seed, vocab=vocab)
@@ -195,7 +208,9 @@ def test_many_chunks_and_threads_give_identical_results():
     # More tokens than one chunk (512) of staged ids; slices are split across threads, and each
     # output element is computed the same way whatever the split: bitwise equal to one thread.
     emb, ws, bs = random_cnn(ELMO_FILTERS, 16, torch.float32, seed=6)
-    ids = torch.cat([elmo_ids(800, seed=6), torch.randint(0, 262, (300, 50), generator=torch.Generator().manual_seed(6))])
+    ids = torch.cat(
+        [elmo_ids(800, seed=6), torch.randint(0, 262, (300, 50), generator=torch.Generator().manual_seed(6))]
+    )
     multi = check(ids, emb, ws, bs, "relu", "char_cnn N=1100")
     threads = torch.get_num_threads()
     try:
@@ -230,10 +245,17 @@ def test_narrower_isa_variants_match_reference(isa, tmp_path):
     cases.append((ids, emb, ws, bs, "relu"))
     torch.save(cases, tmp_path / "cases.pt")
     root = str(REPO)
-    env = {**os.environ, "ELMO_FAST_CPU_ISA": isa,
-           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],
-                   env=env, check=True, timeout=300)
+    env = {
+        **os.environ,
+        "ELMO_FAST_CPU_ISA": isa,
+        "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    subprocess.run(
+        [sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],
+        env=env,
+        check=True,
+        timeout=300,
+    )
     outs = torch.load(tmp_path / "out.pt")
     for (ids, emb, ws, bs, activation), out in zip(cases[:-1], outs):
         expected = char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs], activation)
@@ -282,8 +304,8 @@ def test_other_lengths_and_large_tables(length, dtype):
     ids[torch.arange(length) >= cut.unsqueeze(1)] = 7  # a trailing run of one id, as padding makes
     ids[:5] = 0  # no token
     wide = torch.zeros(333, length + 3, dtype=torch.long)
-    wide[:, 1:length + 1] = ids  # a slice of a wider buffer, as a row's char part is
-    check(wide[:, 1:length + 1], emb, ws, bs, "relu", f"char_cnn L={length} {dtype}")
+    wide[:, 1 : length + 1] = ids  # a slice of a wider buffer, as a row's char part is
+    check(wide[:, 1 : length + 1], emb, ws, bs, "relu", f"char_cnn L={length} {dtype}")
 
 
 def backends():
@@ -300,14 +322,17 @@ def test_token_lengths_pass_opcheck_on_every_backend(length):
     emb, ws, bs = random_cnn(filters, 5, torch.float32, seed=length)
     gen = torch.Generator().manual_seed(length)
     ids = torch.randint(0, 262, (9, length), generator=gen)
-    ids[3, length // 2:] = 261  # a trailing run
+    ids[3, length // 2 :] = 261  # a trailing run
     ids[5] = 0
     for device in backends():
         args = (ids.to(device), emb.to(device), [w.to(device) for w in ws], [b.to(device) for b in bs], "tanh")
         torch.library.opcheck(torch.ops.elmo_fast.char_cnn.default, args)
         out = ops.char_cnn(*args)
-        assert_close(out, char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs], "tanh"),
-                     what=f"char_cnn L={length} on {device}")
+        assert_close(
+            out,
+            char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs], "tanh"),
+            what=f"char_cnn L={length} on {device}",
+        )
 
 
 @needs_extension
@@ -315,52 +340,98 @@ def test_token_lengths_refused_alike_on_every_backend():
     """The same one-line errors from every backend's kernel and from the fake (meta tensors)."""
     emb, ws, bs = random_cnn([(1, 3)], 4, torch.float32, seed=0)
     for device in backends() + ["meta"]:
-        args = (torch.zeros(2, 0, dtype=torch.long, device=device), emb.to(device), [w.to(device) for w in ws],
-                [b.to(device) for b in bs], "relu")
+        args = (
+            torch.zeros(2, 0, dtype=torch.long, device=device),
+            emb.to(device),
+            [w.to(device) for w in ws],
+            [b.to(device) for b in bs],
+            "relu",
+        )
         for op, grad in (("char_cnn", ()), ("char_cnn_backward", (torch.zeros(2, 3, device=device),))):
-            with pytest.raises(RuntimeError, match=rf"{op}: char_ids must have at least one character id per token "
-                                                   r"\(shape \[N, L\]\), got shape \[2, 0\]"):
+            with pytest.raises(
+                RuntimeError,
+                match=rf"{op}: char_ids must have at least one character id per token "
+                r"\(shape \[N, L\]\), got shape \[2, 0\]",
+            ):
                 getattr(torch.ops.elmo_fast, op).default(*grad, *args)
         wide = [torch.zeros(3, 4, 8, device=device)]
-        with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..7 "
-                                               r"\(the characters per token of char_ids, \[2, 7\]\), got shape \[3, 4, 8\]"):
-            torch.ops.elmo_fast.char_cnn.default(torch.zeros(2, 7, dtype=torch.long, device=device), emb.to(device),
-                                                 wide, [bs[0].to(device)], "relu")
+        with pytest.raises(
+            RuntimeError,
+            match=r"char_cnn: conv_weights\[0\] must have a width in 1..7 "
+            r"\(the characters per token of char_ids, \[2, 7\]\), got shape \[3, 4, 8\]",
+        ):
+            torch.ops.elmo_fast.char_cnn.default(
+                torch.zeros(2, 7, dtype=torch.long, device=device), emb.to(device), wide, [bs[0].to(device)], "relu"
+            )
 
 
 def call(ids=None, emb=None, ws=None, bs=None, activation="relu"):
     """The op on a valid tiny model with one argument replaced."""
     e, w, b = random_cnn(TINY_FILTERS, 4, torch.float32, seed=0)
-    return ops.char_cnn(elmo_ids(3, seed=0) if ids is None else ids, e if emb is None else emb,
-                        w if ws is None else ws, b if bs is None else bs, activation)
+    return ops.char_cnn(
+        elmo_ids(3, seed=0) if ids is None else ids,
+        e if emb is None else emb,
+        w if ws is None else ws,
+        b if bs is None else bs,
+        activation,
+    )
 
 
 @needs_extension
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(ids=torch.zeros(3, 50, 1, dtype=torch.long)), r"char_cnn: char_ids must have 2 dims, got 3"),
-    (dict(ids=torch.zeros(3, 0, dtype=torch.long)), r"char_cnn: char_ids must have at least one character id per token"),
-    (dict(ids=torch.zeros(3, 4, dtype=torch.long)), r"char_cnn: conv_weights\[4\] must have a width in 1..4 \(the characters"),
-    (dict(ids=torch.zeros(3, 50)), r"char_cnn: char_ids must have dtype int64, got float32"),
-    (dict(ids=torch.zeros(3, 50, dtype=torch.int32)), r"char_cnn: char_ids must have dtype int64, got int32"),
-    (dict(ids=torch.full((3, 50), 262)), r"char_cnn: char_ids must hold ids in \[0, 262\) .*got values in \[262, 262\]"),
-    (dict(ids=torch.full((3, 50), -1)), r"char_cnn: char_ids must hold ids in \[0, 262\)"),
-    (dict(emb=torch.zeros(262 * 4)), r"char_cnn: char_embedding must have 2 dims, got 1"),
-    (dict(emb=torch.zeros(262, 4, dtype=torch.bfloat16)), r"char_cnn: char_embedding has dtype bfloat16; supported"),
-    (dict(emb=torch.zeros(262, 5)), r"char_cnn: conv_weights\[0\] must have D = 5 input channels"),
-    (dict(ws=[torch.zeros(4, 4)] + [torch.zeros(n, 4, w) for w, n in TINY_FILTERS[1:]]),
-     r"char_cnn: conv_weights\[0\] must have 3 dims"),
-    (dict(ws=[torch.zeros(4, 4, 51)] + [torch.zeros(n, 4, w) for w, n in TINY_FILTERS[1:]]),
-     r"char_cnn: conv_weights\[0\] must have a width in 1..50"),
-    (dict(ws=[torch.zeros(n, 4, w, dtype=torch.float64) for w, n in TINY_FILTERS]),
-     r"char_cnn: conv_weights\[0\] must have the dtype of char_embedding \(float32\), got float64"),
-    (dict(bs=[torch.zeros(n) for _, n in TINY_FILTERS[:2]] + [torch.zeros(15)] + [torch.zeros(n) for _, n in TINY_FILTERS[3:]]),
-     r"char_cnn: conv_biases\[2\] must have shape \[16\]"),
-    (dict(bs=[torch.zeros(n, 1) for _, n in TINY_FILTERS]), r"char_cnn: conv_biases\[0\] must have shape \[4\]"),
-    (dict(bs=[torch.zeros(n) for _, n in TINY_FILTERS[:-1]]),
-     r"char_cnn: conv_weights and conv_biases must have the same length .*got 5 and 4"),
-    (dict(ws=[], bs=[]), r"char_cnn: conv_weights must hold at least one convolution"),
-    (dict(activation="gelu"), r"char_cnn: activation must be \"relu\" or \"tanh\", got \"gelu\""),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(ids=torch.zeros(3, 50, 1, dtype=torch.long)), r"char_cnn: char_ids must have 2 dims, got 3"),
+        (
+            dict(ids=torch.zeros(3, 0, dtype=torch.long)),
+            r"char_cnn: char_ids must have at least one character id per token",
+        ),
+        (
+            dict(ids=torch.zeros(3, 4, dtype=torch.long)),
+            r"char_cnn: conv_weights\[4\] must have a width in 1..4 \(the characters",
+        ),
+        (dict(ids=torch.zeros(3, 50)), r"char_cnn: char_ids must have dtype int64, got float32"),
+        (dict(ids=torch.zeros(3, 50, dtype=torch.int32)), r"char_cnn: char_ids must have dtype int64, got int32"),
+        (
+            dict(ids=torch.full((3, 50), 262)),
+            r"char_cnn: char_ids must hold ids in \[0, 262\) .*got values in \[262, 262\]",
+        ),
+        (dict(ids=torch.full((3, 50), -1)), r"char_cnn: char_ids must hold ids in \[0, 262\)"),
+        (dict(emb=torch.zeros(262 * 4)), r"char_cnn: char_embedding must have 2 dims, got 1"),
+        (
+            dict(emb=torch.zeros(262, 4, dtype=torch.bfloat16)),
+            r"char_cnn: char_embedding has dtype bfloat16; supported",
+        ),
+        (dict(emb=torch.zeros(262, 5)), r"char_cnn: conv_weights\[0\] must have D = 5 input channels"),
+        (
+            dict(ws=[torch.zeros(4, 4)] + [torch.zeros(n, 4, w) for w, n in TINY_FILTERS[1:]]),
+            r"char_cnn: conv_weights\[0\] must have 3 dims",
+        ),
+        (
+            dict(ws=[torch.zeros(4, 4, 51)] + [torch.zeros(n, 4, w) for w, n in TINY_FILTERS[1:]]),
+            r"char_cnn: conv_weights\[0\] must have a width in 1..50",
+        ),
+        (
+            dict(ws=[torch.zeros(n, 4, w, dtype=torch.float64) for w, n in TINY_FILTERS]),
+            r"char_cnn: conv_weights\[0\] must have the dtype of char_embedding \(float32\), got float64",
+        ),
+        (
+            dict(
+                bs=[torch.zeros(n) for _, n in TINY_FILTERS[:2]]
+                + [torch.zeros(15)]
+                + [torch.zeros(n) for _, n in TINY_FILTERS[3:]]
+            ),
+            r"char_cnn: conv_biases\[2\] must have shape \[16\]",
+        ),
+        (dict(bs=[torch.zeros(n, 1) for _, n in TINY_FILTERS]), r"char_cnn: conv_biases\[0\] must have shape \[4\]"),
+        (
+            dict(bs=[torch.zeros(n) for _, n in TINY_FILTERS[:-1]]),
+            r"char_cnn: conv_weights and conv_biases must have the same length .*got 5 and 4",
+        ),
+        (dict(ws=[], bs=[]), r"char_cnn: conv_weights must hold at least one convolution"),
+        (dict(activation="gelu"), r"char_cnn: activation must be \"relu\" or \"tanh\", got \"gelu\""),
+    ],
+)
 def test_errors_name_the_argument(kwargs, match):
     with pytest.raises(RuntimeError, match=match):
         call(**kwargs)
@@ -371,7 +442,9 @@ def test_char_cnn_without_extension_says_how_to_build(monkeypatch):
 
     monkeypatch.setattr(ops, "HAS_EXTENSION", False)
     with pytest.raises(ExtensionNotBuiltError, match=r"pip install --no-build-isolation -e \."):
-        ops.char_cnn(torch.zeros(1, 50, dtype=torch.long), torch.zeros(262, 4), [torch.zeros(1, 4, 1)], [torch.zeros(1)])
+        ops.char_cnn(
+            torch.zeros(1, 50, dtype=torch.long), torch.zeros(262, 4), [torch.zeros(1, 4, 1)], [torch.zeros(1)]
+        )
 
 
 # --- backward pass, against the reference's autograd (tests/support/grad_checks.py) ---------------
@@ -408,8 +481,9 @@ def check_char_cnn_grads(ids, emb, ws, bs, activation, what, seed=0):
 def test_char_cnn_gradcheck(activation):
     # Small filters in float64, ELMo-like ids (trailing padding runs, a "no token" row) and random ones.
     emb, ws, bs = random_cnn([(1, 3), (2, 5), (3, 4), (7, 2)], 3, torch.float64, seed=1, vocab=40)
-    ids = torch.cat([elmo_ids(7, seed=3) % 40,
-                     torch.randint(0, 40, (2, 50), generator=torch.Generator().manual_seed(4))])
+    ids = torch.cat(
+        [elmo_ids(7, seed=3) % 40, torch.randint(0, 40, (2, 50), generator=torch.Generator().manual_seed(4))]
+    )
     K = len(ws)
     inputs = leaves([emb, *ws, *bs])
     assert torch.autograd.gradcheck(lambda e, *c: ops.char_cnn(ids, e, list(c[:K]), list(c[K:]), activation), inputs)
@@ -468,8 +542,9 @@ def test_char_cnn_grads_other_lengths(length, dtype):
     cut = torch.randint(1, length + 1, (60,), generator=gen)
     ids[torch.arange(length) >= cut.unsqueeze(1)] = 7  # a trailing run of one id, as padding makes
     ids[:2] = 0  # no token
-    check_char_cnn_grads(ids, emb, ws, bs, "relu" if length % 2 else "tanh", f"char_cnn grads L={length} {dtype}",
-                         seed=length)
+    check_char_cnn_grads(
+        ids, emb, ws, bs, "relu" if length % 2 else "tanh", f"char_cnn grads L={length} {dtype}", seed=length
+    )
 
 
 @needs_extension

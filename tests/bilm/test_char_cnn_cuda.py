@@ -4,35 +4,57 @@ Two targets run each test (tests/support/cuda_targets.py): "cuda", the kernels o
 why, without one), and "emulated", the same kernels and bindings compiled for the CPU emulator (a default
 subset; every case with ELMO_FAST_CUDA_EMULATION=1). Outputs come from a poisoned allocator; the backward
 passes run with @poisoned (tests/support/grad_checks.py); TF32 is off (exact_fp32)."""
+
 import pytest
 import torch
-
-from char_cnn_cases import (ELMO_FILTERS, FULL_FILTERS, TINY_FILTERS, char_cnn_inputs, elmo_ids, near_ties,
-                            random_cnn)
-from cuda_targets import exact_fp32  # noqa: F401  (autouse: TF32 off)
-from cuda_targets import ALL_DTYPES, LOW_PRECISION, emulated_by_default, needs_cpu_ops, on, poison, same_layout_on
-from elmo_fast.bilm.reference import char_cnn_ref
+from char_cnn_cases import ELMO_FILTERS, FULL_FILTERS, TINY_FILTERS, char_cnn_inputs, elmo_ids, near_ties, random_cnn
+from cuda_targets import (
+    ALL_DTYPES,
+    LOW_PRECISION,
+    emulated_by_default,
+    exact_fp32,  # noqa: F401  (autouse: TF32 off)
+    needs_cpu_ops,
+    on,
+    poison,
+    same_layout_on,
+)
 from grad_checks import assert_low_precision_grad, poisoned, ref_grads
 from tolerances import assert_close, assert_grad_close
+
+from elmo_fast.bilm.reference import char_cnn_ref
 
 
 def run_char_cnn(target, ids, emb, ws, bs, activation):
     dev = target.device
     poison(target)
-    return target.op("char_cnn")(same_layout_on(ids, dev), same_layout_on(emb, dev),
-                                 [same_layout_on(w, dev) for w in ws], [same_layout_on(b, dev) for b in bs], activation)
+    return target.op("char_cnn")(
+        same_layout_on(ids, dev),
+        same_layout_on(emb, dev),
+        [same_layout_on(w, dev) for w in ws],
+        [same_layout_on(b, dev) for b in bs],
+        activation,
+    )
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
-@pytest.mark.parametrize("filters,dim", [(TINY_FILTERS, 4), (FULL_FILTERS, 16),
-                                         (((1, 3), (50, 2), (7, 0), (2, 33)), 5)], ids=["tiny", "full", "odd"])
-@emulated_by_default(lambda filters, dim, activation, dtype: (filters is TINY_FILTERS and activation == "relu"
-                                                            and dtype == torch.float32)
-                     or (dim == 5 and activation == "tanh" and dtype == torch.bfloat16))
+@pytest.mark.parametrize(
+    "filters,dim",
+    [(TINY_FILTERS, 4), (FULL_FILTERS, 16), (((1, 3), (50, 2), (7, 0), (2, 33)), 5)],
+    ids=["tiny", "full", "odd"],
+)
+@emulated_by_default(
+    lambda filters, dim, activation, dtype: (
+        (filters is TINY_FILTERS and activation == "relu" and dtype == torch.float32)
+        or (dim == 5 and activation == "tanh" and dtype == torch.bfloat16)
+    )
+)
 def test_char_cnn(target, filters, dim, activation, dtype):
-    if target.name == "emulated" and filters is FULL_FILTERS and (dtype, activation) not in (
-            (torch.float32, "relu"), (torch.bfloat16, "tanh")):
+    if (
+        target.name == "emulated"
+        and filters is FULL_FILTERS
+        and (dtype, activation) not in ((torch.float32, "relu"), (torch.bfloat16, "tanh"))
+    ):
         pytest.skip("the emulator is slow: full filters run in float32/relu and bfloat16/tanh")
     ids, emb, ws, bs = char_cnn_inputs(filters, dim, dtype, seed=len(filters) + dim)
     what = f"{target.name} char_cnn {len(filters)} widths D={dim} {activation} {dtype}"
@@ -40,8 +62,9 @@ def test_char_cnn(target, filters, dim, activation, dtype):
     assert got.shape == (ids.shape[0], sum(n for _, n in filters)) and got.dtype == dtype, what
     # A convolution of 0 filters (the "odd" case) adds no columns; conv1d refuses it.
     kept = [k for k, (_, num) in enumerate(filters) if num > 0]
-    expected = char_cnn_ref(ids, emb.double(), [ws[k].double() for k in kept], [bs[k].double() for k in kept],
-                            activation)
+    expected = char_cnn_ref(
+        ids, emb.double(), [ws[k].double() for k in kept], [bs[k].double() for k in kept], activation
+    )
     assert_close(got, expected, dtype=dtype, what=what)
 
 
@@ -58,21 +81,29 @@ def test_char_cnn_other_token_lengths(target, chars):
     ids[-1, chars // 3] = 262  # and a bad id: a NaN row
     got = run_char_cnn(target, ids, emb, ws, bs, "relu").cpu()
     assert got[-1].isnan().all()
-    assert_close(got[:-1], char_cnn_ref(ids[:-1], emb.double(), [w.double() for w in ws],
-                                        [b.double() for b in bs]), what=f"{target.name} char_cnn W={chars}")
+    assert_close(
+        got[:-1],
+        char_cnn_ref(ids[:-1], emb.double(), [w.double() for w in ws], [b.double() for b in bs]),
+        what=f"{target.name} char_cnn W={chars}",
+    )
 
 
 @emulated_by_default()
 def test_char_cnn_token_length_rule(target):
     # Every backend's rule and message (the CPU op's, csrc/char_cnn_args.h): L >= 1, w_k <= L.
     _, emb, ws, bs = char_cnn_inputs(((1, 5),), 3, torch.float32, seed=1)
-    with pytest.raises(RuntimeError, match=r"char_cnn: char_ids must have at least one character id per token "
-                                           r"\(shape \[N, L\]\), got shape \[4, 0\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"char_cnn: char_ids must have at least one character id per token "
+        r"\(shape \[N, L\]\), got shape \[4, 0\]",
+    ):
         run_char_cnn(target, torch.zeros(4, 0, dtype=torch.long), emb, ws, bs, "relu")
-    with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..3 \(the characters "
-                                           r"per token of char_ids, \[4, 3\]\), got shape \[2, 3, 4\]"):
-        run_char_cnn(target, torch.zeros(4, 3, dtype=torch.long), emb, [torch.zeros(2, 3, 4)], [torch.zeros(2)],
-                     "relu")
+    with pytest.raises(
+        RuntimeError,
+        match=r"char_cnn: conv_weights\[0\] must have a width in 1..3 \(the characters "
+        r"per token of char_ids, \[4, 3\]\), got shape \[2, 3, 4\]",
+    ):
+        run_char_cnn(target, torch.zeros(4, 3, dtype=torch.long), emb, [torch.zeros(2, 3, 4)], [torch.zeros(2)], "relu")
 
 
 @emulated_by_default()
@@ -117,8 +148,12 @@ def test_char_cnn_many_tokens_use_the_grid_stride_loop(cuda_target):
     poison(cuda_target)
     whole = torch.ops.elmo_fast.char_cnn.default(ids[index].to(dev), *args)
     each = torch.ops.elmo_fast.char_cnn.default(ids.to(dev), *args)
-    assert_close(each, char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs]),
-                 dtype=torch.float32, what="char_cnn distinct rows")
+    assert_close(
+        each,
+        char_cnn_ref(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs]),
+        dtype=torch.float32,
+        what="char_cnn distinct rows",
+    )
     assert torch.equal(whole, each[index.to(dev)])  # per-token math: bitwise the same wherever it runs
 
 
@@ -129,8 +164,13 @@ def test_char_cnn_errors_name_the_argument_on_cuda(cuda_target):
     with pytest.raises(RuntimeError, match="char_cnn: char_embedding and char_ids must be on the same device"):
         op(ids.to(dev), emb, [w.to(dev) for w in ws], [b.to(dev) for b in bs], "relu")
     with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[1\] must be on char_ids' device"):
-        op(ids.to(dev), emb.to(dev), [w.to(dev) if i != 1 else w for i, w in enumerate(ws)],
-           [b.to(dev) for b in bs], "relu")
+        op(
+            ids.to(dev),
+            emb.to(dev),
+            [w.to(dev) if i != 1 else w for i, w in enumerate(ws)],
+            [b.to(dev) for b in bs],
+            "relu",
+        )
     with pytest.raises(RuntimeError, match=r"char_cnn: conv_weights\[0\] must have a width in 1..50 \(the characters"):
         op(ids.to(dev), emb.to(dev), [torch.randn(3, 4, 51, device=dev)], [torch.randn(3, device=dev)], "relu")
     with pytest.raises(RuntimeError, match='char_cnn: activation must be "relu" or "tanh", got "gelu"'):
@@ -149,19 +189,30 @@ def check_char_cnn_backward(target, ids, emb, ws, bs, activation, what, seed=0, 
         if dtype != torch.float64 and ids.shape[0]:
             # where a max window is not clear, an fp32 kernel and the float64 reference may pick others
             kept = [k for k, w in enumerate(ws) if w.shape[0] > 0]  # (0-filter convolutions: no columns)
-            tied = near_ties(ids, emb, [ws[k] for k in kept], [bs[k] for k in kept], activation,
-                             margin=1e-2 if dtype in LOW_PRECISION else 1e-4)
+            tied = near_ties(
+                ids,
+                emb,
+                [ws[k] for k in kept],
+                [bs[k] for k in kept],
+                activation,
+                margin=1e-2 if dtype in LOW_PRECISION else 1e-4,
+            )
             assert tied.double().mean() < 0.1, f"{what}: too many near-ties to test"
             grad_out[tied] = 0.0
         grad_out = grad_out.to(dtype)
     poison(target)
-    got_e, got_w, got_b = target.op("char_cnn_backward")(on(target, grad_out), on(target, ids), on(target, emb),
-                                                          [on(target, w) for w in ws], [on(target, b) for b in bs],
-                                                          activation)
+    got_e, got_w, got_b = target.op("char_cnn_backward")(
+        on(target, grad_out),
+        on(target, ids),
+        on(target, emb),
+        [on(target, w) for w in ws],
+        [on(target, b) for b in bs],
+        activation,
+    )
     kept = [k for k, w in enumerate(ws) if w.shape[0] > 0]  # conv1d refuses 0 filters: none to compare there
 
     def ref(e, *c):
-        return char_cnn_ref(ids, e, list(c[:len(kept)]), list(c[len(kept):]), activation)
+        return char_cnn_ref(ids, e, list(c[: len(kept)]), list(c[len(kept) :]), activation)
 
     want = ref_grads(ref, [emb, *[ws[k] for k in kept], *[bs[k] for k in kept]], [grad_out])
     got = [got_e, *[got_w[k] for k in kept], *[got_b[k] for k in kept]]
@@ -185,8 +236,9 @@ def check_char_cnn_backward(target, ids, emb, ws, bs, activation, what, seed=0, 
 def test_char_cnn_backward(target, n, activation, dtype):
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, dtype, seed=n)
     ids = torch.cat([elmo_ids(n, seed=n), torch.randint(0, 262, (1, 50), generator=torch.Generator().manual_seed(n))])
-    check_char_cnn_backward(target, ids, emb, ws, bs, activation, f"{target.name} char_cnn_backward N={n} "
-                            f"{activation} {dtype}", seed=n)
+    check_char_cnn_backward(
+        target, ids, emb, ws, bs, activation, f"{target.name} char_cnn_backward N={n} {activation} {dtype}", seed=n
+    )
 
 
 @needs_cpu_ops
@@ -217,8 +269,8 @@ def test_char_cnn_backward_other_token_lengths(target, chars):
     filters = [(1, 3), (min(2, chars), 0), (chars, 2)] + ([(3, 4)] if chars >= 3 else [])
     emb, ws, bs = random_cnn(filters, 3, torch.float64, seed=chars, vocab=300)
     gen = torch.Generator().manual_seed(chars)
-    ids = torch.randint(0, 300, (9, chars + 4), generator=gen)[:, 2:2 + chars]
-    ids[4, chars // 2:] = 299
+    ids = torch.randint(0, 300, (9, chars + 4), generator=gen)[:, 2 : 2 + chars]
+    ids[4, chars // 2 :] = 299
     ids[6] = 0
     check_char_cnn_backward(target, ids, emb, ws, bs, "relu", f"{target.name} char_cnn_backward L={chars}")
 
@@ -231,10 +283,14 @@ def test_char_cnn_backward_expanded_gradient_and_no_tokens(target):
     ids = elmo_ids(30, seed=3)
     ones = torch.ones(1, 1, dtype=torch.float64).expand(30, sum(w.shape[0] for w in ws))
     check_char_cnn_backward(target, ids, emb, ws, bs, "tanh", f"{target.name} expanded gradient", grad_out=ones)
-    e, w, b = target.op("char_cnn_backward")(torch.zeros(0, ones.shape[1], dtype=torch.float64, device=target.device),
-                                             ids[:0].to(target.device), emb.to(target.device),
-                                             [x.to(target.device) for x in ws], [x.to(target.device) for x in bs],
-                                             "relu")
+    e, w, b = target.op("char_cnn_backward")(
+        torch.zeros(0, ones.shape[1], dtype=torch.float64, device=target.device),
+        ids[:0].to(target.device),
+        emb.to(target.device),
+        [x.to(target.device) for x in ws],
+        [x.to(target.device) for x in bs],
+        "relu",
+    )
     assert all(torch.all(t == 0) for t in (e, *w, *b))
     assert e.shape == emb.shape
 
@@ -259,9 +315,14 @@ def test_char_cnn_backward_bad_id_gives_nan(target):
     ids = elmo_ids(6, seed=4)
     ids[2, 3] = 262
     grad = torch.ones(6, sum(w.shape[0] for w in ws))
-    e, w, b = target.op("char_cnn_backward")(grad.to(target.device), ids.to(target.device), emb.to(target.device),
-                                             [x.to(target.device) for x in ws], [x.to(target.device) for x in bs],
-                                             "tanh")
+    e, w, b = target.op("char_cnn_backward")(
+        grad.to(target.device),
+        ids.to(target.device),
+        emb.to(target.device),
+        [x.to(target.device) for x in ws],
+        [x.to(target.device) for x in bs],
+        "tanh",
+    )
     assert all(t.isnan().any() for t in b) and e.isnan().any()
 
 
@@ -278,8 +339,9 @@ def test_char_cnn_backward_histogram_within_its_budget(target, monkeypatch, budg
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=12, vocab=40)
     ids = torch.randint(0, 40, (130, 9), generator=torch.Generator().manual_seed(12))
     ids[3, 4] = 0  # row 0 of the embedding used too
-    check_char_cnn_backward(target, ids, emb, ws, bs, "relu",
-                            f"{target.name} char_cnn_backward, histogram budget {budget} bytes", seed=12)
+    check_char_cnn_backward(
+        target, ids, emb, ws, bs, "relu", f"{target.name} char_cnn_backward, histogram budget {budget} bytes", seed=12
+    )
 
 
 @needs_cpu_ops
@@ -288,7 +350,13 @@ def test_char_cnn_backward_is_deterministic(target):
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=6)
     ids = elmo_ids(50, seed=6)
     grad = torch.randn(50, sum(w.shape[0] for w in ws), generator=torch.Generator().manual_seed(6))
-    args = (grad.to(target.device), ids.to(target.device), emb.to(target.device), [x.to(target.device) for x in ws],
-            [x.to(target.device) for x in bs], "relu")
+    args = (
+        grad.to(target.device),
+        ids.to(target.device),
+        emb.to(target.device),
+        [x.to(target.device) for x in ws],
+        [x.to(target.device) for x in bs],
+        "relu",
+    )
     first, again = target.op("char_cnn_backward")(*args), target.op("char_cnn_backward")(*args)
     assert torch.equal(first[0], again[0]) and all(torch.equal(a, b) for a, b in zip(first[1], again[1]))

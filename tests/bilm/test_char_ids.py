@@ -5,15 +5,16 @@ The spec below is written from allennlp's rule, not from elmo_fast's helpers: a 
 "<S>" / "</S>" become [258, 256|257, 259, 260 ...], every id is shifted by +1, and token slots
 past a sentence's end are all 0.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
+from char_ids_spec import WORD_LEN, spec_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from elmo_fast.bilm.char_ids import batch_to_ids
-from char_ids_spec import WORD_LEN, spec_batch
 
 
 def check(batch: list[list[str]]) -> torch.Tensor:
@@ -27,6 +28,7 @@ def check(batch: list[list[str]]) -> torch.Tensor:
 
 
 # ---- golden values, worked out by hand from the rule ---------------------------------------
+
 
 def _pad(prefix: list[int]) -> list[int]:
     return prefix + [261] * (WORD_LEN - len(prefix))
@@ -57,6 +59,7 @@ def test_golden_sentence_with_padding_slot():
 
 # ---- the spec on chosen inputs ---------------------------------------------------------------
 
+
 def test_ascii_words():
     check([["The", "quick", "brown", "fox", "."], ["jumps", "over"], ["the", "lazy", "dog", "!", "?", "123"]])
 
@@ -73,14 +76,17 @@ def test_lengths_around_the_cut(n_bytes):
     out = check([["q" * n_bytes]])[0, 0].tolist()
     kept = min(n_bytes, 48)
     assert out[kept + 1] == 260
-    assert out[kept + 2:] == [261] * (WORD_LEN - kept - 2)
+    assert out[kept + 2 :] == [261] * (WORD_LEN - kept - 2)
 
 
-@pytest.mark.parametrize("token", [
-    "a" + "é" * 30,  # 61 bytes: byte 48 is the first byte of an 'é'
-    "ab" + "中" * 20,  # 62 bytes: the cut falls after 1 of 3 bytes of a CJK char
-    "a" + "😀" * 20,  # 81 bytes: the cut falls inside a 4-byte emoji
-])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "a" + "é" * 30,  # 61 bytes: byte 48 is the first byte of an 'é'
+        "ab" + "中" * 20,  # 62 bytes: the cut falls after 1 of 3 bytes of a CJK char
+        "a" + "😀" * 20,  # 81 bytes: the cut falls inside a 4-byte emoji
+    ],
+)
 def test_multibyte_cut_keeps_raw_bytes(token):
     out = check([[token]])[0, 0].tolist()
     raw = token.encode("utf-8")[:48]
@@ -97,13 +103,15 @@ def test_even_multibyte_cut():
 
 
 def test_non_latin_scripts():
-    check([
-        ["我们", "喜欢", "自然语言处理"],
-        ["مرحبا", "بالعالم"],
-        ["नमस्ते", "दुनिया"],
-        ["Привет", "мир", "ёЁ"],
-        ["Ελληνικά", "עברית", "한국어", "日本語テキスト"],
-    ])
+    check(
+        [
+            ["我们", "喜欢", "自然语言处理"],
+            ["مرحبا", "بالعالم"],
+            ["नमस्ते", "दुनिया"],
+            ["Привет", "мир", "ёЁ"],
+            ["Ελληνικά", "עברית", "한국어", "日本語テキスト"],
+        ]
+    )
 
 
 def test_emoji_with_zero_width_joiners():

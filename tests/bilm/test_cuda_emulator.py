@@ -7,9 +7,9 @@ after an asynchronous copy, the device guard, CUDA graph capture, FMA contractio
 bindings under those rules (device errors name the argument; the LSTM ops under capture). Runs in the
 README's test command: the emulator's build is cached across runs (a first build takes a minute or two).
 """
+
 import pytest
 import torch
-
 from lstm_cases import LSTM_CASES, layer_case, lstm_inputs
 
 
@@ -25,8 +25,8 @@ def test_shared_memory_holds_garbage_at_each_block(emu):
     """A read of shared memory no thread wrote gives NaN (a CPU's static array would hold zeros or the
     previous block's values)."""
     broken = emu.shared_read(True)
-    assert broken.view(2, BLOCK)[:, BLOCK // 2:].isnan().all(), "unwritten shared memory read as a number"
-    assert not broken.view(2, BLOCK)[:, :BLOCK // 2].isnan().any()
+    assert broken.view(2, BLOCK)[:, BLOCK // 2 :].isnan().all(), "unwritten shared memory read as a number"
+    assert not broken.view(2, BLOCK)[:, : BLOCK // 2].isnan().any()
     assert torch.equal(emu.shared_read(False), torch.arange(BLOCK, dtype=torch.float32).repeat(2))
 
 
@@ -44,8 +44,11 @@ def test_shuffled_threads_expose_a_missing_syncthreads(emu, monkeypatch, seed):
 def test_divergent_syncthreads_fail_in_both_schedules(emu, monkeypatch):
     for schedule in ("shuffle", "threads"):
         monkeypatch.setenv("ELMO_FAST_EMULATION_SCHEDULE", schedule)
-        with pytest.raises(RuntimeError, match=r"divergent_sync_kernel: threads of block .* reached "
-                                               r"__syncthreads\(\) \d+ and \d+ times"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"divergent_sync_kernel: threads of block .* reached "
+            r"__syncthreads\(\) \d+ and \d+ times",
+        ):
             emu.divergent_sync(True)
         assert torch.equal(emu.divergent_sync(False), torch.ones(BLOCK))
 
@@ -78,8 +81,11 @@ def test_device_guard_rejects_another_device(emu):
     """CUDAGuard refuses a device that is not a GPU; so does the emulated one (`meta` playing the CPU):
     a binding that makes its guard before checking its argument's device names the wrong problem."""
     x = torch.zeros(3, device="meta")
-    with pytest.raises(RuntimeError, match=r"emulated CUDAGuard: expected a device of the emulated GPU \(cpu\), "
-                                           r"got meta"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"emulated CUDAGuard: expected a device of the emulated GPU \(cpu\), "
+        r"got meta",
+    ):
         emu.guard_order(x, True)
     with pytest.raises(RuntimeError, match=r"guard_order: x must be a CUDA tensor \(emulated: cpu\), got meta"):
         emu.guard_order(x, False)
@@ -88,9 +94,9 @@ def test_device_guard_rejects_another_device(emu):
 def test_multiply_add_is_fused_as_on_a_gpu(emu):
     """nvcc contracts a * b + c into one FMA (--fmad=true): so does the emulator's build
     (-ffp-contract=fast). (1 + 2^-12)^2 - (1 + 2^-11) is 2^-24 with one rounding, 0 with two."""
-    a = torch.tensor([1 + 2.0 ** -12])
-    got = emu.multiply_add(a, a, torch.tensor([-(1 + 2.0 ** -11)])).item()
-    assert got == 2.0 ** -24, f"a * b + c = {got!r}: the emulated kernels are not built with FMA contraction"
+    a = torch.tensor([1 + 2.0**-12])
+    got = emu.multiply_add(a, a, torch.tensor([-(1 + 2.0**-11)])).item()
+    assert got == 2.0**-24, f"a * b + c = {got!r}: the emulated kernels are not built with FMA contraction"
 
 
 @pytest.fixture
@@ -108,7 +114,7 @@ def test_plans_upload_without_pinned_memory_under_capture(emu, capturing, size):
     """cudaHostAlloc is not permitted during a CUDA graph capture: host staging fails there, and the
     LSTM bindings' plan upload (plan_upload.h) writes the values from kernel parameters instead, in
     launches of 448 values."""
-    values = torch.randint(-2**40, 2**40, (size,), generator=torch.Generator().manual_seed(size))
+    values = torch.randint(-(2**40), 2**40, (size,), generator=torch.Generator().manual_seed(size))
     with pytest.raises(RuntimeError, match="pinned host memory allocated while a CUDA graph is captured"):
         emu.upload_plan(values, True)
     assert torch.equal(emu.upload_plan(values, False), values)
@@ -126,8 +132,9 @@ def test_lstm_ops_under_capture_match_eager(emu, emulated_target):
     def run():
         out = list(lib.bilstm(*args[:4], 3.0, 3.0, *args[4:]))
         y, h, c, saved = lib.lstm_layer_forward(xg, lens, w_hh, w_proj, 1.0, 0.7, h0, c0)
-        grads = lib.lstm_layer_backward(torch.ones_like(y), None, None, saved, lens, None, list(xg.shape), w_hh,
-                                        w_proj, 1.0, 0.7, h0, c0)
+        grads = lib.lstm_layer_backward(
+            torch.ones_like(y), None, None, saved, lens, None, list(xg.shape), w_hh, w_proj, 1.0, 0.7, h0, c0
+        )
         return out + [y, h, c, saved, *grads]
 
     eager = run()

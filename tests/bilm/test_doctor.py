@@ -3,6 +3,7 @@
 A broken op is simulated below the typed wrappers of elmo_fast.bilm.ops, where a miscompiled or
 misbehaving kernel would be: ``torch.ops.elmo_fast.<op>`` is replaced by one whose results are off.
 """
+
 import inspect
 import json
 import os
@@ -14,16 +15,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tolerances import assert_close, max_abs_error
 
 from elmo_fast import __version__
 from elmo_fast.bilm import ops, reference, selfcheck
 from elmo_fast.bilm.build_report import BuildReport, arch_mismatch, build_report
 from elmo_fast.bilm.selfcheck_cases import OPS
 from elmo_fast.cli import main
-from tolerances import assert_close, max_abs_error
 
-needs_extension = pytest.mark.skipif(not ops.HAS_EXTENSION,
-                                     reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
+needs_extension = pytest.mark.skipif(
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e ."
+)
 
 
 def break_kernel(monkeypatch, name, wrong):
@@ -37,15 +39,21 @@ def rows(stdout):
     first word (ok, FAIL, error:, skip:); the build lines and the verdict left out."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("op "))
-    table = [re.split(r"\s{2,}", line.strip()) for line in lines[start + 1:]
-             if line.strip() and not line.startswith(("OK:", "FAIL:", "("))]
+    table = [
+        re.split(r"\s{2,}", line.strip())
+        for line in lines[start + 1 :]
+        if line.strip() and not line.startswith(("OK:", "FAIL:", "("))
+    ]
     return [r[:8] + [r[8].split()[0]] for r in table]
 
 
 def test_every_op_with_a_twin_is_checked():
     """A new op of elmo_fast.bilm.ops with a reference twin is in the doctor's table, or this fails."""
-    public = {name for name, f in vars(ops).items()
-              if inspect.isfunction(f) and f.__module__ == ops.__name__ and not name.startswith("_")}
+    public = {
+        name
+        for name, f in vars(ops).items()
+        if inspect.isfunction(f) and f.__module__ == ops.__name__ and not name.startswith("_")
+    }
     with_twin = {name for name in public if hasattr(reference, f"{name}_ref") or hasattr(reference, f"{name}_pair_ref")}
     assert with_twin == set(OPS)
     assert all(callable(getattr(reference, spec.twin)) for spec in OPS.values())
@@ -160,12 +168,23 @@ def test_version(capsys):
 
 
 def test_version_of_a_cuda_build():
-    report = BuildReport(version="0.1.0", torch="2.13.0+cu124", torch_cuda="12.4", extension="loaded",
-                         extension_error=None, built_against_torch="2.13.0+cu124", backends=("cpu", "cuda"),
-                         cuda_runtime="12.4", cuda_archs=("sm_80", "sm_90", "compute_90"), cuda_training_ops=True,
-                         cuda_missing=None)
-    assert report.one_line() == ("elmo-fast 0.1.0 (torch 2.13.0+cu124; extension: cpu+cuda [built against torch "
-                                 "2.13.0+cu124]; cuda: built, CUDA 12.4, sm_80 sm_90 compute_90)")
+    report = BuildReport(
+        version="0.1.0",
+        torch="2.13.0+cu124",
+        torch_cuda="12.4",
+        extension="loaded",
+        extension_error=None,
+        built_against_torch="2.13.0+cu124",
+        backends=("cpu", "cuda"),
+        cuda_runtime="12.4",
+        cuda_archs=("sm_80", "sm_90", "compute_90"),
+        cuda_training_ops=True,
+        cuda_missing=None,
+    )
+    assert report.one_line() == (
+        "elmo-fast 0.1.0 (torch 2.13.0+cu124; extension: cpu+cuda [built against torch "
+        "2.13.0+cu124]; cuda: built, CUDA 12.4, sm_80 sm_90 compute_90)"
+    )
 
 
 def test_the_model_is_checked_in_each_precision_that_differs_there():
@@ -273,18 +292,30 @@ def test_first_use_check_runs_inside_inference_mode_and_leaves_settings(first_us
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
         with torch.inference_mode():
-            ops.lstm_layer(torch.randn(2, 1, 3, 8), torch.tensor([3]), torch.randn(2, 8, 2), torch.randn(2, 2, 2),
-                           None, None)
+            ops.lstm_layer(
+                torch.randn(2, 1, 3, 8), torch.tensor([3]), torch.randn(2, 8, 2), torch.randn(2, 2, 2), None, None
+            )
         assert ("lstm_layer", "cpu") in selfcheck._passed
         assert torch.backends.cuda.matmul.allow_tf32 is True
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
 
 
-@pytest.mark.parametrize("value,mode", [("0", (None, False)), ("off", (None, False)), ("", (None, False)),
-                                        ("1", ("cuda", False)), ("cuda", ("cuda", False)), ("all", ("all", False)),
-                                        ("strict", ("cuda", True)), ("all,strict", ("all", True)),
-                                        ("STRICT+all", ("all", True)), ("1,strict", ("cuda", True))])
+@pytest.mark.parametrize(
+    "value,mode",
+    [
+        ("0", (None, False)),
+        ("off", (None, False)),
+        ("", (None, False)),
+        ("1", ("cuda", False)),
+        ("cuda", ("cuda", False)),
+        ("all", ("all", False)),
+        ("strict", ("cuda", True)),
+        ("all,strict", ("all", True)),
+        ("STRICT+all", ("all", True)),
+        ("1,strict", ("cuda", True)),
+    ],
+)
 def test_selfcheck_values(value, mode):
     assert selfcheck.parse_mode(value) == mode
 
@@ -300,8 +331,9 @@ def _mode_in_a_fresh_process(value):
     env = {k: v for k, v in os.environ.items() if k != selfcheck.ENV_VAR}
     if value is not None:
         env[selfcheck.ENV_VAR] = value
-    out = subprocess.run([sys.executable, "-W", "always", "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip(), out.stderr
 
@@ -321,8 +353,10 @@ def test_unknown_value_warns_and_the_default_applies():
 
 @needs_extension
 def test_variable_read_at_import():
-    code = ("import torch; from elmo_fast.bilm import ops, selfcheck; "
-            "ops.highway_gate(torch.randn(2, 4), torch.randn(2, 2)); print(sorted(selfcheck._checked))")
+    code = (
+        "import torch; from elmo_fast.bilm import ops, selfcheck; "
+        "ops.highway_gate(torch.randn(2, 4), torch.randn(2, 2)); print(sorted(selfcheck._checked))"
+    )
     env = dict(os.environ, ELMO_FAST_SELFCHECK="all")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -330,8 +364,19 @@ def test_variable_read_at_import():
 
 
 @needs_extension
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS), reason="no CUDA GPU, or no CUDA kernels in this build"))])
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(
+                not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS),
+                reason="no CUDA GPU, or no CUDA kernels in this build",
+            ),
+        ),
+    ],
+)
 def test_fallen_back_ops_give_their_twins_values(first_use, device):
     """Every op marked failed on the device runs its twin through elmo_fast.bilm.fallback, on the
     self-check's own cases (awkward shapes, the dtypes each device takes, lengths on the CPU beside
@@ -401,9 +446,12 @@ def test_fallen_back_ops_take_packed_weights(first_use, dtype):
     plain = []
     for _layer in range(L):
         for _direction in range(2):
-            plain += [(torch.randn(4 * C, P, generator=gen) * 0.3).to(dtype), (torch.randn(4 * C, P, generator=gen)
-                      * 0.3).to(dtype), torch.randn(4 * C, generator=gen), (torch.randn(P, C, generator=gen) * 0.3)
-                      .to(dtype)]
+            plain += [
+                (torch.randn(4 * C, P, generator=gen) * 0.3).to(dtype),
+                (torch.randn(4 * C, P, generator=gen) * 0.3).to(dtype),
+                torch.randn(4 * C, generator=gen),
+                (torch.randn(P, C, generator=gen) * 0.3).to(dtype),
+            ]
     # every GEMM weight packed: w_hh and w_proj, and w_ih of layers >= 1 (layer 0's is folded into xg0)
     packed = [w if k % 4 == 2 or (k < 8 and k % 4 == 0) else ops.pack_weight(w) for k, w in enumerate(plain)]
     kernel = ops.bilstm(xg0, token_index, lengths, packed, 3.0, 3.0)
@@ -444,8 +492,9 @@ def _bf16_table(emu, ids, emb, weights, biases, activation):
 @needs_extension
 @pytest.mark.filterwarnings("ignore:elmo_fast_emu.*an autograd kernel was not registered")
 @pytest.mark.parametrize("wrong", [_last_column_unwritten, _bf16_table], ids=["unwritten_column", "bf16_table"])
-def test_first_use_catches_a_wrong_emulated_cuda_kernel_in_the_model(monkeypatch, first_use, emulator,
-                                                                      random_models, wrong):
+def test_first_use_catches_a_wrong_emulated_cuda_kernel_in_the_model(
+    monkeypatch, first_use, emulator, random_models, wrong
+):
     """The proof on the emulator: the model's char CNN run by the CUDA kernel, made wrong on purpose,
     compiled for the CPU (so the check runs in mode `all`: the emulated GPU is the CPU). Unchecked, the
     vectors are off; checked, its first use gives one warning naming char_cnn, its error and the bound,
@@ -453,11 +502,14 @@ def test_first_use_catches_a_wrong_emulated_cuda_kernel_in_the_model(monkeypatch
     from elmo_fast import ElmoBiLm, batch_to_ids
 
     files = random_models("tiny", exercise_clips=True)
-    sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["über", "東京", "antidisestablishmentarianism"], ["a"]]
+    sentences = [
+        ["The", "cat", "sat", "on", "the", "mat", "."],
+        ["über", "東京", "antidisestablishmentarianism"],
+        ["a"],
+    ]
     ids = batch_to_ids(sentences)
     want = ElmoBiLm(*files, backend="reference")(ids)
-    monkeypatch.setattr(torch.ops.elmo_fast, "char_cnn",
-                        SimpleNamespace(default=lambda *a: wrong(emulator, *a)))
+    monkeypatch.setattr(torch.ops.elmo_fast, "char_cnn", SimpleNamespace(default=lambda *a: wrong(emulator, *a)))
     first_use(None)
     bilm = ElmoBiLm(*files, backend="fast")
     broken = bilm(ids)
@@ -472,8 +524,11 @@ def test_first_use_catches_a_wrong_emulated_cuda_kernel_in_the_model(monkeypatch
     caught = [w for w in record if issubclass(w.category, selfcheck.SelfCheckWarning)]
     assert len(caught) == 1, [str(w.message) for w in caught]
     message = str(caught[0].message)
-    assert re.search(r"char_cnn gives wrong results on cpu: char_cnn on cpu, float32 forward: max error "
-                     r"\S+ against the bound 1e-05 \(\S+x its bound\)", message), message
+    assert re.search(
+        r"char_cnn gives wrong results on cpu: char_cnn on cpu, float32 forward: max error "
+        r"\S+ against the bound 1e-05 \(\S+x its bound\)",
+        message,
+    ), message
     assert "elmo_fast.bilm.reference.char_cnn_ref runs instead on cpu for the rest of this process" in message
     assert ("char_cnn", "cpu") in selfcheck._failed
     assert {("highway", "cpu"), ("bilstm", "cpu")} <= selfcheck._passed  # the real CPU kernels pass theirs
@@ -527,5 +582,9 @@ def test_doctor_cuda_rows_hold_on_the_emulated_cuda_kernels(monkeypatch, emulate
     failed = [r.one_line() for r in results if r.status != "ok"]
     assert not failed, "\n".join(failed)
     ran = {(r.op, r.dtype, r.check) for r in results}
-    assert {("char_cnn", "bfloat16", "forward"), ("bilstm", "bfloat16", "forward"),
-            ("char_cnn", "float32", "grad"), ("highway_gate", "float64", "gradcheck")} <= ran
+    assert {
+        ("char_cnn", "bfloat16", "forward"),
+        ("bilstm", "bfloat16", "forward"),
+        ("char_cnn", "float32", "grad"),
+        ("highway_gate", "float64", "gradcheck"),
+    } <= ran

@@ -1,13 +1,14 @@
 """The whole model on the fast path against the reference: random presets, the bilm-tf fixture."""
+
 import numpy as np
 import pytest
 import torch
+from bilm_cases import _sentences, expected_top_layers
+from tolerances import MODEL_BF16, TOL, max_abs_error
 
 from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.model import resolve_backend
-from bilm_cases import _sentences, expected_top_layers
-from tolerances import MODEL_BF16, TOL, max_abs_error
 
 FP32 = TOL[torch.float32]["atol"]
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))

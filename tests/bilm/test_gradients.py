@@ -4,15 +4,16 @@ against it, and which path Elmo takes to train (each stage's own gradients: its 
 Calls that need gradients of the biLM's weights run the reference path (its autograd is the
 oracle); everything else, training a frozen biLM's scalar mixes included, runs the fast ops.
 """
+
 import numpy as np
 import pytest
 import torch
-
 from bilm_cases import MINI, MINI_WORDS, _sentences, bilm_fast_train, rebuild
+from grad_checks import leaves
+
 from elmo_fast import Elmo, batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import ops, reference
 from elmo_fast.bilm.reference import bilm_ref, remove_sentence_boundaries, scalar_mix_ref
-from grad_checks import leaves
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
 GRAD_RTOL = 1e-4  # fast vs reference gradients: max |difference| <= 1e-4 * max |reference gradient|
@@ -132,7 +133,7 @@ def _reference_grads(options, bilm_tensors, ids, projections, layer_norm):
     loss = _loss(reps, projections)
     flat_mix = [t for pair in mix_leaves for t in pair]
     grads = torch.autograd.grad(loss, tensors + flat_mix)
-    return grads[:len(tensors)], grads[len(tensors):]
+    return grads[: len(tensors)], grads[len(tensors) :]
 
 
 def _mix_grads(elmo):
@@ -151,8 +152,10 @@ def _assert_grads_close(got, want, what):
         assert err <= GRAD_RTOL * max(scale, 1e-30), f"{what}: gradient {i}: max err {err:.3g}, scale {scale:.3g}"
 
 
-@pytest.mark.parametrize("backend", [pytest.param("fast", marks=pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C "
-                                                                                   "not built")), "reference"])
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("fast", marks=pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")), "reference"],
+)
 @pytest.mark.parametrize("layer_norm", [False, True])
 def test_fine_tuning_gradients_equal_the_reference(random_models, spies, layer_norm, backend):
     files = random_models("tiny", exercise_clips=True)
@@ -173,7 +176,9 @@ def test_fine_tuning_gradients_equal_the_reference(random_models, spies, layer_n
     else:
         assert spies["bilstm_ref"] == 1 and spies["bilstm"] == spies["char_cnn"] == spies["bilstm_train"] == 0
     bilm_params = elmo._elmo_lstm.weights().tensors()  # the module's own Parameters, in ElmoWeights' order
-    want_bilm, want_mix = _reference_grads(elmo._elmo_lstm.options, [p.detach() for p in bilm_params], ids, projections, layer_norm)
+    want_bilm, want_mix = _reference_grads(
+        elmo._elmo_lstm.options, [p.detach() for p in bilm_params], ids, projections, layer_norm
+    )
     _assert_grads_close([p.grad for p in bilm_params], want_bilm, "biLM weights")
     _assert_grads_close(_mix_grads(elmo), want_mix, "scalar mixes")
     assert all(p.grad.abs().sum() > 0 for p in bilm_params)  # every weight trains

@@ -1,21 +1,23 @@
 """The highway room on the CPU: the highway stack + projection op (ops.highway) and the gate (ops.highway_gate)
 against their references, highway_ref and highway_gate_ref, forward and backward; and the reference's own
 gradients. The CUDA kernels' tests: test_highway_cuda.py."""
+
 import pytest
 import torch
+from bilm_cases import MINI
+from grad_checks import check_grads, leaves, poisoned
+from highway_cases import gate_case, highway_case, highway_inputs, make
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import assert_close, max_abs_error
 
-from bilm_cases import MINI
 from elmo_fast import load_options, load_weights
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.reference import highway_gate_ref, highway_ref
-from grad_checks import check_grads, leaves, poisoned
-from highway_cases import gate_case, highway_case, highway_inputs, make
-from tolerances import assert_close, max_abs_error
 
 needs_extension = pytest.mark.skipif(
-    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e ."
+)
 
 
 @needs_extension
@@ -24,8 +26,9 @@ needs_extension = pytest.mark.skipif(
 @pytest.mark.parametrize("sliced", [False, True])
 def test_highway_matches_reference(n, f, p, layers, dtype, sliced):
     x, ws, bs, pw, pb = make(n, f, p, layers, dtype, seed=n + f, sliced=sliced)
-    expected = highway_ref(*(t.double() if isinstance(t, torch.Tensor) else [u.double() for u in t]
-                             for t in (x, ws, bs, pw, pb)))
+    expected = highway_ref(
+        *(t.double() if isinstance(t, torch.Tensor) else [u.double() for u in t] for t in (x, ws, bs, pw, pb))
+    )
     got = ops.highway(x, ws, bs, pw, pb)
     assert got.shape == (n, p) and got.dtype == dtype
     assert_close(got, expected.to(dtype), dtype=dtype, what=f"highway n={n} f={f} p={p} layers={layers}")
@@ -47,14 +50,17 @@ def test_highway_opcheck():
 
 
 @needs_extension
-@pytest.mark.parametrize("change,match", [
-    (lambda a: a.__setitem__(1, [a[1][0][:, :-1]] + a[1][1:]), r"highway_weights\[0\] must have shape"),
-    (lambda a: a.__setitem__(2, a[2][:1]), "same length"),
-    (lambda a: a.__setitem__(3, a[3][:, :-1]), "proj_weight must have shape"),
-    (lambda a: a.__setitem__(4, a[4][:-1]), "proj_bias must have shape"),
-    (lambda a: a.__setitem__(0, a[0][None]), "x must have 2 dims"),
-    (lambda a: a.__setitem__(3, a[3].double()), "proj_weight"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda a: a.__setitem__(1, [a[1][0][:, :-1]] + a[1][1:]), r"highway_weights\[0\] must have shape"),
+        (lambda a: a.__setitem__(2, a[2][:1]), "same length"),
+        (lambda a: a.__setitem__(3, a[3][:, :-1]), "proj_weight must have shape"),
+        (lambda a: a.__setitem__(4, a[4][:-1]), "proj_bias must have shape"),
+        (lambda a: a.__setitem__(0, a[0][None]), "x must have 2 dims"),
+        (lambda a: a.__setitem__(3, a[3].double()), "proj_weight"),
+    ],
+)
 def test_highway_errors_name_the_argument(change, match):
     args = make(4, 6, 3, 2)
     change(args)
@@ -127,9 +133,13 @@ def test_highway_gate_multithreaded_rows_match_single_thread():
 
 @needs_extension
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(0, 40), h=st.integers(1, 70), seed=st.integers(0, 2**31 - 1),
-       layout=st.sampled_from(["contiguous", "sliced", "strided_rows", "transposed"]),
-       dtype=st.sampled_from(DTYPES))
+@given(
+    n=st.integers(0, 40),
+    h=st.integers(1, 70),
+    seed=st.integers(0, 2**31 - 1),
+    layout=st.sampled_from(["contiguous", "sliced", "strided_rows", "transposed"]),
+    dtype=st.sampled_from(DTYPES),
+)
 def test_highway_gate_random_shapes(n, h, seed, layout, dtype):
     projected, x = highway_inputs(n, h, dtype, seed=seed, layout=layout)
     check_highway(projected, x, f"highway_gate {layout} N={n} H={h} {dtype} seed={seed}")
@@ -137,8 +147,7 @@ def test_highway_gate_random_shapes(n, h, seed, layout, dtype):
 
 @needs_extension
 def test_highway_gate_propagates_nan_and_inf():
-    projected = torch.tensor([[float("nan"), 1.0, 0.0, 0.0],
-                              [1.0, float("inf"), 0.0, float("-inf")]])
+    projected = torch.tensor([[float("nan"), 1.0, 0.0, 0.0], [1.0, float("inf"), 0.0, float("-inf")]])
     x = torch.tensor([[1.0, 1.0], [2.0, 3.0]])
     out = ops.highway_gate(projected, x)
     expected = highway_gate_ref(projected, x)
@@ -149,8 +158,9 @@ def test_highway_gate_propagates_nan_and_inf():
 
 @needs_extension
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n,h,layout", [(0, 3, "contiguous"), (1, 1, "contiguous"), (7, 16, "sliced"),
-                                        (5, 3, "transposed")])
+@pytest.mark.parametrize(
+    "n,h,layout", [(0, 3, "contiguous"), (1, 1, "contiguous"), (7, 16, "sliced"), (5, 3, "transposed")]
+)
 def test_highway_gate_opcheck(n, h, layout, dtype):
     projected, x = highway_inputs(n, h, dtype, seed=n + h, layout=layout)
     torch.library.opcheck(torch.ops.elmo_fast.highway_gate.default, (projected, x))
@@ -165,18 +175,24 @@ def test_highway_gate_torch_compile_fullgraph():
     compiled = torch.compile(f, fullgraph=True)
     for n in (3, 7):  # a second shape: recompiles or goes dynamic, either way no graph break
         projected, x = highway_inputs(n, 16, torch.float32, seed=n)
-        assert_close(compiled(projected, x), highway_gate_ref(projected.double() * 0.5, x.double()) + 1.0,
-                     what=f"compiled highway_gate N={n}")
+        assert_close(
+            compiled(projected, x),
+            highway_gate_ref(projected.double() * 0.5, x.double()) + 1.0,
+            what=f"compiled highway_gate N={n}",
+        )
 
 
 @needs_extension
-@pytest.mark.parametrize("projected_shape,x_shape,match", [
-    ((4, 32), (4, 16, 1), "highway_gate: x must have 2 dims, got 3"),
-    ((4 * 32,), (4, 16), "highway_gate: projected must have 2 dims, got 1"),
-    ((5, 32), (4, 16), "highway_gate: projected and x must have the same number of rows N, got 5 and 4"),
-    ((4, 30), (4, 16), r"highway_gate: projected must have 2 \* H = 32 columns"),
-    ((4, 16), (4, 16), r"highway_gate: projected must have 2 \* H = 32 columns"),
-])
+@pytest.mark.parametrize(
+    "projected_shape,x_shape,match",
+    [
+        ((4, 32), (4, 16, 1), "highway_gate: x must have 2 dims, got 3"),
+        ((4 * 32,), (4, 16), "highway_gate: projected must have 2 dims, got 1"),
+        ((5, 32), (4, 16), "highway_gate: projected and x must have the same number of rows N, got 5 and 4"),
+        ((4, 30), (4, 16), r"highway_gate: projected must have 2 \* H = 32 columns"),
+        ((4, 16), (4, 16), r"highway_gate: projected must have 2 \* H = 32 columns"),
+    ],
+)
 def test_highway_gate_shape_errors_name_the_argument(projected_shape, x_shape, match):
     with pytest.raises(RuntimeError, match=match):
         ops.highway_gate(torch.randn(projected_shape), torch.randn(x_shape))
@@ -195,11 +211,11 @@ def test_highway_gate_dtype_errors_name_the_argument():
 
 def highway_fns(layers, via_op):
     def fast(x, *w):
-        args = (x, list(w[:layers]), list(w[layers:2 * layers]), w[-2], w[-1])
+        args = (x, list(w[:layers]), list(w[layers : 2 * layers]), w[-2], w[-1])
         return torch.ops.elmo_fast.highway.default(*args) if via_op else ops.highway(*args)
 
     def ref(x, *w):
-        return highway_ref(x, list(w[:layers]), list(w[layers:2 * layers]), w[-2], w[-1])
+        return highway_ref(x, list(w[:layers]), list(w[layers : 2 * layers]), w[-2], w[-1])
 
     return fast, ref
 
@@ -247,8 +263,12 @@ def test_highway_gate_gradcheck():
 @pytest.mark.parametrize("layout", ["contiguous", "sliced", "transposed"])
 @pytest.mark.parametrize("n,h", [(0, 3), (1, 1), (7, 16), (129, 257)])
 def test_highway_gate_grads_match_reference(n, h, layout, dtype):
-    check_grads(ops.highway_gate, highway_gate_ref, gate_case(n, h, dtype, seed=n + h, layout=layout),
-                f"highway_gate N={n} H={h} {layout} {dtype}")
+    check_grads(
+        ops.highway_gate,
+        highway_gate_ref,
+        gate_case(n, h, dtype, seed=n + h, layout=layout),
+        f"highway_gate N={n} H={h} {layout} {dtype}",
+    )
 
 
 # --- the reference's own gradients, under gradcheck in float64 ------------------------------------
@@ -261,6 +281,6 @@ def test_gradcheck_highway(mini):
     H = MINI.n_highway
 
     def f(x, *w):
-        return highway_ref(x, list(w[:H]), list(w[H:2 * H]), w[-2], w[-1])
+        return highway_ref(x, list(w[:H]), list(w[H : 2 * H]), w[-2], w[-1])
 
     assert torch.autograd.gradcheck(f, inputs)

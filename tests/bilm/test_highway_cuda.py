@@ -4,21 +4,33 @@ Two targets run each test (tests/support/cuda_targets.py): "cuda", the kernels o
 why, without one), and "emulated", the same kernels and bindings compiled for the CPU emulator (a default
 subset; every case with ELMO_FAST_CUDA_EMULATION=1). Outputs come from a poisoned allocator; the backward
 passes run with @poisoned (tests/support/grad_checks.py); TF32 is off (exact_fp32)."""
+
 import pytest
 import torch
-
-from cuda_targets import exact_fp32  # noqa: F401  (autouse: TF32 off)
-from cuda_targets import (ALL_DTYPES, LOW_PRECISION, emulated_by_default, needs_cpu_ops, no_nan, on, poison,
-                          same_layout_on)
-from elmo_fast.bilm import ops
-from elmo_fast.bilm.reference import highway_gate_ref, highway_ref
+from cuda_targets import (
+    ALL_DTYPES,
+    LOW_PRECISION,
+    emulated_by_default,
+    exact_fp32,  # noqa: F401  (autouse: TF32 off)
+    needs_cpu_ops,
+    no_nan,
+    on,
+    poison,
+    same_layout_on,
+)
 from grad_checks import assert_low_precision_grad, poisoned, ref_grads
 from highway_cases import gate_case, highway_inputs, make
 from tolerances import TOL, assert_close, assert_grad_close, max_abs_error
 
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.reference import highway_gate_ref, highway_ref
 
-@emulated_by_default(lambda n, h, layout, dtype: (n, h) in ((7, 16), (129, 257)) and layout == "sliced"
-                     and dtype in (torch.float32, torch.bfloat16))
+
+@emulated_by_default(
+    lambda n, h, layout, dtype: (
+        (n, h) in ((7, 16), (129, 257)) and layout == "sliced" and dtype in (torch.float32, torch.bfloat16)
+    )
+)
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "sliced", "strided_rows", "transposed"])
 @pytest.mark.parametrize("n,h", [(0, 3), (1, 1), (2, 3), (7, 16), (129, 257), (33, 2048)])
@@ -49,8 +61,9 @@ def test_highway_gate_many_rows_use_the_grid_stride_loop(cuda_target):
     assert_close(out, highway_gate_ref(projected.double(), x.double()), what="highway_gate N=70001")
 
 
-@emulated_by_default(lambda n, f, p, layers, dtype, sliced: (n, f) == (7, 33) and sliced
-                     and dtype in (torch.float32, torch.bfloat16))
+@emulated_by_default(
+    lambda n, f, p, layers, dtype, sliced: (n, f) == (7, 33) and sliced and dtype in (torch.float32, torch.bfloat16)
+)
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("n,f,p,layers", [(0, 5, 3, 1), (1, 1, 1, 1), (7, 33, 5, 2), (129, 124, 16, 2), (3, 8, 4, 0)])
 @pytest.mark.parametrize("sliced", [False, True])
@@ -59,8 +72,9 @@ def test_highway(target, n, f, p, layers, dtype, sliced):
     what = f"{target.name} highway n={n} f={f} p={p} layers={layers} {dtype}"
     dev = target.device
     poison(target)
-    got = target.op("highway")(same_layout_on(x, dev), [same_layout_on(w, dev) for w in ws], [b.to(dev) for b in bs],
-                               pw.to(dev), pb.to(dev))
+    got = target.op("highway")(
+        same_layout_on(x, dev), [same_layout_on(w, dev) for w in ws], [b.to(dev) for b in bs], pw.to(dev), pb.to(dev)
+    )
     assert got.shape == (n, p) and got.dtype == dtype and got.device == dev, what
     expected = highway_ref(x.double(), [w.double() for w in ws], [b.double() for b in bs], pw.double(), pb.double())
     if dtype in LOW_PRECISION:
@@ -89,11 +103,17 @@ def test_highway_errors_name_the_argument_on_cuda(cuda_target):
     with pytest.raises(RuntimeError, match="highway_gate: x must be a CUDA tensor, got cpu"):
         torch.ops.elmo_fast.highway_gate.default(torch.randn(4, 8, device=dev), torch.randn(4, 4))
     with pytest.raises(RuntimeError, match="highway_gate: x has dtype int64; supported on CUDA"):
-        torch.ops.elmo_fast.highway_gate.default(torch.zeros(4, 8, dtype=torch.long, device=dev),
-                                                 torch.zeros(4, 4, dtype=torch.long, device=dev))
+        torch.ops.elmo_fast.highway_gate.default(
+            torch.zeros(4, 8, dtype=torch.long, device=dev), torch.zeros(4, 4, dtype=torch.long, device=dev)
+        )
     with pytest.raises(RuntimeError, match=r"highway: highway_weights\[0\] and highway_biases\[0\] must be on x's"):
-        torch.ops.elmo_fast.highway.default(torch.randn(2, 3, device=dev), [torch.randn(6, 3)], [torch.randn(6)],
-                                            torch.randn(2, 3, device=dev), torch.randn(2, device=dev))
+        torch.ops.elmo_fast.highway.default(
+            torch.randn(2, 3, device=dev),
+            [torch.randn(6, 3)],
+            [torch.randn(6)],
+            torch.randn(2, 3, device=dev),
+            torch.randn(2, device=dev),
+        )
 
 
 # --- highway_gate_backward ------------------------------------------------------------------------
@@ -101,8 +121,11 @@ def test_highway_errors_name_the_argument_on_cuda(cuda_target):
 
 @needs_cpu_ops
 @poisoned
-@emulated_by_default(lambda n, h, layout, dtype: ((n, h), layout, dtype) in (((129, 257), "sliced", torch.float32),
-                                                                         ((7, 16), "contiguous", torch.bfloat16)))
+@emulated_by_default(
+    lambda n, h, layout, dtype: (
+        ((n, h), layout, dtype) in (((129, 257), "sliced", torch.float32), ((7, 16), "contiguous", torch.bfloat16))
+    )
+)
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "sliced", "transposed"])
 @pytest.mark.parametrize("n,h", [(0, 3), (1, 1), (7, 16), (129, 257), (33, 2048)])

@@ -1,14 +1,16 @@
 """ops.linear (x @ W^T + b; few rows against large weights stream the weights once on the CPU) and
 ops.layer0_gates against their twins, reference.linear_ref (F.linear) and layer0_gates_ref."""
+
 import pytest
 import torch
+from tolerances import assert_close, assert_grad_close
 
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.reference import layer0_gates_ref, linear_ref
-from tolerances import assert_close, assert_grad_close
 
-pytestmark = pytest.mark.skipif(not ops.HAS_EXTENSION,
-                                reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
+pytestmark = pytest.mark.skipif(
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e ."
+)
 
 
 def linear_case(n, K, N, dtype, seed, bias=True, layout="contiguous"):
@@ -16,12 +18,12 @@ def linear_case(n, K, N, dtype, seed, bias=True, layout="contiguous"):
     further apart than K) or "transposed" (column stride != 1: the op's copy path)."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, K, generator=gen, dtype=torch.float64)
-    weight = torch.randn(N, K, generator=gen, dtype=torch.float64) / K ** 0.5
+    weight = torch.randn(N, K, generator=gen, dtype=torch.float64) / K**0.5
     b = torch.randn(N, generator=gen, dtype=torch.float64) if bias else None
     if layout == "sliced":
         buf = torch.randn(n, K + 5, generator=gen, dtype=torch.float64)
-        buf[:, 2:2 + K] = x
-        x = buf[:, 2:2 + K]
+        buf[:, 2 : 2 + K] = x
+        x = buf[:, 2 : 2 + K]
     elif layout == "transposed":
         x = x.t().contiguous().t()
     elif layout != "contiguous":
@@ -33,22 +35,31 @@ def linear_case(n, K, N, dtype, seed, bias=True, layout="contiguous"):
 # take ATen's GEMM, the others the GEMV (n = 0: nothing to compute).
 @pytest.mark.parametrize("layout", ["contiguous", "sliced", "transposed"])
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("n,K,N", [(0, 5, 3), (1, 1, 1), (1, 7, 6), (3, 16, 37), (7, 33, 5), (27, 64, 130),
-                                   (32, 9, 11), (33, 9, 11)])
+@pytest.mark.parametrize(
+    "n,K,N", [(0, 5, 3), (1, 1, 1), (1, 7, 6), (3, 16, 37), (7, 33, 5), (27, 64, 130), (32, 9, 11), (33, 9, 11)]
+)
 def test_linear_matches_reference(n, K, N, bias, layout):
     x, w, b = linear_case(n, K, N, torch.float32, seed=n + K + N, bias=bias, layout=layout)
     got = ops.linear(x, w, b)
     assert got.shape == (n, N) and got.dtype == torch.float32
-    assert_close(got, linear_ref(x.double(), w.double(), None if b is None else b.double()), dtype=torch.float32,
-                 what=f"linear n={n} K={K} N={N} bias={bias} {layout}")
+    assert_close(
+        got,
+        linear_ref(x.double(), w.double(), None if b is None else b.double()),
+        dtype=torch.float32,
+        what=f"linear n={n} K={K} N={N} bias={bias} {layout}",
+    )
 
 
 @pytest.mark.parametrize("n", [1, 27, 128, 129])
 def test_linear_large_weights(n):
     # 'original' layer 0's shape per direction: W_ih [4C, P] = [16384, 512], 32 MB
     x, w, b = linear_case(n, 512, 16384, torch.float32, seed=n)
-    assert_close(ops.linear(x, w, b), linear_ref(x.double(), w.double(), b.double()), dtype=torch.float32,
-                 what=f"linear n={n} against 32 MB of weights")
+    assert_close(
+        ops.linear(x, w, b),
+        linear_ref(x.double(), w.double(), b.double()),
+        dtype=torch.float32,
+        what=f"linear n={n} against 32 MB of weights",
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
@@ -83,8 +94,12 @@ def test_linear_opcheck(n):
 
 def test_linear_bad_input_is_a_one_line_error():
     x, w, b = linear_case(3, 8, 6, torch.float32, seed=1)
-    for args, says in (((x, w[:, :5], None), "same K"), ((x, w.double(), None), "dtype"),
-                       ((x, w, b[:4]), "bias expected shape"), ((x[0], w, None), "x must have 2 dims")):
+    for args, says in (
+        ((x, w[:, :5], None), "same K"),
+        ((x, w.double(), None), "dtype"),
+        ((x, w, b[:4]), "bias expected shape"),
+        ((x[0], w, None), "x must have 2 dims"),
+    ):
         with pytest.raises(RuntimeError, match=says) as e:
             ops.linear(*args)
         assert str(e.value).startswith("linear: ") and "\n" not in str(e.value).strip(), str(e.value)
@@ -95,7 +110,7 @@ def test_layer0_gates_matches_reference(U, P, C):
     gen = torch.Generator().manual_seed(U + P)
     weights = []
     for _ in range(2):
-        weights += [torch.randn(4 * C, P, generator=gen) / P ** 0.5, None, torch.randn(4 * C, generator=gen), None]
+        weights += [torch.randn(4 * C, P, generator=gen) / P**0.5, None, torch.randn(4 * C, generator=gen), None]
     tokens = torch.randn(U, P, generator=gen)
     got = ops.layer0_gates(tokens, weights)
     assert got.shape == (U, 2, 4 * C)
@@ -120,8 +135,11 @@ def test_linear_packed_weight(n, K, N, dtype):
 def test_linear_packed_weight_refuses_in_one_line():
     x, w, b = linear_case(3, 4, 16, torch.float32, seed=0)
     p = ops.pack_weight(w.bfloat16())
-    with pytest.raises(RuntimeError, match=r"linear: x \[n, K\] and weight \[N, K\] \(packed\) must have the same K, "
-                                           r"got x \[3, 6\] and weight \[16, 4\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"linear: x \[n, K\] and weight \[N, K\] \(packed\) must have the same K, "
+        r"got x \[3, 6\] and weight \[16, 4\]",
+    ):
         ops.linear(torch.randn(3, 6), p, b)
     with pytest.raises(RuntimeError, match="linear: with a packed weight x must have dtype float32, got float64"):
         ops.linear(x.double(), p, b)

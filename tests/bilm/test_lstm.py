@@ -2,23 +2,30 @@
 elmo_fast.bilm.reference.bilstm_ref; one trainable layer (ops.lstm_layer: lstm_layer_forward and
 lstm_layer_backward) against lstm_layer_pair_ref and its autograd; the training stack (ops.bilstm_train)
 against bilstm_train_ref; and the reference's own gradients. The CUDA kernels' tests: test_lstm_cuda.py."""
+
 import itertools
 
 import pytest
 import torch
+from bilm_cases import MINI
+from grad_checks import check_grads, leaves, poisoned
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from bilm_cases import MINI
-from elmo_fast.bilm import ops
-from elmo_fast.bilm.reference import (bilstm_ref, bilstm_train_ref, flat_lstm_weights, layer0_gates_ref,
-                                      lstm_layer_pair_ref)
-from grad_checks import check_grads, leaves, poisoned
 from lstm_cases import GRADCHECK_CASES, differentiable, indexed_case, layer_case, stack_case
 from tolerances import assert_close, assert_grad_close, max_abs_error
 
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.reference import (
+    bilstm_ref,
+    bilstm_train_ref,
+    flat_lstm_weights,
+    layer0_gates_ref,
+    lstm_layer_pair_ref,
+)
+
 needs_extension = pytest.mark.skipif(
-    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e ."
+)
 
 CLIP = 3.0
 
@@ -56,13 +63,17 @@ def lstm_case(B, T, L, P, C, dtype, seed, *, lengths="random", state=True, U=Non
     for _ in range(L):
         for _ in range(2):
             bias = randn(4 * C, std=0.1)
-            bias[C:2 * C] += 1.5
-            weights += [randn(4 * C, P, std=P ** -0.5), randn(4 * C, P, std=0.35 * P ** -0.5), bias,
-                        randn(P, C, std=3.0 * C ** -0.5)]
+            bias[C : 2 * C] += 1.5
+            weights += [
+                randn(4 * C, P, std=P**-0.5),
+                randn(4 * C, P, std=0.35 * P**-0.5),
+                bias,
+                randn(P, C, std=3.0 * C**-0.5),
+            ]
     if U is None:
         U = max(1, (B * T) // 2)
     xg0 = randn(U, 2, 4 * C, std=2.0)
-    xg0[:, :, C:2 * C] += 1.5
+    xg0[:, :, C : 2 * C] += 1.5
     lengths = lengths_for(B, T, lengths, gen) if isinstance(lengths, str) else torch.as_tensor(lengths)
     token_index = torch.randint(0, max(U, 1), (B, T), generator=gen)
     padding = torch.arange(T)[None, :] >= lengths[:, None]
@@ -72,8 +83,8 @@ def lstm_case(B, T, L, P, C, dtype, seed, *, lengths="random", state=True, U=Non
     xg0 = xg0.to(dtype)
     if xg0_layout == "sliced":  # rows of a wider buffer: strides (3 * (4C + 7), 4C + 7, 1)
         buf = torch.randn(U, 3, 4 * C + 7, generator=gen, dtype=torch.float64).to(dtype)
-        buf[:, 1:, 3:3 + 4 * C] = xg0
-        xg0 = buf[:, 1:, 3:3 + 4 * C]
+        buf[:, 1:, 3 : 3 + 4 * C] = xg0
+        xg0 = buf[:, 1:, 3 : 3 + 4 * C]
     elif xg0_layout == "feature_major":  # last dim not unit-stride: the op copies it once
         xg0 = xg0.permute(2, 1, 0).contiguous().permute(2, 1, 0)
     elif xg0_layout != "contiguous":
@@ -217,8 +228,7 @@ def test_bilstm_other_isa_levels(capability):
         "t.check_bf16(t.bf16_case(5, 7, 1, 16, 64, seed=4), 'bilstm bf16')\n"
     ).format(want="DEFAULT" if capability == "default" else capability.upper())
     here = Path(__file__).resolve().parent
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability,
-               PYTHONPATH=os.pathsep.join([str(here), *sys.path]))
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=os.pathsep.join([str(here), *sys.path]))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -243,14 +253,18 @@ def test_bilstm_nonlinearities_accurate_across_scales():
     # One step, W_proj = I, saturated input/output gates: c = tanh(x) and h = tanh(tanh(x)) for x
     # over 10 decades and both signs, so the kernel's polynomial tanh shows its relative error
     # (no cancellation near 0); the sigmoid is exercised through i = x with g saturated.
-    x = torch.cat([torch.logspace(-8, 1.7, 200, dtype=torch.float64)] * 2) * torch.tensor([1.0, -1.0]).repeat_interleave(200)
+    x = torch.cat([torch.logspace(-8, 1.7, 200, dtype=torch.float64)] * 2) * torch.tensor(
+        [1.0, -1.0]
+    ).repeat_interleave(200)
     x = torch.cat([x, torch.tensor([0.0, 0.624, 0.625, 0.626, -0.625, 44.0, 90.0, -90.0], dtype=torch.float64)])
     C = P = x.numel()
     big = torch.full_like(x, 30.0)
     weights = [torch.zeros(4 * C, P), torch.zeros(4 * C, P), torch.zeros(4 * C), torch.eye(P)] * 2
     token_index, lengths = torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)
-    for gates in (torch.cat([big, torch.zeros_like(x), x, big]),   # c = tanh(x)
-                  torch.cat([x, torch.zeros_like(x), big, big])):  # c = sigmoid(x)
+    for gates in (
+        torch.cat([big, torch.zeros_like(x), x, big]),  # c = tanh(x)
+        torch.cat([x, torch.zeros_like(x), big, big]),
+    ):  # c = sigmoid(x)
         xg0 = gates.float().expand(1, 2, 4 * C)
         out, h, c = ops.bilstm(xg0, token_index, lengths, weights, None, None)
         want_out, want_h, want_c = reference(xg0, token_index, lengths, weights, None, None, None, None)
@@ -260,26 +274,28 @@ def test_bilstm_nonlinearities_accurate_across_scales():
 
 
 @needs_extension
-@pytest.mark.parametrize("B,T,L,P,C,state,clip,dtype", [
-    (0, 3, 1, 3, 5, False, None, torch.float32),
-    (1, 1, 1, 3, 5, True, CLIP, torch.float32),
-    (5, 7, 2, 3, 5, True, CLIP, torch.float32),
-    (3, 4, 2, 16, 64, False, None, torch.float64),
-])
+@pytest.mark.parametrize(
+    "B,T,L,P,C,state,clip,dtype",
+    [
+        (0, 3, 1, 3, 5, False, None, torch.float32),
+        (1, 1, 1, 3, 5, True, CLIP, torch.float32),
+        (5, 7, 2, 3, 5, True, CLIP, torch.float32),
+        (3, 4, 2, 16, 64, False, None, torch.float64),
+    ],
+)
 def test_bilstm_opcheck(B, T, L, P, C, state, clip, dtype):
     xg0, token_index, lengths, weights, h0, c0 = lstm_case(B, T, L, P, C, dtype, seed=B + T, state=state)
-    torch.library.opcheck(torch.ops.elmo_fast.bilstm.default,
-                          (xg0, token_index, lengths, weights, clip, clip, h0, c0))
+    torch.library.opcheck(torch.ops.elmo_fast.bilstm.default, (xg0, token_index, lengths, weights, clip, clip, h0, c0))
 
 
 @needs_extension
 def test_bilstm_opcheck_bf16_weights():
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(5, 7, 2, 16, 64, seed=8)
-    torch.library.opcheck(torch.ops.elmo_fast.bilstm.default,
-                          (xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0))
+    torch.library.opcheck(torch.ops.elmo_fast.bilstm.default, (xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0))
     packed_weights = [w if k % 4 == 2 else ops.pack_weight(w) for k, w in enumerate(weights)]
-    torch.library.opcheck(torch.ops.elmo_fast.bilstm.default,
-                          (xg0, token_index, lengths, packed_weights, CLIP, CLIP, h0, c0, [0, 0, 1]))
+    torch.library.opcheck(
+        torch.ops.elmo_fast.bilstm.default, (xg0, token_index, lengths, packed_weights, CLIP, CLIP, h0, c0, [0, 0, 1])
+    )
     torch.library.opcheck(torch.ops.elmo_fast.pack_weight.default, (weights[1],))
 
 
@@ -334,11 +350,13 @@ def test_bilstm_bf16_gemv_is_fp32_accurate(B, P, C, misaligned, monkeypatch):
         monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", "1000")
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(B, 19, 1, P, C, seed=5 + B + P, bias_dtype=torch.float32)
     if misaligned:
+
         def shifted(w):
             if w.dtype != torch.bfloat16:
                 return w
             view = torch.empty(w.numel() + 1, dtype=w.dtype)[1:].view(w.shape)
             return view.copy_(w)
+
         weights = [shifted(w) for w in weights]
         assert all(w.data_ptr() % 4 == 2 for w in weights if w.dtype == torch.bfloat16)
     got = ops.bilstm(xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0)
@@ -386,13 +404,24 @@ def test_pack_weight_layout(dtype):
 
 
 @needs_extension
-@pytest.mark.parametrize("shape,dtype,match", [
-    ((24, 4), torch.float32, r"pack_weight: weight \[N, K\] must have N a multiple of 16 to be packed, got \[24, 4\]"),
-    ((32, 5), torch.bfloat16, r"pack_weight: weight \[N, K\] must have N a multiple of 16 and K even to be packed, "
-                              r"got \[32, 5\]"),
-    ((32,), torch.float32, r"pack_weight: weight must have 2 dims \[N, K\], got 1"),
-    ((32, 4), torch.float64, "pack_weight: weight has dtype float64; supported: float32, bfloat16"),
-])
+@pytest.mark.parametrize(
+    "shape,dtype,match",
+    [
+        (
+            (24, 4),
+            torch.float32,
+            r"pack_weight: weight \[N, K\] must have N a multiple of 16 to be packed, got \[24, 4\]",
+        ),
+        (
+            (32, 5),
+            torch.bfloat16,
+            r"pack_weight: weight \[N, K\] must have N a multiple of 16 and K even to be packed, "
+            r"got \[32, 5\]",
+        ),
+        ((32,), torch.float32, r"pack_weight: weight must have 2 dims \[N, K\], got 1"),
+        ((32, 4), torch.float64, "pack_weight: weight has dtype float64; supported: float32, bfloat16"),
+    ],
+)
 def test_pack_weight_refuses_in_one_line(shape, dtype, match):
     with pytest.raises(RuntimeError, match=match):
         ops.pack_weight(torch.randn(*shape).to(dtype))
@@ -420,8 +449,9 @@ def test_bilstm_packed_weights(B, T, L, P, C, tuning):
     got = ops.bilstm(xg0, token_index, lengths, packed(weights), CLIP, CLIP, h0, c0, tuning)
     assert all(t.dtype == torch.float32 for t in got)
     want = reference(xg0, token_index, lengths, [w.float() for w in weights], CLIP, CLIP, h0, c0)
-    torch_bf16 = bilstm_ref(xg0.bfloat16(), token_index, lengths, [w.bfloat16() for w in weights], CLIP, CLIP,
-                            h0.bfloat16(), c0.bfloat16())
+    torch_bf16 = bilstm_ref(
+        xg0.bfloat16(), token_index, lengths, [w.bfloat16() for w in weights], CLIP, CLIP, h0.bfloat16(), c0.bfloat16()
+    )
     what = f"bilstm packed B={B} T={T} L={L} tuning={tuning}"
     for name, g, w, t in zip(("outputs", "h", "c"), got, want, torch_bf16):
         if L == 1:  # one layer: bf16 GEMM inputs, float results: the bf16 row of TOL
@@ -442,26 +472,41 @@ def test_bilstm_packed_weights_refused_where_they_cannot_be_used():
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(3, 4, 2, 16, 8, seed=1, bias_dtype=torch.float32)
     p = packed(weights)
     some = weights[:9] + [p[9]] + weights[10:]
-    with pytest.raises(RuntimeError, match=r"bilstm: the GEMM weights \(w_hh, w_proj, and w_ih of layers >= 1\) "
-                                           r"must be all packed or none, got 1 of 10 packed"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"bilstm: the GEMM weights \(w_hh, w_proj, and w_ih of layers >= 1\) "
+        r"must be all packed or none, got 1 of 10 packed",
+    ):
         ops.bilstm(xg0, token_index, lengths, some, CLIP, CLIP, h0, c0)
     w32 = [w.float() for w in weights]
-    with pytest.raises(RuntimeError, match=r"bilstm: weights\[3\] \(w_proj of layer 0, forward\) must have the dtype "
-                                           r"of the other weights \(bfloat16\), got float32"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"bilstm: weights\[3\] \(w_proj of layer 0, forward\) must have the dtype "
+        r"of the other weights \(bfloat16\), got float32",
+    ):
         ops.bilstm(xg0, token_index, lengths, w32[:1] + [p[1]] + w32[2:], CLIP, CLIP, h0, c0)
     wrong = list(p)
     wrong[13] = ops.pack_weight(torch.randn(48, 16))  # w_hh must be [4C, P] = [32, 16]
-    with pytest.raises(RuntimeError, match=r"bilstm: weights\[13\] \(w_hh of layer 1, backward\) expected shape "
-                                           r"\[32, 16\] \(packed\), got \[48, 16\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"bilstm: weights\[13\] \(w_hh of layer 1, backward\) expected shape "
+        r"\[32, 16\] \(packed\), got \[48, 16\]",
+    ):
         ops.bilstm(xg0, token_index, lengths, wrong, CLIP, CLIP, h0, c0)
 
 
 @needs_extension
-@pytest.mark.parametrize("tuning,match", [
-    ([1, 2], r"bilstm: tuning must hold 3 values \[gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows\] "
-             r"or be None, got 2 values"),
-    ([0, -2, 0], r"bilstm: tuning values must be >= 0, or -1 for the default, got \[0, -2, 0\]"),
-])
+@pytest.mark.parametrize(
+    "tuning,match",
+    [
+        (
+            [1, 2],
+            r"bilstm: tuning must hold 3 values \[gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows\] "
+            r"or be None, got 2 values",
+        ),
+        ([0, -2, 0], r"bilstm: tuning values must be >= 0, or -1 for the default, got \[0, -2, 0\]"),
+    ],
+)
 def test_bilstm_tuning_checked_in_one_line(tuning, match):
     xg0, token_index, lengths, weights, h0, c0 = lstm_case(3, 4, 1, 3, 5, torch.float32, seed=0)
     with pytest.raises(RuntimeError, match=match):
@@ -474,8 +519,12 @@ def test_bilstm_tuning_is_the_environments_choice(B, monkeypatch):
     # tuning [gemv rows, gemv rows, concurrent from] computes what the environment's forcing computes,
     # bit for bit: the same kernels; -1 is the default, as no tuning.
     case = lstm_case(B, 6, 2, 16, 64, torch.float32, seed=B)
-    for rows, mode, conc in [("0", "sequential", 0), ("1000", "sequential", 0), ("1000", "directions", 1),
-                             ("0", "directions", 1)]:
+    for rows, mode, conc in [
+        ("0", "sequential", 0),
+        ("1000", "sequential", 0),
+        ("1000", "directions", 1),
+        ("0", "directions", 1),
+    ]:
         tuned = ops.bilstm(*case[:4], CLIP, CLIP, *case[4:], [int(rows), int(rows), conc])
         with monkeypatch.context() as m:
             m.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", rows)
@@ -500,42 +549,63 @@ def _with(case, **changes):
 
 
 @needs_extension
-@pytest.mark.parametrize("change,match", [
-    (lambda c: dict(xg0=c[0][:, 0]), "bilstm: xg0 must have 3 dims, got 2"),
-    (lambda c: dict(xg0=c[0][..., :-1]), r"bilstm: xg0 expected shape \[U, 2, 4C\] = \[\d+, 2, 20\]"),
-    (lambda c: dict(token_index=c[1][0]), "bilstm: token_index must have 2 dims, got 1"),
-    (lambda c: dict(lengths=c[2][None]), "bilstm: lengths must have 1 dims, got 2"),
-    (lambda c: dict(lengths=c[2][:2]), r"bilstm: lengths expected shape \[3\], got \[2\]"),
-    (lambda c: dict(lengths=c[2].int()), "bilstm: lengths must have dtype int64, got int32"),
-    (lambda c: dict(token_index=c[1].int()), "bilstm: token_index must have dtype int64, got int32"),
-    (lambda c: dict(lengths=torch.tensor([1, 5, 2])), r"bilstm: lengths\[1\] = 5 is out of range \[0, T = 4\]"),
-    (lambda c: dict(lengths=torch.tensor([1, -1, 2])), r"bilstm: lengths\[1\] = -1 is out of range"),
-    (lambda c: dict(lengths=torch.tensor([4, 4, 4]), token_index=torch.full((3, 4), 99)),
-     r"bilstm: token_index\[0, 0\] = 99 is out of range for xg0 with \d+ rows"),
-    (lambda c: dict(weights=c[3][:7]), "bilstm: weights must hold 8 tensors per layer .* got 7"),
-    (lambda c: dict(weights=[]), "bilstm: weights must hold 8 tensors per layer .* got 0"),
-    (lambda c: dict(weights=c[3][:5] + [c[3][5][:, :2]] + c[3][6:]),
-     r"bilstm: weights\[5\] \(w_hh of layer 0, backward\) expected shape \[20, 3\], got \[20, 2\]"),
-    (lambda c: dict(weights=c[3][:8] + [c[3][8][:-1]] + c[3][9:]),
-     r"bilstm: weights\[8\] \(w_ih of layer 1, forward\) expected shape \[20, 3\], got \[19, 3\]"),
-    (lambda c: dict(weights=c[3][:10] + [c[3][10][:4]] + c[3][11:]),
-     r"bilstm: weights\[10\] \(bias of layer 1, forward\) expected shape \[20\], got \[4\]"),
-    (lambda c: dict(weights=c[3][:15] + [c[3][15].t()]),
-     r"bilstm: weights\[15\] \(w_proj of layer 1, backward\) expected shape \[3, 5\], got \[5, 3\]"),
-    (lambda c: dict(weights=[w.double() for w in c[3]]),
-     r"bilstm: weights\[1\] \(w_hh of layer 0, forward\) has dtype float64; with xg0 of dtype float32 the "
-     r"weights must be float32 or bfloat16"),
-    (lambda c: dict(xg0=c[0].double(), h0=c[4].double(), c0=c[5].double(), weights=[w.bfloat16() for w in c[3]]),
-     r"bilstm: weights\[1\] .* has dtype bfloat16; with xg0 of dtype float64 the weights must be float64$"),
-    (lambda c: dict(weights=c[3][:5] + [c[3][5].bfloat16()] + c[3][6:]),
-     r"bilstm: weights\[5\] \(w_hh of layer 0, backward\) must have the dtype of the other weights \(float32\), "
-     r"got bfloat16"),
-    (lambda c: dict(h0=c[4][:1]), r"bilstm: h0 expected shape \[2, 3, 6\], got \[1, 3, 6\]"),
-    (lambda c: dict(c0=c[5][..., :-1]), r"bilstm: c0 expected shape \[2, 3, 10\], got \[2, 3, 9\]"),
-    (lambda c: dict(h0=c[4].double()), "bilstm: h0 and xg0 must have the same dtype, got float64 and float32"),
-    (lambda c: dict(xg0=c[0].half(), weights=[w.half() for w in c[3]]),
-     "bilstm: xg0 has dtype float16; supported: float32, float64"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda c: dict(xg0=c[0][:, 0]), "bilstm: xg0 must have 3 dims, got 2"),
+        (lambda c: dict(xg0=c[0][..., :-1]), r"bilstm: xg0 expected shape \[U, 2, 4C\] = \[\d+, 2, 20\]"),
+        (lambda c: dict(token_index=c[1][0]), "bilstm: token_index must have 2 dims, got 1"),
+        (lambda c: dict(lengths=c[2][None]), "bilstm: lengths must have 1 dims, got 2"),
+        (lambda c: dict(lengths=c[2][:2]), r"bilstm: lengths expected shape \[3\], got \[2\]"),
+        (lambda c: dict(lengths=c[2].int()), "bilstm: lengths must have dtype int64, got int32"),
+        (lambda c: dict(token_index=c[1].int()), "bilstm: token_index must have dtype int64, got int32"),
+        (lambda c: dict(lengths=torch.tensor([1, 5, 2])), r"bilstm: lengths\[1\] = 5 is out of range \[0, T = 4\]"),
+        (lambda c: dict(lengths=torch.tensor([1, -1, 2])), r"bilstm: lengths\[1\] = -1 is out of range"),
+        (
+            lambda c: dict(lengths=torch.tensor([4, 4, 4]), token_index=torch.full((3, 4), 99)),
+            r"bilstm: token_index\[0, 0\] = 99 is out of range for xg0 with \d+ rows",
+        ),
+        (lambda c: dict(weights=c[3][:7]), "bilstm: weights must hold 8 tensors per layer .* got 7"),
+        (lambda c: dict(weights=[]), "bilstm: weights must hold 8 tensors per layer .* got 0"),
+        (
+            lambda c: dict(weights=c[3][:5] + [c[3][5][:, :2]] + c[3][6:]),
+            r"bilstm: weights\[5\] \(w_hh of layer 0, backward\) expected shape \[20, 3\], got \[20, 2\]",
+        ),
+        (
+            lambda c: dict(weights=c[3][:8] + [c[3][8][:-1]] + c[3][9:]),
+            r"bilstm: weights\[8\] \(w_ih of layer 1, forward\) expected shape \[20, 3\], got \[19, 3\]",
+        ),
+        (
+            lambda c: dict(weights=c[3][:10] + [c[3][10][:4]] + c[3][11:]),
+            r"bilstm: weights\[10\] \(bias of layer 1, forward\) expected shape \[20\], got \[4\]",
+        ),
+        (
+            lambda c: dict(weights=c[3][:15] + [c[3][15].t()]),
+            r"bilstm: weights\[15\] \(w_proj of layer 1, backward\) expected shape \[3, 5\], got \[5, 3\]",
+        ),
+        (
+            lambda c: dict(weights=[w.double() for w in c[3]]),
+            r"bilstm: weights\[1\] \(w_hh of layer 0, forward\) has dtype float64; with xg0 of dtype float32 the "
+            r"weights must be float32 or bfloat16",
+        ),
+        (
+            lambda c: dict(xg0=c[0].double(), h0=c[4].double(), c0=c[5].double(), weights=[w.bfloat16() for w in c[3]]),
+            r"bilstm: weights\[1\] .* has dtype bfloat16; with xg0 of dtype float64 the weights must be float64$",
+        ),
+        (
+            lambda c: dict(weights=c[3][:5] + [c[3][5].bfloat16()] + c[3][6:]),
+            r"bilstm: weights\[5\] \(w_hh of layer 0, backward\) must have the dtype of the other weights \(float32\), "
+            r"got bfloat16",
+        ),
+        (lambda c: dict(h0=c[4][:1]), r"bilstm: h0 expected shape \[2, 3, 6\], got \[1, 3, 6\]"),
+        (lambda c: dict(c0=c[5][..., :-1]), r"bilstm: c0 expected shape \[2, 3, 10\], got \[2, 3, 9\]"),
+        (lambda c: dict(h0=c[4].double()), "bilstm: h0 and xg0 must have the same dtype, got float64 and float32"),
+        (
+            lambda c: dict(xg0=c[0].half(), weights=[w.half() for w in c[3]]),
+            "bilstm: xg0 has dtype float16; supported: float32, float64",
+        ),
+    ],
+)
 def test_bilstm_errors_name_the_argument(change, match):
     case = _error_case()
     with pytest.raises(RuntimeError, match=match):
@@ -559,8 +629,9 @@ def layer_fns(lengths, cell_clip, proj_clip, state):
     def ref(xg, w_hh, w_proj, *hc):
         # the reference computes at padding too (and masks after): the junk there must be finite for it,
         # and nan_to_num's gradient is 0 there, as the op's
-        return lstm_layer_pair_ref(xg.nan_to_num(), lengths, w_hh, w_proj, cell_clip, proj_clip,
-                                   *(hc if state else (None, None)))
+        return lstm_layer_pair_ref(
+            xg.nan_to_num(), lengths, w_hh, w_proj, cell_clip, proj_clip, *(hc if state else (None, None))
+        )
 
     return fast, ref
 
@@ -646,8 +717,9 @@ def test_lstm_layer_grads_of_some_outputs(used):
 
     def loss(fn, args):
         outs = fn(*args)
-        return sum((outs[i] * torch.linspace(-1, 1, outs[i].numel(), dtype=outs[i].dtype).view_as(outs[i])).sum()
-                   for i in pick)
+        return sum(
+            (outs[i] * torch.linspace(-1, 1, outs[i].numel(), dtype=outs[i].dtype).view_as(outs[i])).sum() for i in pick
+        )
 
     a, b = leaves(inputs), leaves(inputs)
     got = torch.autograd.grad(loss(fast, a), a, allow_unused=True)
@@ -749,8 +821,9 @@ def test_lstm_layer_values_and_padding():
     case = layer_case(6, 9, 5, 7, torch.float32, seed=4, lengths=[9, 0, 4, 1, 9, 2])
     xg, lengths, w_hh, w_proj, h0, c0 = case
     y, h, c = ops.lstm_layer(xg, lengths, w_hh, w_proj, 3.0, 3.0, h0, c0)
-    want = lstm_layer_pair_ref(*[t.double() for t in (xg.nan_to_num(), lengths, w_hh, w_proj)], 3.0, 3.0,
-                               h0.double(), c0.double())
+    want = lstm_layer_pair_ref(
+        *[t.double() for t in (xg.nan_to_num(), lengths, w_hh, w_proj)], 3.0, 3.0, h0.double(), c0.double()
+    )
     for name, g, w in zip("yhc", (y, h, c), want):
         assert_close(g, w, what=f"lstm_layer {name}")
     padding = torch.arange(9)[None, :] >= lengths[:, None]
@@ -762,8 +835,14 @@ def test_lstm_layer_values_and_padding():
 @needs_extension
 @poisoned
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(B=st.integers(1, 6), T=st.integers(1, 9), P=st.integers(1, 11), C=st.integers(1, 13),
-       seed=st.integers(0, 2**31 - 1), clips=st.sampled_from([(None, None), (1.0, 0.5), (0.0, 2.0)]))
+@given(
+    B=st.integers(1, 6),
+    T=st.integers(1, 9),
+    P=st.integers(1, 11),
+    C=st.integers(1, 13),
+    seed=st.integers(0, 2**31 - 1),
+    clips=st.sampled_from([(None, None), (1.0, 0.5), (0.0, 2.0)]),
+)
 def test_lstm_layer_random_shapes_float64(B, T, P, C, seed, clips):
     case = layer_case(B, T, P, C, torch.float64, seed=seed)
     fast, ref = layer_fns(case[1], *clips, True)
@@ -789,8 +868,11 @@ def test_lstm_layer_errors_name_the_argument():
     with pytest.raises(RuntimeError, match="lstm_layer_forward: xg has dtype bfloat16; supported: float32, float64"):
         ops.lstm_layer(xg.bfloat16(), lengths, w_hh.bfloat16(), w_proj.bfloat16(), None, None)
     rows = xg[:, 0]
-    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: token_index\[1, 0\] = 4 is out of range for xg "
-                                            r"with 4 rows"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"lstm_layer_forward: token_index\[1, 0\] = 4 is out of range for xg "
+        r"with 4 rows",
+    ):
         ops.lstm_layer(rows, lengths, w_hh, w_proj, None, None, token_index=torch.arange(12).view(3, 4) % 5)
     with pytest.raises(RuntimeError, match=r"lstm_layer_forward: xg with token_index expected shape \[2, U, 4C\]"):
         ops.lstm_layer(xg, lengths, w_hh, w_proj, None, None, token_index=torch.zeros(3, 4, dtype=torch.long))
@@ -798,23 +880,43 @@ def test_lstm_layer_errors_name_the_argument():
 
 @needs_extension
 @poisoned
-@pytest.mark.parametrize("B,T,P,C,lengths,clip,state,dtype", [
-    (0, 3, 3, 5, [], None, False, torch.float32),
-    (1, 1, 3, 5, [1], 1.0, True, torch.float32),
-    (5, 7, 3, 5, [7, 0, 3, 1, 5], 1.0, True, torch.float32),
-    (3, 4, 16, 24, [2, 4, 3], None, False, torch.float64),
-])
+@pytest.mark.parametrize(
+    "B,T,P,C,lengths,clip,state,dtype",
+    [
+        (0, 3, 3, 5, [], None, False, torch.float32),
+        (1, 1, 3, 5, [1], 1.0, True, torch.float32),
+        (5, 7, 3, 5, [7, 0, 3, 1, 5], 1.0, True, torch.float32),
+        (3, 4, 16, 24, [2, 4, 3], None, False, torch.float64),
+    ],
+)
 def test_lstm_layer_opcheck(B, T, P, C, lengths, clip, state, dtype):
-    xg, lengths, w_hh, w_proj, h0, c0 = layer_case(B, T, P, C, dtype, seed=B + T, lengths=lengths, state=state,
-                                                   junk=0.0)
+    xg, lengths, w_hh, w_proj, h0, c0 = layer_case(
+        B, T, P, C, dtype, seed=B + T, lengths=lengths, state=state, junk=0.0
+    )
     args = [xg, lengths, w_hh, w_proj, clip, clip, h0, c0]
     grad_args = [a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
     torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_forward.default, grad_args)
-    y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(*[a.detach() if isinstance(a, torch.Tensor)
-                                                                     else a for a in args])
-    torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_backward.default,
-                          (torch.randn_like(y), torch.randn_like(h), None, saved, lengths, None, list(xg.shape),
-                           w_hh.detach(), w_proj.detach(), clip, clip, None if h0 is None else h0.detach(), None))
+    y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(
+        *[a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    )
+    torch.library.opcheck(
+        torch.ops.elmo_fast.lstm_layer_backward.default,
+        (
+            torch.randn_like(y),
+            torch.randn_like(h),
+            None,
+            saved,
+            lengths,
+            None,
+            list(xg.shape),
+            w_hh.detach(),
+            w_proj.detach(),
+            clip,
+            clip,
+            None if h0 is None else h0.detach(),
+            None,
+        ),
+    )
     rows, *_, index = indexed_case((xg.detach(), lengths, w_hh, w_proj, h0, c0), "repeated", seed=B)
     if B:
         indexed = [rows.requires_grad_(), *grad_args[1:], index]
@@ -828,6 +930,7 @@ def stack_fns(lengths, masks, clip):
     def run(fn):
         def call(x, h0, c0, *w):
             return fn(x, lengths, list(w), clip, clip, h0, c0, 0.1, True, [m.to(x.dtype) for m in masks])
+
         return call
 
     return run(ops.bilstm_train), run(bilstm_train_ref)
@@ -836,19 +939,23 @@ def stack_fns(lengths, masks, clip):
 @needs_extension
 @poisoned
 def test_bilstm_train_gradcheck():
-    x, lengths, weights, h0, c0, masks = stack_case(4, 5, 2, 3, 4, torch.float64, seed=1, lengths=[5, 0, 2, 3],
-                                                    dropout=0.3)
+    x, lengths, weights, h0, c0, masks = stack_case(
+        4, 5, 2, 3, 4, torch.float64, seed=1, lengths=[5, 0, 2, 3], dropout=0.3
+    )
     fast, _ = stack_fns(lengths, masks, 1.0)
     assert torch.autograd.gradcheck(fast, leaves([x, h0, c0, *weights]))
 
 
 @needs_extension
 @poisoned
-@pytest.mark.parametrize("B,T,L,P,C,clip", [
-    (7, 11, 2, 16, 64, 3.0),      # 'tiny' shapes
-    (5, 9, 3, 3, 5, 1.0),         # three layers, odd sizes
-    (16, 25, 2, 128, 1024, 3.0),  # 'small' shapes
-])
+@pytest.mark.parametrize(
+    "B,T,L,P,C,clip",
+    [
+        (7, 11, 2, 16, 64, 3.0),  # 'tiny' shapes
+        (5, 9, 3, 3, 5, 1.0),  # three layers, odd sizes
+        (16, 25, 2, 128, 1024, 3.0),  # 'small' shapes
+    ],
+)
 def test_bilstm_train_matches_reference_fp32(B, T, L, P, C, clip):
     gen = torch.Generator().manual_seed(B + T)
     lengths = torch.randint(0, T + 1, (B,), generator=gen)
@@ -886,13 +993,28 @@ def test_bilstm_train_without_dropout_is_bilstm():
     B, T, P = x.shape
     for kwargs in (dict(dropout=0.1, training=False, masks=masks), dict(dropout=0.0)):
         got = ops.bilstm_train(x, lengths, weights, 3.0, 3.0, h0, c0, **kwargs)
-        want = ops.bilstm(layer0_gates_ref(x.view(B * T, P), weights), torch.arange(B * T).view(B, T), lengths,
-                          weights, 3.0, 3.0, h0, c0)
+        want = ops.bilstm(
+            layer0_gates_ref(x.view(B * T, P), weights),
+            torch.arange(B * T).view(B, T),
+            lengths,
+            weights,
+            3.0,
+            3.0,
+            h0,
+            c0,
+        )
         for g, w in zip(got, want):
             assert_close(g, w, what=f"bilstm_train {kwargs} vs bilstm")
-    ref = bilstm_ref(layer0_gates_ref(x.double().view(B * T, P), [w.double() for w in weights]),
-                     torch.arange(B * T).view(B, T), lengths, [w.double() for w in weights], 3.0, 3.0, h0.double(),
-                     c0.double())
+    ref = bilstm_ref(
+        layer0_gates_ref(x.double().view(B * T, P), [w.double() for w in weights]),
+        torch.arange(B * T).view(B, T),
+        lengths,
+        [w.double() for w in weights],
+        3.0,
+        3.0,
+        h0.double(),
+        c0.double(),
+    )
     assert_close(got[0], ref[0], what="bilstm_train vs bilstm_ref")
 
 

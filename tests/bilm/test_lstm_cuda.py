@@ -6,24 +6,42 @@ Two targets run each test (tests/support/cuda_targets.py): "cuda", the kernels o
 why, without one), and "emulated", the same kernels and bindings compiled for the CPU emulator (a default
 subset; every case with ELMO_FAST_CUDA_EMULATION=1). Outputs come from a poisoned allocator; the backward
 passes run with @poisoned (tests/support/grad_checks.py); TF32 is off (exact_fp32)."""
+
 import pytest
 import torch
-
-from cuda_targets import exact_fp32  # noqa: F401  (autouse: TF32 off)
-from cuda_targets import LOW_PRECISION, emulated_by_default, needs_cpu_ops, no_nan, on, poison, ran_ops, same_layout_on
-from elmo_fast.bilm import ops, reference
-from elmo_fast.bilm.reference import bilstm_ref, lstm_layer_pair_ref
+from cuda_targets import (
+    LOW_PRECISION,
+    emulated_by_default,
+    exact_fp32,  # noqa: F401  (autouse: TF32 off)
+    needs_cpu_ops,
+    no_nan,
+    on,
+    poison,
+    ran_ops,
+    same_layout_on,
+)
 from grad_checks import poisoned, ref_grads
 from lstm_cases import GRADCHECK_CASES, LSTM_CASES, indexed_case, layer_case, lstm_inputs, stack_case
 from tolerances import assert_close, assert_grad_close, max_abs_error
 
+from elmo_fast.bilm import ops, reference
+from elmo_fast.bilm.reference import bilstm_ref, lstm_layer_pair_ref
+
 
 def run_bilstm(target, xg0, token_index, lengths, weights, cell_clip, proj_clip, h0, c0, lengths_on_cpu=False):
     dev = target.device
-    mv = (lambda t: None if t is None else same_layout_on(t, dev))
+    mv = lambda t: None if t is None else same_layout_on(t, dev)
     poison(target)
-    return target.op("bilstm")(mv(xg0), mv(token_index), lengths if lengths_on_cpu else mv(lengths),
-                               [mv(w) for w in weights], cell_clip, proj_clip, mv(h0), mv(c0))
+    return target.op("bilstm")(
+        mv(xg0),
+        mv(token_index),
+        lengths if lengths_on_cpu else mv(lengths),
+        [mv(w) for w in weights],
+        cell_clip,
+        proj_clip,
+        mv(h0),
+        mv(c0),
+    )
 
 
 def check_bilstm(target, case, dtype, clips, states, seed=0, **run_kwargs):
@@ -31,7 +49,7 @@ def check_bilstm(target, case, dtype, clips, states, seed=0, **run_kwargs):
     xg0, token_index, lengths, weights, h0, c0 = lstm_inputs(L, B, T, P, C, lengths, dtype, seed, states=states)
     what = f"{target.name} bilstm {case} {dtype} clips={clips} states={states}"
     got = run_bilstm(target, xg0, token_index, lengths, weights, *clips, h0, c0, **run_kwargs)
-    d64 = (lambda t: None if t is None else t.double())
+    d64 = lambda t: None if t is None else t.double()
     expected = bilstm_ref(xg0.double(), token_index, lengths, [w.double() for w in weights], *clips, d64(h0), d64(c0))
     for name, g, e in zip(("outputs", "h", "c"), got, expected):
         assert g.shape == e.shape and g.dtype == dtype and g.device == target.device, f"{what} {name}"
@@ -40,7 +58,7 @@ def check_bilstm(target, case, dtype, clips, states, seed=0, **run_kwargs):
         else:
             assert_close(g, e, dtype=dtype, what=f"{what} {name}")
     if dtype in LOW_PRECISION:
-        mv = (lambda t: None if t is None else t.to(target.device))
+        mv = lambda t: None if t is None else t.to(target.device)
         lowp = bilstm_ref(mv(xg0), mv(token_index), lengths, [mv(w) for w in weights], *clips, mv(h0), mv(c0))
         for name, g, lp, e in zip(("outputs", "h", "c"), got, lowp, expected):
             assert max_abs_error(g, e) <= 2 * max_abs_error(lp, e) + 2e-2, f"{what} {name}"
@@ -50,8 +68,11 @@ def check_bilstm(target, case, dtype, clips, states, seed=0, **run_kwargs):
     return got, expected
 
 
-@emulated_by_default(lambda case, clips, states: case in ("one_token", "unsorted_with_empty_rows", "empty_batch")
-                     and clips == (3.0, 3.0) and states)
+@emulated_by_default(
+    lambda case, clips, states: (
+        case in ("one_token", "unsorted_with_empty_rows", "empty_batch") and clips == (3.0, 3.0) and states
+    )
+)
 @pytest.mark.parametrize("case", list(LSTM_CASES))
 @pytest.mark.parametrize("clips", [(3.0, 3.0), (None, None), (0.0, 0.5)], ids=["clips", "no_clips", "proj_clip"])
 @pytest.mark.parametrize("states", [False, True], ids=["zero_states", "states"])
@@ -108,8 +129,9 @@ def test_bilstm_stacked_weight_views(target):
     for l, k, both in stacked:
         views[8 * l + k], views[8 * l + 4 + k] = both[0], both[1]
     separate = run_bilstm(target, xg0, token_index, lengths, weights, 3.0, 3.0, h0, c0)
-    shared = target.op("bilstm")(xg0.to(dev), token_index.to(dev), lengths.to(dev), views, 3.0, 3.0, h0.to(dev),
-                                 c0.to(dev))
+    shared = target.op("bilstm")(
+        xg0.to(dev), token_index.to(dev), lengths.to(dev), views, 3.0, 3.0, h0.to(dev), c0.to(dev)
+    )
     for a, b in zip(separate, shared):
         assert torch.equal(a, b)
 
@@ -144,8 +166,9 @@ def test_bilstm_many_rows_use_the_grid_stride_loop(cuda_target):
     lengths = torch.randint(0, 4, (B,), generator=torch.Generator().manual_seed(0)).tolist()
     xg0, token_index, lengths, weights, h0, c0 = lstm_inputs(2, B, 3, 4, 4, lengths, torch.float32, 4, states=True)
     got = run_bilstm(cuda_target, xg0, token_index, lengths, weights, 3.0, 3.0, h0, c0)
-    expected = bilstm_ref(xg0.double(), token_index, lengths, [w.double() for w in weights], 3.0, 3.0, h0.double(),
-                          c0.double())
+    expected = bilstm_ref(
+        xg0.double(), token_index, lengths, [w.double() for w in weights], 3.0, 3.0, h0.double(), c0.double()
+    )
     for g_, e in zip(got, expected):
         assert_close(g_, e, dtype=torch.float32, what="bilstm B=33000")
 
@@ -159,8 +182,16 @@ def test_bilstm_errors_name_the_argument_on_cuda(cuda_target):
     with pytest.raises(RuntimeError, match="bilstm: token_index and xg0 must be on the same device"):
         op(xg0.to(dev), token_index, lengths.to(dev), wd, 3.0, 3.0, None, None)
     with pytest.raises(RuntimeError, match=r"bilstm: weights\[5\] \(w_hh\) must be on xg0's device"):
-        op(xg0.to(dev), token_index.to(dev), lengths, [w if i == 5 else w.to(dev) for i, w in enumerate(weights)],
-           3.0, 3.0, None, None)
+        op(
+            xg0.to(dev),
+            token_index.to(dev),
+            lengths,
+            [w if i == 5 else w.to(dev) for i, w in enumerate(weights)],
+            3.0,
+            3.0,
+            None,
+            None,
+        )
     with pytest.raises(RuntimeError, match=r"bilstm: lengths\[0\] = 10 is out of range \[0, T = 9\]"):
         op(xg0.to(dev), token_index.to(dev), torch.tensor([10, 1, 1, 1, 1], device=dev), wd, 3.0, 3.0, None, None)
     with pytest.raises(RuntimeError, match="bilstm: cell_clip must be positive, 0 or None, got -1"):
@@ -170,8 +201,7 @@ def test_bilstm_errors_name_the_argument_on_cuda(cuda_target):
 # --- lstm_layer_forward / lstm_layer_backward -----------------------------------------------------
 
 
-def run_layer(target, case, cell_clip, proj_clip, token_index=None, grads=("y", "h", "c"), seed=0,
-              host_plan=True):
+def run_layer(target, case, cell_clip, proj_clip, token_index=None, grads=("y", "h", "c"), seed=0, host_plan=True):
     """The target's forward and backward of one layer against the reference's (float64) and the CPU op's
     `saved`. Returns the target's gradients."""
     xg, lengths, w_hh, w_proj, h0, c0 = case
@@ -179,9 +209,17 @@ def run_layer(target, case, cell_clip, proj_clip, token_index=None, grads=("y", 
     what = f"{target.name} lstm_layer {dtype} clips={cell_clip, proj_clip} grads={grads}"
     plan = (lambda t: t) if host_plan else (lambda t: on(target, t))  # lengths / token_index
     poison(target)
-    y, h, c, saved = target.op("lstm_layer_forward")(on(target, xg), plan(lengths), on(target, w_hh),
-                                                     on(target, w_proj), cell_clip, proj_clip, on(target, h0),
-                                                     on(target, c0), None if token_index is None else plan(token_index))
+    y, h, c, saved = target.op("lstm_layer_forward")(
+        on(target, xg),
+        plan(lengths),
+        on(target, w_hh),
+        on(target, w_proj),
+        cell_clip,
+        proj_clip,
+        on(target, h0),
+        on(target, c0),
+        None if token_index is None else plan(token_index),
+    )
     B = lengths.shape[0]
     T = xg.shape[2] if token_index is None else token_index.shape[1]
     safe = None if token_index is None else token_index.clamp(0, max(xg.shape[1] - 1, 0))
@@ -194,25 +232,41 @@ def run_layer(target, case, cell_clip, proj_clip, token_index=None, grads=("y", 
     hc = [t for t in (h0, c0) if t is not None]
     if len(hc) == 1:
         pytest.fail("give both states or neither")
-    want = lstm_layer_pair_ref(*[t.double() for t in (dense.nan_to_num(), lengths, w_hh, w_proj)], cell_clip,
-                               proj_clip, *[t.double() for t in hc])
+    want = lstm_layer_pair_ref(
+        *[t.double() for t in (dense.nan_to_num(), lengths, w_hh, w_proj)],
+        cell_clip,
+        proj_clip,
+        *[t.double() for t in hc],
+    )
     for name, g, w in zip("yhc", (y, h, c), want):
         assert g.dtype == dtype and g.device == target.device, what
         assert_close(g, w, dtype=dtype, what=f"{what} {name}")
     padding = torch.arange(T)[None, :] >= lengths[:, None]
     assert torch.all(y.cpu()[:, padding] == 0), f"{what}: padding"
-    cpu_saved = torch.ops.elmo_fast.lstm_layer_forward.default(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0,
-                                                                c0, token_index)[3]
+    cpu_saved = torch.ops.elmo_fast.lstm_layer_forward.default(
+        xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index
+    )[3]
     assert saved.shape == cpu_saved.shape and saved.is_contiguous(), what
     assert_close(saved, cpu_saved.double(), dtype=dtype, what=f"{what} saved (the CPU op's layout)")
 
     gen = torch.Generator().manual_seed(seed)
-    weights = [torch.randn(t.shape, generator=gen, dtype=torch.float64) if name in grads else None
-               for name, t in zip("yhc", (y, h, c))]
-    got = target.op("lstm_layer_backward")(*[None if w is None else on(target, w.to(dtype)) for w in weights], saved,
-                                           plan(lengths), None if token_index is None else plan(token_index),
-                                           list(xg.shape), on(target, w_hh), on(target, w_proj), cell_clip,
-                                           proj_clip, on(target, h0), on(target, c0))
+    weights = [
+        torch.randn(t.shape, generator=gen, dtype=torch.float64) if name in grads else None
+        for name, t in zip("yhc", (y, h, c))
+    ]
+    got = target.op("lstm_layer_backward")(
+        *[None if w is None else on(target, w.to(dtype)) for w in weights],
+        saved,
+        plan(lengths),
+        None if token_index is None else plan(token_index),
+        list(xg.shape),
+        on(target, w_hh),
+        on(target, w_proj),
+        cell_clip,
+        proj_clip,
+        on(target, h0),
+        on(target, c0),
+    )
     inputs = [xg, w_hh, w_proj, *hc]
     expected = ref_grads(ref, inputs, weights)
     names = ["xg", "w_hh", "w_proj", "h0", "c0"]
@@ -229,8 +283,11 @@ def run_layer(target, case, cell_clip, proj_clip, token_index=None, grads=("y", 
 
 @needs_cpu_ops
 @poisoned
-@emulated_by_default(lambda B, T, P, C, lengths, clips, dtype: (B, T, P, C) == (6, 13, 37, 50) and clips == (1.0, 0.7)
-                     and dtype == torch.float32)
+@emulated_by_default(
+    lambda B, T, P, C, lengths, clips, dtype: (
+        (B, T, P, C) == (6, 13, 37, 50) and clips == (1.0, 0.7) and dtype == torch.float32
+    )
+)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("clips", [(1.0, 0.7), (None, None), (3.0, 0.0)], ids=["clips", "no_clips", "cell_clip"])
 @pytest.mark.parametrize("B,T,P,C,lengths", GRADCHECK_CASES + [(9, 19, 16, 64, None), (6, 13, 37, 50, None)])
@@ -265,15 +322,32 @@ def test_lstm_layer_backward_of_some_outputs(target, grads):
 def test_lstm_layer_backward_expanded_output_gradient(target):
     # y.sum()'s gradient: stride 0 everywhere; the op reads rows of P.
     xg, lengths, w_hh, w_proj, h0, c0 = layer_case(4, 5, 3, 4, torch.float64, seed=9, lengths=[5, 1, 0, 3])
-    y, h, c, saved = target.op("lstm_layer_forward")(on(target, xg), lengths, on(target, w_hh), on(target, w_proj),
-                                                     1.0, 0.7, on(target, h0), on(target, c0))
+    y, h, c, saved = target.op("lstm_layer_forward")(
+        on(target, xg), lengths, on(target, w_hh), on(target, w_proj), 1.0, 0.7, on(target, h0), on(target, c0)
+    )
     ones = torch.ones(1, 1, 1, 1, dtype=torch.float64, device=target.device).expand(y.shape)
-    got = target.op("lstm_layer_backward")(ones, None, None, saved, lengths, None, list(xg.shape), on(target, w_hh),
-                                           on(target, w_proj), 1.0, 0.7, on(target, h0), on(target, c0))
+    got = target.op("lstm_layer_backward")(
+        ones,
+        None,
+        None,
+        saved,
+        lengths,
+        None,
+        list(xg.shape),
+        on(target, w_hh),
+        on(target, w_proj),
+        1.0,
+        0.7,
+        on(target, h0),
+        on(target, c0),
+    )
     padding = torch.arange(5)[None, :] >= lengths[:, None]
     weight = (~padding).double()[None, :, :, None].expand(y.shape)  # the reference's y is 0 at padding anyway
-    want = ref_grads(lambda x, a, b, s, t: lstm_layer_pair_ref(x.nan_to_num(), lengths, a, b, 1.0, 0.7, s, t),
-                     [xg, w_hh, w_proj, h0, c0], [weight])
+    want = ref_grads(
+        lambda x, a, b, s, t: lstm_layer_pair_ref(x.nan_to_num(), lengths, a, b, 1.0, 0.7, s, t),
+        [xg, w_hh, w_proj, h0, c0],
+        [weight],
+    )
     for name, g, w in zip(["xg", "w_hh", "w_proj", "h0", "c0"], got, want):
         assert_grad_close(g, w, what=f"{target.name} expanded grad_y: {name}")
 
@@ -312,8 +386,24 @@ def test_lstm_layer_is_deterministic(target):
     args = [on(target, t) for t in (xg, lengths, w_hh, w_proj)]
     outs = [target.op("lstm_layer_forward")(*args, 1.0, 1.0, on(target, h0), on(target, c0), index) for _ in range(2)]
     grad_y = torch.randn(outs[0][0].shape, generator=torch.Generator().manual_seed(0)).to(target.device)
-    grads = [target.op("lstm_layer_backward")(grad_y, None, None, o[3], lengths, index, list(xg.shape), args[2],
-                                              args[3], 1.0, 1.0, on(target, h0), on(target, c0)) for o in outs]
+    grads = [
+        target.op("lstm_layer_backward")(
+            grad_y,
+            None,
+            None,
+            o[3],
+            lengths,
+            index,
+            list(xg.shape),
+            args[2],
+            args[3],
+            1.0,
+            1.0,
+            on(target, h0),
+            on(target, c0),
+        )
+        for o in outs
+    ]
     assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[1]))
     assert all(torch.equal(a, b) for a, b in zip(*grads))
 
@@ -324,7 +414,7 @@ def test_lstm_layer_is_deterministic(target):
 def test_lstm_layer_errors_are_the_cpu_ops(target):
     xg, lengths, w_hh, w_proj, h0, c0 = layer_case(3, 4, 3, 5, torch.float32, seed=0, lengths=[4, 1, 2])
     op = target.op("lstm_layer_forward")
-    d = (lambda t: on(target, t))
+    d = lambda t: on(target, t)
     with pytest.raises(RuntimeError, match=r"lstm_layer_forward: xg expected shape \[2, B, T, 4C\] = \[2, 3, T, 20\]"):
         op(d(xg[..., :-1]), lengths, d(w_hh), d(w_proj), None, None, None, None)
     with pytest.raises(RuntimeError, match=r"lstm_layer_forward: lengths\[1\] = 5 is out of range \[0, T = 4\]"):
@@ -339,14 +429,21 @@ def test_lstm_layer_errors_are_the_cpu_ops(target):
         op(d(xg), lengths, d(w_hh), d(w_proj), -1.0, None, None, None)
     with pytest.raises(RuntimeError, match="lstm_layer_forward: xg has dtype bfloat16; supported: float32, float64"):
         op(d(xg.bfloat16()), lengths, d(w_hh.bfloat16()), d(w_proj.bfloat16()), None, None, None, None)
-    with pytest.raises(RuntimeError, match=r"lstm_layer_forward: token_index\[1, 0\] = 4 is out of range for xg "
-                                            r"with 4 rows"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"lstm_layer_forward: token_index\[1, 0\] = 4 is out of range for xg "
+        r"with 4 rows",
+    ):
         op(d(xg[:, 0]), lengths, d(w_hh), d(w_proj), None, None, None, None, torch.arange(12).view(3, 4) % 5)
     y, h, c, saved = op(d(xg.nan_to_num()), lengths, d(w_hh), d(w_proj), None, None, None, None)
-    with pytest.raises(RuntimeError, match=r"lstm_layer_backward: saved must be lstm_layer_forward's contiguous "
-                                            r"\[2, N, 6C \+ P\] = \[2, 7, 33\]"):
-        target.op("lstm_layer_backward")(None, None, None, saved[:, 1:], lengths, None, list(xg.shape), d(w_hh),
-                                         d(w_proj), None, None, None, None)
+    with pytest.raises(
+        RuntimeError,
+        match=r"lstm_layer_backward: saved must be lstm_layer_forward's contiguous "
+        r"\[2, N, 6C \+ P\] = \[2, 7, 33\]",
+    ):
+        target.op("lstm_layer_backward")(
+            None, None, None, saved[:, 1:], lengths, None, list(xg.shape), d(w_hh), d(w_proj), None, None, None, None
+        )
 
 
 # --- bilstm_train on the target's kernels ---------------------------------------------------------
@@ -364,8 +461,18 @@ def test_bilstm_train_with_dropout_on_the_target(target, ops_on):
     gen = torch.Generator().manual_seed(5)
     proj = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in ref]
     with ran_ops(target) as ran:
-        fast = ops.bilstm_train(fast_in[0], lengths.to(dev), fast_in[3:], 3.0, 3.0, fast_in[1], fast_in[2], 0.1, True,
-                                [m.to(dev) for m in masks])
+        fast = ops.bilstm_train(
+            fast_in[0],
+            lengths.to(dev),
+            fast_in[3:],
+            3.0,
+            3.0,
+            fast_in[1],
+            fast_in[2],
+            0.1,
+            True,
+            [m.to(dev) for m in masks],
+        )
         got = torch.autograd.grad(sum((o * p.to(o)).sum() for o, p in zip(fast, proj)), fast_in)
     assert {"lstm_layer_forward", "lstm_layer_backward"} <= ran, ran
     for a, b in zip(fast, ref):

@@ -7,9 +7,12 @@ On a CPU-only machine both run on the CPU by switching on the device test they h
 (``ElmoBiLm._plans_on_host``, ``derived_weights.STACKED_LSTM_DEVICES``); tests/bilm/test_bilm_cuda.py
 runs them on a GPU for real.
 """
+
 import numpy as np
 import pytest
 import torch
+from bilm_cases import _sentences
+from tolerances import TOL, max_abs_error
 
 from elmo_fast import ElmoBiLm, batch_to_ids
 from elmo_fast.bilm import cuda_graphs, derived_weights, ops
@@ -17,8 +20,6 @@ from elmo_fast.bilm import distinct_rows as distinct_rows_module
 from elmo_fast.bilm import model as model_module
 from elmo_fast.bilm.distinct_rows import distinct_rows
 from elmo_fast.bilm.reference import add_sentence_boundaries
-from bilm_cases import _sentences
-from tolerances import TOL, max_abs_error
 
 FP32 = TOL[torch.float32]["atol"]
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
@@ -284,8 +285,11 @@ def test_cuda_graph_buckets(random_models, graphs_on_cpu):
         (a, 0, 0),  # first seen: run as without graphs
         (a, 1, 1),  # seen again: captured, replayed
         (a_other_words, 1, 2),  # the same bucket, other tokens: the static inputs are refilled
-        (b, 1, 2), (b, 2, 3), (a, 2, 4),
-        (c, 2, 4), (c, 3, 5),  # a third bucket: the least recent one (b) goes
+        (b, 1, 2),
+        (b, 2, 3),
+        (a, 2, 4),
+        (c, 2, 4),
+        (c, 3, 5),  # a third bucket: the least recent one (b) goes
         (b, 4, 6),  # b was dropped from the graphs but remembered as seen: captured at once
     ]
     with torch.inference_mode():

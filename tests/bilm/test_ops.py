@@ -2,24 +2,26 @@
 lacks), which training ops a build has, and the ops chained as the model chains them (opcheck with
 gradients, torch.compile of forward and backward). Each op's own tests are in its room's files:
 test_char_cnn.py, test_highway.py, test_lstm.py, test_linear.py and their *_cuda.py twins."""
+
 import types
 
 import pytest
 import torch
-from torch._inductor.utils import fresh_inductor_cache
-
 from char_cnn_cases import TINY_FILTERS, elmo_ids, random_cnn
 from cuda_targets import HAS_GPU
-from elmo_fast import ElmoEmbedder
-from elmo_fast.bilm import ops
-from elmo_fast.errors import ElmoFastError, ExtensionNotBuiltError
 from grad_checks import leaves, poisoned
 from highway_cases import gate_case, highway_case
 from lstm_cases import differentiable, layer_case
 from tolerances import assert_grad_close
+from torch._inductor.utils import fresh_inductor_cache
+
+from elmo_fast import ElmoEmbedder
+from elmo_fast.bilm import ops
+from elmo_fast.errors import ElmoFastError, ExtensionNotBuiltError
 
 needs_extension = pytest.mark.skipif(
-    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e ."
+)
 
 
 # --- the build ------------------------------------------------------------------------------------
@@ -59,12 +61,18 @@ def test_require_cuda_kernels_names_each_cause(monkeypatch):
     ops.require_cuda_kernels()  # nothing missing: no error
     monkeypatch.setattr(ops, "HAS_CUDA_KERNELS", False)
     monkeypatch.setattr(torch.version, "cuda", None)
-    with pytest.raises(ExtensionNotBuiltError, match="CPU-only build.*CUDA build of torch.*nvcc.*"
-                                                     r"pip install --no-build-isolation -e \."):
+    with pytest.raises(
+        ExtensionNotBuiltError,
+        match="CPU-only build.*CUDA build of torch.*nvcc.*"
+        r"pip install --no-build-isolation -e \.",
+    ):
         ops.require_cuda_kernels()
     monkeypatch.setattr(torch.version, "cuda", "13.0")
-    with pytest.raises(ExtensionNotBuiltError, match="no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1.*"
-                                                     r"pip install --no-build-isolation -e \."):
+    with pytest.raises(
+        ExtensionNotBuiltError,
+        match="no nvcc, or ELMO_FAST_SKIP_CUDA_BUILD=1.*"
+        r"pip install --no-build-isolation -e \.",
+    ):
         ops.require_cuda_kernels()
     monkeypatch.setattr(ops, "HAS_EXTENSION", False)
     with pytest.raises(ExtensionNotBuiltError, match=r"elmo_fast._C is not available.*pip install"):
@@ -108,8 +116,12 @@ def test_no_cuda_backward_says_so(monkeypatch):
 @needs_extension
 def test_cuda_backward_follows_the_build():
     """The CUDA training ops come with the CUDA kernels: a CPU-only build has neither."""
-    assert ops.HAS_CUDA_BACKWARD == (ops.HAS_CUDA_KERNELS and all(
-        torch._C._dispatch_has_kernel_for_dispatch_key(f"elmo_fast::{name}", "CUDA") for name in ops.TRAINING_OPS))
+    assert ops.HAS_CUDA_BACKWARD == (
+        ops.HAS_CUDA_KERNELS
+        and all(
+            torch._C._dispatch_has_kernel_for_dispatch_key(f"elmo_fast::{name}", "CUDA") for name in ops.TRAINING_OPS
+        )
+    )
     if not ops.HAS_CUDA_KERNELS:
         assert not ops.HAS_CUDA_BACKWARD
 
@@ -131,17 +143,20 @@ def test_training_uses_the_cuda_ops_only_where_built():
 def test_char_cnn_and_highway_opcheck_with_gradients(activation):
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=1)
     ids = elmo_ids(9, seed=1)
-    torch.library.opcheck(torch.ops.elmo_fast.char_cnn.default,
-                          (ids, *leaves([emb]), leaves(ws), leaves(bs), activation))
+    torch.library.opcheck(
+        torch.ops.elmo_fast.char_cnn.default, (ids, *leaves([emb]), leaves(ws), leaves(bs), activation)
+    )
     out = ops.char_cnn(ids, emb, ws, bs, activation)
-    torch.library.opcheck(torch.ops.elmo_fast.char_cnn_backward.default,
-                          (torch.randn_like(out), ids, emb, ws, bs, activation))
+    torch.library.opcheck(
+        torch.ops.elmo_fast.char_cnn_backward.default, (torch.randn_like(out), ids, emb, ws, bs, activation)
+    )
     x, *w = leaves(highway_case(6, 8, 4, 2, torch.float32, seed=2))
     torch.library.opcheck(torch.ops.elmo_fast.highway.default, (x, w[:2], w[2:4], w[4], w[5]))
     projected, x = leaves(gate_case(5, 7, torch.float32, seed=3, layout="sliced"))
     torch.library.opcheck(torch.ops.elmo_fast.highway_gate.default, (projected, x))
-    torch.library.opcheck(torch.ops.elmo_fast.highway_gate_backward.default,
-                          (torch.randn(5, 7), projected.detach(), x.detach()))
+    torch.library.opcheck(
+        torch.ops.elmo_fast.highway_gate_backward.default, (torch.randn(5, 7), projected.detach(), x.detach())
+    )
 
 
 @needs_extension

@@ -5,16 +5,21 @@ Two targets run each test (tests/support/cuda_targets.py): "cuda", the kernels o
 why, without one), and "emulated", the same kernels and bindings compiled for the CPU emulator (a default
 subset; every case with ELMO_FAST_CUDA_EMULATION=1). Outputs come from a poisoned allocator; the backward
 passes run with @poisoned (tests/support/grad_checks.py); TF32 is off (exact_fp32)."""
+
 import pytest
 import torch
-
 from char_cnn_cases import TINY_FILTERS, char_cnn_inputs, elmo_ids, random_cnn
-from cuda_targets import exact_fp32  # noqa: F401  (autouse: TF32 off)
-from cuda_targets import Target, emulated_by_default, needs_cpu_ops
-from elmo_fast.bilm import ops
+from cuda_targets import (
+    Target,
+    emulated_by_default,
+    exact_fp32,  # noqa: F401  (autouse: TF32 off)
+    needs_cpu_ops,
+)
 from grad_checks import poisoned
 from highway_cases import gate_case
 from lstm_cases import LSTM_CASES, layer_case, lstm_inputs
+
+from elmo_fast.bilm import ops
 
 
 def host_device(target: Target) -> torch.device:
@@ -41,12 +46,21 @@ def test_device_errors_name_the_argument(target):
     L, B, T, P, C, lengths = LSTM_CASES["sorted"]
     xg0, token_index, lengths, weights, _, _ = lstm_inputs(L, B, T, P, C, lengths, torch.float32, 5)
     with pytest.raises(RuntimeError, match="bilstm: xg0 must be a CUDA tensor"):
-        target.op("bilstm")(xg0.to(host), token_index.to(dev), lengths, [w.to(dev) for w in weights], None, None,
-                            None, None)
+        target.op("bilstm")(
+            xg0.to(host), token_index.to(dev), lengths, [w.to(dev) for w in weights], None, None, None, None
+        )
     xg = torch.randn(2, B, T, 4 * C)
     with pytest.raises(RuntimeError, match="lstm_layer_forward: xg must be a CUDA tensor"):
-        target.op("lstm_layer_forward")(xg.to(host), lengths, torch.randn(2, 4 * C, P, device=dev),
-                                        torch.randn(2, P, C, device=dev), None, None, None, None)
+        target.op("lstm_layer_forward")(
+            xg.to(host),
+            lengths,
+            torch.randn(2, 4 * C, P, device=dev),
+            torch.randn(2, P, C, device=dev),
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 @emulated_by_default()
@@ -55,7 +69,7 @@ def test_element_offsets_past_2_31(target):
     those rows are ever written: virtual memory on the CPU): the kernels' and bindings' offsets are 64-bit.
     highway_gate and its backward read rows by their stride; the char CNN's table kernel reads the
     embedding's rows by theirs."""
-    far = 2 ** 31 + 64  # elements between two rows
+    far = 2**31 + 64  # elements between two rows
     try:
         buf = torch.empty(far + 256, dtype=torch.bfloat16, device=target.device)
     except (RuntimeError, MemoryError) as exc:  # a small machine refuses 4 GB of address space
@@ -63,7 +77,9 @@ def test_element_offsets_past_2_31(target):
     g = torch.Generator().manual_seed(0)
 
     def rows(offset, cols):  # [2, cols]: at `offset` and `far` elements after it, random values
-        view = buf.as_strided((2, cols), (far, 1), offset)
+        view = buf.as_strided(  # noqa: F821  (bound above; pytest.skip raises otherwise)
+            (2, cols), (far, 1), offset
+        )
         view.copy_(torch.randn(2, cols, generator=g).to(torch.bfloat16))
         return view
 
@@ -78,8 +94,9 @@ def test_element_offsets_past_2_31(target):
     ids = torch.tensor([[0, 1, 1, 0, 1]], device=target.device)
     w = [torch.randn(3, 4, 2, generator=g).to(target.device, torch.bfloat16)]
     b = [torch.randn(3, generator=g).to(target.device, torch.bfloat16)]
-    assert torch.equal(target.op("char_cnn")(ids, emb, w, b, "relu"), target.op("char_cnn")(ids, emb.contiguous(), w, b,
-                                                                                           "relu"))
+    assert torch.equal(
+        target.op("char_cnn")(ids, emb, w, b, "relu"), target.op("char_cnn")(ids, emb.contiguous(), w, b, "relu")
+    )
     del buf
 
 
@@ -102,28 +119,50 @@ def test_emulation_schemas_match_the_library(emulated_target):
 def test_training_ops_opcheck_on_cuda(cuda_target):
     """The CUDA kernels against the ops' fakes and autograd formulas (torch.library.opcheck)."""
     dev = cuda_target.device
-    grad_leaf = (lambda t: t.detach().to(dev).requires_grad_())
-    xg, lengths, w_hh, w_proj, h0, c0 = layer_case(5, 7, 3, 5, torch.float32, seed=12, lengths=[7, 0, 3, 1, 5],
-                                                   junk=0.0)
+    grad_leaf = lambda t: t.detach().to(dev).requires_grad_()
+    xg, lengths, w_hh, w_proj, h0, c0 = layer_case(
+        5, 7, 3, 5, torch.float32, seed=12, lengths=[7, 0, 3, 1, 5], junk=0.0
+    )
     args = [grad_leaf(xg), lengths, grad_leaf(w_hh), grad_leaf(w_proj), 1.0, 1.0, grad_leaf(h0), grad_leaf(c0)]
     torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_forward.default, args)
-    y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(*[a.detach() if isinstance(a, torch.Tensor)
-                                                                     else a for a in args])
-    torch.library.opcheck(torch.ops.elmo_fast.lstm_layer_backward.default,
-                          (torch.randn_like(y), torch.randn_like(h), None, saved, lengths, None, list(xg.shape),
-                           w_hh.to(dev), w_proj.to(dev), 1.0, 1.0, h0.to(dev), None))
+    y, h, c, saved = torch.ops.elmo_fast.lstm_layer_forward.default(
+        *[a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    )
+    torch.library.opcheck(
+        torch.ops.elmo_fast.lstm_layer_backward.default,
+        (
+            torch.randn_like(y),
+            torch.randn_like(h),
+            None,
+            saved,
+            lengths,
+            None,
+            list(xg.shape),
+            w_hh.to(dev),
+            w_proj.to(dev),
+            1.0,
+            1.0,
+            h0.to(dev),
+            None,
+        ),
+    )
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=1)
     ids = elmo_ids(9, seed=1).to(dev)
-    torch.library.opcheck(torch.ops.elmo_fast.char_cnn.default,
-                          (ids, grad_leaf(emb), [grad_leaf(w) for w in ws], [grad_leaf(b) for b in bs], "tanh"))
+    torch.library.opcheck(
+        torch.ops.elmo_fast.char_cnn.default,
+        (ids, grad_leaf(emb), [grad_leaf(w) for w in ws], [grad_leaf(b) for b in bs], "tanh"),
+    )
     out = ops.char_cnn(ids, emb.to(dev), [w.to(dev) for w in ws], [b.to(dev) for b in bs], "tanh")
-    torch.library.opcheck(torch.ops.elmo_fast.char_cnn_backward.default,
-                          (torch.randn_like(out), ids, emb.to(dev), [w.to(dev) for w in ws], [b.to(dev) for b in bs],
-                           "tanh"))
+    torch.library.opcheck(
+        torch.ops.elmo_fast.char_cnn_backward.default,
+        (torch.randn_like(out), ids, emb.to(dev), [w.to(dev) for w in ws], [b.to(dev) for b in bs], "tanh"),
+    )
     projected, x = gate_case(5, 16, torch.float32, seed=3, layout="sliced")
     torch.library.opcheck(torch.ops.elmo_fast.highway_gate.default, (grad_leaf(projected), grad_leaf(x)))
-    torch.library.opcheck(torch.ops.elmo_fast.highway_gate_backward.default,
-                          (torch.randn(5, 16, device=dev), projected.to(dev), x.to(dev)))
+    torch.library.opcheck(
+        torch.ops.elmo_fast.highway_gate_backward.default,
+        (torch.randn(5, 16, device=dev), projected.to(dev), x.to(dev)),
+    )
 
 
 @needs_cpu_ops

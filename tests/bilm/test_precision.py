@@ -1,6 +1,7 @@
 """Precision, one concept (elmo_fast.bilm.precision): the names and aliases every entry point takes,
 each mode's stated bound against the fp32 reference, and the one-line refusals where a mode cannot
 run. tf32 and fp16 on a GPU are checked in tests/bilm/test_bilm_cuda.py."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,13 +9,13 @@ import argparse
 import numpy as np
 import pytest
 import torch
+from bilm_cases import _sentences
+from tolerances import MODEL_BOUNDS, TOL
 
 from elmo_fast import Elmo, ElmoBiLm, ElmoEmbedder, ElmoFastError, HubElmo, batch_to_ids
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.precision import BF16, FP16, FP32, PRECISIONS, TF32, resolve_precision
 from elmo_fast.cli.common import add_precision_flag, param_flags
-from bilm_cases import _sentences
-from tolerances import MODEL_BOUNDS, TOL
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
 needs_fast = pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
@@ -44,8 +45,11 @@ def test_names_and_the_dtype_alias():
 
 def test_what_each_mode_computes_in():
     assert [(p.gemm_dtype, p.tf32, p.autocast_dtype) for p in PRECISIONS.values()] == [
-        (torch.float32, False, None), (torch.float32, True, None), (torch.bfloat16, False, torch.bfloat16),
-        (torch.float16, False, torch.float16)]
+        (torch.float32, False, None),
+        (torch.float32, True, None),
+        (torch.bfloat16, False, torch.bfloat16),
+        (torch.float16, False, torch.float16),
+    ]
     assert [p.low_precision for p in PRECISIONS.values()] == [False, False, True, True]
     # fp32's bound is the project's bar; the others are relative, looser the fewer mantissa bits
     assert FP32.bound.max_abs == TOL[torch.float32]["atol"] and FP32.bound.max_rel == 0.0
@@ -113,16 +117,23 @@ def test_tf32_is_exactly_fp32_on_a_cpu(random_models):
     for x, y in zip(fp32["activations"], tf32["activations"]):
         assert torch.equal(x, y)
     emb = ElmoEmbedder(*files, precision="tf32", backend="fast")
-    np.testing.assert_array_equal(emb.embed_sentence(["a", "b"]),
-                                  ElmoEmbedder(*files, backend="fast").embed_sentence(["a", "b"]))
+    np.testing.assert_array_equal(
+        emb.embed_sentence(["a", "b"]), ElmoEmbedder(*files, backend="fast").embed_sentence(["a", "b"])
+    )
 
 
 def test_fp16_is_refused_on_a_cpu_in_one_line(random_models):
     files = random_models("tiny")
-    for make in (lambda: ElmoEmbedder(*files, precision="fp16"), lambda: HubElmo(*files, precision="fp16"),
-                 lambda: ElmoEmbedder(*files, dtype=torch.float16)):
-        with pytest.raises(ElmoFastError, match=r"^precision='fp16' runs on CUDA only \(the CPU kernels have no "
-                                                r"fp16 GEMMs\); on cpu use bf16 or fp32$"):
+    for make in (
+        lambda: ElmoEmbedder(*files, precision="fp16"),
+        lambda: HubElmo(*files, precision="fp16"),
+        lambda: ElmoEmbedder(*files, dtype=torch.float16),
+    ):
+        with pytest.raises(
+            ElmoFastError,
+            match=r"^precision='fp16' runs on CUDA only \(the CPU kernels have no "
+            r"fp16 GEMMs\); on cpu use bf16 or fp32$",
+        ):
             make()
     if not ops.HAS_CUDA_KERNELS:  # a build that could never run it says so when the model is made
         with pytest.raises(ElmoFastError, match="precision='fp16' runs on CUDA only, and this build"):
@@ -136,8 +147,9 @@ def test_fp16_is_refused_on_a_cpu_in_one_line(random_models):
 def test_low_precision_needs_the_fast_backend(random_models):
     files = random_models("tiny")
     for name in ("tf32", "bf16"):
-        with pytest.raises(ElmoFastError, match=f"precision='{name}' needs the fast backend .*; got "
-                                                f"backend='reference'"):
+        with pytest.raises(
+            ElmoFastError, match=f"precision='{name}' needs the fast backend .*; got backend='reference'"
+        ):
             ElmoBiLm(*files, backend="reference", precision=name)
     with pytest.raises(ElmoFastError, match="precision='tf32' needs the fast backend"):
         Elmo(*files, 1, backend="reference", precision="tf32")
@@ -180,7 +192,7 @@ def test_gemm_mode_sets_tf32_on_cuda_only_and_restores_it(tf32_flag):
 def test_gemm_mode_follows_torchs_newer_api(tf32_flag):
     tf32_flag.fp32_precision = "tf32"  # torch refuses reads of the legacy flag after this
     with pytest.raises(RuntimeError):
-        tf32_flag.allow_tf32
+        _ = tf32_flag.allow_tf32
     with FP32.gemm_mode("cuda"):
         assert tf32_flag.fp32_precision == "ieee"
     assert tf32_flag.fp32_precision == "tf32"
@@ -190,17 +202,21 @@ def test_gemm_mode_follows_torchs_newer_api(tf32_flag):
 
 
 def test_training_precision(tmp_path):
-    from elmo_fast.formats.vocab import Vocabulary
     from elmo_fast.formats.random_models import PRESETS
+    from elmo_fast.formats.vocab import Vocabulary
     from elmo_fast.training.checkpoints import _with_precision
     from elmo_fast.training.trainer import TrainConfig, Trainer
 
     Vocabulary(["<S>", "</S>", "<UNK>", "a"]).save(tmp_path / "vocab.txt")
-    base = dict(train=[], vocab=str(tmp_path / "vocab.txt"), out=str(tmp_path / "out"),
-                options=PRESETS["tiny"].to_dict(), progress=False)
+    base = dict(
+        train=[],
+        vocab=str(tmp_path / "vocab.txt"),
+        out=str(tmp_path / "out"),
+        options=PRESETS["tiny"].to_dict(),
+        progress=False,
+    )
     assert Trainer(TrainConfig(**base, precision="bf16")).precision is BF16
-    with pytest.raises(ElmoFastError, match="precision='fp16' is not supported for training: fp16 needs loss "
-                                            "scaling"):
+    with pytest.raises(ElmoFastError, match="precision='fp16' is not supported for training: fp16 needs loss scaling"):
         Trainer(TrainConfig(**base, precision="fp16"))
     # the Python API names its parameter (the CLI shows --precision from the same error: test_cli)
     with pytest.raises(ElmoFastError, match="^precision must be one of fp32, tf32, bf16, fp16, got 'half'"):
@@ -225,9 +241,33 @@ def test_bf16_training_steps_run_and_track_fp32(tmp_path):
     losses = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision
-        assert main(["train", "--train", str(tmp_path / "train.txt"), "--vocab", str(tmp_path / "vocab.txt"), "--out",
-                     str(out), "--preset", "tiny", "--max-steps", "4", "--batch-size", "16", "--log-every", "1",
-                     "--backend", "fast", "--precision", precision, "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--train",
+                    str(tmp_path / "train.txt"),
+                    "--vocab",
+                    str(tmp_path / "vocab.txt"),
+                    "--out",
+                    str(out),
+                    "--preset",
+                    "tiny",
+                    "--max-steps",
+                    "4",
+                    "--batch-size",
+                    "16",
+                    "--log-every",
+                    "1",
+                    "--backend",
+                    "fast",
+                    "--precision",
+                    precision,
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         losses[precision] = [r["loss"] for r in rows if "loss" in r]
     assert len(losses["bf16"]) == 4 and all(np.isfinite(losses["bf16"]))
@@ -249,8 +289,24 @@ def test_embed_precision_flag(tmp_path, random_models, capsys):
     outputs = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / f"{precision}.h5"
-        assert main(["embed", str(inp), str(out), "--all", "--quiet", "--options", options, "--weights", weights,
-                     "--precision", precision]) == 0, capsys.readouterr().err
+        assert (
+            main(
+                [
+                    "embed",
+                    str(inp),
+                    str(out),
+                    "--all",
+                    "--quiet",
+                    "--options",
+                    options,
+                    "--weights",
+                    weights,
+                    "--precision",
+                    precision,
+                ]
+            )
+            == 0
+        ), capsys.readouterr().err
         with h5py.File(out, "r") as f:
             outputs[precision] = [f[str(i)][()] for i in range(3)]
     bound = MODEL_BOUNDS["bf16"]["max_rel"]
@@ -259,9 +315,24 @@ def test_embed_precision_flag(tmp_path, random_models, capsys):
             err = np.abs(got[k] - want[k]).max()
             assert 0 < err <= bound * np.abs(want[k]).max()
     # a mode the device cannot run: one line, exit 2, nothing written
-    code = main(["embed", str(inp), str(tmp_path / "fp16.h5"), "--top", "--quiet", "--options", options, "--weights",
-                 weights, "--precision", "fp16"])
+    code = main(
+        [
+            "embed",
+            str(inp),
+            str(tmp_path / "fp16.h5"),
+            "--top",
+            "--quiet",
+            "--options",
+            options,
+            "--weights",
+            weights,
+            "--precision",
+            "fp16",
+        ]
+    )
     err = capsys.readouterr().err
-    assert code == 2 and err.strip() == ("elmo-fast: error: --precision fp16 runs on CUDA only (the CPU kernels have "
-                                         "no fp16 GEMMs); on cpu use bf16 or fp32"), err
+    assert code == 2 and err.strip() == (
+        "elmo-fast: error: --precision fp16 runs on CUDA only (the CPU kernels have "
+        "no fp16 GEMMs); on cpu use bf16 or fp32"
+    ), err
     assert not (tmp_path / "fp16.h5").exists()

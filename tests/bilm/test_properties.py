@@ -9,6 +9,7 @@ the same GEMMs whatever its batch-mates, but the number of rows changes with the
 path deduplicates tokens, the reference stacks all positions), and a BLAS picks its blocking and
 summation order from the matrix shape, so fp32 rounding may differ in the last bits.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -16,13 +17,13 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
+from char_ids_spec import spec_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tolerances import assert_close
 
 from elmo_fast import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_fast.bilm import ops
-from char_ids_spec import spec_batch
-from tolerances import assert_close
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
 needs_fast = pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built: pip install --no-build-isolation -e .")
@@ -30,8 +31,14 @@ needs_fast = pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built: pi
 # ---- strategies ------------------------------------------------------------------------------
 
 #: ASCII, Latin-1, combining marks, CJK, RTL, emoji with modifiers and joiners: 1- to 4-byte UTF-8
-_PIECES = st.sampled_from(list("abcXYZ019.,!-'") + list("éüßñøÅ") + ["\u0301", "\u200d", "\u00a0"]
-                          + list("中文東京한국") + list("مرحباשלום") + ["😀", "👍🏽", "🏳️‍🌈", "𝔘"])
+_PIECES = st.sampled_from(
+    list("abcXYZ019.,!-'")
+    + list("éüßñøÅ")
+    + ["\u0301", "\u200d", "\u00a0"]
+    + list("中文東京한국")
+    + list("مرحباשלום")
+    + ["😀", "👍🏽", "🏳️‍🌈", "𝔘"]
+)
 
 
 def _words(min_size: int, max_size: int) -> st.SearchStrategy[str]:
@@ -39,8 +46,9 @@ def _words(min_size: int, max_size: int) -> st.SearchStrategy[str]:
 
 
 #: any code point, lone surrogates (which UTF-8 cannot encode: dropped, as allennlp does) often
-_ANY_CHAR = st.one_of(st.characters(codec=None, exclude_categories=()),
-                      st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF))
+_ANY_CHAR = st.one_of(
+    st.characters(codec=None, exclude_categories=()), st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+)
 
 _tokens = st.one_of(
     _words(1, 12),
@@ -70,8 +78,12 @@ _any_token = st.text(alphabet=_ANY_CHAR, max_size=60)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.one_of(st.lists(_any_token, max_size=40), st.lists(_any_token, max_size=40).map(tuple),
-                          st.just([])), max_size=24))
+@given(
+    st.lists(
+        st.one_of(st.lists(_any_token, max_size=40), st.lists(_any_token, max_size=40).map(tuple), st.just([])),
+        max_size=24,
+    )
+)
 def test_batch_to_ids_ragged_batches_match_spec(batch):
     out = batch_to_ids(batch)
     longest = max((len(s) for s in batch), default=0)
@@ -83,6 +95,7 @@ def test_batch_to_ids_ragged_batches_match_spec(batch):
 
 
 # ---- stateless outputs do not depend on the batch ----------------------------------------------
+
 
 @pytest.fixture(scope="module", params=["tiny", "bilm_tf_tiny"])
 def model_files(request, random_models):
@@ -96,9 +109,11 @@ def model_files(request, random_models):
 #: (evictions in almost every batch; test_token_cache_does_not_change_results covers a cache that
 #: keeps everything); the reference path, which has no cache. One thread where the parallel paths
 #: are not the point: on an oversubscribed machine, OpenMP's spinning makes these tiny ops 100x slower.
-EMBEDDERS = [pytest.param(("fast", 0.0, None), marks=needs_fast, id="fast-nocache"),
-             pytest.param(("fast", 0.01, 1), marks=needs_fast, id="fast-cache4-1thread"),
-             pytest.param(("reference", 0.0, 1), id="reference-1thread")]
+EMBEDDERS = [
+    pytest.param(("fast", 0.0, None), marks=needs_fast, id="fast-nocache"),
+    pytest.param(("fast", 0.01, 1), marks=needs_fast, id="fast-cache4-1thread"),
+    pytest.param(("reference", 0.0, 1), id="reference-1thread"),
+]
 
 
 @contextmanager
@@ -155,9 +170,11 @@ def _check_batch_invariance(embedder: ElmoEmbedder, batch: list[list[str]], data
 @pytest.fixture(scope="module")
 def cache_variants(random_models):
     files = random_models("tiny", exercise_clips=True)
-    return (ElmoEmbedder(*files, backend="fast", token_cache_mb=0),
-            ElmoEmbedder(*files, backend="fast", token_cache_mb=0.01),  # 4 entries: evicts
-            ElmoEmbedder(*files, backend="fast"))  # keeps every token of the run
+    return (
+        ElmoEmbedder(*files, backend="fast", token_cache_mb=0),
+        ElmoEmbedder(*files, backend="fast", token_cache_mb=0.01),  # 4 entries: evicts
+        ElmoEmbedder(*files, backend="fast"),
+    )  # keeps every token of the run
 
 
 @needs_fast
@@ -180,6 +197,7 @@ def test_token_cache_does_not_change_results(cache_variants, batch, seed):
 
 
 # ---- fast vs reference ---------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def clip_models(random_models):

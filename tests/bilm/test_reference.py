@@ -1,15 +1,25 @@
 """The reference biLM: bilm-tf golden outputs, allennlp's semantics, state modes."""
+
 import h5py
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from bilm_cases import _sentences, expected_top_layers
+from tolerances import TOL
 
 from elmo_fast import ElmoBiLm, ElmoEmbedder, ElmoFastError, batch_to_ids, load_options, load_weights
-from elmo_fast.bilm.reference import (add_sentence_boundaries, bilm_ref, bilstm_ref, char_cnn_ref, flat_lstm_weights,
-                                 highway_ref, layer0_gates_ref, lstm_layer_ref, remove_sentence_boundaries)
-from tolerances import TOL
-from bilm_cases import _sentences, expected_top_layers
+from elmo_fast.bilm.reference import (
+    add_sentence_boundaries,
+    bilm_ref,
+    bilstm_ref,
+    char_cnn_ref,
+    flat_lstm_weights,
+    highway_ref,
+    layer0_gates_ref,
+    lstm_layer_ref,
+    remove_sentence_boundaries,
+)
 
 FP32 = TOL[torch.float32]["atol"]
 
@@ -47,12 +57,17 @@ def test_golden_token_embeddings(bilm_tf_tiny, tiny_files):
     assert len(words) == expected.shape[0]
     w = load_weights(tiny_files[1], load_options(tiny_files[0]))
     ids = batch_to_ids([words])[0]
-    got = highway_ref(char_cnn_ref(ids, w.char_embedding, w.conv_weights, w.conv_biases, w.options.activation),
-                      w.highway_weights, w.highway_biases, w.proj_weight, w.proj_bias)
+    got = highway_ref(
+        char_cnn_ref(ids, w.char_embedding, w.conv_weights, w.conv_biases, w.options.activation),
+        w.highway_weights,
+        w.highway_biases,
+        w.proj_weight,
+        w.proj_bias,
+    )
     assert np.abs(got.numpy() - expected).max() <= FP32
     # the same vectors come out of layer 0 of the embedder, whatever the context
     emb = ElmoEmbedder(*tiny_files, backend="reference")
-    layer0 = np.concatenate([emb.embed_sentence(words[i:i + 50])[0] for i in range(0, len(words), 50)])
+    layer0 = np.concatenate([emb.embed_sentence(words[i : i + 50])[0] for i in range(0, len(words), 50)])
     assert np.abs(layer0[:, :16] - expected).max() <= FP32
     assert np.abs(layer0[:, 16:] - expected).max() <= FP32
 
@@ -141,8 +156,9 @@ def test_lstm_layer_matches_torch_lstm_without_clips():
     h0, c0 = torch.randn(B, P), torch.randn(B, C)
     want, (hT, cT) = lstm(x, (h0[None], c0[None]))
     xg = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
-    got, h, c = lstm_layer_ref(xg, torch.full((B,), T), lstm.weight_hh_l0, lstm.weight_hr_l0, h0, c0, None, None,
-                               reverse=False)
+    got, h, c = lstm_layer_ref(
+        xg, torch.full((B,), T), lstm.weight_hh_l0, lstm.weight_hr_l0, h0, c0, None, None, reverse=False
+    )
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     torch.testing.assert_close(h, hT[0], atol=1e-6, rtol=0)
     torch.testing.assert_close(c, cT[0], atol=1e-6, rtol=0)
@@ -150,7 +166,7 @@ def test_lstm_layer_matches_torch_lstm_without_clips():
     lengths = torch.tensor([7, 1, 4])
     got, h, c = lstm_layer_ref(xg, lengths, lstm.weight_hh_l0, lstm.weight_hr_l0, h0, c0, None, None, reverse=True)
     for b, n in enumerate(lengths.tolist()):
-        want, (hT, cT) = lstm(x[b:b + 1, :n].flip(1), (h0[None, b:b + 1], c0[None, b:b + 1]))
+        want, (hT, cT) = lstm(x[b : b + 1, :n].flip(1), (h0[None, b : b + 1], c0[None, b : b + 1]))
         torch.testing.assert_close(got[b, :n], want[0].flip(0), atol=1e-6, rtol=0)
         assert torch.all(got[b, n:] == 0)
         torch.testing.assert_close(h[b], hT[0, 0], atol=1e-6, rtol=0)
@@ -176,9 +192,9 @@ def _allennlp_style_layer(x, lengths, w, cell_clip, proj_clip, go_forward):
         pi = F.linear(x[: cur + 1, index], w.w_ih)
         ps = F.linear(h[: cur + 1], w.w_hh, w.bias)
         i = torch.sigmoid(pi[:, :C] + ps[:, :C])
-        f = torch.sigmoid(pi[:, C:2 * C] + ps[:, C:2 * C])
-        g = torch.tanh(pi[:, 2 * C:3 * C] + ps[:, 2 * C:3 * C])
-        o = torch.sigmoid(pi[:, 3 * C:] + ps[:, 3 * C:])
+        f = torch.sigmoid(pi[:, C : 2 * C] + ps[:, C : 2 * C])
+        g = torch.tanh(pi[:, 2 * C : 3 * C] + ps[:, 2 * C : 3 * C])
+        o = torch.sigmoid(pi[:, 3 * C :] + ps[:, 3 * C :])
         mem = (i * g + f * c[: cur + 1]).clamp(-cell_clip, cell_clip)
         hh = F.linear(o * torch.tanh(mem), w.w_proj).clamp(-proj_clip, proj_clip)
         c = c.clone()
@@ -198,8 +214,9 @@ def test_bilstm_matches_allennlp_loop_with_clips(random_models):
     x = x * (torch.arange(9)[None, :, None] < lengths[:, None, None])
     flat = flat_lstm_weights(w.lstm)
     # each position its own "distinct token"
-    outputs, h, c = bilstm_ref(layer0_gates_ref(x.reshape(45, 16), flat), torch.arange(45).view(5, 9), lengths,
-                               flat, 3.0, 3.0)
+    outputs, h, c = bilstm_ref(
+        layer0_gates_ref(x.reshape(45, 16), flat), torch.arange(45).view(5, 9), lengths, flat, 3.0, 3.0
+    )
     fwd_in, bwd_in = x, x
     for layer, (wf, wb) in enumerate(w.lstm):
         yf, hf, cf = _allennlp_style_layer(fwd_in, lengths.tolist(), wf, 3.0, 3.0, True)

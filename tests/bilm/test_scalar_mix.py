@@ -1,10 +1,11 @@
 """ScalarMix: allennlp's equations, written out by hand on fresh random data."""
+
 import pytest
 import torch
 
-from elmo_fast.errors import ElmoFastError
 from elmo_fast.bilm.reference import scalar_mix_ref
 from elmo_fast.bilm.scalar_mix import ScalarMix
+from elmo_fast.errors import ElmoFastError
 
 
 def _by_hand(layers, w, gamma, mask=None):
@@ -73,8 +74,12 @@ def test_gradcheck_float64():
 
 def test_state_dict_has_allennlp_layout():
     mix = ScalarMix(3)
-    state = {"scalar_parameters.0": torch.tensor([0.5]), "scalar_parameters.1": torch.tensor([1.0]),
-             "scalar_parameters.2": torch.tensor([-1.0]), "gamma": torch.tensor([2.0])}
+    state = {
+        "scalar_parameters.0": torch.tensor([0.5]),
+        "scalar_parameters.1": torch.tensor([1.0]),
+        "scalar_parameters.2": torch.tensor([-1.0]),
+        "gamma": torch.tensor([2.0]),
+    }
     assert set(mix.state_dict()) == set(state)
     mix.load_state_dict(state)
     layers = [torch.randn(2, 3, 4) for _ in range(3)]

@@ -1,15 +1,16 @@
 """ElmoBiLm as a tree of stage modules: what it prints, how its stages pick a forward, and the state
 dicts it loads (its own, elmo-fast 0.1's flat lists, allennlp's module names)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from peers import allennlp_elmo
+from tolerances import TOL, assert_close, max_abs_error
 
 from elmo_fast import Elmo, ElmoBiLm, batch_to_ids
 from elmo_fast.bilm import ops
-from elmo_fast.bilm.stages import BiLstmEncoder, CharCNN, CharTokenEmbedder, Highway, LstmLayer, Stage
-from peers import allennlp_elmo
-from tolerances import TOL, assert_close, max_abs_error
+from elmo_fast.bilm.stages import BiLstmEncoder, CharCNN, CharTokenEmbedder, Highway, Stage
 
 needs_ext = pytest.mark.skipif(not ops.HAS_EXTENSION, reason="elmo_fast._C is not built")
 SENTENCES = [["The", "bank", "is", "closed", "."], ["Swans", "swim"], ["a"]]
@@ -18,9 +19,26 @@ SENTENCES = [["The", "bank", "is", "closed", "."], ["Swans", "swim"], ["a"]]
 def test_print_names_every_stage(random_models):
     bilm = ElmoBiLm(*random_models("small"), backend="reference")
     text = str(bilm)
-    for name in ("token_embedder", "CharTokenEmbedder", "char_cnn", "CharCNN", "highways", "Highway", "projection",
-                 "encoder", "BiLstmEncoder", "forward_layers", "backward_layers", "LstmLayer", "input_linearity",
-                 "state_linearity", "state_projection", "forward in time", "backward in time", "backend=reference"):
+    for name in (
+        "token_embedder",
+        "CharTokenEmbedder",
+        "char_cnn",
+        "CharCNN",
+        "highways",
+        "Highway",
+        "projection",
+        "encoder",
+        "BiLstmEncoder",
+        "forward_layers",
+        "backward_layers",
+        "LstmLayer",
+        "input_linearity",
+        "state_linearity",
+        "state_projection",
+        "forward in time",
+        "backward in time",
+        "backend=reference",
+    ):
         assert name in text, f"{name!r} missing from print(ElmoBiLm):\n{text}"
     # one Conv1d per filter width, the architecture's numbers spelled out
     o = bilm.options
@@ -66,8 +84,9 @@ def test_each_stage_fast_equals_reference(random_models, preset):
     x = torch.randn(13, emb.char_cnn.output_dim, generator=g)
     with torch.no_grad():
         for stage, args in ((emb.char_cnn, (ids,)), (emb.highways, (x,)), (emb, (ids,))):
-            assert_close(stage.forward_fast(*args), stage.forward_reference(*args), torch.float32,
-                         what=type(stage).__name__)
+            assert_close(
+                stage.forward_fast(*args), stage.forward_reference(*args), torch.float32, what=type(stage).__name__
+            )
         B, T = 3, 7
         lengths = torch.tensor([7, 1, 4])
         vectors = torch.randn(11, bilm.options.projection_dim, generator=g)
@@ -132,7 +151,7 @@ def test_loads_allennlp_state_dicts_and_gives_allennlp_outputs(random_models):
     ids = batch_to_ids(SENTENCES)
     with torch.no_grad():
         want = theirs(ids)  # its first batch starts from zero states, as ours always do
-        for backend in (["reference", "fast"] if ops.HAS_EXTENSION else ["reference"]):
+        for backend in ["reference", "fast"] if ops.HAS_EXTENSION else ["reference"]:
             ours.backend = backend
             got = ours(ids)
             assert torch.equal(got["mask"], want["mask"])

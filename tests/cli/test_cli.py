@@ -1,4 +1,5 @@
 """`elmo-fast` on the command line, run as a user runs it (a subprocess)."""
+
 import json
 import os
 import subprocess
@@ -8,13 +9,18 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-
 from bilm_cases import expected_top_layers
 
 
 def run_cli(*args, stdin=None, env=None):
-    return subprocess.run([sys.executable, "-m", "elmo_fast", *map(str, args)], input=stdin, capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "elmo_fast", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 def test_embed_all_matches_bilm_tf(tmp_path, bilm_tf_tiny, tiny_files, fixture_sentences):
@@ -23,8 +29,19 @@ def test_embed_all_matches_bilm_tf(tmp_path, bilm_tf_tiny, tiny_files, fixture_s
     inp = tmp_path / "in.txt"
     inp.write_text("\n".join(order) + "\n", encoding="utf-8")
     out = tmp_path / "out.hdf5"
-    r = run_cli("embed", inp, out, "--all", "--options", tiny_files[0], "--weights", tiny_files[1],
-                "--batch-size", 3, "--stateful")
+    r = run_cli(
+        "embed",
+        inp,
+        out,
+        "--all",
+        "--options",
+        tiny_files[0],
+        "--weights",
+        tiny_files[1],
+        "--batch-size",
+        3,
+        "--stateful",
+    )
     assert r.returncode == 0, r.stderr
     assert "tokens/s" in r.stderr
     expected = expected_top_layers(bilm_tf_tiny)
@@ -42,22 +59,50 @@ def test_embed_all_matches_bilm_tf(tmp_path, bilm_tf_tiny, tiny_files, fixture_s
 def test_embed_stdin_top_and_errors(tmp_path, random_models):
     options, weights = random_models("tiny")
     out = tmp_path / "out.hdf5"
-    r = run_cli("embed", "-", out, "--top", "--options", options, "--weights", weights, "--quiet",
-                stdin="first line .\nsecond one\n")
+    r = run_cli(
+        "embed",
+        "-",
+        out,
+        "--top",
+        "--options",
+        options,
+        "--weights",
+        weights,
+        "--quiet",
+        stdin="first line .\nsecond one\n",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     with h5py.File(out, "r") as f:
         assert f["0"].shape == (3, 32) and f["1"].shape == (2, 32)
 
-    r = run_cli("embed", "-", tmp_path / "bad.hdf5", "--top", "--options", options, "--weights", weights,
-                stdin="fine\n\nalso fine\n")
+    r = run_cli(
+        "embed",
+        "-",
+        tmp_path / "bad.hdf5",
+        "--top",
+        "--options",
+        options,
+        "--weights",
+        weights,
+        stdin="fine\n\nalso fine\n",
+    )
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].startswith("elmo-fast: error:") and "line 2 is empty" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "bad.hdf5").exists()
 
-    r = run_cli("embed", "-", tmp_path / "x.hdf5", "--top", "--options", options, "--weights", tmp_path / "none.hdf5",
-                stdin="a\n")
+    r = run_cli(
+        "embed",
+        "-",
+        tmp_path / "x.hdf5",
+        "--top",
+        "--options",
+        options,
+        "--weights",
+        tmp_path / "none.hdf5",
+        stdin="a\n",
+    )
     assert r.returncode == 2 and "weights file not found" in r.stderr and "Traceback" not in r.stderr
 
     r = run_cli("embed", "-", tmp_path / "x.hdf5", "--options", options, "--weights", weights, stdin="a\n")
@@ -91,7 +136,10 @@ def test_embed_by_model_name_from_local_server(tmp_path, random_models):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        env = {"ELMO_FAST_BASE_URL": f"http://127.0.0.1:{server.server_port}", "ELMO_FAST_CACHE": str(tmp_path / "cache")}
+        env = {
+            "ELMO_FAST_BASE_URL": f"http://127.0.0.1:{server.server_port}",
+            "ELMO_FAST_CACHE": str(tmp_path / "cache"),
+        }
         r = run_cli("embed", "-", tmp_path / "o.hdf5", "--average", "--model", "small", stdin="a b c\n", env=env)
         assert r.returncode == 0, r.stderr
         assert (tmp_path / "cache" / "small" / "weights.hdf5").exists()
@@ -107,6 +155,7 @@ def test_embed_by_model_name_from_local_server(tmp_path, random_models):
 
 
 # --- bad input: one line on stderr, exit code 2, nothing left behind ------------------------------
+
 
 def _broken_model(kind, tmp_path, options, weights):
     """(options, weights) broken one way; the datasets are those of a real bilm-tf file."""
@@ -145,7 +194,11 @@ def _broken_model(kind, tmp_path, options, weights):
 
 BAD_INPUTS = {
     # case: (input bytes, extra arguments, what the message must say)
-    "not utf-8": (b"fine line\nstill fine\nbad \xe9t\xe9\n", [], r"in.txt: line 3 is not valid UTF-8 .*--encoding-errors replace"),
+    "not utf-8": (
+        b"fine line\nstill fine\nbad \xe9t\xe9\n",
+        [],
+        r"in.txt: line 3 is not valid UTF-8 .*--encoding-errors replace",
+    ),
     "empty line": (b"one\n\nthree\n", [], r"in.txt: line 2 is empty; .*--skip-empty"),
     "whitespace line": (b"one\ntwo\n \t \n", [], r"in.txt: line 3 is empty"),
     "empty file": (b"", [], r"in.txt: the input holds no sentences"),
@@ -158,9 +211,21 @@ BAD_INPUTS = {
     "options disagree": (b"a\n", ["MODEL=disagree"], r"has shape .*, expected .*lstm.dim"),
     "NaN in weights": (b"a\n", ["MODEL=nan"], r"dataset 'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_0' holds NaN or Inf"),
     "Inf in weights": (b"a\n", ["MODEL=inf"], r"dataset 'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_0' holds NaN or Inf"),
-    "weights not float": (b"a\n", ["MODEL=int"], r"'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_0' has dtype int32, expected a float"),
-    "unknown --model": (b"a\n", ["--model", "large"], r"unknown model 'large'; valid names: default, small, medium, original, original-5.5b, pt, pubmed$"),
-    "stateful with a token budget": (b"a\n", ["--stateful", "--max-tokens-per-batch", "100"], r"cannot be used with --stateful"),
+    "weights not float": (
+        b"a\n",
+        ["MODEL=int"],
+        r"'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_0' has dtype int32, expected a float",
+    ),
+    "unknown --model": (
+        b"a\n",
+        ["--model", "large"],
+        r"unknown model 'large'; valid names: default, small, medium, original, original-5.5b, pt, pubmed$",
+    ),
+    "stateful with a token budget": (
+        b"a\n",
+        ["--stateful", "--max-tokens-per-batch", "100"],
+        r"cannot be used with --stateful",
+    ),
     "cuda without a GPU": (b"a\n", ["--device", "cuda"], r"device 'cuda' requested, but torch sees no CUDA GPU"),
 }
 
@@ -197,7 +262,7 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, random_models, caps
         else:
             model += [arg]
     if "--model" in model:
-        model = model[model.index("--model"):]
+        model = model[model.index("--model") :]
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     code = main(["embed", str(inp), str(out), "--top", "--quiet", *model])
     err = capsys.readouterr().err
@@ -211,16 +276,35 @@ def test_bad_line_mid_stream_in_a_real_process(tmp_path, random_models):
     """Exit code and stderr of a real process: the bar, then one error line; no traceback, no output."""
     options, weights = random_models("tiny")
     lines = [f"sentence number {i} ." for i in range(150)]
-    stdin = ("\n".join(lines[:120]) + "\n\udcff broken\n" + "\n".join(lines[120:]) + "\n")
-    r = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "o.hdf5"), "--all",
-                        "--options", str(options), "--weights", str(weights), "--window", "50"],
-                       input=stdin.encode("utf-8", "surrogateescape"), capture_output=True, timeout=300,
-                       env={**os.environ})
+    stdin = "\n".join(lines[:120]) + "\n\udcff broken\n" + "\n".join(lines[120:]) + "\n"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "elmo_fast",
+            "embed",
+            "-",
+            str(tmp_path / "o.hdf5"),
+            "--all",
+            "--options",
+            str(options),
+            "--weights",
+            str(weights),
+            "--window",
+            "50",
+        ],
+        input=stdin.encode("utf-8", "surrogateescape"),
+        capture_output=True,
+        timeout=300,
+        env={**os.environ},
+    )
     err = r.stderr.decode()
     assert r.returncode == 2, err
-    assert err.strip().splitlines()[-1] == ("elmo-fast: error: <stdin>: line 121 is not valid UTF-8 (invalid start "
-                                            "byte at byte 0 of the line); fix it, or pass --encoding-errors replace "
-                                            "to read bad bytes as U+FFFD")
+    assert err.strip().splitlines()[-1] == (
+        "elmo-fast: error: <stdin>: line 121 is not valid UTF-8 (invalid start "
+        "byte at byte 0 of the line); fix it, or pass --encoding-errors replace "
+        "to read bad bytes as U+FFFD"
+    )
     assert "Traceback" not in err and "400tok" in err  # the bar counted the two windows done: 100 lines of 4 tokens
     assert os.listdir(tmp_path) == []
 
@@ -235,11 +319,22 @@ def test_embed_options_end_to_end(tmp_path, random_models, capsys):
     inp.write_bytes(b"first line\n\nbad \xff here\n   \nlast one of all .\n")
     out = tmp_path / "o.hdf5"
     model = ["--options", str(options), "--weights", str(weights), "--quiet"]
-    runs = [["--skip-empty", "--encoding-errors", "replace"],
-            ["--skip-empty", "--encoding-errors", "replace", "--overwrite", "--max-tokens-per-batch", "3",
-             "--window", "2", "--resume"],
-            ["--skip-empty", "--encoding-errors", "replace", "--overwrite", "--no-bucketing", "--forget-sentences"],
-            ["--skip-empty", "--encoding-errors", "replace", "--overwrite", "--use-sentence-keys"]]
+    runs = [
+        ["--skip-empty", "--encoding-errors", "replace"],
+        [
+            "--skip-empty",
+            "--encoding-errors",
+            "replace",
+            "--overwrite",
+            "--max-tokens-per-batch",
+            "3",
+            "--window",
+            "2",
+            "--resume",
+        ],
+        ["--skip-empty", "--encoding-errors", "replace", "--overwrite", "--no-bucketing", "--forget-sentences"],
+        ["--skip-empty", "--encoding-errors", "replace", "--overwrite", "--use-sentence-keys"],
+    ]
     results = []
     for extra in runs:
         assert main(["embed", str(inp), str(out), "--average", *model, *extra]) == 0, capsys.readouterr().err
@@ -265,6 +360,7 @@ def test_embed_options_end_to_end(tmp_path, random_models, capsys):
 
 # --- termination signals: the job schedulers' way to stop a run ---------------------------------
 
+
 def _sentences(n, seed):
     import random
 
@@ -279,12 +375,16 @@ def _signal_mid_run(tmp_path, args, lines, signum, ready):
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "elmo_fast", "embed", "-", *map(str, args)],
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ},
-                            # as from a terminal: under `nohup` (SIGHUP ignored, and inherited) the CLI
-                            # rightly keeps ignoring it, which is not what these tests look at
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "elmo_fast", "embed", "-", *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ},
+        # as from a terminal: under `nohup` (SIGHUP ignored, and inherited) the CLI
+        # rightly keeps ignoring it, which is not what these tests look at
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+    )
     try:
         proc.stdin.write(("\n".join(lines) + "\n").encode())
         proc.stdin.flush()
@@ -332,15 +432,27 @@ def test_a_terminated_resume_run_leaves_a_work_area_that_resume_completes(tmp_pa
     assert r.returncode == 0, r.stderr
     out = tmp_path / "o.h5"
     work = tmp_path / "o.h5.partial"
-    code, err = _signal_mid_run(tmp_path, [out, *common, "--resume"], lines[:40], signal.SIGTERM,
-                                # named by its first sentence; its record is written after it (a signal
-                                # between the two leaves the shard unrecorded, to be redone: waited past here)
-                                lambda: (work / "shard-000016.h5.done").exists())
+    code, err = _signal_mid_run(
+        tmp_path,
+        [out, *common, "--resume"],
+        lines[:40],
+        signal.SIGTERM,
+        # named by its first sentence; its record is written after it (a signal
+        # between the two leaves the shard unrecorded, to be redone: waited past here)
+        lambda: (work / "shard-000016.h5.done").exists(),
+    )
     assert code == 143, err
-    assert err.strip().splitlines()[-1] == (f"elmo-fast: terminated by SIGTERM; completed windows are kept in {work}: "
-                                            f"run the same command (with --resume) to continue")
-    assert sorted(p.name for p in work.iterdir()) == ["manifest.json", "shard-000000.h5", "shard-000000.h5.done",
-                                                      "shard-000016.h5", "shard-000016.h5.done"]
+    assert err.strip().splitlines()[-1] == (
+        f"elmo-fast: terminated by SIGTERM; completed windows are kept in {work}: "
+        f"run the same command (with --resume) to continue"
+    )
+    assert sorted(p.name for p in work.iterdir()) == [
+        "manifest.json",
+        "shard-000000.h5",
+        "shard-000000.h5.done",
+        "shard-000016.h5",
+        "shard-000016.h5.done",
+    ]
     assert not out.exists()
     r = run_cli("embed", "-", out, *common, "--resume", stdin="\n".join(lines) + "\n")
     assert r.returncode == 0, r.stderr
@@ -384,6 +496,7 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, ran
 
 # --- allennlp's command line, flags in messages, swapped files, the closing lines --------------------
 
+
 def test_an_allennlp_elmo_command_line_works(tmp_path, random_models):
     """`allennlp elmo ...` with `allennlp elmo` replaced by `elmo-fast embed`: allennlp 0.9's flags
     (--cuda-device -1 is the CPU; --include-package and --vocab-path are accepted, and ignored)."""
@@ -391,14 +504,39 @@ def test_an_allennlp_elmo_command_line_works(tmp_path, random_models):
     lines = _sentences(23, 5)
     inp = tmp_path / "in.txt"
     inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    allennlp = ["--options-file", options, "--weight-file", weights, "--batch-size", 4, "--cuda-device", -1,
-                "--use-sentence-keys", "--forget-sentences", "--file-friendly-logging", "--include-package",
-                "my_package", "--vocab-path", tmp_path / "vocab.txt"]
+    allennlp = [
+        "--options-file",
+        options,
+        "--weight-file",
+        weights,
+        "--batch-size",
+        4,
+        "--cuda-device",
+        -1,
+        "--use-sentence-keys",
+        "--forget-sentences",
+        "--file-friendly-logging",
+        "--include-package",
+        "my_package",
+        "--vocab-path",
+        tmp_path / "vocab.txt",
+    ]
     r = run_cli("embed", inp, tmp_path / "a.h5", "--top", *allennlp)
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stderr and "tokens/s" in r.stderr  # file-friendly: no carriage returns
-    native = ["--options", options, "--weights", weights, "--batch-size", 4, "--device", "cpu",
-              "--use-sentence-keys", "--forget-sentences", "--quiet"]
+    native = [
+        "--options",
+        options,
+        "--weights",
+        weights,
+        "--batch-size",
+        4,
+        "--device",
+        "cpu",
+        "--use-sentence-keys",
+        "--forget-sentences",
+        "--quiet",
+    ]
     r = run_cli("embed", inp, tmp_path / "n.h5", "--top", *native)
     assert r.returncode == 0, r.stderr
     with h5py.File(tmp_path / "a.h5", "r") as a, h5py.File(tmp_path / "n.h5", "r") as n:
@@ -408,24 +546,42 @@ def test_an_allennlp_elmo_command_line_works(tmp_path, random_models):
     assert not (tmp_path / "vocab.txt").exists()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--cuda-device", "0"], r"device 'cuda:0' requested, but torch sees no CUDA GPU"),
-    (["--cuda-device", "-2"], r"invalid device -2: as an int, -1 is the CPU and N >= 0 the GPU cuda:N"),
-    (["--cuda-device", "0", "--device", "cpu"], r"give --device or --cuda-device, not both"),
-    (["--batch-size", "0"], r"^elmo-fast: error: --batch-size must be >= 1, got 0$"),
-    (["--window", "0"], r"^elmo-fast: error: --window must be >= 1, got 0$"),
-    (["--max-tokens-per-batch", "0"], r"^elmo-fast: error: --max-tokens-per-batch must be >= 1, got 0$"),
-    (["--use-sentence-keys", "DUPLICATES"], r"line 2 repeats the sentence of line 1; .*do not pass "
-                                            r"--use-sentence-keys to encode duplicate sentences$"),
-    (["SWAPPED"], r"the model files look swapped: --options .*weights.hdf5 is an HDF5 file \(weights\) and --weights "
-                  r".*options.json is JSON \(options\); pass them the other way round$"),
-    (["BOTH HDF5"], r"weights.hdf5: --options is an HDF5 file \(weights\?\), expected the JSON options; .*weights.hdf5 "
-                    r"is HDF5 too: one file given for both\?$"),
-    (["BOTH JSON"], r"options.json: --weights holds JSON \(options\?\), expected the HDF5 weights; .*options.json is "
-                    r"JSON too: one file given for both\?$"),
-    ([], r"give --options F and --weights F together \(or --model NAME, or --model-dir DIR, or none of them for the "
-         r"bundled model\)$"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--cuda-device", "0"], r"device 'cuda:0' requested, but torch sees no CUDA GPU"),
+        (["--cuda-device", "-2"], r"invalid device -2: as an int, -1 is the CPU and N >= 0 the GPU cuda:N"),
+        (["--cuda-device", "0", "--device", "cpu"], r"give --device or --cuda-device, not both"),
+        (["--batch-size", "0"], r"^elmo-fast: error: --batch-size must be >= 1, got 0$"),
+        (["--window", "0"], r"^elmo-fast: error: --window must be >= 1, got 0$"),
+        (["--max-tokens-per-batch", "0"], r"^elmo-fast: error: --max-tokens-per-batch must be >= 1, got 0$"),
+        (
+            ["--use-sentence-keys", "DUPLICATES"],
+            r"line 2 repeats the sentence of line 1; .*do not pass "
+            r"--use-sentence-keys to encode duplicate sentences$",
+        ),
+        (
+            ["SWAPPED"],
+            r"the model files look swapped: --options .*weights.hdf5 is an HDF5 file \(weights\) and --weights "
+            r".*options.json is JSON \(options\); pass them the other way round$",
+        ),
+        (
+            ["BOTH HDF5"],
+            r"weights.hdf5: --options is an HDF5 file \(weights\?\), expected the JSON options; .*weights.hdf5 "
+            r"is HDF5 too: one file given for both\?$",
+        ),
+        (
+            ["BOTH JSON"],
+            r"options.json: --weights holds JSON \(options\?\), expected the HDF5 weights; .*options.json is "
+            r"JSON too: one file given for both\?$",
+        ),
+        (
+            [],
+            r"give --options F and --weights F together \(or --model NAME, or --model-dir DIR, or none of them for the "
+            r"bundled model\)$",
+        ),
+    ],
+)
 def test_cli_errors_name_flags(tmp_path, random_models, capsys, args, message):
     import re
 
@@ -459,21 +615,28 @@ def test_the_closing_lines_say_what_the_run_did(tmp_path, random_models):
     options, weights = random_models("tiny")
     inp = tmp_path / "in.txt"
     inp.write_text("\n".join(_sentences(50, 6)) + "\n", encoding="utf-8")
-    r = run_cli("embed", inp, tmp_path / "o.h5", "--average", "--options", options, "--weights", weights,
-                "--batch-size", 8)
+    r = run_cli(
+        "embed", inp, tmp_path / "o.h5", "--average", "--options", options, "--weights", weights, "--batch-size", 8
+    )
     assert r.returncode == 0, r.stderr
     first, second = r.stderr.strip().splitlines()[-2:]
     size = os.path.getsize(tmp_path / "o.h5")
     import re
 
-    m = re.fullmatch(r"elmo-fast: 50 sentences, ([0-9,]+) tokens -> (.*) \(([0-9.]+) kB\) in ([0-9.]+) s \(([0-9.]+) s to "
-                     r"start, ([0-9.]+) s to embed and write\)", first)
+    m = re.fullmatch(
+        r"elmo-fast: 50 sentences, ([0-9,]+) tokens -> (.*) \(([0-9.]+) kB\) in ([0-9.]+) s \(([0-9.]+) s to "
+        r"start, ([0-9.]+) s to embed and write\)",
+        first,
+    )
     assert m, first
     assert m[2] == str(tmp_path / "o.h5") and abs(float(m[3]) * 1000 - size) <= 50
     wall, start, embed = map(float, m.group(4, 5, 6))
     assert start > 0.2 and abs(wall - start - embed) <= 0.02  # start-up: the interpreter, torch, the model
-    assert re.fullmatch(r"elmo-fast: [0-9,]+ tokens/s steady \(after the first batch, [0-9.]+ s with warm-up\); "
-                        r"backend (fast|reference), stateless, float32, cpu", second), second
+    assert re.fullmatch(
+        r"elmo-fast: [0-9,]+ tokens/s steady \(after the first batch, [0-9.]+ s with warm-up\); "
+        r"backend (fast|reference), stateless, float32, cpu",
+        second,
+    ), second
 
 
 def test_random_model_refuses_to_replace_a_model(tmp_path):
@@ -482,8 +645,10 @@ def test_random_model_refuses_to_replace_a_model(tmp_path):
     assert r.returncode == 0, r.stderr
     before = {p.name: p.read_bytes() for p in d.iterdir()}
     r = run_cli("random-model", "tiny", d, "--seed", 2)
-    assert r.returncode == 2 and r.stderr == f"elmo-fast: error: {d / 'options.json'} already exists; pass " \
-                                             f"--overwrite to replace it\n", r.stderr
+    assert (
+        r.returncode == 2
+        and r.stderr == f"elmo-fast: error: {d / 'options.json'} already exists; pass --overwrite to replace it\n"
+    ), r.stderr
     (d / "options.json").unlink()
     r = run_cli("random-model", "tiny", d, "--seed", 2)
     assert r.returncode == 2 and f"{d / 'weights.hdf5'} already exists" in r.stderr
@@ -501,12 +666,22 @@ def test_errors_name_parameters_as_the_api_or_the_cli_spells_them():
 
     from elmo_fast.errors import ElmoFastError, InputError, Param
 
-    e = InputError("line 3 is empty (", Param("skip_empty", True), " skips it); pass ", Param("encoding_errors", "replace"),
-                   " or a smaller ", Param("batch_size"))
-    assert str(e) == "line 3 is empty (skip_empty=True skips it); pass encoding_errors='replace' or a smaller batch_size"
+    e = InputError(
+        "line 3 is empty (",
+        Param("skip_empty", True),
+        " skips it); pass ",
+        Param("encoding_errors", "replace"),
+        " or a smaller ",
+        Param("batch_size"),
+    )
+    assert (
+        str(e) == "line 3 is empty (skip_empty=True skips it); pass encoding_errors='replace' or a smaller batch_size"
+    )
     flags = {"skip_empty": "--skip-empty", "encoding_errors": "--encoding-errors", "batch_size": "--batch-size"}
-    assert e.render(flags) == "line 3 is empty (--skip-empty skips it); pass --encoding-errors replace or a smaller " \
-                              "--batch-size"
+    assert (
+        e.render(flags) == "line 3 is empty (--skip-empty skips it); pass --encoding-errors replace or a smaller "
+        "--batch-size"
+    )
     assert isinstance(e, ValueError) and isinstance(e, ElmoFastError)
     again = pickle.loads(pickle.dumps(e))
     assert type(again) is InputError and str(again) == str(e)
@@ -514,10 +689,17 @@ def test_errors_name_parameters_as_the_api_or_the_cli_spells_them():
     from elmo_fast.cli import build_parser
 
     embed_flags = build_parser().parse_args(["embed", "i", "o", "--all"]).flags
-    assert {k: embed_flags[k] for k in ("options_file", "weight_file", "batch_size", "use_sentence_keys", "overwrite",
-                                        "resume")} == {
-        "options_file": "--options", "weight_file": "--weights", "batch_size": "--batch-size",
-        "use_sentence_keys": "--use-sentence-keys", "overwrite": "--overwrite", "resume": "--resume"}
+    assert {
+        k: embed_flags[k]
+        for k in ("options_file", "weight_file", "batch_size", "use_sentence_keys", "overwrite", "resume")
+    } == {
+        "options_file": "--options",
+        "weight_file": "--weights",
+        "batch_size": "--batch-size",
+        "use_sentence_keys": "--use-sentence-keys",
+        "overwrite": "--overwrite",
+        "resume": "--resume",
+    }
 
 
 @pytest.mark.parametrize("kind", ["gzip", "xz"])
@@ -534,16 +716,24 @@ def test_compressed_stdin(tmp_path, random_models, kind):
     r = run_cli("embed", plain, tmp_path / "want.h5", *common)
     assert r.returncode == 0, r.stderr
     packed = (gzip.compress if kind == "gzip" else lzma.compress)(text)
-    r = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "o.h5"), *common],
-                       input=packed, capture_output=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "o.h5"), *common],
+        input=packed,
+        capture_output=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr.decode()
     with h5py.File(tmp_path / "o.h5", "r") as got, h5py.File(tmp_path / "want.h5", "r") as want:
         assert sorted(got) == sorted(want) and got["sentence_to_index"][0] == want["sentence_to_index"][0]
         for key in want:
             if key != "sentence_to_index":
                 np.testing.assert_allclose(got[key][...], want[key][...], atol=1e-5, rtol=0)
-    r = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "cut.h5"), *common],
-                       input=packed[: len(packed) // 2], capture_output=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "cut.h5"), *common],
+        input=packed[: len(packed) // 2],
+        capture_output=True,
+        timeout=300,
+    )
     err = r.stderr.decode()
     assert r.returncode == 2 and len(err.splitlines()) == 1, err
     assert f"<stdin>: the {kind} data is corrupt or truncated after line" in err and "replace" not in err
@@ -568,7 +758,7 @@ def test_a_signal_that_lands_in_a_weakref_callback_is_delivered_again():
             thing = Thing()
             ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGTERM))
             del thing  # the callback runs now; the handler raises in it, where the exception is lost
-            for step in range(10**7):  # the signal comes again, at once, in this loop
+            for step in range(10**7):  # noqa: B007  (read after the loop)  # the signal comes again, at once, in this loop
                 pass
     assert caught.value.signum == signal.SIGTERM and ref() is None and step < 10**7 - 1
     assert sys.unraisablehook is hook
@@ -597,9 +787,21 @@ def test_a_write_that_fails_exits_1_naming_the_file_and_leaves_nothing(tmp_path,
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(durable.file_writers, "commit", full)  # the output's fsync and rename, at the end
-    code = main(["embed", str(inp), str(tmp_path / "o.h5"), "--top", "--options", str(options), "--weights",
-                 str(weights), "--quiet"])
+    code = main(
+        [
+            "embed",
+            str(inp),
+            str(tmp_path / "o.h5"),
+            "--top",
+            "--options",
+            str(options),
+            "--weights",
+            str(weights),
+            "--quiet",
+        ]
+    )
     assert code == 1
-    assert capsys.readouterr().err.strip() == (f"elmo-fast: error: cannot write {tmp_path / 'o.h5'}: No space left "
-                                               f"on device (ENOSPC)")
+    assert capsys.readouterr().err.strip() == (
+        f"elmo-fast: error: cannot write {tmp_path / 'o.h5'}: No space left on device (ENOSPC)"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

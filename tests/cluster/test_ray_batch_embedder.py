@@ -2,6 +2,7 @@
 without Ray: every row equals ElmoEmbedder's vectors of its sentence alone (stateless) whatever the
 batches, each output's column and shape, the model as `embed` takes it, and every bad row a one-line
 error naming it. (tests/cluster/test_ray_data.py runs it under Ray.)"""
+
 from __future__ import annotations
 
 import random
@@ -20,8 +21,31 @@ from elmo_fast.errors import ElmoFastError
 from elmo_fast.output_shapes import shape_output
 from elmo_fast.ray import ElmoBatchEmbedder
 
-WORDS = ["the", "cat", "sat", "on", "a", "mat", ".", "ELMo", "gives", "every", "token", "vector", "Москва", "—",
-         "isn't", "3.14", ",", "(", ")", "naïve", "bank", "river", "money"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    ".",
+    "ELMo",
+    "gives",
+    "every",
+    "token",
+    "vector",
+    "Москва",
+    "—",
+    "isn't",
+    "3.14",
+    ",",
+    "(",
+    ")",
+    "naïve",
+    "bank",
+    "river",
+    "money",
+]
 
 
 def _sentences(n: int, seed: int) -> list[str]:
@@ -59,14 +83,15 @@ def test_every_row_equals_its_sentence_alone_whatever_the_batches(output, tiny, 
     options, weights = tiny
     texts = _sentences(19, seed=5)
     # model batches of 1..5 sentences and few tokens: the rows are cut up differently from the reference's
-    embedder = ElmoBatchEmbedder(options_file=str(options), weight_file=str(weights), output=output,
-                                 max_batch_size=5, max_batch_tokens=60)
+    embedder = ElmoBatchEmbedder(
+        options_file=str(options), weight_file=str(weights), output=output, max_batch_size=5, max_batch_tokens=60
+    )
     column = "embedding" if output == "mean" else "embeddings"
     rng = random.Random(len(output))  # a partition of its own for each output
     start = 0
     while start < len(texts):  # Ray's batches: any partition of the rows
         size = rng.randint(1, 9)
-        chunk = texts[start:start + size]
+        chunk = texts[start : start + size]
         batch = {"text": np.array(chunk, dtype=object), "id": np.arange(start, start + len(chunk))}
         out = embedder(batch)
         assert list(out) == ["text", "id", column]
@@ -118,23 +143,27 @@ def test_the_model_as_embed_takes_it(tiny, tmp_path):
     bundled = ElmoBatchEmbedder()(batch)["embedding"]  # no model named: the bundled one
     named = ElmoBatchEmbedder(model="default")(batch)["embedding"]
     np.testing.assert_array_equal(bundled, named)
-    np.testing.assert_allclose(bundled[0], ElmoEmbedder().embed_sentence("The river bank .".split()).mean(axis=(0, 1)),
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        bundled[0], ElmoEmbedder().embed_sentence("The river bank .".split()).mean(axis=(0, 1)), atol=1e-5, rtol=0
+    )
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(model="nope"), "model: unknown model 'nope'; valid names: default"),
-    (dict(model="default", model_dir="x"), "give one of model (a name), model_dir or options_file + weight_file"),
-    (dict(options_file="o.json"), "give options_file and weight_file"),
-    (dict(model_format="bilm-tf"), "model_format picks the model of a model_dir"),
-    (dict(output="first"), "output must be one of 'mean', 'average', 'top', 'sum', 'all', got 'first'"),
-    (dict(text_column="a", tokens_column="b"), "give text_column (raw text) or tokens_column"),
-    (dict(tokens_column="b", tokenize=True), "tokenize splits the text of text_column"),
-    (dict(max_batch_size=0), "max_batch_size must be an integer >= 1, got 0"),
-    (dict(max_batch_tokens=-1), "max_batch_tokens must be an integer >= 1 or None, got -1"),
-    (dict(max_line_length=0), "max_line_length must be an integer >= 1"),
-    (dict(device="cpu", precision="fp16"), "fp16"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(model="nope"), "model: unknown model 'nope'; valid names: default"),
+        (dict(model="default", model_dir="x"), "give one of model (a name), model_dir or options_file + weight_file"),
+        (dict(options_file="o.json"), "give options_file and weight_file"),
+        (dict(model_format="bilm-tf"), "model_format picks the model of a model_dir"),
+        (dict(output="first"), "output must be one of 'mean', 'average', 'top', 'sum', 'all', got 'first'"),
+        (dict(text_column="a", tokens_column="b"), "give text_column (raw text) or tokens_column"),
+        (dict(tokens_column="b", tokenize=True), "tokenize splits the text of text_column"),
+        (dict(max_batch_size=0), "max_batch_size must be an integer >= 1, got 0"),
+        (dict(max_batch_tokens=-1), "max_batch_tokens must be an integer >= 1 or None, got -1"),
+        (dict(max_line_length=0), "max_line_length must be an integer >= 1"),
+        (dict(device="cpu", precision="fp16"), "fp16"),
+    ],
+)
 def test_bad_settings_are_one_line_errors(kwargs, message):
     with pytest.raises(ElmoFastError) as info:
         ElmoBatchEmbedder(**kwargs)
@@ -148,22 +177,37 @@ def _objects(*values) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("column,values,message", [
-    ("text", _objects("fine", "   "), "column 'text', row 2 of 2 in the batch (id=1): the text '   ' is empty or all "
-                                     "whitespace"),
-    ("text", _objects("fine", None), "column 'text', row 2 of 2 in the batch (id=1): expected a str, found None"),
-    ("text", _objects(7, "fine"), "column 'text', row 1 of 2 in the batch (id=0): expected a str, found int 7"),
-    ("text", _objects(b"bytes", "fine"), "expected a str, found bytes b'bytes' (bytes: decode them first)"),
-    ("text", _objects("fine", "x " * 30), "column 'text', row 2 of 2 in the batch (id=1): its text has 60 characters, "
-                                          "over max_line_length=50"),
-    ("tokens", _objects(["a"], []), "column 'tokens', row 2 of 2 in the batch (id=1): the list of tokens is empty"),
-    ("tokens", _objects(["a"], "a b"), "column 'tokens', row 2 of 2 in the batch (id=1): expected a sequence of "
-                                       "tokens"),
-    ("tokens", _objects(["a", 3], ["b"]), "column 'tokens', row 1 of 2 in the batch (id=0)[1]: expected a str, "
-                                          "found int 3"),
-    ("tokens", _objects(["a"], None), "row 2 of 2 in the batch (id=1): expected a list of tokens, found None"),
-    ("tokens", _objects(["abc"] * 20, ["b"]), "its 20 tokens hold 79 characters, over max_line_length=50"),
-])
+@pytest.mark.parametrize(
+    "column,values,message",
+    [
+        (
+            "text",
+            _objects("fine", "   "),
+            "column 'text', row 2 of 2 in the batch (id=1): the text '   ' is empty or all whitespace",
+        ),
+        ("text", _objects("fine", None), "column 'text', row 2 of 2 in the batch (id=1): expected a str, found None"),
+        ("text", _objects(7, "fine"), "column 'text', row 1 of 2 in the batch (id=0): expected a str, found int 7"),
+        ("text", _objects(b"bytes", "fine"), "expected a str, found bytes b'bytes' (bytes: decode them first)"),
+        (
+            "text",
+            _objects("fine", "x " * 30),
+            "column 'text', row 2 of 2 in the batch (id=1): its text has 60 characters, over max_line_length=50",
+        ),
+        ("tokens", _objects(["a"], []), "column 'tokens', row 2 of 2 in the batch (id=1): the list of tokens is empty"),
+        (
+            "tokens",
+            _objects(["a"], "a b"),
+            "column 'tokens', row 2 of 2 in the batch (id=1): expected a sequence of tokens",
+        ),
+        (
+            "tokens",
+            _objects(["a", 3], ["b"]),
+            "column 'tokens', row 1 of 2 in the batch (id=0)[1]: expected a str, found int 3",
+        ),
+        ("tokens", _objects(["a"], None), "row 2 of 2 in the batch (id=1): expected a list of tokens, found None"),
+        ("tokens", _objects(["abc"] * 20, ["b"]), "its 20 tokens hold 79 characters, over max_line_length=50"),
+    ],
+)
 def test_bad_rows_are_one_line_errors_naming_the_row(column, values, message, tiny):
     options, weights = tiny
     kwargs = dict(options_file=str(options), weight_file=str(weights), max_line_length=50)
@@ -179,8 +223,11 @@ def test_bad_rows_are_one_line_errors_naming_the_row(column, values, message, ti
 def test_a_missing_column_and_an_unknown_batch_format(tiny):
     options, weights = tiny
     embedder = ElmoBatchEmbedder(options_file=str(options), weight_file=str(weights))
-    with pytest.raises(InputError, match=r"the batch has no column 'text' \(its columns: 'sentence', 'id'\); name "
-                                         r"the column with text_column="):
+    with pytest.raises(
+        InputError,
+        match=r"the batch has no column 'text' \(its columns: 'sentence', 'id'\); name "
+        r"the column with text_column=",
+    ):
         embedder({"sentence": np.array(["a"]), "id": np.arange(1)})
     with pytest.raises(InputError, match="got a batch of type list; give map_batches batch_format='numpy'"):
         embedder([["a"]])

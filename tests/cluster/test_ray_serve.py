@@ -4,6 +4,7 @@ in the replica (tests/serve/test_serve.py's cases: vectors equal to ElmoEmbedder
 OpenAI's API, concurrent clients sharing batches, every bad input's answer), under a route prefix
 and an API key; a model that fails to load fails the deployment, naming why; bad settings are one-line
 errors before anything is deployed."""
+
 from __future__ import annotations
 
 import base64
@@ -14,12 +15,12 @@ import socket
 
 import numpy as np
 import pytest
-
-from elmo_fast.errors import ElmoFastError
-from elmo_fast.tokenizer import tokenize
 from ray_local import local_ray
 from serve_cases import BAD, OPENAI_BAD, TOL, concurrent_clients, expected, random_sentences
 from serve_process import http_request
+
+from elmo_fast.errors import ElmoFastError
+from elmo_fast.tokenizer import tokenize
 
 KEY = "ray-s3cret"
 PREFIX = "/elmo"
@@ -79,9 +80,18 @@ def served(ray, tiny_dir):
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
-        serve.run(serve_app(model_dir=str(tiny_dir), max_request_tokens=300, max_wait_ms=20, api_key=KEY,
-                            num_replicas=1, ray_actor_options={"num_cpus": 1}),
-                  name="elmo", route_prefix=PREFIX)
+        serve.run(
+            serve_app(
+                model_dir=str(tiny_dir),
+                max_request_tokens=300,
+                max_wait_ms=20,
+                api_key=KEY,
+                num_replicas=1,
+                ray_actor_options={"num_cpus": 1},
+            ),
+            name="elmo",
+            route_prefix=PREFIX,
+        )
         yield RayServe(port, PREFIX, KEY)
     finally:
         serve.shutdown()
@@ -107,8 +117,15 @@ def test_every_route_but_health_needs_the_key(served):
 def test_metrics(served):
     code, head, body = served.request("GET", "/metrics")
     assert code == 200 and head["content-type"].startswith("text/plain")
-    for name in ("requests_total", "errors_total", "batch_size_bucket", "request_latency_seconds", "queue_depth",
-                 "ready 1", "model_busy 0"):
+    for name in (
+        "requests_total",
+        "errors_total",
+        "batch_size_bucket",
+        "request_latency_seconds",
+        "queue_depth",
+        "ready 1",
+        "model_busy 0",
+    ):
         assert f"elmo_fast_{name}" in body.decode(), name
 
 
@@ -179,25 +196,31 @@ def test_a_model_that_fails_to_load_fails_the_deployment_naming_why(served, tmp_
     (tmp_path / "options.json").write_text("{}")  # a directory that looks like a model, and is not one
     (tmp_path / "weights.hdf5").write_bytes(b"not hdf5")
     with pytest.raises(RuntimeError, match="Deploying application broken failed"):
-        serve.run(serve_app(model_dir=str(tmp_path), ray_actor_options={"num_cpus": 0.5}), name="broken",
-                  route_prefix="/broken")
+        serve.run(
+            serve_app(model_dir=str(tmp_path), ray_actor_options={"num_cpus": 0.5}),
+            name="broken",
+            route_prefix="/broken",
+        )
     message = serve.status().applications["broken"].deployments["elmo-fast"].message
     assert "elmo-fast: the model failed to load: " in message and "options.json" in message, message
     serve.delete("broken")
     assert served.request("GET", "/health", key=False)[0] == 200  # the other application is untouched
 
 
-@pytest.mark.parametrize("kwargs,text", [
-    (dict(max_batch_size=0), "max_batch_size must be an integer >= 1, got 0"),
-    (dict(max_wait_ms=-1), "max_wait_ms must be >= 0, got -1"),
-    (dict(max_request_tokens=0), "max_request_tokens must be an integer >= 1, got 0"),
-    (dict(api_key=" "), "api_key is empty"),
-    (dict(max_connections=0), "max_connections must be an integer >= 1, got 0"),
-    (dict(read_timeout=0), "read_timeout must be > 0 seconds or None, got 0"),
-    (dict(backend="gpu"), "backend must be 'auto', 'fast' or 'reference'"),
-    (dict(precision="fp8"), "fp8"),
-    (dict(model="nope"), "model: unknown model 'nope'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,text",
+    [
+        (dict(max_batch_size=0), "max_batch_size must be an integer >= 1, got 0"),
+        (dict(max_wait_ms=-1), "max_wait_ms must be >= 0, got -1"),
+        (dict(max_request_tokens=0), "max_request_tokens must be an integer >= 1, got 0"),
+        (dict(api_key=" "), "api_key is empty"),
+        (dict(max_connections=0), "max_connections must be an integer >= 1, got 0"),
+        (dict(read_timeout=0), "read_timeout must be > 0 seconds or None, got 0"),
+        (dict(backend="gpu"), "backend must be 'auto', 'fast' or 'reference'"),
+        (dict(precision="fp8"), "fp8"),
+        (dict(model="nope"), "model: unknown model 'nope'"),
+    ],
+)
 def test_bad_settings_are_one_line_errors_before_deploying(kwargs, text):
     pytest.importorskip("ray.serve", reason='Ray Serve is not installed: pip install "elmo-fast[ray]"')
     from elmo_fast.ray import serve_app

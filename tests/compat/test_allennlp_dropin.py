@@ -2,6 +2,7 @@
 states, ``Elmo(..., module=...)``, the errors migrated code catches, and the empty sentence's shape
 (issue 25, part 1). Each behaviour that still differs is in the table of
 docs/elmo-module-and-allennlp.md."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,14 @@ import json
 import numpy as np
 import pytest
 import torch
+from bilm_cases import _sentences
+from peers import allennlp_elmo
+from tolerances import TOL, max_abs_error
 from torch import nn
 
 from elmo_fast import Elmo, ElmoBiLm, ElmoEmbedder, ElmoFastError, ModelFileError, ScalarMix, batch_to_ids
 from elmo_fast.bilm.stages import BiLstmEncoder, CharTokenEmbedder
 from elmo_fast.compat import ConfigurationError
-from peers import allennlp_elmo
-from bilm_cases import _sentences
-from tolerances import TOL, max_abs_error
 
 FP32 = TOL[torch.float32]["atol"]
 
@@ -81,7 +82,9 @@ def test_reset_states_with_allennlps_mask(random_models):
         want = fresh(second)["activations"]
     for x, y in zip(got, want):
         assert max_abs_error(x, y) <= FP32
-    with pytest.raises(ElmoFastError, match=r"reset_states: mask must have one entry per carried row, \[4\], got \[3\]"):
+    with pytest.raises(
+        ElmoFastError, match=r"reset_states: mask must have one entry per carried row, \[4\], got \[3\]"
+    ):
         bilm._elmo_lstm.reset_states(torch.tensor([True, False, True]))
 
 
@@ -106,16 +109,22 @@ def test_module_beside_model_files_is_allennlps_error(random_models):
     files = random_models("tiny")
     bilm = ElmoBiLm(*files)
     for args, kwargs in (((*files, 2), {}), ((files[0], None, 2), {}), ((None, None, 2), {"model_dir": "x"})):
-        with pytest.raises(ConfigurationError, match=r"give options_file and weight_file \(or model_dir\), or "
-                                                     r"module, not both"):
+        with pytest.raises(
+            ConfigurationError,
+            match=r"give options_file and weight_file \(or model_dir\), or "
+            r"module, not both",
+        ):
             Elmo(*args, module=bilm, **kwargs)
-    with pytest.raises(ConfigurationError, match="module must be a torch.nn.Module with allennlp's _ElmoBiLm "
-                                                 "interface.*got str"):
+    with pytest.raises(
+        ConfigurationError, match="module must be a torch.nn.Module with allennlp's _ElmoBiLm interface.*got str"
+    ):
         Elmo(None, None, 1, module="elmo")
     with pytest.raises(ConfigurationError, match=r"must have num_layers.*got None"):
         Elmo(None, None, 1, module=nn.Linear(2, 2))
-    with pytest.raises(ConfigurationError, match="stateful, precision: settings of the biLM itself; with module=, "
-                                                 "set them on the module"):
+    with pytest.raises(
+        ConfigurationError,
+        match="stateful, precision: settings of the biLM itself; with module=, set them on the module",
+    ):
         Elmo(None, None, 1, module=bilm, stateful=True, precision="bf16")
 
 

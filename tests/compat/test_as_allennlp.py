@@ -1,6 +1,7 @@
 """elmo-fast's allennlp import path (elmo_fast.as_allennlp, ELMO_FAST_AS_ALLENNLP=1): opt-in, never over a
 real allennlp, ELMo's path only, the official models' URLs made local; the classes behind it against
 allennlp 0.9 itself (tests/support/allennlp09_peer.py) and allennlp 2.10.1's helpers."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,6 +15,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from peers import PEERS, allennlp_elmo
+from repo_paths import SUPPORT
+from shim_runs import child_env, last_json, require_no_real_allennlp, run_python
 
 from elmo_fast.compat.allennlp09 import PACKAGES, PROVIDED
 from elmo_fast.compat.allennlp09.commands_elmo import ElmoEmbedder
@@ -23,9 +27,6 @@ from elmo_fast.compat.allennlp09.modules_elmo import Elmo, _ElmoBiLm, _ElmoChara
 from elmo_fast.compat.allennlp09.nn_util import add_sentence_boundary_token_ids, remove_sentence_boundaries
 from elmo_fast.errors import DownloadError, ElmoFastError
 from elmo_fast.pretrained import official
-from peers import PEERS, allennlp_elmo
-from shim_runs import child_env, last_json, require_no_real_allennlp, run_python
-from repo_paths import SUPPORT
 
 PEER_SCRIPT = SUPPORT / "allennlp09_peer.py"
 TOL = 1e-5
@@ -38,8 +39,10 @@ def no_real_allennlp():
 
 # ---- opt-in, and never over a real allennlp ---------------------------------------------------------
 
+
 def test_nothing_named_allennlp_without_activation(no_real_allennlp):
-    out = last_json(run_python("""
+    out = last_json(
+        run_python("""
         import json, sys, importlib.util
         import elmo_fast
         from elmo_fast import ElmoEmbedder  # the whole API, loaded
@@ -51,7 +54,8 @@ def test_nothing_named_allennlp_without_activation(no_real_allennlp):
             found = False
         print(json.dumps([found, any(m == 'allennlp' or m.startswith('allennlp.') for m in sys.modules),
                           importlib.util.find_spec('allennlp') is not None]))
-    """))
+    """)
+    )
     assert out == [False, False, False]
 
 
@@ -92,10 +96,10 @@ def test_activation_is_light_and_serves_elmos_path(no_real_allennlp):
             attr2 = str(e)
         print(json.dumps([light, missing, allennlp.__version__, allennlp.ELMO_FAST_STAND_IN, errors, attr, attr2]))
     """
-    for activate, env in (("import elmo_fast.as_allennlp", child_env()),
-                          ("", child_env(ELMO_FAST_AS_ALLENNLP="1"))):
+    for activate, env in (("import elmo_fast.as_allennlp", child_env()), ("", child_env(ELMO_FAST_AS_ALLENNLP="1"))):
         light, missing, version, stand_in, errors, attr, attr2 = last_json(
-            run_python(code.format(activate=activate), env=env))
+            run_python(code.format(activate=activate), env=env)
+        )
         assert light and not missing and version == "0.9.0+elmo_fast" and stand_in
         for (name, message), wanted in zip(errors, ("allennlp.models", "allennlp.training", "allennlp.commands.train")):
             assert name == wanted and "elmo-fast stands in for allennlp" in message
@@ -129,11 +133,14 @@ def test_a_real_allennlp_is_never_shadowed(no_real_allennlp):
         assert not active and not stand_in and version == "2.10.1"
         assert len(caught) == 1 and "a real allennlp is installed" in caught[0] and "\n" not in caught[0]
     # through the variable: one line on stderr at start, and allennlp is the real one
-    proc = run_python("""
+    proc = run_python(
+        """
         import importlib.util, sys
         from elmo_fast.compat.allennlp09.finder import is_active
         print(is_active(), importlib.util.find_spec('allennlp').origin)
-    """, env=child_env(PYTHONPATH=str(site), ELMO_FAST_AS_ALLENNLP="1"))
+    """,
+        env=child_env(PYTHONPATH=str(site), ELMO_FAST_AS_ALLENNLP="1"),
+    )
     active, origin = proc.stdout.split()
     assert active == "False" and origin.startswith(str(site))
     assert len([line for line in proc.stderr.splitlines() if "RealAllennlpWarning" in line]) == 1
@@ -144,8 +151,11 @@ def test_the_pth_hook_is_installed():
     import sysconfig
 
     folders = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
-    hooks = [os.path.join(f, "elmo_fast_as_allennlp.pth") for f in folders
-             if os.path.isfile(os.path.join(f, "elmo_fast_as_allennlp.pth"))]
+    hooks = [
+        os.path.join(f, "elmo_fast_as_allennlp.pth")
+        for f in folders
+        if os.path.isfile(os.path.join(f, "elmo_fast_as_allennlp.pth"))
+    ]
     assert hooks, f"elmo_fast_as_allennlp.pth is not in {sorted(folders)}: reinstall elmo-fast"
     line = open(hooks[0]).read()
     assert line.startswith("import ") and line.count("\n") == 1 and "ELMO_FAST_AS_ALLENNLP" in line
@@ -163,6 +173,7 @@ def test_provided_table_is_consistent():
 
 # ---- model files: paths, URLs of the official models, allennlp's cache ------------------------------
 
+
 def test_cached_path_of_local_files_and_errors(tmp_path):
     f = tmp_path / "options.json"
     f.write_text("{}")
@@ -174,8 +185,11 @@ def test_cached_path_of_local_files_and_errors(tmp_path):
 
 
 def _official_url(name: str, role: str, old: bool = True) -> str:
-    base = ("https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/" if old
-            else "https://allennlp.s3.amazonaws.com/models/elmo/")
+    base = (
+        "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/"
+        if old
+        else "https://allennlp.s3.amazonaws.com/models/elmo/"
+    )
     return base + official.MODELS[name][0 if role == "options" else 1]
 
 
@@ -219,8 +233,7 @@ def test_files_allennlp_downloaded_are_used(tmp_path, monkeypatch, random_models
     urls = {"options": _official_url("pubmed", "options"), "weights": _official_url("pubmed", "weights")}
     for role, source in (("options", options), ("weights", weights)):
         name = url_to_filename(urls[role], '"etag-1"')
-        assert name == hashlib.sha256(urls[role].encode()).hexdigest() + "." + \
-            hashlib.sha256(b'"etag-1"').hexdigest()
+        assert name == hashlib.sha256(urls[role].encode()).hexdigest() + "." + hashlib.sha256(b'"etag-1"').hexdigest()
         (cache / name).write_bytes(open(source, "rb").read())
         (cache / (name + ".json")).write_text(json.dumps({"url": urls[role], "etag": '"etag-1"'}))
     assert cached_path(urls["options"], cache_dir=cache) == str(cache / url_to_filename(urls["options"], '"etag-1"'))
@@ -243,6 +256,7 @@ def test_environment_sets_precision_and_backend(monkeypatch, random_models):
 
 # ---- allennlp 0.9's numbers: the same call sequence through allennlp 0.9 and the stand-in ------------
 
+
 def _words(rng: np.random.Generator, n: int) -> list[str]:
     letters = list("abcdefghijklmnopqrstuvwxyzäöü.,'")
     return ["".join(rng.choice(letters, size=rng.integers(1, 9))) for _ in range(n)]
@@ -254,23 +268,30 @@ def _sequence(seed: int) -> list:
     length 1, lazily grouped sentences, then an Elmo of its own."""
     rng = np.random.default_rng(seed)
     sentence = lambda n: _words(rng, n)  # noqa: E731
-    return [["embed_sentence", ["hello"]],
-            ["embed_batch", [sentence(5), sentence(1), sentence(12)]],
-            ["embed_batch", [sentence(7)]],
-            ["embed_batch", [sentence(3), [], sentence(9), sentence(2), sentence(6)]],
-            ["embed_sentence", []],
-            ["embed_batch", [sentence(4), sentence(4)]],
-            ["embed_sentences", [sentence(int(n)) for n in rng.integers(1, 15, size=7)], 3],
-            ["elmo", [sentence(3), sentence(8), sentence(1)], 2, None],
-            ["elmo", [sentence(5), sentence(2)], 1, [0.5, -1.0, 2.0]]]
+    return [
+        ["embed_sentence", ["hello"]],
+        ["embed_batch", [sentence(5), sentence(1), sentence(12)]],
+        ["embed_batch", [sentence(7)]],
+        ["embed_batch", [sentence(3), [], sentence(9), sentence(2), sentence(6)]],
+        ["embed_sentence", []],
+        ["embed_batch", [sentence(4), sentence(4)]],
+        ["embed_sentences", [sentence(int(n)) for n in rng.integers(1, 15, size=7)], 3],
+        ["elmo", [sentence(3), sentence(8), sentence(1)], 2, None],
+        ["elmo", [sentence(5), sentence(2)], 1, [0.5, -1.0, 2.0]],
+    ]
 
 
 def _run_peer(tmp_path, job: dict) -> dict:
     if not (PEERS / "allennlp-0.9" / "allennlp").is_dir():
         pytest.skip("allennlp 0.9 is not in .peers/allennlp-0.9: bash tests/install_peers.sh")
     (tmp_path / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run([sys.executable, str(PEER_SCRIPT), str(tmp_path / "job.json"), str(tmp_path / "out.npz")],
-                          capture_output=True, text=True, env=child_env(), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(PEER_SCRIPT), str(tmp_path / "job.json"), str(tmp_path / "out.npz")],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(np.load(tmp_path / "out.npz"))
 
@@ -348,27 +369,41 @@ def test_an_embedder_allennlp_09_pickled_unpickles_and_carries_on(tmp_path, rand
     elmo-fast's, its weights and carried states included: the calls after it give 0.9's numbers."""
     options, weights = random_models("small", exercise_clips=True)
     steps = _sequence(seed=11)[:7]
-    theirs = _run_peer(tmp_path, {"options": str(options), "weights": str(weights), "steps": steps,
-                                  "pickle_after": 2, "pickle_to": str(tmp_path / "ee.pkl")})
+    theirs = _run_peer(
+        tmp_path,
+        {
+            "options": str(options),
+            "weights": str(weights),
+            "steps": steps,
+            "pickle_after": 2,
+            "pickle_to": str(tmp_path / "ee.pkl"),
+        },
+    )
     (tmp_path / "rest.json").write_text(json.dumps(steps[3:]))
-    ours = last_json(run_python(f"""
+    ours = last_json(
+        run_python(f"""
         import json, pickle
         import elmo_fast.as_allennlp
-        with open({str(tmp_path / 'ee.pkl')!r}, 'rb') as f:
+        with open({str(tmp_path / "ee.pkl")!r}, 'rb') as f:
             ee = pickle.load(f)
         out = {{}}
-        for i, (op, *args) in enumerate(json.load(open({str(tmp_path / 'rest.json')!r})), start=3):
+        for i, (op, *args) in enumerate(json.load(open({str(tmp_path / "rest.json")!r})), start=3):
             arrays = ([ee.embed_sentence(args[0])] if op == 'embed_sentence' else ee.embed_batch(args[0])
                       if op == 'embed_batch' else list(ee.embed_sentences(args[0], args[1])))
             out.update({{f's{{i}}_{{k}}': a.tolist() for k, a in enumerate(arrays)}})
         print(json.dumps([type(ee).__module__, type(ee.elmo_bilm).__name__, ee.cuda_device, out]))
-    """))
+    """)
+    )
     module, bilm_class, cuda_device, arrays = ours
     assert module == "elmo_fast.compat.allennlp09.commands_elmo" and bilm_class == "_ElmoBiLm" and cuda_device == -1
-    rest = {k: np.asarray(v, dtype=np.float32).reshape(theirs[k].shape if theirs[k].size else (-1,))
-            for k, v in arrays.items()}
-    assert _compare({k: v for k, v in rest.items() if theirs[k].size},
-                    {k: theirs[k] for k in rest if theirs[k].size}) <= TOL
+    rest = {
+        k: np.asarray(v, dtype=np.float32).reshape(theirs[k].shape if theirs[k].size else (-1,))
+        for k, v in arrays.items()
+    }
+    assert (
+        _compare({k: v for k, v in rest.items() if theirs[k].size}, {k: theirs[k] for k in rest if theirs[k].size})
+        <= TOL
+    )
 
 
 def test_our_embedder_pickles_and_unpickles_with_its_states(random_models):
@@ -396,14 +431,19 @@ def test_oom_reaches_the_caller_as_the_runtime_error_fallbacks_catch(random_mode
 
 # ---- the other classes of ELMo's path, against allennlp 2.10.1's (the same code as 0.9's) -------------
 
+
 def test_character_mapper_and_indexer_match_allennlp():
     allennlp_elmo()
     from allennlp.data.token_indexers import elmo_indexer as theirs
+
     words = ["hello", "<S>", "</S>", "ümlaut", "x" * 70, "", "@@PADDING@@", "\ud800bad"]
     mapper, their_mapper = ELMoCharacterMapper({"@@PADDING@@": 0}), theirs.ELMoCharacterMapper({"@@PADDING@@": 0})
     for word in words:
         assert mapper.convert_word_to_char_ids(word) == their_mapper.convert_word_to_char_ids(word), word
-    assert ELMoCharacterMapper.beginning_of_sentence_characters == theirs.ELMoCharacterMapper.beginning_of_sentence_characters
+    assert (
+        ELMoCharacterMapper.beginning_of_sentence_characters
+        == theirs.ELMoCharacterMapper.beginning_of_sentence_characters
+    )
     assert ELMoCharacterMapper.end_of_sentence_characters == theirs.ELMoCharacterMapper.end_of_sentence_characters
     indexer = ELMoTokenCharactersIndexer()
     ids = indexer.tokens_to_indices(["the", "cat"], None, "chars")
@@ -416,12 +456,15 @@ def test_character_mapper_and_indexer_match_allennlp():
 def test_sentence_boundaries_match_allennlp():
     allennlp_elmo()
     from allennlp.nn import util as theirs
+
     gen = torch.Generator().manual_seed(3)
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
     ids = torch.randint(1, 50, (3, 4), generator=gen) * mask
     vectors = torch.rand(3, 4, 5, generator=gen) * mask.unsqueeze(-1)
-    for tensor, begin, end in ((ids, 98, 99), (vectors, torch.rand(5, generator=gen) + 0.1,
-                                               torch.rand(5, generator=gen) + 0.1)):
+    for tensor, begin, end in (
+        (ids, 98, 99),
+        (vectors, torch.rand(5, generator=gen) + 0.1, torch.rand(5, generator=gen) + 0.1),
+    ):
         out, new_mask = add_sentence_boundary_token_ids(tensor, mask.long(), begin, end)
         ref, ref_mask = theirs.add_sentence_boundary_token_ids(tensor, mask, begin, end)
         assert torch.equal(out, ref) and torch.equal(new_mask, ref_mask.long()) and new_mask.dtype == torch.long
@@ -437,7 +480,10 @@ def test_character_encoder_matches_allennlp(random_models):
     theirs = module._ElmoCharacterEncoder(str(options), str(weights))(ids)
     assert torch.equal(ours["mask"], theirs["mask"].long())
     assert (ours["token_embedding"] - theirs["token_embedding"]).abs().max() <= TOL
-    assert ours["mask"].dtype == torch.long and _ElmoCharacterEncoder(options, weights).get_output_dim() == theirs["token_embedding"].shape[-1]
+    assert (
+        ours["mask"].dtype == torch.long
+        and _ElmoCharacterEncoder(options, weights).get_output_dim() == theirs["token_embedding"].shape[-1]
+    )
 
 
 def test_unpickling_holders_refuse_to_be_built():

@@ -2,15 +2,18 @@
 HubElmo, an ELMoForManyLangs model.
 
 On a GPU only ("cuda" target, tests/support/cuda_targets.py: skips, saying why, without one); TF32 off."""
+
 import numpy as np
 import pytest
 import torch
-
 from bilm_cases import sentences
-from cuda_targets import exact_fp32  # noqa: F401  (autouse: TF32 off)
-from cuda_targets import poison
-from elmo_fast import batch_to_ids
+from cuda_targets import (
+    exact_fp32,  # noqa: F401  (autouse: TF32 off)
+    poison,
+)
 from tolerances import assert_close
+
+from elmo_fast import batch_to_ids
 
 
 def test_elmo_on_cuda_matches_cpu_reference(cuda_target, random_models):
@@ -24,10 +27,14 @@ def test_elmo_on_cuda_matches_cpu_reference(cuda_target, random_models):
         cpu = Elmo(*files, backend="reference", **kwargs).eval()
         with torch.no_grad():
             for mix in (gpu, cpu):
-                mix.scalar_mix_1.load_state_dict({"scalar_parameters.0": torch.tensor([0.3]),
-                                                  "gamma": torch.tensor([1.7]),
-                                                  "scalar_parameters.1": torch.tensor([-0.2]),
-                                                  "scalar_parameters.2": torch.tensor([0.5])})
+                mix.scalar_mix_1.load_state_dict(
+                    {
+                        "scalar_parameters.0": torch.tensor([0.3]),
+                        "gamma": torch.tensor([1.7]),
+                        "scalar_parameters.1": torch.tensor([-0.2]),
+                        "scalar_parameters.2": torch.tensor([0.5]),
+                    }
+                )
             poison(cuda_target)
             got, want = gpu(ids.cuda()), cpu(ids)
         assert torch.equal(got["mask"].cpu(), want["mask"])
@@ -76,8 +83,9 @@ def test_hub_elmo_on_cuda_matches_cpu(cuda_target, random_models):
 def test_manylangs_model_on_cuda_matches_reference(cuda_target, tmp_path, variant):
     """An ELMoForManyLangs model on the GPU (word embedding, char CNN over its own table and token
     length, highway_gate, bilstm) against the reference on the CPU."""
-    from elmo_fast.manylangs import Embedder
     from manylangs_models import sentences, write_variant
+
+    from elmo_fast.manylangs import Embedder
 
     d = write_variant(variant, tmp_path / "model")
     sents = sentences(["szó", "kutya", "ház", "的一", "один"])

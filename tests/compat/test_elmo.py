@@ -1,15 +1,16 @@
 """Elmo (allennlp's ``Elmo``): every option against the reference biLM and the mix written out by hand."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
+from bilm_cases import _sentences, expected_top_layers
+from tolerances import MODEL_BF16, TOL, max_abs_error
 
 from elmo_fast import Elmo, ElmoBiLm, ElmoFastError, batch_to_ids, load_options, load_weights
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.reference import bilm_ref
-from bilm_cases import _sentences, expected_top_layers
-from tolerances import MODEL_BF16, TOL, max_abs_error
 
 FP32 = TOL[torch.float32]["atol"]
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
@@ -41,7 +42,7 @@ def strip_boundaries(x, mask):
     new_mask = torch.zeros(B, T2 - 2, dtype=torch.bool)
     for i in range(B):
         n = int(mask[i].sum()) - 2
-        out[i, :n] = x[i, 1:n + 1]
+        out[i, :n] = x[i, 1 : n + 1]
         new_mask[i, :n] = True
     return out, new_mask
 
@@ -77,8 +78,7 @@ MIXES = [([0.3, -1.2, 0.9], 0.7), ([-0.5, 0.4, 1.1], 1.6)]
 def test_small_with_clips_two_representations(small_clips, layer_norm, keep):
     files, ids, layers, mask = small_clips
     backend = "fast" if HAS_FAST else "reference"
-    elmo = Elmo(*files, 2, do_layer_norm=layer_norm, dropout=0.0, keep_sentence_boundaries=keep,
-                backend=backend).eval()
+    elmo = Elmo(*files, 2, do_layer_norm=layer_norm, dropout=0.0, keep_sentence_boundaries=keep, backend=backend).eval()
     for k, (w, g) in enumerate(MIXES):
         set_mix(elmo, k, w, g)
     with torch.no_grad():
@@ -145,8 +145,9 @@ def test_golden_bilm_tf_mixed_by_hand_stateful(bilm_tf_tiny, tiny_files, fixture
     s = torch.softmax(torch.tensor(w, dtype=torch.float64), 0).numpy()
     vocab = ["@@PADDING@@"] + words  # id 0 is padding, as in an allennlp Vocabulary
     for use_words in (False, True):
-        elmo = Elmo(*tiny_files, 1, dropout=0.0, stateful=True, backend=backend,
-                    vocab_to_cache=vocab if use_words else None)
+        elmo = Elmo(
+            *tiny_files, 1, dropout=0.0, stateful=True, backend=backend, vocab_to_cache=vocab if use_words else None
+        )
         set_mix(elmo, 0, w, gamma)
         worst = 0.0
         for i in range(10):
@@ -155,7 +156,7 @@ def test_golden_bilm_tf_mixed_by_hand_stateful(bilm_tf_tiny, tiny_files, fixture
                 if use_words:
                     word_ids = torch.zeros(3, max(map(len, batch)), dtype=torch.long)
                     for r, sentence in enumerate(batch):
-                        word_ids[r, :len(sentence)] = torch.tensor([vocab.index(t) for t in sentence])
+                        word_ids[r, : len(sentence)] = torch.tensor([vocab.index(t) for t in sentence])
                     out = elmo(None, word_ids)
                 else:
                     out = elmo(batch_to_ids(batch))
@@ -163,8 +164,8 @@ def test_golden_bilm_tf_mixed_by_hand_stateful(bilm_tf_tiny, tiny_files, fixture
             for k, sentence in enumerate(batch):
                 layer0 = np.stack([token_vectors[t] for t in sentence])
                 want = gamma * (s[0] * np.concatenate([layer0, layer0], -1) + s[2] * expected_top[k][i])
-                worst = max(worst, float(np.abs(rep[k, :len(sentence)] - want).max()))
-                assert not rep[k, len(sentence):].any()
+                worst = max(worst, float(np.abs(rep[k, : len(sentence)] - want).max()))
+                assert not rep[k, len(sentence) :].any()
         assert worst <= FP32, f"words={use_words}: max abs error {worst:.3g}"
 
 
@@ -207,8 +208,12 @@ def test_rank4_inputs_equal_the_flattened_batch(random_models, backend, keep):
     word_ids = torch.tensor([[vocab.index(t) for t in s] + [0] * (T - len(s)) for s in sentences])
     with torch.no_grad():
         flat = elmo(ids)
-        for args in [(ids.view(2, 3, T, 50),), (None, word_ids.view(2, 3, T)), (ids.view(2, 3, T, 50), word_ids.view(2, 3, T)),
-                     (ids.view(1, 2, 3, T, 50),)]:
+        for args in [
+            (ids.view(2, 3, T, 50),),
+            (None, word_ids.view(2, 3, T)),
+            (ids.view(2, 3, T, 50), word_ids.view(2, 3, T)),
+            (ids.view(1, 2, 3, T, 50),),
+        ]:
             out = elmo(*args)
             lead = (args[0] if args[0] is not None else args[1].unsqueeze(-1)).shape[:-2]
             T_out = T + 2 if keep else T
@@ -290,8 +295,7 @@ def test_vocab_cache_backs_off_to_chars_for_ids_outside(random_models, backend):
     with torch.no_grad():
         want = plain(ids)["elmo_representations"][0]
         assert max_abs_error(elmo(ids, word_ids)["elmo_representations"][0], want) <= FP32
-        assert max_abs_error(elmo(ids, torch.tensor([[2, 4, -1], [3, 0, 0]]))["elmo_representations"][0],
-                             want) <= FP32
+        assert max_abs_error(elmo(ids, torch.tensor([[2, 4, -1], [3, 0, 0]]))["elmo_representations"][0], want) <= FP32
         with pytest.raises(ElmoFastError, match=r"id 6, outside the cached vocabulary of 6 words; pass char_ids"):
             elmo(None, word_ids)
 
@@ -330,12 +334,18 @@ def test_caches_follow_the_weights(random_models):
     cached = ElmoBiLm(*files, backend="fast", token_cache_size=100)
     low = ElmoBiLm(*files, backend="fast", dtype=torch.bfloat16)
     with torch.no_grad():
-        before = [elmo(None, word_ids)["elmo_representations"][0], cached(ids)["activations"][0],
-                  low(ids)["activations"][0]]
+        before = [
+            elmo(None, word_ids)["elmo_representations"][0],
+            cached(ids)["activations"][0],
+            low(ids)["activations"][0],
+        ]
         for m in (bilm, cached, low):  # an optimizer step on the highway, in place
             m.token_embedder.highways.layers[0].weight.mul_(1.5)
-        after = [elmo(None, word_ids)["elmo_representations"][0], cached(ids)["activations"][0],
-                 low(ids)["activations"][0]]
+        after = [
+            elmo(None, word_ids)["elmo_representations"][0],
+            cached(ids)["activations"][0],
+            low(ids)["activations"][0],
+        ]
         want = [elmo(ids)["elmo_representations"][0], bilm_ref(ids, cached.weights())[0][0]]
     for x, y in zip(before, after):
         assert max_abs_error(x, y) > 1e-3  # the change is visible...

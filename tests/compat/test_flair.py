@@ -5,6 +5,7 @@ flair's ``save`` and loads with flair's ``load`` in a fresh process; and a flair
 
 flair runs in child processes (the import path is per process); it is installed by
 tests/install_peers.sh, and the tests skip, saying so, without it."""
+
 from __future__ import annotations
 
 import json
@@ -13,14 +14,17 @@ import sys
 
 import numpy as np
 import pytest
-
 from peers import PEERS
-from shim_runs import child_env, last_json, require, require_no_real_allennlp, run_python
 from repo_paths import SUPPORT
+from shim_runs import child_env, last_json, require, require_no_real_allennlp, run_python
 
 TOL = 1e-5
-SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "bark"], ["a"],
-             ["Zürich", "'s", "lake", "is", "cold", ",", "isn't", "it", "?"]]
+SENTENCES = [
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    ["Dogs", "bark"],
+    ["a"],
+    ["Zürich", "'s", "lake", "is", "cold", ",", "isn't", "it", "?"],
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -33,8 +37,13 @@ def _peer(tmp_path, job: dict) -> dict:
     if not (PEERS / "allennlp-0.9" / "allennlp").is_dir():
         pytest.skip("allennlp 0.9 is not in .peers/allennlp-0.9: bash tests/install_peers.sh")
     (tmp_path / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run([sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(tmp_path / "job.json"),
-                           str(tmp_path / "peer.npz")], capture_output=True, text=True, env=child_env(), timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(tmp_path / "job.json"), str(tmp_path / "peer.npz")],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(np.load(tmp_path / "peer.npz"))
 
@@ -67,9 +76,14 @@ def test_elmo_embeddings_give_flair_on_allennlp_09s_vectors(tmp_path, random_mod
         assert ours[key].shape == theirs[key].shape and np.abs(ours[key] - theirs[key]).max() <= TOL, key
 
 
-_TAGGED = [("The cat sat on the mat .", "D N V P D N X"), ("Dogs bark loudly .", "N V R X"),
-           ("A dog sat .", "D N V X"), ("The mat is red .", "D N V J X"), ("Cats sleep .", "N V X"),
-           ("The red dog barks .", "D J N V X")]
+_TAGGED = [
+    ("The cat sat on the mat .", "D N V P D N X"),
+    ("Dogs bark loudly .", "N V R X"),
+    ("A dog sat .", "D N V X"),
+    ("The mat is red .", "D N V J X"),
+    ("Cats sleep .", "N V X"),
+    ("The red dog barks .", "D J N V X"),
+]
 
 
 def test_a_tagger_over_elmo_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_models):
@@ -148,9 +162,12 @@ def test_a_flair_model_saved_with_allennlp_09_loads_and_predicts_as_there(tmp_pa
     options, weights = random_models("small", exercise_clips=True)
     path = tmp_path / "legacy.pt"
     test = [s for s in SENTENCES]
-    theirs = _peer(tmp_path, {"options": str(options), "weights": str(weights),
-                              "steps": [["flair_legacy", str(path), test, "pos"]]})
-    tags, scores = last_json(run_python(f"""
+    theirs = _peer(
+        tmp_path,
+        {"options": str(options), "weights": str(weights), "steps": [["flair_legacy", str(path), test, "pos"]]},
+    )
+    tags, scores = last_json(
+        run_python(f"""
         import elmo_fast.as_allennlp
         import json
         from flair.data import Sentence
@@ -162,6 +179,7 @@ def test_a_flair_model_saved_with_allennlp_09_loads_and_predicts_as_there(tmp_pa
         tagger.predict(batch, mini_batch_size=len(batch))
         labels = [t.get_label("pos") for s in batch for t in s]
         print(json.dumps([[l.value for l in labels], [l.score for l in labels]]))
-    """))
+    """)
+    )
     assert tags == theirs["s0_tags"].tolist()
     assert np.abs(np.array(scores) - theirs["s0_scores"]).max() <= TOL

@@ -6,6 +6,7 @@ ELMoForManyLangs carries LSTM states from batch to batch in an order it shuffles
 is run one sentence per batch with its encoder's stateful flag off: every sentence from a zero
 state, which is what elmo-fast computes (and what makes its vectors reproducible). One test checks
 that this equals resetting its states before each batch of one."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,16 +14,16 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-
-from elmo_fast import Elmo, ElmoBiLm, ElmoEmbedder
-from elmo_fast.bilm import ops
-from elmo_fast.bilm.word_char_ids import ManyLangsIds
-from elmo_fast.bilm.stages import WordCharTokenEmbedder
-from elmo_fast.formats.manylangs_dir import WORD_SPECIALS, load_manylangs, read_dictionary
-from elmo_fast.manylangs import Embedder
 from manylangs_models import VARIANTS, sentences, write_variant
 from peers import manylangs, manylangs_embedder
 from tolerances import MODEL_BF16, TOL, assert_close, assert_grad_close, max_abs_error
+
+from elmo_fast import Elmo, ElmoBiLm, ElmoEmbedder
+from elmo_fast.bilm import ops
+from elmo_fast.bilm.stages import WordCharTokenEmbedder
+from elmo_fast.bilm.word_char_ids import ManyLangsIds
+from elmo_fast.formats.manylangs_dir import WORD_SPECIALS, load_manylangs, read_dictionary
+from elmo_fast.manylangs import Embedder
 
 needs_ext = pytest.mark.skipif(not ops.HAS_EXTENSION, reason="elmo_fast._C is not built")
 BACKENDS = [pytest.param("fast", marks=needs_ext), "reference"]
@@ -113,8 +114,10 @@ def test_the_variants_are_what_they_say(variant_dirs):
     out = bilm(bilm.batch_to_ids(sents))
     assert bool((out["activations"][1].abs() == 3.0).any())
     # and so does the cell clip: without it the outputs move
-    unclipped = ElmoBiLm.from_weights(dataclasses.replace(bilm.weights(), options=dataclasses.replace(
-        bilm.options, cell_clip=None)), backend="reference")
+    unclipped = ElmoBiLm.from_weights(
+        dataclasses.replace(bilm.weights(), options=dataclasses.replace(bilm.options, cell_clip=None)),
+        backend="reference",
+    )
     assert max_abs_error(unclipped(bilm.batch_to_ids(sents))["activations"][2], out["activations"][2]) > 1e-3
 
 
@@ -216,8 +219,14 @@ def test_embedder_elmobilm_and_elmo_take_the_directory(backend, variant_dirs):
     for embedder in (ElmoEmbedder(d, backend=backend), ElmoEmbedder(model_dir=d, backend=backend)):
         for got, want in zip(embedder.embed_batch(sents), layers):
             assert got.shape == want.shape and (got.size == 0 or np.abs(got - want).max() <= ATOL)
-    assert ElmoEmbedder(d).model_files.keys() == {"config.json", "config_path", "char.dic", "word.dic",
-                                                  "token_embedder.pkl", "encoder.pkl"}
+    assert ElmoEmbedder(d).model_files.keys() == {
+        "config.json",
+        "config_path",
+        "char.dic",
+        "word.dic",
+        "token_embedder.pkl",
+        "encoder.pkl",
+    }
     bilm = ElmoBiLm(model_dir=d, backend=backend)
     assert bilm.token_width == 1 + 50 and bilm.num_layers == 3 and bilm.get_output_dim() == 32
     elmo = Elmo(d, num_output_representations=2, dropout=0.0, backend=backend, scalar_mix_parameters=[0.0, 1.0, -1.0])
@@ -267,8 +276,14 @@ def test_fine_tuning_a_manylangs_biLM(variant, variant_dirs):
     sents = sentences(_words(d))
     grads = {}
     for backend in ("fast", "reference") if ops.HAS_BACKWARD else ("reference",):
-        tuned = Elmo(model_dir=d, num_output_representations=1, dropout=0.0, requires_grad=True, backend=backend,
-                     scalar_mix_parameters=[0.0, 1.0, -1.0])
+        tuned = Elmo(
+            model_dir=d,
+            num_output_representations=1,
+            dropout=0.0,
+            requires_grad=True,
+            backend=backend,
+            scalar_mix_parameters=[0.0, 1.0, -1.0],
+        )
         tuned.train()
         ids = tuned.batch_to_ids(sents)
         rep = tuned(ids)["elmo_representations"][0]
@@ -280,8 +295,9 @@ def test_fine_tuning_a_manylangs_biLM(variant, variant_dirs):
         grads[backend] = {n: p.grad.clone() for n, p in tuned._elmo_lstm.named_parameters()}
         with torch.no_grad():
             tuned.eval()
-            assert_close(tuned(ids)["elmo_representations"][0], rep.detach(), torch.float32,
-                         what=f"{backend} train vs eval")
+            assert_close(
+                tuned(ids)["elmo_representations"][0], rep.detach(), torch.float32, what=f"{backend} train vs eval"
+            )
     if "fast" in grads:
         for name, g in grads["fast"].items():
             assert_grad_close(g, grads["reference"][name], what=f"{variant} {name}, fast vs reference")
@@ -342,13 +358,16 @@ def test_token_cache_and_vocab_cache(variant_dirs):
     with_vocab = ElmoBiLm(d, vocab_to_cache=vocab)
     word_inputs = torch.zeros(ids.shape[:2], dtype=torch.long)
     for i, s in enumerate(sents):
-        word_inputs[i, :len(s)] = torch.tensor([index[t] for t in s], dtype=torch.long)
+        word_inputs[i, : len(s)] = torch.tensor([index[t] for t in s], dtype=torch.long)
     with torch.no_grad():
         got = with_vocab(None, word_inputs)["activations"]
     for a, b in zip(got, want):
         assert_close(a, b, torch.float32)
-    big = ManyLangsIds({"<bos>": 0, "<eos>": 1, "<oov>": 2, "<pad>": 3, "<bow>": 4, "<eow>": 5},
-                       {"<oov>": 0, "<pad>": 1, "w": 70_000}, 50)
+    big = ManyLangsIds(
+        {"<bos>": 0, "<eos>": 1, "<oov>": 2, "<pad>": 3, "<bow>": 4, "<eow>": 5},
+        {"<oov>": 0, "<pad>": 1, "w": 70_000},
+        50,
+    )
     assert big.max_id == 70_001
 
 
@@ -363,4 +382,4 @@ def test_bf16(variant_dirs):
     for k in range(a.shape[0]):
         err = np.abs(a[k] - b[k])
         assert err.max() <= MODEL_BF16["max_rel"] * np.abs(b[k]).max()
-        assert np.sqrt((err ** 2).mean()) <= MODEL_BF16["rms_rel"] * np.sqrt((b[k] ** 2).mean()) + 1e-6
+        assert np.sqrt((err**2).mean()) <= MODEL_BF16["rms_rel"] * np.sqrt((b[k] ** 2).mean()) + 1e-6

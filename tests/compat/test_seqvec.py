@@ -9,6 +9,7 @@ residues. No weights are downloaded: a random model of exactly these shapes stan
 protein, as the full size costs seconds per protein on CI's 2 cores), and one of the same family at
 test size (every width scaled down) for batches and the command line.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,35 +20,60 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from repo_paths import SUPPORT
 
 from elmo_fast import ElmoEmbedder
 from elmo_fast.errors import ElmoFastError
 from elmo_fast.formats.bilm_tf import ElmoOptions
 from elmo_fast.formats.random_models import PRESETS, random_weights, write_model
-from repo_paths import SUPPORT
 
 SEQVEC_OPTIONS = {
     "bidirectional": True,
-    "char_cnn": {"activation": "relu", "embedding": {"dim": 16},
-                 "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
-                 "max_characters_per_token": 50, "n_characters": 262, "n_highway": 2},
+    "char_cnn": {
+        "activation": "relu",
+        "embedding": {"dim": 16},
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+        "max_characters_per_token": 50,
+        "n_characters": 262,
+        "n_highway": 2,
+    },
     "dropout": 0.1,
-    "lstm": {"cell_clip": 3, "dim": 4096, "n_layers": 2, "proj_clip": 3, "projection_dim": 512,
-             "use_skip_connections": True},
-    "all_clip_norm_val": 10.0, "n_epochs": 10, "n_train_tokens": 9577889953, "batch_size": 48,
-    "n_tokens_vocab": 28, "unroll_steps": 100, "n_negative_samples_batch": 20,
+    "lstm": {
+        "cell_clip": 3,
+        "dim": 4096,
+        "n_layers": 2,
+        "proj_clip": 3,
+        "projection_dim": 512,
+        "use_skip_connections": True,
+    },
+    "all_clip_norm_val": 10.0,
+    "n_epochs": 10,
+    "n_train_tokens": 9577889953,
+    "batch_size": 48,
+    "n_tokens_vocab": 28,
+    "unroll_steps": 100,
+    "n_negative_samples_batch": 20,
 }
 
 # a few proteins' starts (residues as one-letter codes, with the rarer X, U and B) and awkward lengths
-PROTEINS = ["MVTYDFGSDEMHD", "M", "SEQWENCE", "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQ",
-            "GXUBZ"]
+PROTEINS = [
+    "MVTYDFGSDEMHD",
+    "M",
+    "SEQWENCE",
+    "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQ",
+    "GXUBZ",
+]
 
 
 #: SeqVec's shape family at test size (CI has 2 cores): its options with every width scaled down
-SEQVEC_SMALL = {**SEQVEC_OPTIONS,
-                "char_cnn": {**SEQVEC_OPTIONS["char_cnn"],
-                             "filters": [[1, 4], [2, 4], [3, 8], [4, 16], [5, 32], [6, 64], [7, 128]]},
-                "lstm": {**SEQVEC_OPTIONS["lstm"], "dim": 256, "projection_dim": 32}}
+SEQVEC_SMALL = {
+    **SEQVEC_OPTIONS,
+    "char_cnn": {
+        **SEQVEC_OPTIONS["char_cnn"],
+        "filters": [[1, 4], [2, 4], [3, 8], [4, 16], [5, 32], [6, 64], [7, 128]],
+    },
+    "lstm": {**SEQVEC_OPTIONS["lstm"], "dim": 256, "projection_dim": 32},
+}
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +121,25 @@ def test_embed_command_runs_seqvec(seqvec_small, tmp_path):
     residues = tmp_path / "proteins.txt"
     residues.write_text("".join(" ".join(p) + "\n" for p in PROTEINS))  # one protein per line, residues spaced
     out = tmp_path / "seqvec.hdf5"
-    r = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", residues, out, "--all",
-                        "--options", seqvec_small[0], "--weights", seqvec_small[1], "--quiet"],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "elmo_fast",
+            "embed",
+            residues,
+            out,
+            "--all",
+            "--options",
+            seqvec_small[0],
+            "--weights",
+            seqvec_small[1],
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     want = ElmoEmbedder(*seqvec_small, backend="reference")
     with h5py.File(out, "r") as f:
@@ -111,9 +153,14 @@ def test_embed_command_runs_seqvec(seqvec_small, tmp_path):
 
 # distinct lengths, ascending (seqvec sorts by length; these keep its order and ours the same), headers in
 # UniProt's form, which seqvec's default id rule (field 1 at '|') reads
-FASTA_RECORDS = [("sp|P00001|ONE", "M"), ("sp|P00002|TWO", "GXUBZ"), ("tr|Q00003|THREE", "SEQWENCE"),
-                 ("sp|P00004|FOUR", "MVTYDFGSDEMHD"), ("sp|P00005|FIVE", "mktayiakqrqisfvkshfsrq"),
-                 ("sp|P00006|SIX", PROTEINS[3])]
+FASTA_RECORDS = [
+    ("sp|P00001|ONE", "M"),
+    ("sp|P00002|TWO", "GXUBZ"),
+    ("tr|Q00003|THREE", "SEQWENCE"),
+    ("sp|P00004|FOUR", "MVTYDFGSDEMHD"),
+    ("sp|P00005|FIVE", "mktayiakqrqisfvkshfsrq"),
+    ("sp|P00006|SIX", PROTEINS[3]),
+]
 
 
 def _write_fasta(path, records=FASTA_RECORDS, width=10):
@@ -121,7 +168,7 @@ def _write_fasta(path, records=FASTA_RECORDS, width=10):
         for header, seq in records:
             f.write(f">{header} some description\n")
             for i in range(0, len(seq), width):  # sequences wrapped over lines, as FASTA files do
-                f.write(seq[i:i + width] + "\n")
+                f.write(seq[i : i + width] + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -155,20 +202,65 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
     fasta = tmp_path / "proteins.fasta"
     _write_fasta(fasta)
     runs = {"all": ["--layer", "all"], "cnn": ["--layer", "CNN"], "protein": ["--protein"]}
-    steps = [["seqvec", ["-i", str(fasta), "-o", str(tmp_path / f"real_{name}.h5"), "--model",
-                         str(seqvec_model_dir), "--cpu", "--batchsize", "1", "--silent", *flags]]
-             for name, flags in runs.items()]
+    steps = [
+        [
+            "seqvec",
+            [
+                "-i",
+                str(fasta),
+                "-o",
+                str(tmp_path / f"real_{name}.h5"),
+                "--model",
+                str(seqvec_model_dir),
+                "--cpu",
+                "--batchsize",
+                "1",
+                "--silent",
+                *flags,
+            ],
+        ]
+        for name, flags in runs.items()
+    ]
     job = tmp_path / "job.json"
-    job.write_text(json.dumps({"options": str(seqvec_model_dir / "options.json"),
-                               "weights": str(seqvec_model_dir / "weights.hdf5"), "steps": steps}))
-    peer = subprocess.run([sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(job),
-                           str(tmp_path / "peer.npz")], capture_output=True, text=True, env=child_env(), timeout=900)
+    job.write_text(
+        json.dumps(
+            {
+                "options": str(seqvec_model_dir / "options.json"),
+                "weights": str(seqvec_model_dir / "weights.hdf5"),
+                "steps": steps,
+            }
+        )
+    )
+    peer = subprocess.run(
+        [sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(job), str(tmp_path / "peer.npz")],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=900,
+    )
     assert peer.returncode == 0, peer.stderr[-3000:]
     seqvec_cli = os.path.join(os.path.dirname(sys.executable), "seqvec")
     for name, flags in runs.items():
-        proc = subprocess.run([seqvec_cli, "-i", str(fasta), "-o", str(tmp_path / f"shim_{name}.h5"), "--model",
-                               str(seqvec_model_dir), "--cpu", "--batchsize", "1", "--silent", *flags],
-                              capture_output=True, text=True, env=child_env(ELMO_FAST_AS_ALLENNLP="1"), timeout=600)
+        proc = subprocess.run(
+            [
+                seqvec_cli,
+                "-i",
+                str(fasta),
+                "-o",
+                str(tmp_path / f"shim_{name}.h5"),
+                "--model",
+                str(seqvec_model_dir),
+                "--cpu",
+                "--batchsize",
+                "1",
+                "--silent",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            env=child_env(ELMO_FAST_AS_ALLENNLP="1"),
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         real, shim = _read_h5(tmp_path / f"real_{name}.h5"), _read_h5(tmp_path / f"shim_{name}.h5")
         assert sorted(real) == sorted(shim) == sorted(h.split("|")[1] for h, _ in FASTA_RECORDS)
@@ -178,9 +270,29 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
     shim_protein = _read_h5(tmp_path / "shim_protein.h5")
 
     def embed(out, *flags):
-        proc = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", "--fasta", str(fasta), str(out),
-                               "--model-dir", str(seqvec_model_dir), "--split-char", "|", "--id", "1", "--quiet",
-                               *flags], capture_output=True, text=True, env=child_env(), timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "elmo_fast",
+                "embed",
+                "--fasta",
+                str(fasta),
+                str(out),
+                "--model-dir",
+                str(seqvec_model_dir),
+                "--split-char",
+                "|",
+                "--id",
+                "1",
+                "--quiet",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr
         return _read_h5(out)
 
@@ -212,7 +324,8 @@ def test_seqvec_embedder_gives_bio_embeddings_numbers(seqvec_small, tmp_path):
     options, weights = seqvec_small
     calls = {"one": PROTEINS[3], "batch": PROTEINS[:4], "many": PROTEINS + PROTEINS[::-1], "batch_size": 20}
     out = tmp_path / "theirs.npz"
-    run_python(f"""
+    run_python(
+        f"""
         import importlib.util, sys, types
         import numpy as np, torch
         import elmo_fast.as_allennlp
@@ -240,7 +353,9 @@ def test_seqvec_embedder_gives_bio_embeddings_numbers(seqvec_small, tmp_path):
         arrays["reduced"] = SeqVecEmbedder.reduce_per_protein(arrays["one"])
         arrays["dims"] = np.array([SeqVecEmbedder.embedding_dimension, SeqVecEmbedder.number_of_layers])
         np.savez({str(out)!r}, **arrays)
-    """, env=child_env())
+    """,
+        env=child_env(),
+    )
     theirs = dict(np.load(out))
     from elmo_fast.compat.seqvec import SeqVecEmbedder
 
@@ -260,8 +375,7 @@ def test_seqvec_embedder_falls_back_as_bio_embeddings(seqvec_small, monkeypatch)
     model (simulated: the device says cuda, the batch raises as CUDA's out-of-memory does)."""
     from elmo_fast.compat import seqvec as module
 
-    e = module.SeqVecEmbedder(weights_file=seqvec_small[1], options_file=seqvec_small[0], device="cpu",
-                              warmup_rounds=0)
+    e = module.SeqVecEmbedder(weights_file=seqvec_small[1], options_file=seqvec_small[0], device="cpu", warmup_rounds=0)
     e._device = __import__("torch").device("cuda")  # the fallbacks are for GPUs
     calls = []
     real = module.SeqVecEmbedder._embed_batch_impl

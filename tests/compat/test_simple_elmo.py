@@ -10,6 +10,7 @@ on; the archives are rebuilt here, checked against those digests, and embedded. 
 on fresh weights runs when simple_elmo's side environment is there. Then the quirks one by one,
 their clean alternatives, the NLPL format's corners, errors, and bilm-tf's own tiny biLM.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -24,13 +25,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from simple_elmo_models import (
+    CASES,
+    FIXTURE,
+    KINDS,
+    PEER_PYTHON,
+    TEXTS,
+    WORDS,
+    call_arguments,
+    run_peer,
+    weights_digest,
+    write_archive,
+)
+from tolerances import TOL
 
 from elmo_fast import ElmoBiLm
 from elmo_fast.errors import ElmoFastError, InputError, ModelFileError
 from elmo_fast.simple_elmo import Batcher, ElmoModel, SimpleElmoExit, UnicodeCharsVocabulary, Vocabulary, open_nlpl
-from simple_elmo_models import (CASES, FIXTURE, KINDS, PEER_PYTHON, TEXTS, WORDS, call_arguments, run_peer,
-                                weights_digest, write_archive)
-from tolerances import TOL
 
 ATOL = TOL[torch.float32]["atol"]
 
@@ -65,7 +76,7 @@ def assert_same_result(ours, theirs: np.ndarray, where: str) -> None:
     (JSON: the same sentences, words and candidates in the same order, scores to their rounding),
     or an error (simple_elmo's exception type, caught here as ``ours``)."""
     if theirs.dtype.kind == "U" and str(theirs).startswith("ERROR: "):
-        kind = str(theirs)[len("ERROR: "):].split(":")[0]
+        kind = str(theirs)[len("ERROR: ") :].split(":")[0]
         names = [c.__name__ for c in type(ours).__mro__] if isinstance(ours, BaseException) else []
         assert kind in names, (where, ours, theirs)
         return
@@ -105,6 +116,7 @@ def _run_case(model: ElmoModel, case: dict) -> list:
 # ---------------------------------------------------------------------------------------------
 # against simple_elmo: the recorded cases
 
+
 def test_fixture_was_recorded_from_simple_elmo_0_9_2(recorded):
     about = json.loads(str(recorded["about"]))
     assert about["simple_elmo"] == "0.9.2" and about["tensorflow_cpu"].startswith("2.21")
@@ -113,15 +125,17 @@ def test_fixture_was_recorded_from_simple_elmo_0_9_2(recorded):
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_archives_are_the_recorded_ones(archives, recorded, kind):
-    assert weights_digest(archives(kind)) == str(recorded[f"digest/{kind}"]), \
-        f"the {kind} archive's weights changed since the fixture was recorded: rerun " \
+    assert weights_digest(archives(kind)) == str(recorded[f"digest/{kind}"]), (
+        f"the {kind} archive's weights changed since the fixture was recorded: rerun "
         "tests/fixtures/recorders/record_simple_elmo.py"
+    )
 
 
 # every case on the default backend (the fast path when built); the reference path on a few
 # (it is slow, and tested against the fast path op by op elsewhere)
 PARITY = [(name, "auto") for name in sorted(CASES)] + [
-    pytest.param(name, "reference", id=f"{name}-reference") for name in ("novocab_b5", "substitutes_b3")]
+    pytest.param(name, "reference", id=f"{name}-reference") for name in ("novocab_b5", "substitutes_b3")
+]
 
 
 @pytest.mark.parametrize("name,backend", PARITY)
@@ -132,8 +146,11 @@ def test_same_outputs_as_simple_elmo(archives, recorded, name, backend):
         assert_same_result(ours, recorded[f"{name}/{i}"], f"{name}/{i} {case['calls'][i]}")
 
 
-@pytest.mark.skipif(not PEER_PYTHON.exists(), reason=f"simple_elmo's side environment is not at {PEER_PYTHON} "
-                    "(see tests/fixtures/recorders/simple_elmo_peer.py); the recorded fixture covers the same cases")
+@pytest.mark.skipif(
+    not PEER_PYTHON.exists(),
+    reason=f"simple_elmo's side environment is not at {PEER_PYTHON} "
+    "(see tests/fixtures/recorders/simple_elmo_peer.py); the recorded fixture covers the same cases",
+)
 def test_same_outputs_as_live_simple_elmo_on_fresh_weights(tmp_path):
     seed = secrets.randbelow(10**6)
     names = ["avg_b4_warm", "gz_b3", "substitutes_b3"]
@@ -147,6 +164,7 @@ def test_same_outputs_as_live_simple_elmo_on_fresh_weights(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # bilm-tf's own tiny biLM, as simple_elmo sees it (an NLPL folder of links to the fixture's files)
+
 
 def test_bilm_tf_tiny_fixture_through_simple_elmos_batching(bilm_tf_tiny, fixture_sentences, tmp_path):
     """The fixture's outputs were made by bilm-tf, stateful, in batches of 3 (sentences[0][i],
@@ -163,12 +181,13 @@ def test_bilm_tf_tiny_fixture_through_simple_elmos_batching(bilm_tf_tiny, fixtur
         with h5py.File(bilm_tf_tiny / f"lm_embeddings_{k}.hdf5", "r") as f:
             for i in range(10):
                 expected = np.concatenate(list(f[str(i)][...]), axis=-1)
-                err = max(err, np.abs(top[3 * i + k, :len(expected)] - expected).max())
+                err = max(err, np.abs(top[3 * i + k, : len(expected)] - expected).max())
     assert err <= ATOL, err
 
 
 # ---------------------------------------------------------------------------------------------
 # the quirks, one by one, and their clean alternatives
+
 
 @pytest.fixture(scope="module")
 def folder_model(archives):
@@ -186,26 +205,30 @@ def test_padding_holds_bilm_tfs_token_layer_of_the_empty_row(folder_model):
     pad = folder_model.padding_vector().numpy()
     assert np.abs(pad).max() > 0.05  # not zero: the char CNN's biases through the highways and projection
     for b in range(0, len(texts), 3):
-        batch = texts[b:b + 3]
+        batch = texts[b : b + 3]
         longest = max(map(len, batch))
         for i, t in enumerate(batch, start=b):
             n = len(t)
-            np.testing.assert_allclose(v[i, 0, n:longest], np.tile(np.concatenate([pad, pad]), (longest - n, 1)),
-                                       atol=1e-6)
+            np.testing.assert_allclose(
+                v[i, 0, n:longest], np.tile(np.concatenate([pad, pad]), (longest - n, 1)), atol=1e-6
+            )
             assert not v[i, 1:, n:].any() and not v[i, :, longest:].any()
     avg = folder_model.get_elmo_vectors(texts)
     np.testing.assert_allclose(avg, v.mean(axis=1), atol=1e-6)  # "average": an even mix, padding included
     np.testing.assert_array_equal(folder_model.get_elmo_vectors(texts, layers="top"), v[:, -1])
     clean = folder_model.get_elmo_vectors(texts, layers="all", quirks=False)
     for i, t in enumerate(texts):
-        assert not clean[i, :, len(t):].any()
-        np.testing.assert_array_equal(clean[i, :, :len(t)], v[i, :, :len(t)])
+        assert not clean[i, :, len(t) :].any()
+        np.testing.assert_array_equal(clean[i, :, : len(t)], v[i, :, : len(t)])
 
 
 def test_states_carry_from_batch_to_batch_and_warmup_replays_the_first_batch(archives):
     texts = _fresh_texts(7, np.random.default_rng(2))
     stateful = _load(archives("folder"), dict(max_batch_size=3))
-    stateless = _load(archives("folder"), dict(max_batch_size=3), )
+    stateless = _load(
+        archives("folder"),
+        dict(max_batch_size=3),
+    )
     stateless.elmo_bilm.stateful = False
     cold = stateful.get_elmo_vectors(texts, warmup=False, layers="all")
     warm = stateful.get_elmo_vectors(texts, warmup=True, layers="all")
@@ -216,10 +239,10 @@ def test_states_carry_from_batch_to_batch_and_warmup_replays_the_first_batch(arc
         np.testing.assert_allclose(cold[i, :, :n], alone[i], atol=ATOL)
     # later batches, and the warmed-up first batch, start from other states
     for v, i in ((cold, 3), (warm, 0)):
-        assert np.abs(v[i, 1:, :len(texts[i])] - alone[i][1:]).max() > 1e-3
+        assert np.abs(v[i, 1:, : len(texts[i])] - alone[i][1:]).max() > 1e-3
     # warm-up = the first batch run twice: batches of 3 of [first batch] + texts, from the second on
     replay = stateful.get_elmo_vectors(texts[:3] + texts, warmup=False, layers="all")
-    np.testing.assert_allclose(warm[:, :, :], replay[3:, :, :warm.shape[2]], atol=ATOL)
+    np.testing.assert_allclose(warm[:, :, :], replay[3:, :, : warm.shape[2]], atol=ATOL)
     # each call starts afresh
     np.testing.assert_array_equal(stateful.get_elmo_vectors(texts, warmup=False, layers="all"), cold)
 
@@ -238,7 +261,7 @@ def test_sentence_average_includes_padding_and_the_all_layers_reshape(folder_mod
         v = folder_model.get_elmo_vectors(texts, layers=layers)
         avg = folder_model.get_elmo_vector_average(texts, layers=layers)
         for b in range(0, len(texts), 3):
-            longest = max(len(t) for t in texts[b:b + 3])
+            longest = max(len(t) for t in texts[b : b + 3])
             for i in range(b, min(b + 3, len(texts))):
                 block = v[i, ..., :longest, :]
                 if layers == "all":
@@ -247,7 +270,7 @@ def test_sentence_average_includes_padding_and_the_all_layers_reshape(folder_mod
                 np.testing.assert_allclose(avg[i], s / np.linalg.norm(s), atol=1e-6)
         clean = folder_model.get_elmo_vector_average(texts, layers=layers, quirks=False)
         for i, t in enumerate(texts):
-            mean = v[i, ..., :len(t), :].mean(axis=-2)
+            mean = v[i, ..., : len(t), :].mean(axis=-2)
             np.testing.assert_allclose(clean[i], mean / np.linalg.norm(mean, axis=-1, keepdims=True), atol=1e-6)
 
 
@@ -260,10 +283,13 @@ def test_strings_are_sequences_of_character_tokens(folder_model):
 
 def test_session_and_other_tensorflow_arguments_are_ignored(folder_model):
     texts = _fresh_texts(4, np.random.default_rng(5))
-    np.testing.assert_array_equal(folder_model.get_elmo_vectors(texts, session=object()),
-                                  folder_model.get_elmo_vectors(texts))
-    np.testing.assert_array_equal(folder_model.get_elmo_vector_average(texts, True, "top", object()),
-                                  folder_model.get_elmo_vector_average(texts, layers="top"))
+    np.testing.assert_array_equal(
+        folder_model.get_elmo_vectors(texts, session=object()), folder_model.get_elmo_vectors(texts)
+    )
+    np.testing.assert_array_equal(
+        folder_model.get_elmo_vector_average(texts, True, "top", object()),
+        folder_model.get_elmo_vector_average(texts, layers="top"),
+    )
     folder_model.warmup(object(), texts)  # simple_elmo's public warmup(sess, texts)
 
 
@@ -306,13 +332,15 @@ def test_vocabulary_limit_and_its_boundary_quirks():
 # ---------------------------------------------------------------------------------------------
 # substitutes
 
+
 def test_substitutes_without_quirks_are_the_language_model_in_context(archives):
     model = _load(archives("full"), dict(max_batch_size=3, full=True))
     data = [" ".join(t) for t in _fresh_texts(4, np.random.default_rng(6), lengths=(1, 7))]
     clean = model.get_elmo_substitutes(data, topn=4, nodelimiters=False, quirks=False)
     quirky = model.get_elmo_substitutes(data + data, topn=4, nodelimiters=False)
-    assert [[w["word"] for w in s] for s in clean] == [[model.vocab.id_to_word(model.vocab.word_to_id(w))
-                                                        for w in s.split()] for s in data]
+    assert [[w["word"] for w in s] for s in clean] == [
+        [model.vocab.id_to_word(model.vocab.word_to_id(w)) for w in s.split()] for s in data
+    ]
     for s in clean:
         for w in s:
             for side in ("forward", "backward"):
@@ -385,6 +413,7 @@ def test_full_reads_a_bilm_tf_training_folder_as_simple_elmo_does(tmp_path, arch
 # ---------------------------------------------------------------------------------------------
 # the NLPL layout and errors
 
+
 def test_folder_prefers_vocab_gz_and_a_zip_reads_only_vocab_txt(tmp_path):
     d = write_archive("folder", tmp_path / "f")
     with gzip.open(d / "vocab.txt.gz", "wt", encoding="utf-8") as f:
@@ -455,8 +484,9 @@ def test_bad_arguments_name_the_problem(folder_model):
         folder_model.get_elmo_vector_average([["a"], ["b", 3]])
     # numpy arrays of str, as the other entry points take them (a text that is a string is its
     # characters, as simple_elmo reads it: recorded against simple_elmo itself)
-    assert np.array_equal(folder_model.get_elmo_vectors([np.array(["a", "b"])]),
-                          folder_model.get_elmo_vectors([["a", "b"]]))
+    assert np.array_equal(
+        folder_model.get_elmo_vectors([np.array(["a", "b"])]), folder_model.get_elmo_vectors([["a", "b"]])
+    )
     with pytest.raises(ElmoFastError, match="no model loaded"):
         ElmoModel().get_elmo_vectors([["a"]])
 

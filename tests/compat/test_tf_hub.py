@@ -1,18 +1,27 @@
 """TF-Hub google/elmo's signatures (HubElmo, hub_signature): outputs against the reference biLM and
 bilm-tf's own outputs, padding conventions, tokenization, statelessness, input errors."""
+
 import h5py
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from bilm_cases import _sentences, expected_top_layers
+from tolerances import TOL, assert_close
 
-from elmo_fast import (ElmoFastError, HubElmo, InputError, batch_to_ids, hub_module, hub_signature, load_options,
-                       load_weights)
+from elmo_fast import (
+    ElmoFastError,
+    HubElmo,
+    InputError,
+    batch_to_ids,
+    hub_module,
+    hub_signature,
+    load_options,
+    load_weights,
+)
 from elmo_fast.bilm import ops
 from elmo_fast.bilm.reference import bilm_ref, remove_sentence_boundaries, scalar_mix_ref
 from elmo_fast.compat.tf_hub import split_on_spaces
-from bilm_cases import _sentences, expected_top_layers
-from tolerances import TOL, assert_close
 
 FP32 = TOL[torch.float32]["atol"]
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
@@ -40,10 +49,16 @@ def _oracle(files, sentences, width, w, gamma):
     layers = [remove_sentence_boundaries(a, mask)[0] for a in acts]
     layers = [F.pad(x, (0, 0, 0, width - x.shape[1])) for x in layers]
     elmo = scalar_mix_ref(layers, w, gamma)
-    default = torch.stack([elmo[i, :len(s)].mean(dim=0) if s else torch.zeros(elmo.shape[-1])
-                           for i, s in enumerate(sentences)])
-    return {"word_emb": layers[0][..., :P], "lstm_outputs1": layers[1], "lstm_outputs2": layers[2], "elmo": elmo,
-            "default": default}
+    default = torch.stack(
+        [elmo[i, : len(s)].mean(dim=0) if s else torch.zeros(elmo.shape[-1]) for i, s in enumerate(sentences)]
+    )
+    return {
+        "word_emb": layers[0][..., :P],
+        "lstm_outputs1": layers[1],
+        "lstm_outputs2": layers[2],
+        "elmo": elmo,
+        "default": default,
+    }
 
 
 def _check_padding(out, lengths):
@@ -69,8 +84,15 @@ def test_tokens_signature_equals_the_reference(random_models, backend):
     w, gamma = _randomize_mix(module, seed=5)
     out = module.tokens(tokens, [len(s) for s in sentences])
     B, P = len(sentences), module.projection_dim
-    shapes = {"word_emb": (B, width, P), "lstm_outputs1": (B, width, 2 * P), "lstm_outputs2": (B, width, 2 * P),
-              "elmo": (B, width, 2 * P), "default": (B, 2 * P), "sequence_len": (B,), "mask": (B, width)}
+    shapes = {
+        "word_emb": (B, width, P),
+        "lstm_outputs1": (B, width, 2 * P),
+        "lstm_outputs2": (B, width, 2 * P),
+        "elmo": (B, width, 2 * P),
+        "default": (B, 2 * P),
+        "sequence_len": (B,),
+        "mask": (B, width),
+    }
     assert {k: tuple(v.shape) for k, v in out.items()} == shapes
     assert out["sequence_len"].dtype == torch.int64 and out["mask"].dtype == torch.bool
     assert all(out[k].dtype == torch.float32 for k in (*LAYERED, "default"))
@@ -131,8 +153,12 @@ def test_stateless_a_sentence_ignores_its_batch_mates(random_models):
 def test_empty_batches_and_empty_sentences(random_models):
     module = HubElmo(*random_models("tiny", seed=6))
     P = module.projection_dim
-    for out, B, T in ((module([]), 0, 0), (module([""]), 1, 0), (module.tokens([["", "x", "y"]] * 2, [0, 0]), 2, 3),
-                      (module.tokens([], []), 0, 0)):
+    for out, B, T in (
+        (module([]), 0, 0),
+        (module([""]), 1, 0),
+        (module.tokens([["", "x", "y"]] * 2, [0, 0]), 2, 3),
+        (module.tokens([], []), 0, 0),
+    ):
         assert tuple(out["word_emb"].shape) == (B, T, P) and tuple(out["elmo"].shape) == (B, T, 2 * P)
         assert tuple(out["default"].shape) == (B, 2 * P) and out["sequence_len"].tolist() == [0] * B
         assert bool((out["default"] == 0).all()) and bool((out["elmo"] == 0).all())
@@ -205,20 +231,23 @@ def test_hub_signature_mirrors_the_module_and_keeps_it(random_models):
         hub_module(files[0], str(files[1]) + ".missing")
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda m: m("the cat sat"), r"single str; wrap it: \['the cat sat'\]"),
-    (lambda m: m(["fine", 3]), r"strings\[1\]: expected a str, got int"),
-    (lambda m: m([b"\xff"]), r"strings\[0\]: bytes that are not UTF-8"),
-    (lambda m: m({"tokens": [["a"]], "sequence_len": [1]}), "list or tuple of str"),
-    (lambda m: m.tokens([["a", "b"], ["c"]], [1, 1]), r"rectangular .*tokens\[1\] has 1"),
-    (lambda m: m.tokens(["ab", "cd"], [1, 1]), r"tokens\[0\] must be a list of token strings"),
-    (lambda m: m.tokens([["a"]], [2]), r"sequence_len\[0\] = 2 is outside \[0, 1\]"),
-    (lambda m: m.tokens([["a"]], [-1]), r"sequence_len\[0\] = -1 is outside"),
-    (lambda m: m.tokens([["a"]], [1, 1]), "2 values for 1 sentences"),
-    (lambda m: m.tokens([["a"]], [1.0]), r"sequence_len\[0\] must be an int"),
-    (lambda m: m.tokens([["a"]], torch.tensor([1.0])), "1-D integer tensor"),
-    (lambda m: m.tokens([["a", None]], [2]), r"tokens\[0\]\[1\]: expected a str, got NoneType"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda m: m("the cat sat"), r"single str; wrap it: \['the cat sat'\]"),
+        (lambda m: m(["fine", 3]), r"strings\[1\]: expected a str, got int"),
+        (lambda m: m([b"\xff"]), r"strings\[0\]: bytes that are not UTF-8"),
+        (lambda m: m({"tokens": [["a"]], "sequence_len": [1]}), "list or tuple of str"),
+        (lambda m: m.tokens([["a", "b"], ["c"]], [1, 1]), r"rectangular .*tokens\[1\] has 1"),
+        (lambda m: m.tokens(["ab", "cd"], [1, 1]), r"tokens\[0\] must be a list of token strings"),
+        (lambda m: m.tokens([["a"]], [2]), r"sequence_len\[0\] = 2 is outside \[0, 1\]"),
+        (lambda m: m.tokens([["a"]], [-1]), r"sequence_len\[0\] = -1 is outside"),
+        (lambda m: m.tokens([["a"]], [1, 1]), "2 values for 1 sentences"),
+        (lambda m: m.tokens([["a"]], [1.0]), r"sequence_len\[0\] must be an int"),
+        (lambda m: m.tokens([["a"]], torch.tensor([1.0])), "1-D integer tensor"),
+        (lambda m: m.tokens([["a", None]], [2]), r"tokens\[0\]\[1\]: expected a str, got NoneType"),
+    ],
+)
 def test_input_errors_name_the_problem(random_models, call, match):
     module = hub_module(*random_models("tiny", seed=9))
     with pytest.raises(InputError, match=match) as info:
@@ -252,8 +281,12 @@ def test_tf_hub_call_style_and_numpy_inputs(random_models):
         "no signature": lambda x: module(x, signature=None, as_dict=True),
         "hub_signature": lambda x: hub_signature(x, module=module, signature="default", as_dict=True),
     }
-    inputs = {"list": strings, "<U": np.array(strings), "object": np.array(strings, dtype=object),
-              "S": np.array([s.encode() for s in strings])}
+    inputs = {
+        "list": strings,
+        "<U": np.array(strings),
+        "object": np.array(strings, dtype=object),
+        "S": np.array([s.encode() for s in strings]),
+    }
     for call_name, call in calls.items():
         for input_name, x in inputs.items():
             got = call(x)
@@ -262,15 +295,19 @@ def test_tf_hub_call_style_and_numpy_inputs(random_models):
                 assert torch.equal(got[name], want[name]), f"{call_name}, {input_name}: {name}"
     tokens = {"list": padded, "<U": np.array(padded), "S": np.array([[t.encode() for t in r] for r in padded])}
     for input_name, t in tokens.items():
-        for call in (lambda d: module(d, signature="tokens", as_dict=True),
-                     lambda d: hub_signature(d, module=module, signature="tokens")):
+        for call in (
+            lambda d: module(d, signature="tokens", as_dict=True),
+            lambda d: hub_signature(d, module=module, signature="tokens"),
+        ):
             got = call({"tokens": t, "sequence_len": lengths})
             for name in want:
                 assert torch.equal(got[name], want[name]), f"tokens {input_name}: {name}"
         default = module({"tokens": t, "sequence_len": lengths}, signature="tokens", as_dict=False)
         assert torch.equal(default, want["default"])
-    for default in (module(np.array(strings), signature="default", as_dict=False),
-                    hub_signature(strings, module=module, as_dict=False)):
+    for default in (
+        module(np.array(strings), signature="default", as_dict=False),
+        hub_signature(strings, module=module, as_dict=False),
+    ):
         assert isinstance(default, torch.Tensor) and torch.equal(default, want["default"])
     with pytest.raises(InputError, match=r"1-D array of sentences \[batch\], got shape \[3, 1\]"):
         module(np.array(strings)[:, None])

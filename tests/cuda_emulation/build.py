@@ -19,6 +19,7 @@ ELMO_FAST_EMULATION_ASAN=1 builds with AddressSanitizer (run python under
 LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0);
 ELMO_FAST_EMULATION_TSAN=1 with ThreadSanitizer (see .ci/emulator_tsan.sh).
 """
+
 from __future__ import annotations
 
 import glob
@@ -97,9 +98,16 @@ def load_emulation(verbose: bool = False) -> None:
     flags.append(f"-DELMO_FAST_EMULATION_SOURCES={digest.hexdigest()[:16]}")
     build_dir = Path(os.environ.get("ELMO_FAST_EMULATION_BUILD_DIR") or ROOT / "build" / "cuda_emulation") / name
     build_dir.mkdir(parents=True, exist_ok=True)
-    cpp_extension.load(name=name, sources=sources, extra_cflags=flags, extra_ldflags=ldflags,
-                       extra_include_paths=[str(CSRC), str(HERE), inc], build_directory=str(build_dir),
-                       is_python_module=False, verbose=verbose)
+    cpp_extension.load(
+        name=name,
+        sources=sources,
+        extra_cflags=flags,
+        extra_ldflags=ldflags,
+        extra_include_paths=[str(CSRC), str(HERE), inc],
+        build_directory=str(build_dir),
+        is_python_module=False,
+        verbose=verbose,
+    )
     assert hasattr(torch.ops.elmo_fast_emu, "bilstm")
     _loaded.append(name)
 

@@ -1,6 +1,7 @@
 """The package's architecture, checked from its source: no import cycles, and the rooms depend on
 each other in one direction only (kernels and ops know nothing of files or the CLI; the reference
 never imports the fast path)."""
+
 from __future__ import annotations
 
 import ast
@@ -8,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from repo_paths import REPO
 
 PACKAGE = REPO / "elmo_fast"
@@ -41,8 +41,9 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
             else:
                 module = node.module or ""
             # `from pkg import sub` imports the submodule when there is one, else a name of pkg
-            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
-                       for alias in node.names]
+            targets = [
+                f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module for alias in node.names
+            ]
         else:
             continue
         out.update(t for t in targets if t == "elmo_fast" or t.startswith("elmo_fast."))
@@ -65,7 +66,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if color.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in color and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -92,9 +93,9 @@ def test_the_detector_finds_cycles():
 
 def test_relative_imports_are_resolved():
     graph = _graph()
-    assert "elmo_fast.bilm.ops" in graph["elmo_fast.bilm.model"]          # from . import ops
-    assert "elmo_fast.errors" in graph["elmo_fast.bilm.model"]            # from ..errors import
-    assert "elmo_fast._C" in graph["elmo_fast._extension_status"]         # from elmo_fast import _C
+    assert "elmo_fast.bilm.ops" in graph["elmo_fast.bilm.model"]  # from . import ops
+    assert "elmo_fast.errors" in graph["elmo_fast.bilm.model"]  # from ..errors import
+    assert "elmo_fast._C" in graph["elmo_fast._extension_status"]  # from elmo_fast import _C
 
 
 def test_no_import_cycle_between_modules():
@@ -150,13 +151,24 @@ ALLOWED = {
     # the CPU kernels' choices: measured through the ops alone; remembered through the one write path;
     # the orchestration knows the two and nothing of models
     "elmo_fast.bilm.calibration": {"elmo_fast.bilm.ops"},
-    "elmo_fast.bilm.calibration_store": {"elmo_fast.bilm.calibration", "elmo_fast.durable",
-                                         "elmo_fast.pretrained.official"},
-    "elmo_fast.bilm.cpu_tuning": {"elmo_fast.bilm.calibration", "elmo_fast.bilm.calibration_store",
-                                  "elmo_fast.run_lock"},
+    "elmo_fast.bilm.calibration_store": {
+        "elmo_fast.bilm.calibration",
+        "elmo_fast.durable",
+        "elmo_fast.pretrained.official",
+    },
+    "elmo_fast.bilm.cpu_tuning": {
+        "elmo_fast.bilm.calibration",
+        "elmo_fast.bilm.calibration_store",
+        "elmo_fast.run_lock",
+    },
     # which model a constructor was given: the formats, and the bundled model's directory
-    "elmo_fast.model_source": {"elmo_fast.errors", "elmo_fast.formats.bilm_tf", "elmo_fast.formats.manylangs_dir",
-                               "elmo_fast.formats.model_dir", "elmo_fast.pretrained.bundled"},
+    "elmo_fast.model_source": {
+        "elmo_fast.errors",
+        "elmo_fast.formats.bilm_tf",
+        "elmo_fast.formats.manylangs_dir",
+        "elmo_fast.formats.model_dir",
+        "elmo_fast.pretrained.bundled",
+    },
     # the one table of bounds: plain numbers, used by the tests and the self-check alike
     "elmo_fast.bilm.tolerances": set(),
     # the self-check's inputs: the ops and their twins, nothing else (the CLI's doctor drives them)
@@ -187,8 +199,11 @@ def test_the_write_path_knows_none_of_the_rooms():
     modules = _durable_modules()
     assert "elmo_fast.durable.file_writers" in modules and "elmo_fast.durable.temp_names" in modules
     for module in modules:
-        bad = {d for d in _graph()[module] if not (d.startswith("elmo_fast.durable") or
-                                                   d in ("elmo_fast.errors", "elmo_fast.host"))}
+        bad = {
+            d
+            for d in _graph()[module]
+            if not (d.startswith("elmo_fast.durable") or d in ("elmo_fast.errors", "elmo_fast.host"))
+        }
         assert not bad, f"{module} imports {sorted(bad)}"
 
 
@@ -213,8 +228,9 @@ def test_the_ray_room_is_a_leaf():
     for module, deps in graph.items():
         inside = module == "elmo_fast.ray" or module.startswith("elmo_fast.ray.")
         if not inside:
-            assert not any(d == "elmo_fast.ray" or d.startswith("elmo_fast.ray.") for d in deps), \
+            assert not any(d == "elmo_fast.ray" or d.startswith("elmo_fast.ray.") for d in deps), (
                 f"{module} imports the Ray room"
+            )
         else:
             bad = {d for d in deps if _room(d) in ("cli", "compat")}
             assert not bad, f"{module} imports {sorted(bad)}"
@@ -235,10 +251,12 @@ def test_importing_elmo_fast_imports_no_ray():
     import subprocess
     import sys
 
-    code = ("import sys, elmo_fast, elmo_fast.ray\n"
-            "from elmo_fast import ElmoEmbedder\n"
-            "from elmo_fast.ray import ElmoBatchEmbedder\n"
-            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    code = (
+        "import sys, elmo_fast, elmo_fast.ray\n"
+        "from elmo_fast import ElmoEmbedder\n"
+        "from elmo_fast.ray import ElmoBatchEmbedder\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", f"Ray modules imported: {proc.stdout.strip()}"
@@ -270,8 +288,11 @@ def _writes(call: ast.Call) -> str | None:
     last = name.rsplit(".", 1)[-1]
 
     def mode(index: int) -> str | None:
-        arg = call.args[index] if len(call.args) > index else next(
-            (k.value for k in call.keywords if k.arg == "mode"), None)
+        arg = (
+            call.args[index]
+            if len(call.args) > index
+            else next((k.value for k in call.keywords if k.arg == "mode"), None)
+        )
         if arg is None:
             return "r"
         return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else "?"
@@ -281,15 +302,22 @@ def _writes(call: ast.Call) -> str | None:
         return None if m in ("r", "rb", "rt") else f"{name}(..., {m!r})"
     if name == "os.open":
         flags = {n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", "") for n in ast.walk(call.args[1])}
-        return f"{name} with {sorted(flags & {'O_WRONLY', 'O_RDWR', 'O_CREAT', 'O_APPEND'})}" if flags & {
-            "O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND"} else None
-    if name in ("os.replace", "os.rename", "torch.save", "shutil.move") or (name.startswith(("tempfile.", "shutil.copy"))
-                                                                        and name != "shutil.copyfileobj"):  # (streams)
+        return (
+            f"{name} with {sorted(flags & {'O_WRONLY', 'O_RDWR', 'O_CREAT', 'O_APPEND'})}"
+            if flags & {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND"}
+            else None
+        )
+    if name in ("os.replace", "os.rename", "torch.save", "shutil.move") or (
+        name.startswith(("tempfile.", "shutil.copy")) and name != "shutil.copyfileobj"
+    ):  # (streams)
         return name
     if last in ("mkstemp", "NamedTemporaryFile"):
         return name
-    if last in ("write_text", "write_bytes") and isinstance(call.func, ast.Attribute) and not (
-            _dotted(call.func.value).split(".")[-1] == "durable"):  # Path.write_text, not durable.write_text
+    if (
+        last in ("write_text", "write_bytes")
+        and isinstance(call.func, ast.Attribute)
+        and not (_dotted(call.func.value).split(".")[-1] == "durable")
+    ):  # Path.write_text, not durable.write_text
         return name
     return None
 
@@ -332,9 +360,13 @@ def test_package_doors_load_nothing_eagerly():
 
     for door in (PACKAGE / "__init__.py", PACKAGE / "compat" / "__init__.py", PACKAGE / "ray" / "__init__.py"):
         tree = _ast.parse(door.read_text())
-        eager = [n for n in tree.body if isinstance(n, (_ast.Import, _ast.ImportFrom))
-                 and not (isinstance(n, _ast.ImportFrom) and n.module == "__future__")
-                 and not all(a.name.split(".")[0] == "importlib" for a in n.names)]
+        eager = [
+            n
+            for n in tree.body
+            if isinstance(n, (_ast.Import, _ast.ImportFrom))
+            and not (isinstance(n, _ast.ImportFrom) and n.module == "__future__")
+            and not all(a.name.split(".")[0] == "importlib" for a in n.names)
+        ]
         assert not eager, f"{door} imports at load time: {[_ast.unparse(n) for n in eager]}"
 
 

@@ -2,6 +2,7 @@
 ``#anchor`` to a heading of the page it names, under GitHub's rules (the heading's text, lower-case,
 punctuation dropped, each space a '-', a repeated heading suffixed -1, -2, ...). Links inside code
 (fenced blocks, `spans`) are not links and are not checked."""
+
 from __future__ import annotations
 
 import re
@@ -9,13 +10,19 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-
 from repo_paths import REPO as ROOT
 
 
 def _pages() -> list[Path]:
-    pages = [*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), *ROOT.glob("examples/*.md"), *ROOT.glob("scripts/*.md"),
-             *ROOT.glob("benchmarks/*.md"), *ROOT.glob("elmo_fast/**/*.md"), *ROOT.glob("tests/fixtures/**/*.md")]
+    pages = [
+        *ROOT.glob("*.md"),
+        *ROOT.glob("docs/*.md"),
+        *ROOT.glob("examples/*.md"),
+        *ROOT.glob("scripts/*.md"),
+        *ROOT.glob("benchmarks/*.md"),
+        *ROOT.glob("elmo_fast/**/*.md"),
+        *ROOT.glob("tests/fixtures/**/*.md"),
+    ]
     return sorted(set(pages))
 
 
@@ -94,15 +101,20 @@ def test_every_relative_link_resolves(page):
 
 
 def test_the_check_can_fail(tmp_path):
-    assert slug("Proteins: SeqVec's shape, from FASTA (`benchmarks/bench_proteins.py`; issue 31)") == \
-        "proteins-seqvecs-shape-from-fasta-benchmarksbench_proteinspy-issue-31"
+    assert (
+        slug("Proteins: SeqVec's shape, from FASTA (`benchmarks/bench_proteins.py`; issue 31)")
+        == "proteins-seqvecs-shape-from-fasta-benchmarksbench_proteinspy-issue-31"
+    )
     assert slug("Coming from allennlp / simple_elmo") == "coming-from-allennlp--simple_elmo"
     assert slug("[SeqVec](https://example.org) and `embed --fasta`") == "seqvec-and-embed---fasta"
     (tmp_path / "other.md").write_text("# Title\n## A B\n## A B\n", encoding="utf-8")
     page = tmp_path / "page.md"
-    page.write_text("# Page\n[ok](other.md#a-b-1) [ok](#page) [ok](other.md) [web](https://x.org/#nope)\n"
-                    "`[code](missing.md)`\n```\n[fenced](missing.md)\n```\n"
-                    "[bad](missing.md) [bad](other.md#a-b-2) [bad](#nowhere)\n", encoding="utf-8")
+    page.write_text(
+        "# Page\n[ok](other.md#a-b-1) [ok](#page) [ok](other.md) [web](https://x.org/#nope)\n"
+        "`[code](missing.md)`\n```\n[fenced](missing.md)\n```\n"
+        "[bad](missing.md) [bad](other.md#a-b-2) [bad](#nowhere)\n",
+        encoding="utf-8",
+    )
     problems = broken(page, root=tmp_path)
     assert [p.split(": ", 1)[1].split(" (")[0] for p in problems] == ["missing.md", "other.md#a-b-2", "#nowhere"]
     assert all(p.startswith("page.md:7: ") for p in problems)
@@ -115,8 +127,11 @@ def test_the_docs_ship_in_the_sdist():
 
 def test_every_docs_page_is_linked_from_the_readme():
     """A page of docs/ that the README does not link is a page nobody finds."""
-    linked = {(ROOT / unquote(target.split("#")[0])).resolve() for _, target in links(ROOT / "README.md")
-              if target and "://" not in target}
+    linked = {
+        (ROOT / unquote(target.split("#")[0])).resolve()
+        for _, target in links(ROOT / "README.md")
+        if target and "://" not in target
+    }
     pages = sorted((ROOT / "docs").glob("*.md"))
     assert pages, "no docs/*.md found"
     missing = [p.name for p in pages if p.resolve() not in linked]

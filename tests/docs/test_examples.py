@@ -1,12 +1,13 @@
 """examples/: the tagger on top of Elmo trains (frozen and fine-tuned biLM), runs as a script, compiles."""
+
 import importlib.util
 
 import pytest
 import torch
+from repo_paths import REPO
+from tolerances import TOL, max_abs_error
 
 from elmo_fast.bilm import ops
-from tolerances import TOL, max_abs_error
-from repo_paths import REPO
 
 HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "highway", "bilstm"))
 EXAMPLES = REPO / "examples"
@@ -30,8 +31,12 @@ def test_corpus_is_tagged_consistently(tagger_module):
     for s, t in zip(sentences, tags):
         assert len(s) == len(t) and tagger_module.TAGS[t[-1]] == "PUNCT" and tagger_module.TAGS[t[0]] == "DET"
     # the ambiguous words really are both nouns and verbs: context decides
-    seen = {(w, tagger_module.TAGS[x]) for s, t in zip(sentences, tags) for w, x in zip(s, t)
-            if w in tagger_module.AMBIGUOUS}
+    seen = {
+        (w, tagger_module.TAGS[x])
+        for s, t in zip(sentences, tags)
+        for w, x in zip(s, t)
+        if w in tagger_module.AMBIGUOUS
+    }
     assert any(w for w, tag in seen if tag == "NOUN") and any(w for w, tag in seen if tag == "VERB")
 
 

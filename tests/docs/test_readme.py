@@ -15,6 +15,7 @@ needs the network fails instead of downloading. A comment ``# np.ndarray (3, 4, 
 ``# Tensor (...)`` or ``# LongTensor (...)`` on an assignment is checked against the shape of
 what was assigned, ``D`` being the model's output width.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,7 +23,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from repo_paths import REPO as ROOT
 
 README = ROOT / "README.md"
@@ -40,8 +40,11 @@ def _blocks(language: str) -> list[tuple[str, str]]:
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
         where = page.relative_to(ROOT)
-        out += [(f"{where}:{text[: m.start()].count(chr(10)) + 1}", m.group(2)) for m in _FENCE.finditer(text)
-                if m.group(1) == language]
+        out += [
+            (f"{where}:{text[: m.start()].count(chr(10)) + 1}", m.group(2))
+            for m in _FENCE.finditer(text)
+            if m.group(1) == language
+        ]
     return out
 
 
@@ -55,8 +58,8 @@ def test_the_readme_has_snippets_to_check():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    from elmo_fast.pretrained import MODELS
     from elmo_fast.formats.random_models import random_manylangs_model, random_model
+    from elmo_fast.pretrained import MODELS
 
     root = tmp_path_factory.mktemp("readme")
     options, weights = random_model("small", root / "model", seed=1)
@@ -79,13 +82,15 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
     (tmp_path / "elmo_model").mkdir()  # an NLPL archive's folder, for the simple_elmo snippet
     for src, name in ((options, "options.json"), (weights, "model.hdf5")):
         (tmp_path / "elmo_model" / name).symlink_to(src)
-    (tmp_path / "sentences.txt").write_text("The cat sat on the mat .\nELMo gives every token a vector .\n",
-                                            encoding="utf-8")
+    (tmp_path / "sentences.txt").write_text(
+        "The cat sat on the mat .\nELMo gives every token a vector .\n", encoding="utf-8"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ELMO_FAST_CACHE", str(cache))
     monkeypatch.setenv("ELMO_FAST_BASE_URL", "http://127.0.0.1:9")  # discard: nothing listens there
-    checked = [(m["name"], m["shape"], statement) for statement in code.splitlines()
-               if (m := _SHAPE_COMMENT.match(statement))]
+    checked = [
+        (m["name"], m["shape"], statement) for statement in code.splitlines() if (m := _SHAPE_COMMENT.match(statement))
+    ]
     if "elmo_fast.as_allennlp" in code or _IMPORTS_RAY.search(code):
         shapes = _run_in_a_child(line, code, [name for name, _, _ in checked], tmp_path)
     else:
@@ -115,8 +120,14 @@ def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path) -> dict:
             how = _INSTALL.get(library, "bash tests/install_peers.sh")
             pytest.skip(f"{line} needs {library}, which is not installed ({how})")
     report = f"\nimport json as _json\nprint(_json.dumps({{n: list(globals()[n].shape) for n in {names!r}}}))\n"
-    proc = subprocess.run([sys.executable, "-c", code + report], capture_output=True, text=True, cwd=cwd,
-                          env=child_env(RAY_USAGE_STATS_ENABLED="0"), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code + report],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=child_env(RAY_USAGE_STATS_ENABLED="0"),
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{line} failed in a child process:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -138,7 +149,7 @@ def _commands(script: str) -> list[list[str]]:
                 elif command[:1] == ["torchrun"] and "elmo_fast" in command:  # torchrun [...] -m elmo_fast ARGS
                     at = command.index("elmo_fast")
                     if command[at - 1] == "-m":
-                        out.append(command[at + 1:])
+                        out.append(command[at + 1 :])
                 command, redirected = [], False
             elif token and set(token) <= set("<>&"):
                 redirected = True
@@ -161,11 +172,13 @@ def test_shell_commands_parse(line, script):
 def test_every_elmo_fast_command_is_checked():
     commands = [c for _, script in BASH for c in _commands(script)]
     assert {c[0] for c in commands} >= {"embed", "demo", "train", "vocab"}
-    assert _commands("x && elmo-fast embed 'a b.txt' o.h5 --all \\\n  --quiet  # a comment; elmo-fast no\n"
-                     "elmo-fast models > list.txt | cat") == [["embed", "a b.txt", "o.h5", "--all", "--quiet"],
-                                                             ["models"]]
+    assert _commands(
+        "x && elmo-fast embed 'a b.txt' o.h5 --all \\\n  --quiet  # a comment; elmo-fast no\n"
+        "elmo-fast models > list.txt | cat"
+    ) == [["embed", "a b.txt", "o.h5", "--all", "--quiet"], ["models"]]
     assert _commands("torchrun --standalone --nproc-per-node 2 -m elmo_fast embed a o.h5 --top") == [
-        ["embed", "a", "o.h5", "--top"]]
+        ["embed", "a", "o.h5", "--top"]
+    ]
     with pytest.raises(SystemExit):  # the check can fail: a flag the parser does not know
         from elmo_fast.cli import build_parser
 

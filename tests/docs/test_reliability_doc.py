@@ -1,4 +1,5 @@
 """RELIABILITY.md stays true: every test it names as holding a promise exists."""
+
 from __future__ import annotations
 
 import ast

@@ -1,5 +1,6 @@
 """elmo_fast.durable: the one write path. A file under its final name is whole; a failure leaves the
 old file (or none), no temporary file, and a one-line WriteError naming the file and the OS error."""
+
 from __future__ import annotations
 
 import errno
@@ -124,8 +125,9 @@ def test_sweep_removes_dead_runs_temp_files_only(tmp_path):
     import subprocess
     import sys
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     mine = durable.temp_path(tmp_path / "out.hdf5")
     theirs = mine.replace(f"-{os.getpid()}.", f"-{dead}.")
     other_host = os.path.join(tmp_path, f".out.hdf5.otherhost-{dead}.0123abcd{durable.TEMP_SUFFIX}")
@@ -156,8 +158,9 @@ def test_a_legal_name_of_any_length_is_written_and_its_leftovers_swept(tmp_path,
         h5["x"] = [1.0]
     assert (tmp_path / name).read_text() == "whole\n" and (tmp_path / ("h" + name[1:])).is_file()
     # a killed run's temporary file of this name is found and swept; one of a name with the same start is not
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     theirs = durable.temp_path(final).replace(f"-{os.getpid()}.", f"-{dead}.")
     cousin = durable.temp_path(tmp_path / (name[:-1] + "Z")).replace(f"-{os.getpid()}.", f"-{dead}.")
     for p in (theirs, cousin):
@@ -199,6 +202,7 @@ def test_write_error_pickles_with_its_fields():
 
 
 # --- a text file written across many calls, scratch files, two-phase writes ----------------------------
+
 
 @pytest.mark.parametrize("where", ["fsync", "replace"])
 def test_a_file_writer_that_cannot_finish_is_a_write_error_and_leaves_the_old_file(tmp_path, monkeypatch, where):
@@ -274,8 +278,9 @@ def test_sweep_and_temp_files_know_tagged_names(tmp_path):
     import subprocess
     import sys
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     theirs = os.path.join(tmp_path, f".out.hdf5.{durable.host_tag()}-{dead}.0123abcd.sentences{durable.TEMP_SUFFIX}")
     open(theirs, "w").close()
     assert [(t.final_name, t.pid, t.owner()) for t in durable.temp_files(tmp_path)] == [("out.hdf5", int(dead), "gone")]
@@ -284,7 +289,7 @@ def test_sweep_and_temp_files_know_tagged_names(tmp_path):
 
 # ---- every failure point, injected below Python (tests/support/faults/fault_shim.c) -----------
 
-_EVERY_POINT = r'''
+_EVERY_POINT = r"""
 import json
 import numpy as np
 import torch
@@ -356,7 +361,7 @@ clean()
 write_all()  # the process still writes HDF5 files after every kind of failure
 assert all(whole(n) for n in ("w.hdf5", "m.json", "c.pt"))
 print(json.dumps({"total": total, "tried": tried, "bad": bad}))
-'''
+"""
 
 
 def test_every_injected_failure_point_gives_an_error_and_no_partial_file(tmp_path):
@@ -376,6 +381,7 @@ def test_every_injected_failure_point_gives_an_error_and_no_partial_file(tmp_pat
 
 
 # --- several files that make one whole; reading back what was written ------------------------------
+
 
 @pytest.mark.parametrize("where", ["body", "second file's fsync"])
 def test_files_written_together_change_no_final_name_on_failure(tmp_path, monkeypatch, where):

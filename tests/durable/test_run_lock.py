@@ -1,5 +1,6 @@
 """RunLock: one run per target; the second fails at once naming the holder; a killed holder's lock
 never blocks."""
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ resumable run's saved windows excepted: --resume then ends with the clean run's 
 
 Each test runs one child process that tries every point in turn (a process per point would cost a
 Python and torch start-up each)."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from repo_paths import FIXTURES
 
 FIX = FIXTURES / "tf_checkpoints"
@@ -187,16 +187,21 @@ def job(random_models, tmp_path_factory):
 
 
 def test_embed_plain_output_at_every_failure_point(job, out):
-    report = _run_child('''
+    report = _run_child(
+        """
         every_point(["embed", ARGS["in5"], os.path.join(folder, "o.h5"), "--all", "--model-dir", ARGS["model"],
                      "--batch-size", "2", "--window", "2", "--quiet"])
-    ''', out, job)
+    """,
+        out,
+        job,
+    )
     assert report["total"] >= 30, report
 
 
 @pytest.mark.parametrize("error", ["ENOSPC", "EIO"])  # one child each: ~250 runs in all
 def test_embed_resumable_at_every_failure_point_then_resume(job, out, error):
-    report = _run_child('''
+    report = _run_child(
+        '''
         # two windows (two shards, their records, the manifest, the assembled output)
         argv = ["embed", ARGS["in3"], os.path.join(folder, "o.h5"), "--all", "--model-dir", ARGS["model"],
                 "--batch-size", "2", "--window", "2", "--quiet", "--resume"]
@@ -214,19 +219,27 @@ def test_embed_resumable_at_every_failure_point_then_resume(job, out, error):
         assert cli(argv)[0] == 0
         clean["files"] = snapshot(folder)
         every_point(argv, after=resume_ends_it)
-    ''', out, {**job, "errnos": [error]})
+    ''',
+        out,
+        {**job, "errnos": [error]},
+    )
     assert report["total"] >= 100, report
 
 
 def test_random_model_at_every_failure_point(out):
-    _run_child('''
+    _run_child(
+        """
         every_point(["random-model", "tiny", os.path.join(folder, "model"), "--seed", "3"])
-    ''', out, {})
+    """,
+        out,
+        {},
+    )
 
 
 def test_random_model_overwrite_keeps_the_old_model_or_writes_the_new_one_whole(out):
     """Over an earlier model: never the new weights beside the old options (or the other way round)."""
-    _run_child('''
+    _run_child(
+        """
         model = os.path.join(folder, "model")
         argv = ["random-model", "tiny", model, "--seed", "3", "--overwrite"]
         old = {}
@@ -257,20 +270,27 @@ def test_random_model_overwrite_keeps_the_old_model_or_writes_the_new_one_whole(
         real_empty = empty
         empty = lambda d: write_old()  # every try starts from the earlier model
         every_point(argv, after=old_or_new, judge_final=False)
-    ''', out, {})
+    """,
+        out,
+        {},
+    )
 
 
 def test_convert_at_every_failure_point(out):
     """A bilm-tf run with its softmax and vocabulary: every file convert writes but a TF-Hub module's
     scalar mix (JSON, as options.json)."""
-    _run_child('''
+    _run_child(
+        """
         every_point(["convert", ARGS["src"], os.path.join(folder, "model"), "--vocab", ARGS["vocab"]])
-    ''', out, {"src": str(FIX / "bilm_tf_run"), "vocab": str(FIX / "vocab.txt")})
+    """,
+        out,
+        {"src": str(FIX / "bilm_tf_run"), "vocab": str(FIX / "vocab.txt")},
+    )
 
 
 # --- a filesystem that fills up: RLIMIT_FSIZE ------------------------------------------------------------
 
-_FSIZE = r'''
+_FSIZE = r"""
 import contextlib, io, json, os, resource, signal, sys
 from elmo_fast.cli import main
 
@@ -285,7 +305,7 @@ for extra in ([], ["--resume"]):
                      "--window", "8", *extra])
     results.append({"code": code, "err": err.getvalue(), "files": sorted(os.listdir(folder))})
 print(json.dumps(results))
-'''
+"""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ as Linux has them")
@@ -293,15 +313,21 @@ def test_a_size_limited_filesystem_is_a_one_line_error_and_no_output(job, tmp_pa
     """Files may not grow past 24 KiB (as on a full quota); the output would be ~200 KiB."""
     import resource
 
-    if resource.getrlimit(resource.RLIMIT_FSIZE)[1] not in (resource.RLIM_INFINITY,) and \
-            resource.getrlimit(resource.RLIMIT_FSIZE)[1] < 24 << 10:
+    if (
+        resource.getrlimit(resource.RLIMIT_FSIZE)[1] not in (resource.RLIM_INFINITY,)
+        and resource.getrlimit(resource.RLIMIT_FSIZE)[1] < 24 << 10
+    ):
         pytest.skip("the hard RLIMIT_FSIZE is already below the test's limit")
     inp = tmp_path / "in.txt"
     inp.write_text("\n".join(_sentences(60)) + "\n", encoding="utf-8")
     out = tmp_path / "out"
     out.mkdir()
-    r = subprocess.run([sys.executable, "-c", _FSIZE, str(out), str(inp), job["model"], str(24 << 10)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _FSIZE, str(out), str(inp), job["model"], str(24 << 10)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     plain, resumable = json.loads(r.stdout.strip().splitlines()[-1])
     for result in (plain, resumable):

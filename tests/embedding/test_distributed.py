@@ -1,5 +1,6 @@
 """Beyond one process: `elmo-fast embed` under torchrun (ranks sharing the windows, c10d "nodes",
 a rank killed and the group restarted), and `Elmo` inside DistributedDataParallel. CPU, gloo."""
+
 from __future__ import annotations
 
 import random
@@ -10,18 +11,17 @@ import sys
 from pathlib import Path
 
 import h5py
-import numpy as np
 import pytest
 import torch
+from embed_runs import assert_same_output, random_sentences, write_lines
+from repo_paths import SUPPORT
+from sigkill_at import HOOK as KILL_HOOK
+from torchrun import ENV, TORCHRUN, run
 
 from elmo_fast import ElmoEmbedder, ElmoFastError
 from elmo_fast.cli import main
 from elmo_fast.embedding.ranks import Ranks
 from elmo_fast.embedding.work_area import list_shards
-from sigkill_at import HOOK as KILL_HOOK
-from embed_runs import assert_same_output, random_sentences, write_lines
-from repo_paths import SUPPORT
-from torchrun import ENV, TORCHRUN, run
 
 #: `elmo-fast` that SIGKILLs itself at the moment KILL_HOOK names (tests/support/sigkill_at.py)
 KILLABLE = [str(SUPPORT / "sigkill_at.py")]
@@ -36,8 +36,20 @@ def job(random_models, tmp_path_factory):
     sentences[5] = ""
     inp = write_lines(d / "in.txt", sentences)
     options, weights = random_models("tiny")
-    flags = [str(inp), "--all", "--options", str(options), "--weights", str(weights), "--window", "8",
-             "--batch-size", "4", "--skip-empty", "--file-friendly-logging"]
+    flags = [
+        str(inp),
+        "--all",
+        "--options",
+        str(options),
+        "--weights",
+        str(weights),
+        "--window",
+        "8",
+        "--batch-size",
+        "4",
+        "--skip-empty",
+        "--file-friendly-logging",
+    ]
     r = run(sys.executable, "-m", "elmo_fast", "embed", flags[0], d / "one.h5", *flags[1:])
     assert r.returncode == 0, r.stderr
     return {"flags": flags, "one": d / "one.h5", "lines": len(sentences) - 1}
@@ -73,11 +85,22 @@ def test_two_ranks_write_the_file_one_process_writes(job, tmp_path):
 
 def test_two_nodes_of_one_rank_through_c10d_rendezvous(job, tmp_path):
     out = tmp_path / "nodes.h5"
-    launcher = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                f"127.0.0.1:{free_port()}", "--rdzv-id", "elmo-fast-test"]
+    launcher = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--rdzv-id",
+        "elmo-fast-test",
+    ]
     command = [*TORCHRUN, *launcher, "-m", "elmo_fast", "embed", job["flags"][0], str(out), *job["flags"][1:]]
-    nodes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-             for _ in range(2)]
+    nodes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for _ in range(2)
+    ]
     results = [node.communicate(timeout=300) for node in nodes]
     for node, (_, err) in zip(nodes, results):
         assert node.returncode == 0, err[-3000:]
@@ -92,8 +115,9 @@ def test_a_rank_killed_is_restarted_by_torchrun_and_the_group_continues(job, tmp
     out = tmp_path / "killed.h5"
     marker = tmp_path / "killed-once"
     env = {**ENV, KILL_HOOK: f"{moment}:{marker}"}
-    r = embed_under_torchrun(job, out, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", env=env,
-                             program=KILLABLE)
+    r = embed_under_torchrun(
+        job, out, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", env=env, program=KILLABLE
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert marker.exists(), "the hook did not kill"
     assert f"(exitcode: -{int(signal.SIGKILL)}) local_rank: {moment[0]}" in r.stderr, r.stderr[-3000:]
@@ -107,8 +131,9 @@ def test_a_failed_group_is_finished_by_a_plain_rerun_with_resume(job, tmp_path, 
     (windows are dealt by position, not by rank: any number of processes can continue a run)."""
     out = tmp_path / "failed.h5"
     env = {**ENV, KILL_HOOK: f"1:window:2:{tmp_path / 'killed-once'}"}
-    r = embed_under_torchrun(job, out, "--standalone", "--nproc-per-node", "2", "--max-restarts", "0", env=env,
-                             program=KILLABLE)
+    r = embed_under_torchrun(
+        job, out, "--standalone", "--nproc-per-node", "2", "--max-restarts", "0", env=env, program=KILLABLE
+    )
     assert r.returncode != 0 and not out.exists()
     work = Path(str(out) + ".partial")
     shards = list_shards(str(work))
@@ -128,13 +153,18 @@ def test_stateful_is_refused_under_torchrun(job, tmp_path, monkeypatch, capsys, 
     code = main(["embed", job["flags"][0], str(tmp_path / "o.h5"), *job["flags"][1:], "--stateful"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.strip() == ("elmo-fast: error: --stateful cannot run under torchrun (2 rank(s)): the LSTM states flow "
-                           "from each batch to the next in input order, which needs one process; run `elmo-fast embed "
-                           "--stateful` without torchrun")
+    assert err.strip() == (
+        "elmo-fast: error: --stateful cannot run under torchrun (2 rank(s)): the LSTM states flow "
+        "from each batch to the next in input order, which needs one process; run `elmo-fast embed "
+        "--stateful` without torchrun"
+    )
     monkeypatch.setenv("WORLD_SIZE", "1")  # the library, alone: refused as well, before any output
     stateful = ElmoEmbedder(*random_models("tiny"), stateful=True)
-    with pytest.raises(ElmoFastError, match=r"^a stateful run \(stateful=True\) cannot be split among the ranks of a "
-                                            r"group \(torchrun\): the LSTM states flow"):
+    with pytest.raises(
+        ElmoFastError,
+        match=r"^a stateful run \(stateful=True\) cannot be split among the ranks of a "
+        r"group \(torchrun\): the LSTM states flow",
+    ):
         stateful.embed_file(job["flags"][0], tmp_path / "o.h5", distributed=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -153,8 +183,14 @@ def test_windows_are_dealt_round_robin_and_a_group_of_one_is_alone(tmp_path, mon
 
 # --- Elmo inside DistributedDataParallel ---------------------------------------------------------------
 
-DDP_SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog"], ["ELMo", "gives", "vectors"], ["x"],
-                 ["one", "more", "sentence", "of", "five"], ["short", "one"]]
+DDP_SENTENCES = [
+    ["the", "cat", "sat", "on", "the", "mat"],
+    ["a", "dog"],
+    ["ELMo", "gives", "vectors"],
+    ["x"],
+    ["one", "more", "sentence", "of", "five"],
+    ["short", "one"],
+]
 
 DDP_WORKER = r"""
 import json, os, sys
@@ -192,14 +228,24 @@ def test_elmo_under_distributed_data_parallel_equals_one_process(random_models, 
     SGD steps (allennlp issues 2055 and 5097: ScalarMix's ParameterList under DataParallel)."""
     import json
 
-    from elmo_fast import Elmo, batch_to_ids
     from tolerances import assert_grad_close
+
+    from elmo_fast import Elmo, batch_to_ids
 
     options, weights = random_models("tiny")
     script = tmp_path / "worker.py"
     script.write_text(DDP_WORKER)
-    r = run(*TORCHRUN, "--standalone", "--nproc-per-node", "2", script, options, weights, tmp_path,
-            json.dumps(DDP_SENTENCES))
+    r = run(
+        *TORCHRUN,
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        script,
+        options,
+        weights,
+        tmp_path,
+        json.dumps(DDP_SENTENCES),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     # no "Grad strides do not match bucket view strides": every gradient goes straight into its bucket
     assert "Grad strides" not in r.stderr, r.stderr[-2000:]
@@ -224,7 +270,8 @@ def test_elmo_under_distributed_data_parallel_equals_one_process(random_models, 
             for step in range(2):
                 assert set(got["grads"][step]) == set(want[step]), f"{what}, step {step}"
                 for name, grad in want[step].items():
-                    assert_grad_close(got["grads"][step][name], grad, torch.float32,
-                                      f"{what}, step {step}: grad of {name}")
+                    assert_grad_close(
+                        got["grads"][step][name], grad, torch.float32, f"{what}, step {step}: grad of {name}"
+                    )
             for name, p in elmo.named_parameters():
                 assert_grad_close(got["params"][name], p.detach(), torch.float32, f"{what}: {name} after 2 steps")

@@ -1,6 +1,7 @@
 """Runs on one output at the same time, and runs killed at any moment: one run per output (a second
 fails at once naming the holder's PID; a killed holder never blocks), and kill -9 at seeded moments
 followed by --resume gives the clean run's output."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from elmo_fast.cli import main
-from sigkill_at import HOOK as KILL_HOOK
-from sigkill_at import PAUSE_HOOK
 from embed_runs import assert_same_output, random_sentences, write_lines
 from repo_paths import REPO, SUPPORT
+from sigkill_at import HOOK as KILL_HOOK
+from sigkill_at import PAUSE_HOOK
+
+from elmo_fast.cli import main
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 for _hook in (KILL_HOOK, PAUSE_HOOK):
@@ -32,8 +33,18 @@ def job(random_models, tmp_path_factory):
     d = tmp_path_factory.mktemp("job")
     inp = write_lines(d / "in.txt", random_sentences(random.Random(21), 40))
     options, weights = random_models("tiny")
-    flags = ["--all", "--options", str(options), "--weights", str(weights), "--window", "8", "--batch-size", "4",
-             "--quiet"]
+    flags = [
+        "--all",
+        "--options",
+        str(options),
+        "--weights",
+        str(weights),
+        "--window",
+        "8",
+        "--batch-size",
+        "4",
+        "--quiet",
+    ]
     code, err = cli("embed", inp, d / "want.h5", *flags)
     assert code == 0, err
     return {"input": inp, "flags": flags, "want": d / "want.h5"}
@@ -47,8 +58,13 @@ def cli(*args) -> tuple[int, str]:
 
 
 def start(job, out: Path, *extra: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([*HOOKED, "embed", str(job["input"]), str(out), *job["flags"], *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [*HOOKED, "embed", str(job["input"]), str(out), *job["flags"], *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def wait_for(predicate, procs, timeout=120.0):
@@ -61,9 +77,11 @@ def wait_for(predicate, procs, timeout=120.0):
 
 
 def lock_message(out: Path, pid: int) -> str:
-    return (rf"^elmo-fast: error: output {re.escape(str(out))} is in use by another elmo-fast run \(PID {pid} on "
-            rf".+, since [0-9: -]+\); wait for it to end or stop it \(lock file "
-            rf"{re.escape(str(out.parent / ('.' + out.name + '.elmo-lock')))}\)$")
+    return (
+        rf"^elmo-fast: error: output {re.escape(str(out))} is in use by another elmo-fast run \(PID {pid} on "
+        rf".+, since [0-9: -]+\); wait for it to end or stop it \(lock file "
+        rf"{re.escape(str(out.parent / ('.' + out.name + '.elmo-lock')))}\)$"
+    )
 
 
 @pytest.mark.parametrize("second", ["plain", "--resume"])
@@ -75,6 +93,7 @@ def test_two_runs_started_at_once_one_writes_the_output_the_other_names_it(job, 
     env = {**ENV, PAUSE_HOOK: f"0:batch:1:{gate}"}
     procs = [start(job, out, "--resume", env=env), start(job, out, *([] if second == "plain" else [second]), env=env)]
     try:
+
         def one_paused_one_done():
             return len(list(tmp_path.glob("gate.*.reached"))) == 1 and any(p.poll() is not None for p in procs)
 
@@ -96,8 +115,7 @@ def test_two_runs_started_at_once_one_writes_the_output_the_other_names_it(job, 
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("gate")) == ["o.h5"]
 
 
-def test_a_second_run_fails_before_loading_the_model_and_a_killed_holders_lock_never_blocks(job, tmp_path,
-                                                                                              monkeypatch):
+def test_a_second_run_fails_before_loading_the_model_and_a_killed_holders_lock_never_blocks(job, tmp_path, monkeypatch):
     out = tmp_path / "o.h5"
     gate = tmp_path / "gate"
     holder = start(job, out, "--resume", env={**ENV, PAUSE_HOOK: f"0:window:1:{gate}"})
@@ -106,8 +124,11 @@ def test_a_second_run_fails_before_loading_the_model_and_a_killed_holders_lock_n
         from elmo_fast.embedding import embedder as embedder_module
 
         with monkeypatch.context() as m:
-            m.setattr(embedder_module.ElmoEmbedder, "__init__",
-                      lambda *a, **k: pytest.fail("the model was loaded although another run holds the output"))
+            m.setattr(
+                embedder_module.ElmoEmbedder,
+                "__init__",
+                lambda *a, **k: pytest.fail("the model was loaded although another run holds the output"),
+            )
             for extra in ([], ["--resume"], ["--resume", "--overwrite"]):
                 began = time.perf_counter()
                 code, err = cli("embed", job["input"], out, *job["flags"], *extra)
@@ -153,8 +174,10 @@ def test_kill_9_at_seeded_moments_then_resume_gives_the_clean_output(job, tmp_pa
     into the assembled output), each followed by --resume: the last run ends with the clean run's output."""
     rng = random.Random(seed)
     # 40 sentences, windows of 8, batches of at most 4: 5 windows, >= 10 batches, 40 copies when assembling
-    moments = [(rng.choice(["batch", "window"]), rng.randint(1, 5)),
-               (rng.choice(["batch", "window", "assemble"]), rng.randint(1, 3))]
+    moments = [
+        (rng.choice(["batch", "window"]), rng.randint(1, 5)),
+        (rng.choice(["batch", "window", "assemble"]), rng.randint(1, 3)),
+    ]
     out = tmp_path / "o.h5"
     kills = 0
     for i, (event, n) in enumerate(moments):

@@ -1,6 +1,7 @@
 """Proteins from FASTA: the read stage (elmo_fast/embedding/fasta.py) and `elmo-fast embed --fasta` /
 ``embed_file(fasta=True)``: ids, seqvec's id rule, per-protein vectors, batching by residues, resume,
 torchrun, and every malformed file a one-line error naming the line with nothing written."""
+
 from __future__ import annotations
 
 import gzip
@@ -23,8 +24,13 @@ AMINO = "ACDEFGHIKLMNPQRSTVWYXUBZ"
 
 
 def random_proteins(rng: random.Random, n: int, low: int = 1, high: int = 60) -> list[tuple[str, str]]:
-    return [(f"sp|P{i:05d}|PROT{i}_HUMAN Protein {i} OS=Homo sapiens",
-             "".join(rng.choice(AMINO) for _ in range(rng.randint(low, high)))) for i in range(n)]
+    return [
+        (
+            f"sp|P{i:05d}|PROT{i}_HUMAN Protein {i} OS=Homo sapiens",
+            "".join(rng.choice(AMINO) for _ in range(rng.randint(low, high))),
+        )
+        for i in range(n)
+    ]
 
 
 def write_fasta(path: Path, records, width: int = 60, opener=open, eol: str = "\n") -> Path:
@@ -32,7 +38,7 @@ def write_fasta(path: Path, records, width: int = 60, opener=open, eol: str = "\
         for header, seq in records:
             f.write(f">{header}{eol}")
             for i in range(0, len(seq), width):
-                f.write(seq[i:i + width] + eol)
+                f.write(seq[i : i + width] + eol)
     return path
 
 
@@ -41,6 +47,7 @@ def records(path, **kw) -> list[tuple[str, str, int]]:
 
 
 # ---- the read stage ------------------------------------------------------------------------------------
+
 
 def test_ids_sequences_and_line_numbers(tmp_path):
     p = tmp_path / "a.fasta"
@@ -78,19 +85,22 @@ def test_compressed_and_windows_files(tmp_path, how):
     assert [(k, s) for k, s, _ in records(p)] == recs
 
 
-@pytest.mark.parametrize("text,message", [
-    ("MKT\n>a\nMK\n", "line 1: sequence before the first header"),
-    (">a\nMK\n>b\nMM\n>a\nMT\n", "line 5: the id 'a' was the id of line 1 too"),
-    (">a\n>b\nMK\n", "line 1: record 'a' has no residues"),
-    (">a\nMK\n>b\n\n", "line 3: record 'b' has no residues"),
-    (">a\nMK1T\n", "line 2, column 3: '1' is not a residue letter"),
-    (">a\nMKT*\n", r"line 2, column 4: '\*' is not a residue letter \(A-Z\) \(a stop codon: remove it\)"),
-    (">a\nMK-T\n", "line 2, column 3: '-' is not a residue letter"),
-    (">\nMK\n", "line 1: the header '>' gives no id"),
-    (">a/./b\nMK\n", "line 1: the id 'a/./b' cannot key a dataset"),
-    ("", "holds no FASTA records"),
-    ("\n\n", "holds no FASTA records"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("MKT\n>a\nMK\n", "line 1: sequence before the first header"),
+        (">a\nMK\n>b\nMM\n>a\nMT\n", "line 5: the id 'a' was the id of line 1 too"),
+        (">a\n>b\nMK\n", "line 1: record 'a' has no residues"),
+        (">a\nMK\n>b\n\n", "line 3: record 'b' has no residues"),
+        (">a\nMK1T\n", "line 2, column 3: '1' is not a residue letter"),
+        (">a\nMKT*\n", r"line 2, column 4: '\*' is not a residue letter \(A-Z\) \(a stop codon: remove it\)"),
+        (">a\nMK-T\n", "line 2, column 3: '-' is not a residue letter"),
+        (">\nMK\n", "line 1: the header '>' gives no id"),
+        (">a/./b\nMK\n", "line 1: the id 'a/./b' cannot key a dataset"),
+        ("", "holds no FASTA records"),
+        ("\n\n", "holds no FASTA records"),
+    ],
+)
 def test_malformed_files_are_errors_naming_the_line(tmp_path, text, message):
     p = tmp_path / "bad.fasta"
     p.write_text(text)
@@ -107,6 +117,7 @@ def test_a_line_too_long_stops_before_it_is_held(tmp_path):
 
 
 # ---- embed_file(fasta=True) / elmo-fast embed --fasta --------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def model(random_models):
@@ -135,10 +146,11 @@ def test_each_protein_alone_whatever_the_batches(model, proteins, tmp_path):
     summed = tmp_path / "sum.h5"
     embedder.embed_file(fasta, summed, "sum", fasta=True, per_protein="also", progress=False)
     only = tmp_path / "only.h5"
-    embedder.embed_file(fasta, only, "sum", fasta=True, per_protein=True, fasta_split_char="|", fasta_id_field=1,
-                        progress=False)
+    embedder.embed_file(
+        fasta, only, "sum", fasta=True, per_protein=True, fasta_split_char="|", fasta_id_field=1, progress=False
+    )
     with h5py.File(summed, "r") as s, h5py.File(only, "r") as o:
-        for header, seq in proteins:
+        for header, _seq in proteins:
             key = header.split()[0]
             want = alone[key].sum(axis=0)
             assert np.abs(s[key][...] - want).max() <= 1e-5
@@ -165,8 +177,25 @@ def test_a_malformed_file_leaves_nothing(model, proteins, tmp_path, capsys):
     write_fasta(bad, proteins[:10] + [("sp|P00003|DUP", "MKT")])
     out = tmp_path / "out.h5"
     for resume in ([], ["--resume"]):
-        code = main(["embed", "--fasta", str(bad), str(out), "--all", "--options", str(model[0]), "--weights",
-                     str(model[1]), "--quiet", "--split-char", "|", "--id", "1", *resume])
+        code = main(
+            [
+                "embed",
+                "--fasta",
+                str(bad),
+                str(out),
+                "--all",
+                "--options",
+                str(model[0]),
+                "--weights",
+                str(model[1]),
+                "--quiet",
+                "--split-char",
+                "|",
+                "--id",
+                "1",
+                *resume,
+            ]
+        )
         err = capsys.readouterr().err.strip()
         assert code == 2 and err.startswith("elmo-fast: error: ") and "\n" not in err
         assert "the id 'P00003' was the id of line" in err
@@ -175,12 +204,26 @@ def test_a_malformed_file_leaves_nothing(model, proteins, tmp_path, capsys):
 
 def test_options_that_belong_to_text_or_fasta_are_refused(model, tmp_path, capsys):
     fasta = write_fasta(tmp_path / "p.fasta", [("a", "MK")])
-    for flags, message in ((["--fasta", "--tokenize"], "--tokenize is for text"),
-                           (["--fasta", "--use-sentence-keys"], "--use-sentence-keys is for text"),
-                           (["--per-protein"], "--per-protein needs --fasta"),
-                           (["--split-char", "|"], "--split-char needs --fasta")):
-        code = main(["embed", str(fasta), str(tmp_path / "o.h5"), "--all", "--options", str(model[0]),
-                     "--weights", str(model[1]), "--quiet", *flags])
+    for flags, message in (
+        (["--fasta", "--tokenize"], "--tokenize is for text"),
+        (["--fasta", "--use-sentence-keys"], "--use-sentence-keys is for text"),
+        (["--per-protein"], "--per-protein needs --fasta"),
+        (["--split-char", "|"], "--split-char needs --fasta"),
+    ):
+        code = main(
+            [
+                "embed",
+                str(fasta),
+                str(tmp_path / "o.h5"),
+                "--all",
+                "--options",
+                str(model[0]),
+                "--weights",
+                str(model[1]),
+                "--quiet",
+                *flags,
+            ]
+        )
         assert code == 2 and message in capsys.readouterr().err
 
 
@@ -202,9 +245,25 @@ def test_two_ranks_under_torchrun_write_what_one_process_writes(model, proteins,
 
 def test_progress_counts_residues(model, proteins, tmp_path):
     fasta = write_fasta(tmp_path / "p.fasta", proteins)
-    r = subprocess.run([sys.executable, "-m", "elmo_fast", "embed", "--fasta", str(fasta), str(tmp_path / "o.h5"),
-                        "--all", "--options", str(model[0]), "--weights", str(model[1])],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "elmo_fast",
+            "embed",
+            "--fasta",
+            str(fasta),
+            str(tmp_path / "o.h5"),
+            "--all",
+            "--options",
+            str(model[0]),
+            "--weights",
+            str(model[1]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     residues = sum(len(s) for _, s in proteins)
     assert f"{len(proteins)} proteins, {residues:,} residues" in r.stderr

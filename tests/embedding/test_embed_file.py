@@ -1,4 +1,5 @@
 """embed_file at corpus scale: streaming, length bucketing, resume after kills, out-of-memory, bad input."""
+
 import io
 import json
 import os
@@ -12,13 +13,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from embed_runs import Killed, _kill_at, _no_cleanup, assert_same_output, contents, random_sentences, write_lines
 
-from elmo_fast import ElmoEmbedder, ElmoFastError, InputError
-from elmo_fast import durable
+from elmo_fast import ElmoEmbedder, ElmoFastError, InputError, durable
 from elmo_fast.embedding import leftovers, work_area, writers
 from elmo_fast.embedding import progress as progress_bars
 from elmo_fast.errors import ExtensionNotBuiltError
-from embed_runs import Killed, _kill_at, _no_cleanup, assert_same_output, contents, random_sentences, write_lines
 
 
 def cli_flags() -> dict[str, str]:
@@ -54,8 +54,7 @@ def test_bucketing_gives_the_unbucketed_vectors(embedder, tmp_path, monkeypatch)
     embedder.embed_file(inp, tmp_path / "plain.h5", "all", bucketing=False, progress=False)
     assert [len(b) for b in batches] == [5] * 13 + [2]  # input order, batch_size each
     batches.clear()
-    stats = embedder.embed_file(inp, tmp_path / "bucket.h5", "all", window=23, max_tokens_per_batch=40,
-                                progress=False)
+    stats = embedder.embed_file(inp, tmp_path / "bucket.h5", "all", window=23, max_tokens_per_batch=40, progress=False)
     assert stats["sentences"] == 67 and stats["tokens"] == sum(len(s.split()) for s in sentences)
     # sorted within each window of 23, cut under 40 padded tokens (one over-long sentence alone)
     assert sum(len(b) for b in batches) == 67
@@ -111,15 +110,17 @@ def test_stateful_keeps_input_order_and_refuses_bucketing(tiny, tmp_path):
     # a window of 4 is rounded up to whole batches (6): batches stay 3 consecutive sentences
     stateful.embed_file(inp, tmp_path / "s.h5", window=4, progress=False)
     stateful.elmo_bilm.reset_states()
-    want = [x for k in range(0, 14, 3) for x in stateful.embed_batch([s.split() for s in sentences[k:k + 3]])]
+    want = [x for k in range(0, 14, 3) for x in stateful.embed_batch([s.split() for s in sentences[k : k + 3]])]
     data, _ = contents(tmp_path / "s.h5")
     for i, w in enumerate(want):
         np.testing.assert_array_equal(data[str(i)], w)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "s.h5"]
 
 
-def _oom_above(limit, error=torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")):
+def _oom_above(limit, error=None):
     """embed_batch that fails like an allocator when a batch has more than `limit` padded tokens."""
+    if error is None:
+        error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     real = ElmoEmbedder.embed_batch
     seen = []
 
@@ -137,15 +138,17 @@ def test_out_of_memory_halves_the_batch(embedder, tmp_path, monkeypatch):
     sentences = random_sentences(random.Random(3), 31, lengths=(2, 3, 9, 17))
     inp = write_lines(tmp_path / "in.txt", sentences)
     embedder.embed_file(inp, tmp_path / "ok.h5", "all", progress=False)
-    for error in (torch.OutOfMemoryError("CUDA out of memory."),
-                  RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory")):
+    for error in (
+        torch.OutOfMemoryError("CUDA out of memory."),
+        RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory"),
+    ):
         fake, seen = _oom_above(30, error)
         monkeypatch.setattr(ElmoEmbedder, "embed_batch", fake)
         stats = embedder.embed_file(inp, tmp_path / "split.h5", "all", progress=False, bucketing=False)
         assert stats["oom_splits"] > 0 and max(seen) > 30
         # once a batch failed, later ones are cut under half its size instead of failing again
         first_fail = next(i for i, p in enumerate(seen) if p > 30)
-        assert sum(p > 30 for p in seen[first_fail + 1:]) < sum(p <= 30 for p in seen[first_fail + 1:])
+        assert sum(p > 30 for p in seen[first_fail + 1 :]) < sum(p <= 30 for p in seen[first_fail + 1 :])
         assert_same_output(tmp_path / "split.h5", tmp_path / "ok.h5", f"split on {type(error).__name__}")
 
 
@@ -153,12 +156,18 @@ def test_out_of_memory_for_one_sentence_names_its_line(embedder, tiny, tmp_path,
     inp = write_lines(tmp_path / "in.txt", ["a b", "c", " ".join("w" * 3 for _ in range(40)), "d e f"])
     fake, _ = _oom_above(30)
     monkeypatch.setattr(ElmoEmbedder, "embed_batch", fake)
-    with pytest.raises(InputError, match=r"line 3: its sentence of 40 tokens does not fit in memory on cpu even "
-                                         r"alone \(CUDA out of memory"):
+    with pytest.raises(
+        InputError,
+        match=r"line 3: its sentence of 40 tokens does not fit in memory on cpu even "
+        r"alone \(CUDA out of memory",
+    ):
         embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
     stateful = ElmoEmbedder(*tiny, batch_size=4, stateful=True)
-    with pytest.raises(InputError, match=r"lines 1\.\.4 .* stateful mode cannot split a batch: pass a smaller "
-                                         r"batch_size$") as info:
+    with pytest.raises(
+        InputError,
+        match=r"lines 1\.\.4 .* stateful mode cannot split a batch: pass a smaller "
+        r"batch_size$",
+    ) as info:
         stateful.embed_file(inp, tmp_path / "o.h5", progress=False)
     assert info.value.render(cli_flags()).endswith("pass a smaller --batch-size")  # the CLI names its flag
     monkeypatch.setattr(ElmoEmbedder, "embed_batch", lambda self, b: (_ for _ in ()).throw(RuntimeError("bug")))
@@ -186,15 +195,23 @@ def test_lines_are_read_lazily_and_checked_as_they_come(embedder, tmp_path, monk
     raw = ("\n".join(lines[:2]) + "\nbad \xff\xfe byte\n" + "\n".join(lines[2:]) + "\n").encode("latin-1")
     raw = raw.replace("\u00e9".encode("latin-1"), "\u00e9".encode("utf-8"))
     (tmp_path / "bad.txt").write_bytes(raw)
-    with pytest.raises(InputError, match=r"bad.txt: line 3 is not valid UTF-8 \(invalid start byte at byte 4 of "
-                                         r"the line\).*encoding_errors='replace'") as info:
+    with pytest.raises(
+        InputError,
+        match=r"bad.txt: line 3 is not valid UTF-8 \(invalid start byte at byte 4 of "
+        r"the line\).*encoding_errors='replace'",
+    ) as info:
         embedder.embed_file(tmp_path / "bad.txt", tmp_path / "o.h5", progress=False)
     assert "pass --encoding-errors replace to" in info.value.render(cli_flags())
     assert not (tmp_path / "o.h5").exists()
     embedder.embed_file(tmp_path / "bad.txt", tmp_path / "o.h5", progress=False, encoding_errors="replace")
     data, mapping = contents(tmp_path / "o.h5")
-    assert json.loads(mapping) == {"one two": "0", "three": "1", "bad \ufffd\ufffd byte": "2", "\u00e9t\u00e9 ok": "3",
-                                   "four five six": "4"}
+    assert json.loads(mapping) == {
+        "one two": "0",
+        "three": "1",
+        "bad \ufffd\ufffd byte": "2",
+        "\u00e9t\u00e9 ok": "3",
+        "four five six": "4",
+    }
     # a binary stream (stdin) gives the same; CRLF line ends too
     crlf = write_lines(tmp_path / "crlf.txt", ["one two", "three"], newline="\r\n")
     embedder.embed_file(io.BytesIO(crlf.read_bytes()), tmp_path / "b.h5", progress=False)
@@ -222,8 +239,9 @@ def test_skip_empty_keeps_line_numbers(embedder, tmp_path):
     np.testing.assert_allclose(data["3"], embedder.embed_sentence(["second"])[-1], atol=1e-5, rtol=0)
     for lines, skip in (([], False), (["", " "], True)):
         with pytest.raises(InputError, match="holds no sentences"):
-            embedder.embed_file(write_lines(tmp_path / "e.txt", lines), tmp_path / "e.h5", progress=False,
-                                skip_empty=skip)
+            embedder.embed_file(
+                write_lines(tmp_path / "e.txt", lines), tmp_path / "e.h5", progress=False, skip_empty=skip
+            )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.txt", "in.txt", "o.h5"]
 
 
@@ -256,8 +274,7 @@ def test_cuda_without_cuda_kernels_is_refused_before_any_output(tiny, tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
-@pytest.mark.parametrize("point", ["3rd shard rename", "after complete, before rename", "after rename",
-                                   "tearing down"])
+@pytest.mark.parametrize("point", ["3rd shard rename", "after complete, before rename", "after rename", "tearing down"])
 def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeypatch, point):
     sentences = random_sentences(random.Random(point), 40)
     inp = write_lines(tmp_path / "in.txt", sentences)
@@ -266,7 +283,9 @@ def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeyp
     work = tmp_path / "o.h5.partial"
     with monkeypatch.context() as m:
         if point == "3rd shard rename":
-            _kill_at(m, os, "replace", 6)  # the manifest's, shard 0's and its record's, shard 1's and its record's, shard 2's
+            _kill_at(
+                m, os, "replace", 6
+            )  # the manifest's, shard 0's and its record's, shard 1's and its record's, shard 2's
         elif point == "after complete, before rename":
             _no_cleanup(m)
             real_write = durable.write_json
@@ -307,8 +326,11 @@ def test_resume_refuses_other_settings_or_input(embedder, tmp_path, monkeypatch)
     with pytest.raises(ElmoFastError, match=r"the interrupted run differs \(output_format: 'top' then, 'all' now\)"):
         embedder.embed_file(inp, out, "all", window=7, progress=False, resume=True)
     write_lines(inp, sentences[:3] + ["changed line"] + sentences[4:])
-    with pytest.raises(InputError, match=r"in.txt: lines 1\.\.7 are not those the interrupted run embedded into "
-                                         r"shard-000000.h5"):
+    with pytest.raises(
+        InputError,
+        match=r"in.txt: lines 1\.\.7 are not those the interrupted run embedded into "
+        r"shard-000000.h5",
+    ):
         embedder.embed_file(inp, out, "top", window=7, progress=False, resume=True)
     # a change after the completed windows is fine: that part was not embedded yet
     write_lines(inp, sentences[:20] + ["changed line"] + sentences[21:])
@@ -385,8 +407,9 @@ def test_work_dir_leftovers(embedder, tmp_path):
     assert (tmp_path / "p.h5.partial" / "notes.txt").exists()
     # a run that fails before finishing its first window leaves no work directory
     with pytest.raises(InputError, match="line 2 is empty"):
-        embedder.embed_file(write_lines(tmp_path / "bad.txt", ["a", ""]), tmp_path / "q.h5", progress=False,
-                            resume=True)
+        embedder.embed_file(
+            write_lines(tmp_path / "bad.txt", ["a", ""]), tmp_path / "q.h5", progress=False, resume=True
+        )
     assert not (tmp_path / "q.h5.partial").exists()
 
 
@@ -398,13 +421,39 @@ def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
     sentences = random_sentences(random.Random(seed), 300)
     inp = write_lines(tmp_path / "in.txt", sentences)
     out = tmp_path / "o.h5"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(writers.__file__)))), os.environ.get("PYTHONPATH")]))}
-    common = [sys.executable, "-m", "elmo_fast", "embed", str(inp), "--all", "--options", str(tiny[0]),
-              "--weights", str(tiny[1]), "--batch-size", "4", "--window", "16", "--quiet"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(
+                None,
+                [
+                    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(writers.__file__)))),
+                    os.environ.get("PYTHONPATH"),
+                ],
+            )
+        ),
+    }
+    common = [
+        sys.executable,
+        "-m",
+        "elmo_fast",
+        "embed",
+        str(inp),
+        "--all",
+        "--options",
+        str(tiny[0]),
+        "--weights",
+        str(tiny[1]),
+        "--batch-size",
+        "4",
+        "--window",
+        "16",
+        "--quiet",
+    ]
     start = time.perf_counter()
-    r = subprocess.run(common[:5] + [str(tmp_path / "want.h5")] + common[5:], capture_output=True, text=True,
-                       env=env, timeout=120)
+    r = subprocess.run(
+        common[:5] + [str(tmp_path / "want.h5")] + common[5:], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     whole = time.perf_counter() - start  # kill moments scale with it: the machine may be busy or idle
     args = common[:5] + [str(out)] + common[5:] + ["--resume"]
@@ -440,8 +489,11 @@ def test_resume_after_the_run_finished(embedder, tmp_path, monkeypatch):
     stamp = out.stat().st_mtime_ns
     stats = embedder.embed_file(inp, out, window=9, progress=False, resume=True, overwrite=False)
     assert stats["sentences"] == 0 and out.stat().st_mtime_ns == stamp
-    with pytest.raises(ElmoFastError, match=r"o.h5 already exists, made by another run \(output_format: 'all' then, "
-                                            r"'top' now\); pass overwrite=True"):
+    with pytest.raises(
+        ElmoFastError,
+        match=r"o.h5 already exists, made by another run \(output_format: 'all' then, "
+        r"'top' now\); pass overwrite=True",
+    ):
         embedder.embed_file(inp, out, "top", progress=False, resume=True, overwrite=False)
     write_lines(inp, sentences + ["one more"])
     with pytest.raises(ElmoFastError, match=r"in.txt has more lines than it was made from \(line 21\)"):
@@ -455,6 +507,7 @@ def test_resume_after_the_run_finished(embedder, tmp_path, monkeypatch):
 
 
 # --- what the input may be: compressed, with a byte-order mark, or not text at all ----------------
+
 
 def _compress(kind, data: bytes) -> bytes:
     import bz2
@@ -480,8 +533,9 @@ def test_compressed_input_gives_the_plain_files_output(embedder, tmp_path, kind)
     with open(w, "wb") as f:
         f.write(packed.read_bytes()[:3])  # a pipe that gives the magic bytes one read at a time
     with open(r, "rb") as pipe:
-        embedder.embed_file(_Trickle(pipe, packed.read_bytes()[3:]), tmp_path / "pipe.h5", "top", window=8,
-                            progress=False)
+        embedder.embed_file(
+            _Trickle(pipe, packed.read_bytes()[3:]), tmp_path / "pipe.h5", "top", window=8, progress=False
+        )
     assert_same_output(tmp_path / "pipe.h5", tmp_path / "want.h5", f"{kind} pipe")
     assert progress_bars.TokenCount(str(packed)).wait() == sum(len(s.split()) for s in sentences)
 
@@ -500,7 +554,7 @@ class _Trickle(io.RawIOBase):
         if not data:
             self.first = None
             data, self.rest = self.rest[:5], self.rest[5:]
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
 
@@ -526,24 +580,30 @@ def test_damaged_compressed_input_is_named_never_decoded_as_text(embedder, tmp_p
         embedder.embed_file(tmp_path / "cut.txt", tmp_path / "o.h5", progress=False, encoding_errors="replace")
     assert "replace" not in str(e.value)
     damaged = bytearray(data)
-    damaged[len(damaged) // 2: len(damaged) // 2 + 8] = b"\x00" * 8
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 8] = b"\x00" * 8
     (tmp_path / "bad.txt").write_bytes(bytes(damaged))
     # the checksum comes at the end: before it, damaged data may decompress into bytes that are no text
     for errors in ("strict", "replace"):
-        with pytest.raises(InputError, match=rf"bad.txt: (the {kind} data is corrupt or truncated after line \d+|"
-                                             rf"line \d+ \(after {kind} decompression\) (is not valid UTF-8|holds "
-                                             rf"a NUL byte))") as e:
+        with pytest.raises(
+            InputError,
+            match=rf"bad.txt: (the {kind} data is corrupt or truncated after line \d+|"
+            rf"line \d+ \(after {kind} decompression\) (is not valid UTF-8|holds "
+            rf"a NUL byte))",
+        ) as e:
             embedder.embed_file(tmp_path / "bad.txt", tmp_path / "o.h5", progress=False, encoding_errors=errors)
         assert "replace" not in str(e.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "cut.txt"]
 
 
-@pytest.mark.parametrize("data,message", [
-    (b"(\xb5/\xfd\x00\x00", r"x.txt is zstd-compressed, not text: .*\(zstd -d\)"),
-    (b"PK\x03\x04rest", r"x.txt is a zip archive, not text"),
-    (b"\x89HDF\r\n\x1a\n\x00\x00", r"x.txt is an HDF5 file, not text"),
-    (b"a line\nnul \x00 inside\n", r"x.txt: line 2 holds a NUL byte: this is binary data, not text"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"(\xb5/\xfd\x00\x00", r"x.txt is zstd-compressed, not text: .*\(zstd -d\)"),
+        (b"PK\x03\x04rest", r"x.txt is a zip archive, not text"),
+        (b"\x89HDF\r\n\x1a\n\x00\x00", r"x.txt is an HDF5 file, not text"),
+        (b"a line\nnul \x00 inside\n", r"x.txt: line 2 holds a NUL byte: this is binary data, not text"),
+    ],
+)
 def test_input_that_is_not_text_is_named(embedder, tmp_path, data, message):
     (tmp_path / "x.txt").write_bytes(data)
     for errors in ("strict", "replace"):  # never read as text, whatever the encoding errors say
@@ -565,8 +625,12 @@ def test_a_leading_byte_order_mark_is_no_part_of_the_first_token(embedder, tmp_p
     plain = write_lines(tmp_path / "plain.txt", [sentences[0][1:]] + sentences[1:])
     for keys in (False, True):
         embedder.embed_file(plain, tmp_path / "want.h5", progress=False, use_sentence_keys=keys)
-        for source in (bom, io.BytesIO(bom.read_bytes()), io.StringIO(bom.read_text(encoding="utf-8")),
-                       tmp_path / "bom.gz"):
+        for source in (
+            bom,
+            io.BytesIO(bom.read_bytes()),
+            io.StringIO(bom.read_text(encoding="utf-8")),
+            tmp_path / "bom.gz",
+        ):
             if source == tmp_path / "bom.gz":
                 source.write_bytes(_compress("gzip", bom.read_bytes()))
             embedder.embed_file(source, tmp_path / "o.h5", progress=False, use_sentence_keys=keys)
@@ -577,6 +641,7 @@ def test_a_leading_byte_order_mark_is_no_part_of_the_first_token(embedder, tmp_p
 
 
 # --- the progress bar counts tokens ---------------------------------------------------------------
+
 
 def test_the_bar_counts_tokens_and_ends_at_its_total(embedder, tmp_path, monkeypatch):
     """Bucketing runs short sentences first: a bar of lines would run fast, then crawl. The total is
@@ -615,8 +680,9 @@ def test_stale_temporary_files_only_ours_and_only_when_their_process_is_gone(emb
     processes, other hosts, elmo-fast 0.1) or ignored."""
 
     host = durable.host_tag()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()  # a process that has exited: its id is free
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()  # a process that has exited: its id is free
     names = {
         "dead": f".o.h5.{host}-{gone}.0123abcd.elmo-tmp",
         "dead list": f".o.h5.{host}-{gone}.0123abcd.sentences.elmo-tmp",
@@ -632,28 +698,35 @@ def test_stale_temporary_files_only_ours_and_only_when_their_process_is_gone(emb
     for n in names.values():
         (tmp_path / n).write_bytes(b"x")
     inp = write_lines(tmp_path / "in.txt", ["a b"])
-    r = subprocess.run([sys.executable, "-c", "import os, sys; os.kill(int(sys.argv[1]), 0)", gone],
-                       capture_output=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "import os, sys; os.kill(int(sys.argv[1]), 0)", gone], capture_output=True
+    )
     assert r.returncode != 0, "the exited process's id was taken again: rerun"
     removed, left = leftovers.stale_temp_files(str(tmp_path / "o.h5"), remove=False)
     assert removed == [] and len(left) == 7
     stats = embedder.embed_file(inp, tmp_path / "o.h5", progress=False)
     assert stats["sentences"] == 1
     remaining = {p.name for p in tmp_path.iterdir()}
-    assert remaining == {"in.txt", "o.h5"} | {names[k] for k in ("alive", "elsewhere", "0.1", "other output",
-                                                                  "other output, earlier build", "not ours")}
+    assert remaining == {"in.txt", "o.h5"} | {
+        names[k] for k in ("alive", "elsewhere", "0.1", "other output", "other output, earlier build", "not ours")
+    }
     _, left = leftovers.stale_temp_files(str(tmp_path / "o.h5"))
-    assert sorted(w.split(" (", 1)[1] for w in left) == sorted([
-        f"left by elmo-fast 0.1, which does not name its process: remove it if no run is writing {tmp_path / 'o.h5'})",
-        f"made on host another-node: remove it if no run there is writing {tmp_path / 'o.h5'})",
-        f"process {os.getppid()} is running: another run writing {tmp_path / 'o.h5'}?)"])
+    assert sorted(w.split(" (", 1)[1] for w in left) == sorted(
+        [
+            f"left by elmo-fast 0.1, which does not name its process: remove it if no run is writing {tmp_path / 'o.h5'})",
+            f"made on host another-node: remove it if no run there is writing {tmp_path / 'o.h5'})",
+            f"process {os.getppid()} is running: another run writing {tmp_path / 'o.h5'}?)",
+        ]
+    )
 
 
-RAW_TEXT = ["\ufeffI don't think John's car costs $1,000.50 (e.g. in the U.S.)...",
-            "Hello, world!",
-            'She said "state-of-the-art" -- see https://example.org/a?b=1.',
-            "Can't stop; won't stop.",
-            "x"]
+RAW_TEXT = [
+    "\ufeffI don't think John's car costs $1,000.50 (e.g. in the U.S.)...",
+    "Hello, world!",
+    'She said "state-of-the-art" -- see https://example.org/a?b=1.',
+    "Can't stop; won't stop.",
+    "x",
+]
 
 
 def test_tokenize_embeds_raw_text_as_its_tokenized_twin(embedder, tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 (stdin, a FIFO) are read once and never skip data on --resume; a line longer than --max-line-length is
 an error naming it before memory runs out (/dev/zero included); the output's path is checked before
 the model loads."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,14 +22,14 @@ from pathlib import Path
 
 import h5py
 import pytest
+from embed_runs import Killed, _kill_at, assert_same_output, random_sentences, write_lines
+from repo_paths import REPO, SUPPORT
+from sigkill_at import HOOK as KILL_HOOK
 
 from elmo_fast import ElmoEmbedder, InputError
 from elmo_fast.cli import main
 from elmo_fast.embedding import input_guard, writers
 from elmo_fast.embedding import progress as progress_bars
-from sigkill_at import HOOK as KILL_HOOK
-from embed_runs import Killed, _kill_at, assert_same_output, random_sentences, write_lines
-from repo_paths import REPO, SUPPORT
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 ENV.pop(KILL_HOOK, None)
@@ -82,6 +83,7 @@ class Feeder:
 
 # --- inputs that cannot be read twice ----------------------------------------------------------------
 
+
 def test_what_can_be_read_twice(tmp_path):
     regular = write_lines(tmp_path / "in.txt", ["a"])
     assert input_guard.rereadable(regular) and input_guard.rereadable(str(regular))
@@ -92,7 +94,9 @@ def test_what_can_be_read_twice(tmp_path):
     assert input_guard.kind_of("/dev/null") == "a character device"
     if hasattr(os, "mkfifo"):
         os.mkfifo(tmp_path / "fifo")
-        assert not input_guard.rereadable(tmp_path / "fifo") and input_guard.kind_of(tmp_path / "fifo") == "a pipe (FIFO)"
+        assert (
+            not input_guard.rereadable(tmp_path / "fifo") and input_guard.kind_of(tmp_path / "fifo") == "a pipe (FIFO)"
+        )
     if hasattr(socket, "AF_UNIX") and len(str(tmp_path / "sock")) < 100:
         with socket.socket(socket.AF_UNIX) as s:
             s.bind(str(tmp_path / "sock"))
@@ -142,16 +146,33 @@ def test_resume_from_stdin_after_kill_9_skips_nothing(tiny, tmp_path):
     again: the saved windows are checked against stdin's lines as they pass, the rest embedded."""
     sentences = random_sentences(random.Random(4), 40)
     inp = write_lines(tmp_path / "in.txt", sentences)
-    flags = ["--all", "--options", str(tiny[0]), "--weights", str(tiny[1]), "--window", "8", "--batch-size", "4",
-             "--quiet"]
+    flags = [
+        "--all",
+        "--options",
+        str(tiny[0]),
+        "--weights",
+        str(tiny[1]),
+        "--window",
+        "8",
+        "--batch-size",
+        "4",
+        "--quiet",
+    ]
     assert cli("embed", inp, tmp_path / "want.h5", *flags)[0] == 0
     out = tmp_path / "o.h5"
     cmd = [sys.executable, str(SUPPORT / "sigkill_at.py"), "embed", "-", str(out), *flags, "--resume"]
-    killed = subprocess.run(cmd, input=inp.read_bytes(), capture_output=True, timeout=300,
-                            env={**ENV, KILL_HOOK: f"0:window:2:{tmp_path / 'killed-once'}"})
+    killed = subprocess.run(
+        cmd,
+        input=inp.read_bytes(),
+        capture_output=True,
+        timeout=300,
+        env={**ENV, KILL_HOOK: f"0:window:2:{tmp_path / 'killed-once'}"},
+    )
     assert killed.returncode == -9, killed.stderr.decode()
-    assert sorted(p.name for p in (tmp_path / "o.h5.partial").glob("shard-*.h5")) == ["shard-000000.h5",
-                                                                                      "shard-000008.h5"]
+    assert sorted(p.name for p in (tmp_path / "o.h5.partial").glob("shard-*.h5")) == [
+        "shard-000000.h5",
+        "shard-000008.h5",
+    ]
     resumed = subprocess.run(cmd, input=inp.read_bytes(), capture_output=True, timeout=300, env=ENV)
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert_same_output(out, tmp_path / "want.h5", "resumed from stdin")
@@ -165,8 +186,14 @@ def test_a_finished_output_of_another_run_with_stdin_is_refused_with_what_to_do(
     read, write = os.pipe()
     os.write(write, b"a b\nc\nd\n")
     os.close(write)
-    with open(read, "rb") as stdin, pytest.raises(ValueError, match=r"was made by another run \(.*\), and \d+ cannot "
-                                                                    r"be read twice; remove .*o.h5 to embed it"):
+    with (
+        open(read, "rb") as stdin,
+        pytest.raises(
+            ValueError,
+            match=r"was made by another run \(.*\), and \d+ cannot "
+            r"be read twice; remove .*o.h5 to embed it",
+        ),
+    ):
         embedder.embed_file(stdin, out, progress=False, resume=True, overwrite=True)
 
 
@@ -193,16 +220,21 @@ _DEV_ZERO = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/zero") or not sys.platform.startswith("linux"),
-                    reason="needs /dev/zero and /proc/self/status (Linux)")
+@pytest.mark.skipif(
+    not os.path.exists("/dev/zero") or not sys.platform.startswith("linux"),
+    reason="needs /dev/zero and /proc/self/status (Linux)",
+)
 @pytest.mark.parametrize("limit", [1_000_000, 10_000_000])
 def test_dev_zero_is_an_error_naming_the_line_fast_and_in_little_memory(limit):
-    r = subprocess.run([sys.executable, "-c", _DEV_ZERO, "/dev/zero", str(limit)], capture_output=True, text=True,
-                       timeout=120, env=ENV)
+    r = subprocess.run(
+        [sys.executable, "-c", _DEV_ZERO, "/dev/zero", str(limit)], capture_output=True, text=True, timeout=120, env=ENV
+    )
     assert r.returncode == 0, r.stderr
     seconds, grown, message = r.stdout.strip().split(" ", 2)
-    assert message == (f"/dev/zero: line 1 is longer than {limit:,} characters (one line holds one sentence; is this "
-                       f"the right file?); pass a larger max_line_length if it is meant")
+    assert message == (
+        f"/dev/zero: line 1 is longer than {limit:,} characters (one line holds one sentence; is this "
+        f"the right file?); pass a larger max_line_length if it is meant"
+    )
     assert float(seconds) < 2.0, r.stdout  # measured ~0.01 s (1 M) and ~0.1 s (10 M) on an idle machine
     assert int(grown) < 20 * limit + (64 << 20), r.stdout  # a few bytes a character, not the line's unbounded growth
 
@@ -225,14 +257,27 @@ def test_an_endless_line_from_a_fifo_stops_the_cli_with_its_line_number(tiny, tm
     feeder = threading.Thread(target=endless, daemon=True)
     feeder.start()
     start = time.perf_counter()
-    code, err = cli("embed", fifo, tmp_path / "o.h5", "--all", "--options", tiny[0], "--weights", tiny[1],
-                    "--max-line-length", "100000", "--quiet")
+    code, err = cli(
+        "embed",
+        fifo,
+        tmp_path / "o.h5",
+        "--all",
+        "--options",
+        tiny[0],
+        "--weights",
+        tiny[1],
+        "--max-line-length",
+        "100000",
+        "--quiet",
+    )
     elapsed = time.perf_counter() - start
     stop.set()
     feeder.join(timeout=60)
     assert code == 2, err
-    assert err.strip() == (f"elmo-fast: error: {fifo}: line 3 is longer than 100,000 characters (one line holds one "
-                           f"sentence; is this the right file?); pass a larger --max-line-length if it is meant")
+    assert err.strip() == (
+        f"elmo-fast: error: {fifo}: line 3 is longer than 100,000 characters (one line holds one "
+        f"sentence; is this the right file?); pass a larger --max-line-length if it is meant"
+    )
     assert elapsed < 10, elapsed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fifo"]
 
@@ -265,14 +310,26 @@ def test_the_progress_count_gives_up_on_a_line_over_the_limit(tmp_path):
 
 # --- the output's path ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("resume", [False, True])
 def test_an_output_name_of_any_legal_length_is_written(tiny, tmp_path, resume):
     """250 bytes (NAME_MAX is 255): the temporary names, the lock and the work area beside it are
     shortened to fit, and nothing of theirs stays."""
     inp = write_lines(tmp_path / "in.txt", ["a b", "c d e"])
     out = tmp_path / ("z" * 247 + ".h5")
-    code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1], "--quiet",
-                    *(["--resume"] if resume else []), "--use-sentence-keys")
+    code, err = cli(
+        "embed",
+        inp,
+        out,
+        "--all",
+        "--options",
+        tiny[0],
+        "--weights",
+        tiny[1],
+        "--quiet",
+        *(["--resume"] if resume else []),
+        "--use-sentence-keys",
+    )
     assert code == 0, err
     with h5py.File(out, "r") as f:
         assert f["a b"].shape[1] == 2 and f["c d e"].shape[1] == 3
@@ -294,14 +351,18 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
         code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1])
         elapsed = time.perf_counter() - start
         assert code == 1, err
-        assert err.count("\n") == 1 and err.startswith(f"elmo-fast: error: cannot write {out}: file name too long ("), err
+        assert err.count("\n") == 1 and err.startswith(f"elmo-fast: error: cannot write {out}: file name too long ("), (
+            err
+        )
         assert elapsed < 0.5, elapsed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
     code, err = cli("embed", inp, tmp_path, "--all", "--options", tiny[0], "--weights", tiny[1])
     assert code == 1 and err == f"elmo-fast: error: cannot write {tmp_path}: the output is a folder\n", err
     code, err = cli("embed", inp, tmp_path / "missing" / "o.h5", "--all", "--options", tiny[0], "--weights", tiny[1])
-    assert code == 1 and err == (f"elmo-fast: error: cannot write {tmp_path / 'missing' / 'o.h5'}: its folder "
-                                 f"{tmp_path / 'missing'} does not exist\n"), err
+    assert code == 1 and err == (
+        f"elmo-fast: error: cannot write {tmp_path / 'missing' / 'o.h5'}: its folder "
+        f"{tmp_path / 'missing'} does not exist\n"
+    ), err
     if os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
         ro.mkdir()

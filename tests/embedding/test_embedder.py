@@ -1,4 +1,5 @@
 """ElmoEmbedder and embed_file: allennlp's API and HDF5 layout."""
+
 import json
 
 import h5py
@@ -7,8 +8,12 @@ import pytest
 
 from elmo_fast import ElmoEmbedder, ElmoFastError, InputError
 
-SENTENCES = ["The cat sat on the mat .", "Hello !", "A much longer sentence , with commas , runs on and on here .",
-             "über 東京 👨\u200d👩\u200d👧"]
+SENTENCES = [
+    "The cat sat on the mat .",
+    "Hello !",
+    "A much longer sentence , with commas , runs on and on here .",
+    "über 東京 👨\u200d👩\u200d👧",
+]
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +153,11 @@ def test_allennlp_device_conventions(random_models):
     if torch.cuda.is_available():
         assert ElmoEmbedder(*files, 0).device == ElmoEmbedder(*files, cuda_device=0).device == torch.device("cuda:0")
     else:
-        for make in (lambda: ElmoEmbedder(*files, 0), lambda: ElmoEmbedder(*files, cuda_device=1),
-                     lambda: Elmo(*files, 1, device=0)):
+        for make in (
+            lambda: ElmoEmbedder(*files, 0),
+            lambda: ElmoEmbedder(*files, cuda_device=1),
+            lambda: Elmo(*files, 1, device=0),
+        ):
             with pytest.raises(ElmoFastError, match=r"device 'cuda:[01]' requested, but torch sees no CUDA GPU"):
                 make()
     with pytest.raises(ElmoFastError, match=r"invalid device -2: as an int, -1 is the CPU and N >= 0 the GPU cuda:N"):

@@ -2,17 +2,18 @@
 batch that runs out of GPU memory split until it fits.
 
 On a GPU only ("cuda" target, tests/support/cuda_targets.py: skips, saying why, without one); TF32 off."""
+
 import random
 
 import numpy as np
 import pytest
 import torch
-
 from bilm_cases import sentences
 from cuda_targets import exact_fp32  # noqa: F401  (autouse: TF32 off)
+from tolerances import assert_close
+
 from elmo_fast import ElmoEmbedder
 from elmo_fast.errors import InputError
-from tolerances import assert_close
 
 
 def test_embedder_on_cuda_plans_on_the_host(cuda_target, random_models):

@@ -2,6 +2,7 @@
 after it (size, SHA-256), the manifest and the records carry their own check, and the assembled output
 is checked before its rename. Whatever is damaged is redone, with a note on stderr; the resumed output
 equals a clean run's, dataset for dataset, bit for bit."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,10 @@ import random
 import h5py
 import numpy as np
 import pytest
+from embed_runs import Killed, _kill_at, random_sentences, write_lines
 
 from elmo_fast import ElmoEmbedder
 from elmo_fast.embedding import shard_records, work_area, writers
-from embed_runs import Killed, _kill_at, random_sentences, write_lines
 
 WINDOW = 6
 N_SENTENCES = 27  # windows of 6: shards at 0, 6, 12, 18, 24
@@ -72,9 +73,10 @@ DAMAGE = {
     "bytes flipped in a shard's vectors": lambda w: flip_a_byte(w / "shard-000012.h5", 0.6),
     "shard deleted": lambda w: (w / "shard-000000.h5").unlink(),
     "completion record deleted": lambda w: (w / "shard-000018.h5.done").unlink(),
-    "completion record not JSON": lambda w: (w / "shard-000006.h5.done").write_text("{\"shard\": \"shard-0"),
+    "completion record not JSON": lambda w: (w / "shard-000006.h5.done").write_text('{"shard": "shard-0'),
     "completion record edited": lambda w: (w / "shard-000012.h5.done").write_text(
-        (w / "shard-000012.h5.done").read_text().replace('"n": 6', '"n": 5')),
+        (w / "shard-000012.h5.done").read_text().replace('"n": 6', '"n": 5')
+    ),
 }
 
 
@@ -120,8 +122,11 @@ def test_without_resume_a_damaged_work_area_is_still_refused(embedder, clean, tm
     out = tmp_path / "o.h5"
     work = interrupted(embedder, inp, out, monkeypatch)
     (work / work_area.MANIFEST).write_text("garbage")
-    with pytest.raises(ValueError, match=r"holds an interrupted run \(4 window\(s\) done, its manifest damaged\); "
-                                         r"pass resume=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds an interrupted run \(4 window\(s\) done, its manifest damaged\); "
+        r"pass resume=True",
+    ):
         embedder.embed_file(inp, out, window=WINDOW, progress=False)
 
 
@@ -143,8 +148,9 @@ def test_a_stateful_run_keeps_only_the_unbroken_start(random_models, tmp_path, m
     assert_identical(out, tmp_path / "want.h5")
 
 
-def test_an_assembled_output_that_does_not_match_its_record_is_assembled_again(embedder, clean, tmp_path,
-                                                                               monkeypatch, capsys):
+def test_an_assembled_output_that_does_not_match_its_record_is_assembled_again(
+    embedder, clean, tmp_path, monkeypatch, capsys
+):
     """Killed after the output was assembled and recorded, before its rename: the next run checks it."""
     from elmo_fast import durable
 

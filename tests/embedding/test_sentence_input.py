@@ -1,6 +1,7 @@
 """The Python API takes any sequence of str as a sentence (lists, tuples, numpy arrays of str, iterators)
 and any sequence of those as a batch (2-D arrays of str included), at every entry point, through one
 check (elmo_fast/sentences.py); anything else is a one-line error saying what was expected and found."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -65,8 +66,10 @@ def test_a_batch_in_any_form_at_every_entry_point(embedder, random_models, manyl
     want_ml = ml.sents2elmo([TOKENS, OTHER])
     for got, want in zip(ml.sents2elmo(batch()), want_ml):
         np.testing.assert_array_equal(got, want)
-    assert torch.equal(ElmoBiLm(model_dir=manylangs_dir).batch_to_ids(batch()),
-                       ElmoBiLm(model_dir=manylangs_dir).batch_to_ids([TOKENS, OTHER]))
+    assert torch.equal(
+        ElmoBiLm(model_dir=manylangs_dir).batch_to_ids(batch()),
+        ElmoBiLm(model_dir=manylangs_dir).batch_to_ids([TOKENS, OTHER]),
+    )
 
 
 def test_a_rectangular_2d_array_is_a_batch_of_its_rows(embedder):
@@ -78,13 +81,18 @@ def test_a_rectangular_2d_array_is_a_batch_of_its_rows(embedder):
 
 
 BAD_SENTENCES = {
-    "a string": ("The cat sat", r"^sentence: expected a sequence of tokens \(a list, a tuple or a 1-D numpy array of "
-                                r"str\), found a string 'The cat sat'; split it first, e.g. \['The', 'cat', 'sat'\]$"),
+    "a string": (
+        "The cat sat",
+        r"^sentence: expected a sequence of tokens \(a list, a tuple or a 1-D numpy array of "
+        r"str\), found a string 'The cat sat'; split it first, e.g. \['The', 'cat', 'sat'\]$",
+    ),
     "int tokens": ([1, 2], r"^sentence\[0\]: expected a str, found int 1$"),
     "None token": (["a", None], r"^sentence\[1\]: expected a str, found NoneType None$"),
     "bytes tokens": ([b"a"], r"^sentence\[0\]: expected a str, found a bytes b'a'$"),
-    "2-D array": (np.array([["a", "b"], ["c", "d"]]),
-                  r"^sentence: expected a sequence of tokens .*, found a 2-D numpy array of <U1 \(shape \(2, 2\)\)$"),
+    "2-D array": (
+        np.array([["a", "b"], ["c", "d"]]),
+        r"^sentence: expected a sequence of tokens .*, found a 2-D numpy array of <U1 \(shape \(2, 2\)\)$",
+    ),
     "numbers array": (np.arange(3.0), r"found a 1-D numpy array of float64 \(shape \(3,\)\)$"),
     "bytes array": (np.array([b"a"]), r"^sentence\[0\]: expected a str, found a bytes b'a'$"),
     "a set": ({"a", "b"}, r"^sentence: expected a sequence of tokens .*, found set "),
@@ -99,21 +107,32 @@ def test_what_is_not_a_sentence_is_one_line_saying_so(embedder, case):
     value, message = BAD_SENTENCES[case]
     with pytest.raises(SentenceTypeError, match=message) as info:
         embedder.embed_sentence(value)
-    assert isinstance(info.value, InputError) and isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    assert (
+        isinstance(info.value, InputError) and isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    )
     assert "\n" not in str(info.value)
     assert "truth value" not in str(info.value)
 
 
 @pytest.mark.parametrize("call", ["batch_to_ids", "embed_batch", "sents2elmo", "Elmo.batch_to_ids"])
 def test_what_is_not_a_batch_is_one_line_saying_so(embedder, random_models, manylangs_dir, call):
-    f = {"batch_to_ids": batch_to_ids, "embed_batch": embedder.embed_batch,
-         "sents2elmo": lambda b: Embedder(manylangs_dir).sents2elmo(b),
-         "Elmo.batch_to_ids": Elmo(*random_models("tiny"), num_output_representations=1).batch_to_ids}[call]
-    with pytest.raises(SentenceTypeError, match=r": expected a batch of sentences, each a sequence of tokens "
-                                                r"\(e.g. \[\['Hello', 'world'\]\]\), found a str 'a b'$"):
+    f = {
+        "batch_to_ids": batch_to_ids,
+        "embed_batch": embedder.embed_batch,
+        "sents2elmo": lambda b: Embedder(manylangs_dir).sents2elmo(b),
+        "Elmo.batch_to_ids": Elmo(*random_models("tiny"), num_output_representations=1).batch_to_ids,
+    }[call]
+    with pytest.raises(
+        SentenceTypeError,
+        match=r": expected a batch of sentences, each a sequence of tokens "
+        r"\(e.g. \[\['Hello', 'world'\]\]\), found a str 'a b'$",
+    ):
         f("a b")
-    with pytest.raises(SentenceTypeError, match=r"\[0\]: expected a sentence, a sequence of tokens, found a str 'a'; "
-                                                r"a batch is a list of sentences, each a list of tokens"):
+    with pytest.raises(
+        SentenceTypeError,
+        match=r"\[0\]: expected a sentence, a sequence of tokens, found a str 'a'; "
+        r"a batch is a list of sentences, each a list of tokens",
+    ):
         f(["a", "b"])  # one sentence where a batch was expected
     with pytest.raises(SentenceTypeError, match=r"\[1\]\[0\]: expected a str, found int 3$"):
         f([["a"], [3]])

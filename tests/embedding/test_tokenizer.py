@@ -1,4 +1,5 @@
 """elmo_fast.tokenizer: PTB / 1B-Word-Benchmark style tokens and a rule-based sentence splitter."""
+
 from __future__ import annotations
 
 import doctest
@@ -128,8 +129,7 @@ def test_doctests():
 
 SENTENCE_CASES = [
     ("One. Two! Three? Four", ["One.", "Two!", "Three?", "Four"]),
-    ("Dr. Smith arrived at 5 p.m. on Monday. He was late.",
-     ["Dr. Smith arrived at 5 p.m. on Monday.", "He was late."]),
+    ("Dr. Smith arrived at 5 p.m. on Monday. He was late.", ["Dr. Smith arrived at 5 p.m. on Monday.", "He was late."]),
     ("J. R. R. Tolkien wrote it. It sold.", ["J. R. R. Tolkien wrote it.", "It sold."]),
     ("Use a tool, e.g. Python. Or not.", ["Use a tool, e.g. Python.", "Or not."]),
     ("See No. 5 and Fig. 3 there.", ["See No. 5 and Fig. 3 there."]),
@@ -144,8 +144,7 @@ SENTENCE_CASES = [
     ("Para one\n\nPara two.", ["Para one", "Para two."]),
     ("Bis 1.\n  \nBis 2.", ["Bis 1.", "Bis 2."]),
     ("Привет. Как дела?", ["Привет.", "Как дела?"]),
-    ("To bathe; to take a bath. \"They bathe in summer.\"",
-     ["To bathe; to take a bath.", '"They bathe in summer."']),
+    ('To bathe; to take a bath. "They bathe in summer."', ["To bathe; to take a bath.", '"They bathe in summer."']),
 ]
 
 
@@ -180,10 +179,42 @@ def test_property_sentences_cover_the_text(text):
     assert "".join("".join(sents).split()) == "".join(text.split())
 
 
-_words = st.lists(st.sampled_from(
-    ["the", "cat", "John", "'s", "do", "n't", ",", ".", "U.S.", "3.14", "1,000", "e.g.", '"', "(", ")",
-     "state-of-the-art", "Москва", "...", "--", "``", "''", "?", "!", "Dr.", "it", "'re", "$", "%"]),
-    min_size=1, max_size=30)
+_words = st.lists(
+    st.sampled_from(
+        [
+            "the",
+            "cat",
+            "John",
+            "'s",
+            "do",
+            "n't",
+            ",",
+            ".",
+            "U.S.",
+            "3.14",
+            "1,000",
+            "e.g.",
+            '"',
+            "(",
+            ")",
+            "state-of-the-art",
+            "Москва",
+            "...",
+            "--",
+            "``",
+            "''",
+            "?",
+            "!",
+            "Dr.",
+            "it",
+            "'re",
+            "$",
+            "%",
+        ]
+    ),
+    min_size=1,
+    max_size=30,
+)
 
 
 @given(_words)
@@ -197,8 +228,29 @@ def test_property_idempotent_on_token_sequences(words):
 # ---- the rules as one plain pattern (tests/support/tokenizer_spec.py), and linear time ----------
 
 _SPEC_PIECES = list("aAbZ1.9,+-@/&:'\u2019`()\".!?h@+.-_$") + [
-    "http://", "www.", "ftp://", "n't", "'s", "Dr", "e.g", "U.S", "Ph.D", "\u00df", "\u00e9", "\u0301",
-    "\U0001D167", "x@y.com", ".)", "..", "--", "``", "''", "\u0915\u093f", "\u2026", "\u201d"]
+    "http://",
+    "www.",
+    "ftp://",
+    "n't",
+    "'s",
+    "Dr",
+    "e.g",
+    "U.S",
+    "Ph.D",
+    "\u00df",
+    "\u00e9",
+    "\u0301",
+    "\U0001d167",
+    "x@y.com",
+    ".)",
+    "..",
+    "--",
+    "``",
+    "''",
+    "\u0915\u093f",
+    "\u2026",
+    "\u201d",
+]
 
 
 def test_rules_equal_the_one_pattern_specification_on_random_chunks():
@@ -225,11 +277,26 @@ def test_property_rules_equal_the_specification(chunk):
 # Shapes on which a rule used to rescan what it had scanned (quadratic: "+a" * 4,000 took 1.6 s),
 # and shapes of one long token or of a million one-character tokens.
 _HOSTILE = {
-    "plus-letters": "+a", "plus-letters-at-end": None, "url-then-dots": None, "dots-letters": ".a",
-    "addresses": "a@b.", "at-letters": "a@", "plus-at": "+@", "mixed": "a.+b-c@", "closers": ".)",
-    "punctuation": "!?;(", "apostrophes": "'a", "clitics": "a's", "initials": "A.", "abbreviations": "Dr.",
-    "digits-commas": "1,", "slashes": "/a", "urls": "(http://a", "one-word": "a", "marks": "a\u0301",
-    "astral-marks": "\U0001D167a",
+    "plus-letters": "+a",
+    "plus-letters-at-end": None,
+    "url-then-dots": None,
+    "dots-letters": ".a",
+    "addresses": "a@b.",
+    "at-letters": "a@",
+    "plus-at": "+@",
+    "mixed": "a.+b-c@",
+    "closers": ".)",
+    "punctuation": "!?;(",
+    "apostrophes": "'a",
+    "clitics": "a's",
+    "initials": "A.",
+    "abbreviations": "Dr.",
+    "digits-commas": "1,",
+    "slashes": "/a",
+    "urls": "(http://a",
+    "one-word": "a",
+    "marks": "a\u0301",
+    "astral-marks": "\U0001d167a",
 }
 
 

@@ -4,6 +4,7 @@ The fixtures in tests/fixtures/tf_checkpoints/ were written once by TensorFlow 2
 (tests/fixtures/recorders/record_tf_checkpoints.py, which also saved every array as bilm-tf's
 dump_weights would write it, in expected.npz): these tests need no TensorFlow.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from repo_paths import FIXTURES, REPO
 
 from elmo_fast import ElmoEmbedder
 from elmo_fast.convert import OUTPUT_FILES, convert
@@ -26,10 +28,9 @@ from elmo_fast.durable import WriteError
 from elmo_fast.errors import ModelFileError
 from elmo_fast.formats.bilm_tf import expected_datasets, load_model_files, load_options
 from elmo_fast.formats.crc32c import _loop, crc32c, masked, unmasked
+from elmo_fast.formats.random_models import write_model
 from elmo_fast.formats.sstable import MAGIC, read_table
 from elmo_fast.formats.tf_checkpoint import TensorBundle, read_checkpoint_state
-from elmo_fast.formats.random_models import write_model
-from repo_paths import FIXTURES, REPO
 
 FIX = FIXTURES / "tf_checkpoints"
 RUN, HUB, VOCAB = FIX / "bilm_tf_run", FIX / "hub_module", FIX / "vocab.txt"
@@ -43,14 +44,15 @@ def expected():
 
 
 def _arrays(expected, prefix):
-    return {k[len(prefix):]: v for k, v in expected.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in expected.items() if k.startswith(prefix)}
 
 
 def _hdf5(path):
     with h5py.File(path, "r") as f:
         out = {}
-        f.visititems(lambda name, obj: out.__setitem__(name, (obj[...], obj.dtype)) if isinstance(obj, h5py.Dataset)
-                     else None)
+        f.visititems(
+            lambda name, obj: out.__setitem__(name, (obj[...], obj.dtype)) if isinstance(obj, h5py.Dataset) else None
+        )
     return out
 
 
@@ -59,6 +61,7 @@ def _embed(options, weights):
 
 
 # ---- CRC-32C and the table format ----------------------------------------------------------------
+
 
 def test_crc32c_standard_values_lanes_and_extension():
     assert crc32c(b"123456789") == 0xE3069283
@@ -108,14 +111,16 @@ def rewrite_index(prefix, out_prefix, rename=lambda k: k):
     write_table(str(out_prefix) + ".index", sorted(renamed))
     for shard in Path(prefix).parent.glob(Path(prefix).name + ".data-*"):
         if Path(prefix) != Path(out_prefix):
-            shutil.copy(shard, Path(out_prefix).parent / (Path(out_prefix).name + shard.name[len(Path(prefix).name):]))
+            shutil.copy(shard, Path(out_prefix).parent / (Path(out_prefix).name + shard.name[len(Path(prefix).name) :]))
 
 
 def test_table_written_here_reads_back_and_a_real_index_reads_whole():
     rows = read_table(RUN / "model.ckpt-3.index")
     assert rows[0][0] == b"" and [k for k, _ in rows] == sorted(k for k, _ in rows)
     bundle = TensorBundle(RUN / "model.ckpt-3")
-    assert bundle.num_shards == 1 and len(bundle.entries) == 64  # 29 weights + 2 softmax, their Adagrad slots, 2 scalars
+    assert (
+        bundle.num_shards == 1 and len(bundle.entries) == 64
+    )  # 29 weights + 2 softmax, their Adagrad slots, 2 scalars
     assert float(bundle.read("global_step")) == 3.0  # bilm-tf's float32 global step, after 3 steps
 
 
@@ -125,7 +130,7 @@ def test_every_weight_dtype_reads_as_tensorflow_wrote_it(expected):
         got, want = bundle.read(name), expected[f"dtypes/{name}"]
         assert got.shape == want.shape and np.array_equal(got, want), name
     assert bundle.read("f16").dtype == np.float16 and bundle.read("bf16").dtype == np.float32  # bfloat16 widened
-    assert bundle.read("i64")[2] == 2 ** 40
+    assert bundle.read("i64")[2] == 2**40
 
 
 def test_checkpoint_state_file():
@@ -134,6 +139,7 @@ def test_checkpoint_state_file():
 
 
 # ---- conversions ---------------------------------------------------------------------------------
+
 
 def test_bilm_tf_run_converts_to_dump_weights_datasets_softmax_and_vocab(expected, tmp_path):
     out = tmp_path / "model"
@@ -179,8 +185,10 @@ def test_step_picks_an_earlier_checkpoint(expected, tmp_path):
 def test_checkpoint_paths_of_another_machine_and_flags_over_options(expected, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
-    (run / "checkpoint").write_text('model_checkpoint_path: "C:\\\\runs\\\\elmo\\\\model.ckpt-2"\n'
-                                    'all_model_checkpoint_paths: "C:\\\\runs\\\\elmo\\\\model.ckpt-2"\n')
+    (run / "checkpoint").write_text(
+        'model_checkpoint_path: "C:\\\\runs\\\\elmo\\\\model.ckpt-2"\n'
+        'all_model_checkpoint_paths: "C:\\\\runs\\\\elmo\\\\model.ckpt-2"\n'
+    )
     lines = []
     convert(run, tmp_path / "m", cell_clip=5.0, log=lines.append)
     assert np.array_equal(_hdf5(tmp_path / "m" / "weights.hdf5")["char_embed"][0], expected["step2/char_embed"])
@@ -229,6 +237,7 @@ def test_variable_names_of_other_tensorflow_versions():
 
 # ---- bad sources: one line naming the file, OUT_DIR untouched ------------------------------------
 
+
 def _copy_run(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
@@ -260,15 +269,23 @@ def _damage(kind, run):
         _flip(shard, entry.offset + 7)
         return r"model\.ckpt-3\.data-00000-of-00001: checksum mismatch in tensor 'lm/CNN_proj/W_proj' .*damaged"
     if kind == "unknown names":
-        rewrite_index(run / "model.ckpt-3", run / "model.ckpt-3",
-                      lambda k: k.replace("lm/CNN_proj/b_proj", "lm/CNN_proj/bias_proj"))
-        return r"model\.ckpt-3\.index: 2 variable\(s\) of no ELMo biLM: 'lm/CNN_proj/bias_proj', .*expected only bilm-tf's"
+        rewrite_index(
+            run / "model.ckpt-3",
+            run / "model.ckpt-3",
+            lambda k: k.replace("lm/CNN_proj/b_proj", "lm/CNN_proj/bias_proj"),
+        )
+        return (
+            r"model\.ckpt-3\.index: 2 variable\(s\) of no ELMo biLM: 'lm/CNN_proj/bias_proj', .*expected only bilm-tf's"
+        )
     if kind == "another model":
         rewrite_index(run / "model.ckpt-3", run / "model.ckpt-3", lambda k: k.replace("lm/", "bert/encoder/"))
         return r"model\.ckpt-3\.index: holds no ELMo biLM: expected 'lm/char_embed' .* found 'bert/encoder/"
     if kind == "missing tensor":
-        rewrite_index(run / "model.ckpt-3", run / "model.ckpt-3",
-                      lambda k: None if k.startswith("lm/RNN_1/rnn/multi_rnn_cell/cell_1/") else k)
+        rewrite_index(
+            run / "model.ckpt-3",
+            run / "model.ckpt-3",
+            lambda k: None if k.startswith("lm/RNN_1/rnn/multi_rnn_cell/cell_1/") else k,
+        )
         return r"model\.ckpt-3\.index: the forward LSTM \(RNN_0\) has 2 layer\(s\), the backward one \(RNN_1\) 1"
     if kind == "options of another model":
         options = json.loads((run / "options.json").read_text())
@@ -288,9 +305,20 @@ def _damage(kind, run):
     raise AssertionError(kind)
 
 
-BAD = ["missing shard", "truncated index", "index flipped byte", "truncated shard", "shard flipped byte",
-       "unknown names", "another model", "missing tensor", "options of another model",
-       "checkpoint names a missing one", "empty folder", "vocabulary of another run"]
+BAD = [
+    "missing shard",
+    "truncated index",
+    "index flipped byte",
+    "truncated shard",
+    "shard flipped byte",
+    "unknown names",
+    "another model",
+    "missing tensor",
+    "options of another model",
+    "checkpoint names a missing one",
+    "empty folder",
+    "vocabulary of another run",
+]
 
 
 @pytest.mark.parametrize("kind", BAD)
@@ -342,9 +370,11 @@ def test_existing_outputs_need_overwrite_and_a_failed_write_leaves_nothing(tmp_p
 
 # ---- the command line ----------------------------------------------------------------------------
 
+
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def test_cli_converts_and_finetune_continues_the_run(tmp_path, capsys):
@@ -355,16 +385,32 @@ def test_cli_converts_and_finetune_continues_the_run(tmp_path, capsys):
     assert sorted(os.listdir(out)) == ["options.json", "softmax.hdf5", "vocab.txt", "weights.hdf5"]
     text = tmp_path / "text.txt"
     text.write_text("the ELMo of a run .\nand to the fog , in a .\n" * 4)
-    r = run_cli("finetune", "--model-dir", out, "--train", text, "--out", tmp_path / "ft", "--max-steps", 2,
-                "--batch-size", 4, "--negative-samples", 4, "--quiet")
+    r = run_cli(
+        "finetune",
+        "--model-dir",
+        out,
+        "--train",
+        text,
+        "--out",
+        tmp_path / "ft",
+        "--max-steps",
+        2,
+        "--batch-size",
+        4,
+        "--negative-samples",
+        4,
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     assert "no softmax.hdf5" not in r.stderr  # it continued with the run's own softmax
     # refusals: one line, exit 2 (in-process: the same main() as the command)
     from elmo_fast.cli import main
 
-    for args, message in (([RUN, out], "weights.hdf5 already exists; pass --overwrite to replace it"),
-                          ([tmp_path / "nothing", tmp_path / "o2"], "nothing: not found"),
-                          ([RUN, tmp_path / "o3", "--step", "9"], "--step 9: ")):
+    for args, message in (
+        ([RUN, out], "weights.hdf5 already exists; pass --overwrite to replace it"),
+        ([tmp_path / "nothing", tmp_path / "o2"], "nothing: not found"),
+        ([RUN, tmp_path / "o3", "--step", "9"], "--step 9: "),
+    ):
         assert main(["convert", *map(str, args)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("elmo-fast: error: ") and message in err, err
@@ -380,13 +426,12 @@ class Block:
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
 from elmo_fast.convert import convert
-convert({str(RUN)!r}, {str(tmp_path / 'o')!r}, vocab={str(VOCAB)!r})
-convert({str(HUB)!r}, {str(tmp_path / 'h')!r})
+convert({str(RUN)!r}, {str(tmp_path / "o")!r}, vocab={str(VOCAB)!r})
+convert({str(HUB)!r}, {str(tmp_path / "h")!r})
 print(sorted(m for m in sys.modules if m.split('.')[0] in ("tensorflow", "google")))
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
-
 
 
 def test_the_converter_needs_only_files_and_formats():

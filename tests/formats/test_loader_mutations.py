@@ -15,6 +15,7 @@ the mutation that caused it (the child announces each mutation on stderr before 
 
 Run by hand: ``python tests/formats/test_loader_mutations.py [FIXTURE_DIR]`` (the child's entry point).
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,6 +42,7 @@ CHILD_TIMEOUT_S = 150
 
 
 # ---- the mutations ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Mutation:
@@ -108,22 +110,43 @@ def load_base(options_path: Path, weights_path: Path) -> Base:
     with h5py.File(weights_path, "r") as f:
         f.visititems(visit)
     text = Path(options_path).read_bytes()
-    return Base(Path(options_path), Path(weights_path), json.loads(text), text, layout, sorted(groups),
-                load_options(options_path), arrays)
+    return Base(
+        Path(options_path),
+        Path(weights_path),
+        json.loads(text),
+        text,
+        layout,
+        sorted(groups),
+        load_options(options_path),
+        arrays,
+    )
 
 
 # Option keys by what the loader must accept for them. Shape-giving keys: only the file's own value
 # (a whole float of it too); anything else disagrees with the weights or is no size at all.
-_SHAPE_KEYS = {("lstm", "projection_dim"), ("lstm", "dim"), ("lstm", "n_layers"), ("char_cnn", "n_highway"),
-               ("char_cnn", "embedding", "dim")}
-_DEFAULTS = {("char_cnn", "activation"): ("activation", "relu"), ("char_cnn", "n_characters"): ("n_characters", 262),
-             ("char_cnn", "max_characters_per_token"): ("max_characters_per_token", 50),
-             ("lstm", "cell_clip"): ("cell_clip", None), ("lstm", "proj_clip"): ("proj_clip", None)}
+_SHAPE_KEYS = {
+    ("lstm", "projection_dim"),
+    ("lstm", "dim"),
+    ("lstm", "n_layers"),
+    ("char_cnn", "n_highway"),
+    ("char_cnn", "embedding", "dim"),
+}
+_DEFAULTS = {
+    ("char_cnn", "activation"): ("activation", "relu"),
+    ("char_cnn", "n_characters"): ("n_characters", 262),
+    ("char_cnn", "max_characters_per_token"): ("max_characters_per_token", 50),
+    ("lstm", "cell_clip"): ("cell_clip", None),
+    ("lstm", "proj_clip"): ("proj_clip", None),
+}
 
 
 def _int_like(v: Any) -> bool:
-    return (not isinstance(v, bool) and isinstance(v, (int, float)) and (isinstance(v, int) or math.isfinite(v))
-            and v == int(v))
+    return (
+        not isinstance(v, bool)
+        and isinstance(v, (int, float))
+        and (isinstance(v, int) or math.isfinite(v))
+        and v == int(v)
+    )
 
 
 def expected_option(path: tuple, value: Any, base: Base):
@@ -139,10 +162,12 @@ def expected_option(path: tuple, value: Any, base: Base):
     if path in _SHAPE_KEYS:
         return o if _int_like(value) and int(value) == original else None
     if path[:2] == ("char_cnn", "filters"):
+
         def same(v, orig):
             if isinstance(orig, list):
                 return isinstance(v, list) and len(v) == len(orig) and all(same(a, b) for a, b in zip(v, orig))
             return _int_like(v) and int(v) == orig
+
         return o if same(value, original) else None
     if path == ("char_cnn", "n_characters"):
         return replace(o, n_characters=int(value)) if _int_like(value) and int(value) in (261, 262) else None
@@ -189,17 +214,29 @@ def mutations(base: Base):
     names = sorted(base.layout)
     o = base.options
     values = st.one_of(
-        st.integers(-3, 300), st.sampled_from([0, 1, 2, 261, 262, 10**9, 10**12, 2**63, 10**18, 10**100, -10**12]),
-        st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e300, -0.0, 0.5, 3.0, 16.0, 64.0]),
-        st.booleans(), st.none(), st.text(max_size=6), st.sampled_from(["16", "relu", "tanh", "sigmoid", "3"]),
-        st.lists(st.integers(-2, 70), max_size=3), st.dictionaries(st.sampled_from(["dim", "a"]), st.integers(0, 20), max_size=2),
+        st.integers(-3, 300),
+        st.sampled_from([0, 1, 2, 261, 262, 10**9, 10**12, 2**63, 10**18, 10**100, -(10**12)]),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from([1e300, -0.0, 0.5, 3.0, 16.0, 64.0]),
+        st.booleans(),
+        st.none(),
+        st.text(max_size=6),
+        st.sampled_from(["16", "relu", "tanh", "sigmoid", "3"]),
+        st.lists(st.integers(-2, 70), max_size=3),
+        st.dictionaries(st.sampled_from(["dim", "a"]), st.integers(0, 20), max_size=2),
     )
 
     @st.composite
     def delete(draw):
         name = draw(st.sampled_from(names))
-        return Mutation("weights", "delete", name, "refuse", (name, "missing"),
-                        lambda op, wp: _replace_dataset(wp, name, lambda f, n, old: None))
+        return Mutation(
+            "weights",
+            "delete",
+            name,
+            "refuse",
+            (name, "missing"),
+            lambda op, wp: _replace_dataset(wp, name, lambda f, n, old: None),
+        )
 
     @st.composite
     def reshape(draw):
@@ -207,24 +244,42 @@ def mutations(base: Base):
         shape = base.layout[name][0]
         options = [shape + (1,), (1,) + shape, shape[:-1], (int(np.prod(shape)),), (0,) + shape[1:], ()]
         for i in range(len(shape)):
-            options += [shape[:i] + (shape[i] + 1,) + shape[i + 1:], shape[:i] + (max(shape[i] - 1, 0),) + shape[i + 1:]]
+            options += [
+                shape[:i] + (shape[i] + 1,) + shape[i + 1 :],
+                shape[:i] + (max(shape[i] - 1, 0),) + shape[i + 1 :],
+            ]
         options.append(tuple(reversed(shape)))
         new = draw(st.sampled_from([s for s in options if s != shape]))
         seed = draw(st.integers(0, 2**32 - 1))
-        return Mutation("weights", "reshape", f"{name} {shape} -> {new}", "refuse", (name, str(shape), str(new)),
-                        lambda op, wp: _replace_dataset(
-                            wp, name, lambda f, n, old: f.create_dataset(n, data=_random_array(np.random.default_rng(seed), new))))
+        return Mutation(
+            "weights",
+            "reshape",
+            f"{name} {shape} -> {new}",
+            "refuse",
+            (name, str(shape), str(new)),
+            lambda op, wp: _replace_dataset(
+                wp, name, lambda f, n, old: f.create_dataset(n, data=_random_array(np.random.default_rng(seed), new))
+            ),
+        )
 
-    refused_dtypes = {"int8": np.int8, "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "bool": np.bool_,
-                      "complex64": np.complex64, "complex128": np.complex128}
+    refused_dtypes = {
+        "int8": np.int8,
+        "int32": np.int32,
+        "int64": np.int64,
+        "uint8": np.uint8,
+        "bool": np.bool_,
+        "complex64": np.complex64,
+        "complex128": np.complex128,
+    }
 
     @st.composite
     def retype(draw):
         import h5py
 
         name = draw(st.sampled_from(names))
-        kind = draw(st.sampled_from(["float16", "float64", ">f4", *refused_dtypes, "bytes", "vlen str", "compound",
-                                     "enum"]))
+        kind = draw(
+            st.sampled_from(["float16", "float64", ">f4", *refused_dtypes, "bytes", "vlen str", "compound", "enum"])
+        )
         if kind in ("float16", "float64", ">f4"):
             # float types load as fp32: float64 and big-endian fp32 hold the same values exactly, float16 rounds
             stored = base.arrays[name].astype(kind)
@@ -233,6 +288,7 @@ def mutations(base: Base):
             def apply(op, wp):
                 _replace_dataset(wp, name, lambda f, n, old: f.create_dataset(n, data=stored))
                 return {**base.arrays, name: stored.astype(np.float32)}
+
             return Mutation("weights", "retype", f"{name} as {kind}", "load", apply=apply)
 
         def make(f, n, old):
@@ -245,32 +301,59 @@ def mutations(base: Base):
             elif kind == "compound":
                 f.create_dataset(n, data=np.zeros(old.shape, [("re", "f4"), ("im", "f4")]))
             else:
-                f.create_dataset(n, data=np.zeros(old.shape, np.int8), dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
-        return Mutation("weights", "retype", f"{name} as {kind}", "refuse", (name, "dtype"),
-                        lambda op, wp: _replace_dataset(wp, name, make))
+                f.create_dataset(
+                    n, data=np.zeros(old.shape, np.int8), dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1")
+                )
+
+        return Mutation(
+            "weights",
+            "retype",
+            f"{name} as {kind}",
+            "refuse",
+            (name, "dtype"),
+            lambda op, wp: _replace_dataset(wp, name, make),
+        )
 
     @st.composite
     def poison(draw):
         name = draw(st.sampled_from(names))
         size = int(np.prod(base.layout[name][0]))
         index = draw(st.integers(0, size - 1))
-        value, dtype = draw(st.sampled_from([(np.nan, np.float32), (np.inf, np.float32), (-np.inf, np.float32),
-                                             (np.nan, np.float16), (1e39, np.float64), (-1e300, np.float64)]))
+        value, dtype = draw(
+            st.sampled_from(
+                [
+                    (np.nan, np.float32),
+                    (np.inf, np.float32),
+                    (-np.inf, np.float32),
+                    (np.nan, np.float16),
+                    (1e39, np.float64),
+                    (-1e300, np.float64),
+                ]
+            )
+        )
 
         def make(f, n, old):
             new = old.astype(dtype)
             new.flat[index] = value
             f.create_dataset(n, data=new)
+
         says = (name, "NaN or Inf") if not np.isfinite(value) else (name, "too large for float32")
-        return Mutation("weights", "poison", f"{name}.flat[{index}] = {value} ({np.dtype(dtype).name})", "refuse",
-                        says, lambda op, wp: _replace_dataset(wp, name, make))
+        return Mutation(
+            "weights",
+            "poison",
+            f"{name}.flat[{index}] = {value} ({np.dtype(dtype).name})",
+            "refuse",
+            says,
+            lambda op, wp: _replace_dataset(wp, name, make),
+        )
 
     @st.composite
     def structure(draw):
         import h5py
 
-        how = draw(st.sampled_from(["group for dataset", "dataset for group", "dangling link", "unwritten",
-                                    "null dataspace"]))
+        how = draw(
+            st.sampled_from(["group for dataset", "dataset for group", "dangling link", "unwritten", "null dataspace"])
+        )
         if how == "dataset for group":
             group = draw(st.sampled_from(base.groups))
 
@@ -278,6 +361,7 @@ def mutations(base: Base):
                 with h5py.File(wp, "r+") as f:
                     del f[group]
                     f.create_dataset(group, data=np.ones(3, np.float32))
+
             # the first expected dataset under it is reported missing
             return Mutation("weights", "structure", f"{how} {group}", "refuse", (group + "/", "missing"), apply)
         name = draw(st.sampled_from(names))
@@ -292,10 +376,16 @@ def mutations(base: Base):
                 f.create_dataset(n, shape=shape, dtype="f4")
             else:
                 f.create_dataset(n, shape=None, dtype="f4")
-        says = {"group for dataset": (name, "group"), "dangling link": (name, "missing"),
-                "unwritten": (name, "no stored values"), "null dataspace": (name, "no shape")}[how]
-        return Mutation("weights", "structure", f"{how} {name}", "refuse", says,
-                        lambda op, wp: _replace_dataset(wp, name, make))
+
+        says = {
+            "group for dataset": (name, "group"),
+            "dangling link": (name, "missing"),
+            "unwritten": (name, "no stored values"),
+            "null dataspace": (name, "no shape"),
+        }[how]
+        return Mutation(
+            "weights", "structure", f"{how} {name}", "refuse", says, lambda op, wp: _replace_dataset(wp, name, make)
+        )
 
     @st.composite
     def extra(draw):
@@ -317,6 +407,7 @@ def mutations(base: Base):
                 else:
                     f.create_group(path).create_dataset("x", data=np.zeros(2, np.float32))
             return base.arrays
+
         # ignored, as allennlp ignores them: it reads the datasets it needs by name
         return Mutation("weights", "extra", f"{kind} at {path}", "load", apply=apply)
 
@@ -324,17 +415,24 @@ def mutations(base: Base):
     def beyond(draw):
         # a layer the options do not have: options and weights are of different models
         cell = f"RNN_{draw(st.integers(0, 1))}/RNN/MultiRNNCell/Cell{o.n_layers}"
-        path, reported = draw(st.sampled_from([
-            (f"CNN_high_{o.n_highway}/W_transform", f"CNN_high_{o.n_highway}"),
-            (cell + "/LSTMCell/B", cell),
-            (f"CNN/W_cnn_{len(o.filters)}", f"CNN/W_cnn_{len(o.filters)}"),
-            ("RNN_2/RNN/MultiRNNCell/Cell0/LSTMCell/W_0", "RNN_2")]))
+        path, reported = draw(
+            st.sampled_from(
+                [
+                    (f"CNN_high_{o.n_highway}/W_transform", f"CNN_high_{o.n_highway}"),
+                    (cell + "/LSTMCell/B", cell),
+                    (f"CNN/W_cnn_{len(o.filters)}", f"CNN/W_cnn_{len(o.filters)}"),
+                    ("RNN_2/RNN/MultiRNNCell/Cell0/LSTMCell/W_0", "RNN_2"),
+                ]
+            )
+        )
         copy_of = draw(st.sampled_from(names))
 
         def apply(op, wp):
             import h5py
+
             with h5py.File(wp, "r+") as f:
                 f.create_dataset(path, data=base.arrays[copy_of])
+
         return Mutation("weights", "beyond", path, "refuse", (reported, "beyond the options"), apply)
 
     @st.composite
@@ -347,6 +445,7 @@ def mutations(base: Base):
             def apply(op, wp):
                 with open(wp, "r+b") as f:
                     f.truncate(at)
+
             return Mutation("weights", "damage", f"truncated to {at} of {size} bytes", "refuse", (), apply)
         if how == "overwrite":
             at = draw(st.integers(0, size - 1))
@@ -356,15 +455,24 @@ def mutations(base: Base):
                 with open(wp, "r+b") as f:
                     f.seek(at)
                     f.write(data[: size - at])
-            return Mutation("weights", "damage", f"{len(data)} bytes overwritten at {at} of {size}: {data[:16]!r}",
-                            "either", (), apply)
+
+            return Mutation(
+                "weights",
+                "damage",
+                f"{len(data)} bytes overwritten at {at} of {size}: {data[:16]!r}",
+                "either",
+                (),
+                apply,
+            )
         if how == "zero length":
-            return Mutation("weights", "damage", "zero-length file", "refuse", (),
-                            lambda op, wp: open(wp, "wb").close())
+            return Mutation(
+                "weights", "damage", "zero-length file", "refuse", (), lambda op, wp: open(wp, "wb").close()
+            )
 
         def to_dir(op, wp):
             os.unlink(wp)
             os.mkdir(wp)
+
         return Mutation("weights", "damage", "a directory instead of the file", "refuse", ("directory",), to_dir)
 
     leaf_paths = [p for p in _leaf_paths(base.options_json) if len(p) >= 2]
@@ -378,7 +486,9 @@ def mutations(base: Base):
         original = base.options_json
         for k in path:
             original = original[k]
-        value = draw(st.one_of(values, st.just(original), st.just(float(original)) if _int_like(original) else st.just(original)))
+        value = draw(
+            st.one_of(values, st.just(original), st.just(float(original)) if _int_like(original) else st.just(original))
+        )
         expected = expected_option(path, value, base)
         doc = copy.deepcopy(base.options_json)
         _set_path(doc, path, value)
@@ -389,12 +499,18 @@ def mutations(base: Base):
         def apply(op, wp):
             write_json(op, doc)
             return expected
+
         return Mutation("options", "set", label, "load", apply=apply)
 
     @st.composite
     def option_remove(draw):
-        path = draw(st.sampled_from([p for p in leaf_paths if not isinstance(p[-1], int)]
-                                    + [(k,) for k in base.options_json] + [("char_cnn", "embedding")]))
+        path = draw(
+            st.sampled_from(
+                [p for p in leaf_paths if not isinstance(p[-1], int)]
+                + [(k,) for k in base.options_json]
+                + [("char_cnn", "embedding")]
+            )
+        )
         doc = copy.deepcopy(base.options_json)
         parent = doc
         for k in path[:-1]:
@@ -407,6 +523,7 @@ def mutations(base: Base):
             def apply(op, wp):
                 write_json(op, doc)
                 return replace(base.options, **{field: default})
+
             return Mutation("options", "remove", label, "load", apply=apply)
         says = (path[-1],) if path != ("lstm", "use_skip_connections") else ("use_skip_connections",)
         return Mutation("options", "remove", label, "refuse", says, lambda op, wp: write_json(op, doc))
@@ -424,8 +541,9 @@ def mutations(base: Base):
     @st.composite
     def option_text(draw):
         text = base.options_text
-        how = draw(st.sampled_from(["truncate", "non-UTF-8", "empty", "BOM", "deep nesting", "long integer",
-                                    "directory"]))
+        how = draw(
+            st.sampled_from(["truncate", "non-UTF-8", "empty", "BOM", "deep nesting", "long integer", "directory"])
+        )
         if how == "truncate":
             at = draw(st.integers(0, len(text) - 1))
             new = text[:at]
@@ -434,9 +552,11 @@ def mutations(base: Base):
             except ValueError:
                 harmless = False
             if harmless:
+
                 def apply(op, wp):
                     Path(op).write_bytes(new)
                     return base.options
+
                 return Mutation("options", "text", f"truncated to {at} of {len(text)} bytes", "load", apply=apply)
         elif how == "non-UTF-8":
             at = draw(st.integers(0, len(text)))
@@ -456,18 +576,39 @@ def mutations(base: Base):
             doc["lstm"]["n_layers"] = "@"
             new = json.dumps(doc).replace('"@"', "9" * draw(st.integers(4301, 20000))).encode()
         else:
+
             def to_dir(op, wp):
                 os.unlink(op)
                 os.mkdir(op)
-            return Mutation("options", "text", "a directory instead of the file", "refuse", ("directory",), to_dir)
-        return Mutation("options", "text", how + (f" at {at}" if how in ("truncate", "non-UTF-8") else ""), "refuse", (),
-                        lambda op, wp: Path(op).write_bytes(new))
 
-    return st.one_of(delete(), reshape(), retype(), poison(), structure(), extra(), beyond(), damage(),
-                     option_set(), option_remove(), option_retype(), option_text())
+            return Mutation("options", "text", "a directory instead of the file", "refuse", ("directory",), to_dir)
+        return Mutation(
+            "options",
+            "text",
+            how + (f" at {at}" if how in ("truncate", "non-UTF-8") else ""),
+            "refuse",
+            (),
+            lambda op, wp: Path(op).write_bytes(new),
+        )
+
+    return st.one_of(
+        delete(),
+        reshape(),
+        retype(),
+        poison(),
+        structure(),
+        extra(),
+        beyond(),
+        damage(),
+        option_set(),
+        option_remove(),
+        option_retype(),
+        option_text(),
+    )
 
 
 # ---- checking one mutation ----------------------------------------------------------------------
+
 
 class Hang(Exception):
     pass
@@ -504,7 +645,8 @@ def check_mutation(base: Base, mutation: Mutation, workdir: Path) -> None:
         named = str(wp) if mutation.target == "weights" else str(op)
         # an options value that disagrees with the weights is found in the weights file
         assert named in message or mutation.target == "options" and str(wp) in message, (
-            f"{mutation!r}: the message does not name {named}: {message}")
+            f"{mutation!r}: the message does not name {named}: {message}"
+        )
         assert "\n" not in message, f"{mutation!r}: the message is not one line: {message!r}"
         for part in mutation.says:
             assert part in message, f"{mutation!r}: the message does not say {part!r}: {message}"
@@ -524,15 +666,16 @@ def check_mutation(base: Base, mutation: Mutation, workdir: Path) -> None:
 def _assert_weights_equal(weights, arrays: dict[str, np.ndarray], mutation: Mutation) -> None:
     """The loaded tensors are those of ``arrays`` (fp32 values per dataset), via one conversion path:
     write them as a clean fp32 file and load that."""
-    from elmo_fast.formats.random_models import write_model
     from elmo_fast.formats.bilm_tf import load_weights
+    from elmo_fast.formats.random_models import write_model
 
     with tempfile.TemporaryDirectory() as d:
         _, clean = write_model(d, weights.options, {k: np.asarray(v, np.float32) for k, v in arrays.items()})
         want = load_weights(clean, weights.options)
     for got, exp in zip(weights.tensors(), want.tensors(), strict=True):
         assert got.dtype == exp.dtype and got.shape == exp.shape and bool((got == exp).all()), (
-            f"{mutation!r}: loaded weights differ from the file's values")
+            f"{mutation!r}: loaded weights differ from the file's values"
+        )
 
 
 def run_mutations(base: Base, max_examples: int) -> None:
@@ -541,8 +684,13 @@ def run_mutations(base: Base, max_examples: int) -> None:
 
     workroot = Path(tempfile.mkdtemp(prefix="elmo_fast_mutations_"))
     try:
-        @settings(max_examples=max_examples, deadline=None, print_blob=True,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+        @settings(
+            max_examples=max_examples,
+            deadline=None,
+            print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
         @given(mutations(base))
         def loader_survives(mutation):
             check_mutation(base, mutation, workroot / "m")
@@ -569,6 +717,7 @@ def child_main(argv: list[str]) -> int:
 
 # ---- the tests (parent side) --------------------------------------------------------------------
 
+
 def _run_child(args: list[str]) -> None:
     import elmo_fast
 
@@ -577,8 +726,14 @@ def _run_child(args: list[str]) -> None:
     env["PYTHONPATH"] = os.pathsep.join([package_root, env.get("PYTHONPATH", "")])
     env["PYTHONFAULTHANDLER"] = "1"  # a crash in libhdf5 prints the Python stack
     try:
-        proc = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True,
-                              timeout=CHILD_TIMEOUT_S, cwd=package_root)
+        proc = subprocess.run(
+            [sys.executable, __file__, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            cwd=package_root,
+        )
     except subprocess.TimeoutExpired as e:
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         last = [line for line in err.splitlines() if line.startswith("MUTATION ")][-1:]
@@ -587,8 +742,10 @@ def _run_child(args: list[str]) -> None:
     if proc.returncode < 0:
         last = [line for line in proc.stderr.splitlines() if line.startswith("MUTATION ")][-1:]
         pytest.fail(f"the loader crashed the process (signal {-proc.returncode}) on {last}\n{output[-4000:]}")
-    assert proc.returncode == 0, "a mutation was mishandled (hypothesis' falsifying example below):\n" + "\n".join(
-        line for line in output.splitlines() if not line.startswith("MUTATION "))[-8000:]
+    assert proc.returncode == 0, (
+        "a mutation was mishandled (hypothesis' falsifying example below):\n"
+        + "\n".join(line for line in output.splitlines() if not line.startswith("MUTATION "))[-8000:]
+    )
     assert "OK " in proc.stdout
 
 

@@ -1,6 +1,7 @@
 """ELMoForManyLangs model directories as files: what is read and how (dictionaries, configs, pickles),
 which kind of model a directory holds, one-line errors for everything else, and `elmo-fast embed
 --model-dir` on both kinds of directory."""
+
 from __future__ import annotations
 
 import json
@@ -17,11 +18,16 @@ import torch
 from elmo_fast import ElmoEmbedder
 from elmo_fast.cli import main
 from elmo_fast.errors import ModelFileError
-from elmo_fast.formats.manylangs_dir import (ManyLangsConfig, find_config, load_manylangs, read_dictionary,
-                                         shipped_configs_dir)
+from elmo_fast.formats.manylangs_dir import (
+    ManyLangsConfig,
+    find_config,
+    load_manylangs,
+    read_dictionary,
+    shipped_configs_dir,
+)
 from elmo_fast.formats.model_dir import BILM_TF, MANYLANGS, inspect_model_dir, load_model_dir
-from elmo_fast.manylangs import Embedder
 from elmo_fast.formats.random_models import MANYLANGS_PRESETS, random_manylangs_model, random_model
+from elmo_fast.manylangs import Embedder
 
 TINY = MANYLANGS_PRESETS["tiny"]
 
@@ -42,6 +48,7 @@ def load_error(directory) -> str:
 
 # --- dictionaries ------------------------------------------------------------------------------
 
+
 def test_dictionary_rules(tmp_path):
     path = tmp_path / "char.dic"
     lines = ["a\t1", "b\t2", "\u3000\t3", "a\t4", "", "c d\t5", "x\t+6", "\u2028", "\xa0\t7", "z\t8"]
@@ -49,13 +56,16 @@ def test_dictionary_rules(tmp_path):
     assert read_dictionary(path) == {"a": 4, "b": 2, "\u3000": 7, "c d": 5, "x": 6, "z": 8}
 
 
-@pytest.mark.parametrize("text,match", [
-    ("a\t1\tb\n", r"line 1: expected 'token<TAB>id'"),
-    ("a\tone\n", r"line 1: the id 'one' is not an integer"),
-    ("a\t-1\n", r"line 1: negative id -1"),
-    ("\n\n", r"the dictionary is empty"),
-    ("\ufeffa\t1\n", r"byte-order mark"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("a\t1\tb\n", r"line 1: expected 'token<TAB>id'"),
+        ("a\tone\n", r"line 1: the id 'one' is not an integer"),
+        ("a\t-1\n", r"line 1: negative id -1"),
+        ("\n\n", r"the dictionary is empty"),
+        ("\ufeffa\t1\n", r"byte-order mark"),
+    ],
+)
 def test_dictionary_errors(tmp_path, text, match):
     path = tmp_path / "word.dic"
     path.write_text(text, encoding="utf-8")
@@ -93,6 +103,7 @@ def test_elmoformanylangs_reads_dictionaries_the_same_way(tmp_path):
 
 # --- configs ----------------------------------------------------------------------------------
 
+
 def test_config_path_resolution(model, tmp_path):
     (model / "config.json").write_text(json.dumps({"config_path": "C:\\Users\\someone\\configs\\config.model.json"}))
     assert find_config(model) == model / "config.model.json"
@@ -126,8 +137,13 @@ def test_shipped_configs_are_found_last(model):
     assert find_config(model) == model / "cnn_50_100_512_4096_sample.json"
     (model / "cnn_50_100_512_4096_sample.json").unlink()
     config = ManyLangsConfig.from_dict(json.loads(path.read_text()))
-    assert (config.char_dim, config.word_dim, config.projection_dim, config.cell_dim, config.n_filters) == \
-        (50, 100, 512, 4096, 2048)
+    assert (config.char_dim, config.word_dim, config.projection_dim, config.cell_dim, config.n_filters) == (
+        50,
+        100,
+        512,
+        4096,
+        2048,
+    )
 
 
 def _edit_config(model: Path, edit) -> None:
@@ -137,20 +153,31 @@ def _edit_config(model: Path, edit) -> None:
     path.write_text(json.dumps(raw))
 
 
-@pytest.mark.parametrize("edit,match", [
-    (lambda c: c["encoder"].pop("projection_dim"), r"config.model.json: missing key 'encoder.projection_dim'"),
-    (lambda c: c.pop("token_embedder"), r"missing key 'token_embedder'"),
-    (lambda c: c["token_embedder"].update(name="lstm"),
-     r"'token_embedder.name' is 'lstm', which ELMoForManyLangs itself cannot run"),
-    (lambda c: c["encoder"].update(name="lstm"), r"'encoder.name' is 'lstm', which ELMoForManyLangs itself cannot run"),
-    (lambda c: c["encoder"].update(name="transformer"), r"'encoder.name' must be 'elmo'"),
-    (lambda c: c["token_embedder"].update(activation="gelu"), r"'token_embedder.activation' must be 'relu' or 'tanh'"),
-    (lambda c: c["token_embedder"].update(max_characters_per_token=5), r"must be >= 7"),
-    (lambda c: c["token_embedder"].update(filters=[[60, 4]]), r"widths in 1..50"),
-    (lambda c: c["encoder"].update(cell_clip=-3), r"'encoder.cell_clip' must be a number >= 0"),
-    (lambda c: c["encoder"].update(dim="4096"), r"'encoder.dim' must be an integer >= 1, got '4096'"),
-    (lambda c: c["token_embedder"].update(char_dim=0, word_dim=0), r"both 0"),
-])
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda c: c["encoder"].pop("projection_dim"), r"config.model.json: missing key 'encoder.projection_dim'"),
+        (lambda c: c.pop("token_embedder"), r"missing key 'token_embedder'"),
+        (
+            lambda c: c["token_embedder"].update(name="lstm"),
+            r"'token_embedder.name' is 'lstm', which ELMoForManyLangs itself cannot run",
+        ),
+        (
+            lambda c: c["encoder"].update(name="lstm"),
+            r"'encoder.name' is 'lstm', which ELMoForManyLangs itself cannot run",
+        ),
+        (lambda c: c["encoder"].update(name="transformer"), r"'encoder.name' must be 'elmo'"),
+        (
+            lambda c: c["token_embedder"].update(activation="gelu"),
+            r"'token_embedder.activation' must be 'relu' or 'tanh'",
+        ),
+        (lambda c: c["token_embedder"].update(max_characters_per_token=5), r"must be >= 7"),
+        (lambda c: c["token_embedder"].update(filters=[[60, 4]]), r"widths in 1..50"),
+        (lambda c: c["encoder"].update(cell_clip=-3), r"'encoder.cell_clip' must be a number >= 0"),
+        (lambda c: c["encoder"].update(dim="4096"), r"'encoder.dim' must be an integer >= 1, got '4096'"),
+        (lambda c: c["token_embedder"].update(char_dim=0, word_dim=0), r"both 0"),
+    ],
+)
 def test_config_errors(model, edit, match):
     _edit_config(model, edit)
     assert re.search(match, load_error(model)), load_error(model)
@@ -168,30 +195,55 @@ def test_outer_config_errors(model):
 
 # --- state dicts ------------------------------------------------------------------------------
 
+
 def _edit_pickle(path: Path, edit) -> None:
     state = torch.load(path, weights_only=True)
     edit(state)
     torch.save(state, path)
 
 
-@pytest.mark.parametrize("name,edit,match", [
-    ("token_embedder.pkl", lambda s: s.update({"convolutions.1.weight": torch.zeros(8, 6, 3)}),
-     r"token_embedder.pkl: 'convolutions.1.weight' has shape \(8, 6, 3\), expected \(8, 6, 2\) "
-     r"\(from token_embedder.filters\[1\] = \[2, 8\], char_dim 6\)"),
-    ("token_embedder.pkl", lambda s: s.pop("projection.bias"), r"token_embedder.pkl: missing 'projection.bias'"),
-    ("token_embedder.pkl", lambda s: s.pop("word_emb_layer.embedding.weight"),
-     r"missing 'word_emb_layer.embedding.weight'"),
-    ("encoder.pkl", lambda s: s.pop("backward_layer_1.state_projection.weight"),
-     r"encoder.pkl: missing 'backward_layer_1.state_projection.weight' \(expected shape \(16, 48\)"),
-    ("encoder.pkl", lambda s: s.update({"forward_layer_2.input_linearity.weight": torch.zeros(192, 16)}),
-     r"encoder.pkl: holds 'forward_layer_2.input_linearity.weight', which the config does not describe"),
-    ("encoder.pkl", lambda s: s["forward_layer_0.state_linearity.bias"].__setitem__(3, float("nan")),
-     r"'forward_layer_0.state_linearity.bias' holds NaN or Inf values"),
-    ("encoder.pkl", lambda s: s.update({"forward_layer_0.state_linearity.bias": torch.zeros(192, dtype=torch.long)}),
-     r"'forward_layer_0.state_linearity.bias' has dtype torch.int64, expected a float type"),
-    ("token_embedder.pkl", lambda s: s.update({"highways._layers.0.bias": torch.full((120,), 1e300, dtype=torch.float64)}),
-     r"'highways._layers.0.bias' holds values too large for float32"),
-])
+@pytest.mark.parametrize(
+    "name,edit,match",
+    [
+        (
+            "token_embedder.pkl",
+            lambda s: s.update({"convolutions.1.weight": torch.zeros(8, 6, 3)}),
+            r"token_embedder.pkl: 'convolutions.1.weight' has shape \(8, 6, 3\), expected \(8, 6, 2\) "
+            r"\(from token_embedder.filters\[1\] = \[2, 8\], char_dim 6\)",
+        ),
+        ("token_embedder.pkl", lambda s: s.pop("projection.bias"), r"token_embedder.pkl: missing 'projection.bias'"),
+        (
+            "token_embedder.pkl",
+            lambda s: s.pop("word_emb_layer.embedding.weight"),
+            r"missing 'word_emb_layer.embedding.weight'",
+        ),
+        (
+            "encoder.pkl",
+            lambda s: s.pop("backward_layer_1.state_projection.weight"),
+            r"encoder.pkl: missing 'backward_layer_1.state_projection.weight' \(expected shape \(16, 48\)",
+        ),
+        (
+            "encoder.pkl",
+            lambda s: s.update({"forward_layer_2.input_linearity.weight": torch.zeros(192, 16)}),
+            r"encoder.pkl: holds 'forward_layer_2.input_linearity.weight', which the config does not describe",
+        ),
+        (
+            "encoder.pkl",
+            lambda s: s["forward_layer_0.state_linearity.bias"].__setitem__(3, float("nan")),
+            r"'forward_layer_0.state_linearity.bias' holds NaN or Inf values",
+        ),
+        (
+            "encoder.pkl",
+            lambda s: s.update({"forward_layer_0.state_linearity.bias": torch.zeros(192, dtype=torch.long)}),
+            r"'forward_layer_0.state_linearity.bias' has dtype torch.int64, expected a float type",
+        ),
+        (
+            "token_embedder.pkl",
+            lambda s: s.update({"highways._layers.0.bias": torch.full((120,), 1e300, dtype=torch.float64)}),
+            r"'highways._layers.0.bias' holds values too large for float32",
+        ),
+    ],
+)
 def test_state_dict_errors(model, name, edit, match):
     _edit_pickle(model / name, edit)
     assert re.search(match, load_error(model)), load_error(model)
@@ -238,6 +290,7 @@ def test_vocabulary_errors(model):
 
 # --- which kind of directory ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("missing", ["token_embedder.pkl", "encoder.pkl", "char.dic", "word.dic"])
 def test_missing_manylangs_files(model, missing):
     (model / missing).unlink()
@@ -250,14 +303,18 @@ def test_directory_kinds(model, tmp_path):
     bilm_dir = tmp_path / "bilm"
     random_model("tiny", bilm_dir)
     found = inspect_model_dir(bilm_dir)
-    assert found.kind == BILM_TF and found.files == {"options": bilm_dir / "options.json",
-                                                       "weights": bilm_dir / "weights.hdf5"}
+    assert found.kind == BILM_TF and found.files == {
+        "options": bilm_dir / "options.json",
+        "weights": bilm_dir / "weights.hdf5",
+    }
     (tmp_path / "empty").mkdir()
     msg = load_error(tmp_path / "empty")
     assert "not a model directory: it holds neither options.json and weights.hdf5 (bilm-tf, allennlp) nor" in msg
     (bilm_dir / "weights.hdf5").unlink()
-    assert load_error(bilm_dir) == f"{bilm_dir}: missing weights.hdf5 (a bilm-tf model directory holds options.json " \
-                                   "and weights.hdf5)"
+    assert (
+        load_error(bilm_dir) == f"{bilm_dir}: missing weights.hdf5 (a bilm-tf model directory holds options.json "
+        "and weights.hdf5)"
+    )
     (model / "config.json").unlink()
     assert "missing config.json (an ELMoForManyLangs model directory" in load_error(model)
     assert "model directory not found" in load_error(tmp_path / "nowhere")
@@ -267,8 +324,13 @@ def test_directory_kinds(model, tmp_path):
 def test_words_only_model_needs_no_char_dic(tmp_path):
     d = random_manylangs_model(replace(TINY, char_dim=0, filters=(), n_highway=0), tmp_path / "m", n_words=20)
     assert not (d / "char.dic").exists()
-    assert set(inspect_model_dir(d).files) == {"config.json", "config_path", "word.dic", "token_embedder.pkl",
-                                               "encoder.pkl"}
+    assert set(inspect_model_dir(d).files) == {
+        "config.json",
+        "config_path",
+        "word.dic",
+        "token_embedder.pkl",
+        "encoder.pkl",
+    }
     assert Embedder(d).sents2elmo([["a", "b"]])[0].shape == (2, 32)
 
 
@@ -276,7 +338,11 @@ def test_bilm_tf_directory_equals_its_files(tmp_path):
     options, weights = random_model("tiny", tmp_path / "bilm")
     sents = [["The", "cat", "."], ["A"]]
     by_files = ElmoEmbedder(options, weights).embed_batch(sents)
-    for e in (ElmoEmbedder(tmp_path / "bilm"), ElmoEmbedder(model_dir=tmp_path / "bilm"), Embedder(tmp_path / "bilm").embedder):
+    for e in (
+        ElmoEmbedder(tmp_path / "bilm"),
+        ElmoEmbedder(model_dir=tmp_path / "bilm"),
+        Embedder(tmp_path / "bilm").embedder,
+    ):
         for a, b in zip(e.embed_batch(sents), by_files):
             assert np.array_equal(a, b)
     with pytest.raises(ValueError, match="either model_dir or options_file"):
@@ -310,8 +376,9 @@ def test_embed_model_dir_bilm_tf_and_resume(tmp_path, model):
     inp.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     a, b = tmp_path / "a.hdf5", tmp_path / "b.hdf5"
     assert main(["embed", str(inp), str(a), "--all", "--model-dir", str(tmp_path / "bilm"), "--quiet"]) == 0
-    assert main(["embed", str(inp), str(b), "--all", "--options", str(options), "--weights", str(weights),
-                 "--quiet"]) == 0
+    assert (
+        main(["embed", str(inp), str(b), "--all", "--options", str(options), "--weights", str(weights), "--quiet"]) == 0
+    )
     with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
         assert all(np.array_equal(fa[str(i)][...], fb[str(i)][...]) for i in range(len(SENTENCES)))
     c = tmp_path / "c.hdf5"

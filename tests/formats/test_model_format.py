@@ -1,5 +1,6 @@
 """A model folder holding both a bilm-tf model and an ELMoForManyLangs model is never guessed: every
 entry point asks which to load (model_format, the CLI's --model-format), and loads the one named."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,11 +36,17 @@ def test_a_folder_with_both_models_asks_which(folders):
         inspect_model_dir(both)
     message = str(info.value)
     assert "\n" not in message
-    assert message == (f"{both} holds both a bilm-tf model (options.json and weights.hdf5) and an ELMoForManyLangs "
-                       f"model (config.json, token_embedder.pkl, encoder.pkl): say which to load with "
-                       f"model_format='bilm-tf' or model_format='elmoformanylangs'")
-    for make in (lambda: ElmoEmbedder(model_dir=both), lambda: ElmoEmbedder(both),
-                 lambda: Elmo(both, num_output_representations=1), lambda: Embedder(both)):
+    assert message == (
+        f"{both} holds both a bilm-tf model (options.json and weights.hdf5) and an ELMoForManyLangs "
+        f"model (config.json, token_embedder.pkl, encoder.pkl): say which to load with "
+        f"model_format='bilm-tf' or model_format='elmoformanylangs'"
+    )
+    for make in (
+        lambda: ElmoEmbedder(model_dir=both),
+        lambda: ElmoEmbedder(both),
+        lambda: Elmo(both, num_output_representations=1),
+        lambda: Embedder(both),
+    ):
         with pytest.raises(ModelFileError, match="holds both a bilm-tf model"):
             make()
 
@@ -52,17 +59,32 @@ def test_the_cli_names_its_flag(folders, tmp_path):
     with contextlib.redirect_stderr(err):
         code = main(["embed", str(inp), str(tmp_path / "o.h5"), "--all", "--model-dir", str(both)])
     assert code == 2
-    assert err.getvalue().strip().endswith("say which to load with --model-format bilm-tf or --model-format "
-                                           "elmoformanylangs")
+    assert (
+        err.getvalue()
+        .strip()
+        .endswith("say which to load with --model-format bilm-tf or --model-format elmoformanylangs")
+    )
     assert not (tmp_path / "o.h5").exists()
     with contextlib.redirect_stderr(io.StringIO()):
-        code = main(["embed", str(inp), str(tmp_path / "o.h5"), "--all", "--model-dir", str(both),
-                     "--model-format", "elmoformanylangs", "--quiet"])
+        code = main(
+            [
+                "embed",
+                str(inp),
+                str(tmp_path / "o.h5"),
+                "--all",
+                "--model-dir",
+                str(both),
+                "--model-format",
+                "elmoformanylangs",
+                "--quiet",
+            ]
+        )
     assert code == 0 and (tmp_path / "o.h5").exists()
 
 
-@pytest.mark.parametrize("model_format, kind", [("bilm-tf", BILM_TF), ("elmoformanylangs", MANYLANGS),
-                                                ("ELMoForManyLangs", MANYLANGS)])
+@pytest.mark.parametrize(
+    "model_format, kind", [("bilm-tf", BILM_TF), ("elmoformanylangs", MANYLANGS), ("ELMoForManyLangs", MANYLANGS)]
+)
 def test_model_format_loads_the_one_named(folders, model_format, kind):
     both, alone = folders
     assert inspect_model_dir(both, model_format).kind == kind
@@ -80,8 +102,11 @@ def test_model_format_checks(folders):
         ElmoEmbedder(model_dir=both, model_format="hdf5")
     with pytest.raises(ModelFileError, match=r"missing config.json \(an ELMoForManyLangs model directory holds"):
         ElmoEmbedder(model_dir=alone[BILM_TF], model_format="elmoformanylangs")
-    with pytest.raises(ElmoFastError, match=r"options_file and weight_file are a bilm-tf model, but model_format is "
-                                            r"'elmoformanylangs'"):
+    with pytest.raises(
+        ElmoFastError,
+        match=r"options_file and weight_file are a bilm-tf model, but model_format is "
+        r"'elmoformanylangs'",
+    ):
         ElmoEmbedder(alone[BILM_TF] / "options.json", alone[BILM_TF] / "weights.hdf5", model_format="elmoformanylangs")
     # one kind alone needs no model_format, as before
     assert inspect_model_dir(alone[BILM_TF]).kind == BILM_TF and inspect_model_dir(alone[MANYLANGS]).kind == MANYLANGS

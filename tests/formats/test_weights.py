@@ -3,6 +3,7 @@
 Layout conversions are checked against the file arrays directly (h5py), restating allennlp's
 loading rules with explicit slicing rather than calling the library's helpers.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from repo_paths import REPO
 
 from elmo_fast.errors import ModelFileError
-from elmo_fast.formats.random_models import PRESETS, random_model, random_weights, write_model
 from elmo_fast.formats.bilm_tf import ElmoOptions, expected_datasets, load_model_files, load_options, load_weights
-from repo_paths import REPO
+from elmo_fast.formats.random_models import PRESETS, random_model, random_weights, write_model
 
 FIXTURE = REPO.parent / "shared" / "fixtures" / "bilm_tf_tiny"
 needs_fixture = pytest.mark.skipif(
@@ -37,17 +38,20 @@ def file_arrays(path: Path) -> dict[str, np.ndarray]:
 def file_layout(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, (tuple(obj.shape), obj.dtype))
-                     if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, obj: (
+                out.__setitem__(name, (tuple(obj.shape), obj.dtype)) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
     return out
 
 
 def tf_lstm_expected(w0: np.ndarray, b: np.ndarray, wp: np.ndarray, in_dim: int, cell: int):
     """allennlp's rule, restated: TF gates (i, j, f, o) over [x, h] @ W_0 -> torch (i, f, g=j, o)."""
     C = cell
-    i, j, f, o = (w0[:, k * C:(k + 1) * C] for k in range(4))  # each [In + P, C]
+    i, j, f, o = (w0[:, k * C : (k + 1) * C] for k in range(4))  # each [In + P, C]
     w = np.concatenate([i.T, f.T, j.T, o.T], axis=0)  # [4C, In + P]
-    bi, bj, bf, bo = (b[k * C:(k + 1) * C] for k in range(4))
+    bi, bj, bf, bo = (b[k * C : (k + 1) * C] for k in range(4))
     bias = np.concatenate([bi, bf + 1.0, bj, bo])
     return w[:, :in_dim], w[:, in_dim:], bias, wp.T
 
@@ -74,8 +78,9 @@ def check_conversion(weights, arrays: dict[str, np.ndarray], options: ElmoOption
     for k in range(o.n_highway):
         g = f"CNN_high_{k}/"
         assert tuple(weights.highway_weights[k].shape) == (2 * F, F)
-        assert_equal(weights.highway_weights[k],
-                     np.concatenate([arrays[g + "W_transform"].T, -arrays[g + "W_carry"].T]))
+        assert_equal(
+            weights.highway_weights[k], np.concatenate([arrays[g + "W_transform"].T, -arrays[g + "W_carry"].T])
+        )
         assert_equal(weights.highway_biases[k], np.concatenate([arrays[g + "b_transform"], -arrays[g + "b_carry"]]))
     assert_equal(weights.proj_weight, arrays["CNN_proj/W_proj"].T)
     assert_equal(weights.proj_bias, arrays["CNN_proj/b_proj"])
@@ -84,8 +89,9 @@ def check_conversion(weights, arrays: dict[str, np.ndarray], options: ElmoOption
         assert len(weights.lstm[layer]) == 2
         for d in range(2):  # RNN_0 forward, RNN_1 backward
             cell = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/"
-            w_ih, w_hh, bias, w_proj = tf_lstm_expected(arrays[cell + "W_0"], arrays[cell + "B"],
-                                                        arrays[cell + "W_P_0"], o.projection_dim, o.cell_dim)
+            w_ih, w_hh, bias, w_proj = tf_lstm_expected(
+                arrays[cell + "W_0"], arrays[cell + "B"], arrays[cell + "W_P_0"], o.projection_dim, o.cell_dim
+            )
             got = weights.lstm[layer][d]
             assert_equal(got.w_ih, w_ih)
             assert_equal(got.w_hh, w_hh)
@@ -96,6 +102,7 @@ def check_conversion(weights, arrays: dict[str, np.ndarray], options: ElmoOption
 
 
 # ---- the real fixture ----------------------------------------------------------------------
+
 
 @needs_fixture
 def test_fixture_options():
@@ -133,6 +140,7 @@ def test_fixture_layout_matches_expected_datasets():
 
 
 # ---- the random-model writer ---------------------------------------------------------------
+
 
 @needs_fixture
 def test_random_tiny_has_the_fixture_layout(tmp_path):
@@ -195,7 +203,9 @@ def test_exercise_clips_scales_only_the_lstm(tmp_path):
     assert all(base[k].shape == clip[k].shape for k in base)
     lstm = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/"
     assert np.abs(clip[lstm + "W_P_0"]).mean() > 1.5 * np.abs(base[lstm + "W_P_0"]).mean()
-    assert clip[lstm + "B"][128:192].mean() > base[lstm + "B"][128:192].mean() + 1  # forget gate: TF order i, j, f, o; C = 64
+    assert (
+        clip[lstm + "B"][128:192].mean() > base[lstm + "B"][128:192].mean() + 1
+    )  # forget gate: TF order i, j, f, o; C = 64
     for name in base:
         if not name.startswith("RNN_"):
             np.testing.assert_array_equal(base[name], clip[name], err_msg=name)
@@ -207,6 +217,7 @@ def test_unknown_preset(tmp_path):
 
 
 # ---- error cases -------------------------------------------------------------------------
+
 
 @pytest.fixture
 def tiny(tmp_path):
@@ -227,8 +238,14 @@ def _load_error(options_path: Path, weights_path: Path) -> str:
     return str(info.value)
 
 
-DATASETS = ["char_embed", "CNN/W_cnn_3", "CNN_high_1/b_carry", "CNN_proj/W_proj",
-            "RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/W_0", "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"]
+DATASETS = [
+    "char_embed",
+    "CNN/W_cnn_3",
+    "CNN_high_1/b_carry",
+    "CNN_proj/W_proj",
+    "RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/W_0",
+    "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B",
+]
 
 
 @pytest.mark.parametrize("name", DATASETS)
@@ -328,8 +345,16 @@ def _edit_options(options_path: Path, edit) -> None:
     options_path.write_text(json.dumps(raw), encoding="utf-8")
 
 
-@pytest.mark.parametrize("section,key", [("lstm", "projection_dim"), ("lstm", "dim"), ("lstm", "n_layers"),
-                                         ("char_cnn", "filters"), ("char_cnn", "n_highway")])
+@pytest.mark.parametrize(
+    "section,key",
+    [
+        ("lstm", "projection_dim"),
+        ("lstm", "dim"),
+        ("lstm", "n_layers"),
+        ("char_cnn", "filters"),
+        ("char_cnn", "n_highway"),
+    ],
+)
 def test_options_missing_key(tiny, section, key):
     options_path, weights_path = tiny
     _edit_options(options_path, lambda raw: raw[section].pop(key))
@@ -386,6 +411,7 @@ def test_fixture_copy_with_deleted_dataset(tmp_path):
 
 # ---- regressions found by tests/formats/test_loader_mutations.py ---------------------------------------
 
+
 def _set_option_text(options_path: Path, section: str, key: str, literal: str) -> None:
     """Write ``literal`` (raw JSON text, e.g. NaN) as the value of ``section.key``."""
     raw = json.loads(options_path.read_text(encoding="utf-8"))
@@ -393,9 +419,17 @@ def _set_option_text(options_path: Path, section: str, key: str, literal: str) -
     options_path.write_text(json.dumps(raw).replace('"@@"', literal), encoding="utf-8")
 
 
-@pytest.mark.parametrize("key,literal", [("dim", "NaN"), ("dim", "Infinity"), ("n_layers", "-Infinity"),
-                                         ("cell_clip", "NaN"), ("proj_clip", "Infinity"),
-                                         ("cell_clip", "1" + "0" * 400)])
+@pytest.mark.parametrize(
+    "key,literal",
+    [
+        ("dim", "NaN"),
+        ("dim", "Infinity"),
+        ("n_layers", "-Infinity"),
+        ("cell_clip", "NaN"),
+        ("proj_clip", "Infinity"),
+        ("cell_clip", "1" + "0" * 400),
+    ],
+)
 def test_options_non_finite_or_overflowing_numbers(tiny, key, literal):
     # Python's json reads these; int(nan), int(inf) and float(10**400) used to escape as plain
     # ValueError / OverflowError, and a NaN clip loaded (every output NaN)
@@ -416,9 +450,14 @@ def test_options_negative_clip(tiny, value):
 
 def test_options_whole_floats_are_integers(tiny):
     options_path, weights_path = tiny
-    _edit_options(options_path, lambda raw: (raw["char_cnn"]["embedding"].__setitem__("dim", 4.0),
-                                             raw["char_cnn"].__setitem__("filters", [[1.0, 4], [2, 8.0], [3, 16], [4, 32], [5, 64]]),
-                                             raw["lstm"].__setitem__("dim", 64.0)))
+    _edit_options(
+        options_path,
+        lambda raw: (
+            raw["char_cnn"]["embedding"].__setitem__("dim", 4.0),
+            raw["char_cnn"].__setitem__("filters", [[1.0, 4], [2, 8.0], [3, 16], [4, 32], [5, 64]]),
+            raw["lstm"].__setitem__("dim", 64.0),
+        ),
+    )
     assert load_options(options_path) == PRESETS["tiny"]
     _edit_options(options_path, lambda raw: raw["char_cnn"].__setitem__("filters", [[1.5, 4]]))
     assert "char_cnn.filters[0][0]" in _load_error(options_path, weights_path)
@@ -442,10 +481,13 @@ def test_options_section_not_an_object(tiny, section, value):
     assert str(options_path) in msg and f"'{section}' must be a JSON object" in msg
 
 
-@pytest.mark.parametrize("section,key,value,missing", [
-    ("lstm", "n_layers", 10**12, "RNN_0/RNN/MultiRNNCell/Cell2/LSTMCell/W_0"),
-    ("char_cnn", "n_highway", 10**12, "CNN_high_2/W_transform"),
-])
+@pytest.mark.parametrize(
+    "section,key,value,missing",
+    [
+        ("lstm", "n_layers", 10**12, "RNN_0/RNN/MultiRNNCell/Cell2/LSTMCell/W_0"),
+        ("char_cnn", "n_highway", 10**12, "CNN_high_2/W_transform"),
+    ],
+)
 def test_huge_layer_counts_fail_fast(tiny, section, key, value, missing):
     # expected_datasets used to build the whole list first: 10**12 layers hung the loader
     import time
@@ -458,12 +500,15 @@ def test_huge_layer_counts_fail_fast(tiny, section, key, value, missing):
     assert missing in msg and "missing" in msg and f"{section}.{key} = {value}" in msg
 
 
-@pytest.mark.parametrize("edit,dataset", [
-    (lambda raw: raw["lstm"].__setitem__("projection_dim", 10**9), "CNN_proj/W_proj"),
-    (lambda raw: raw["lstm"].__setitem__("dim", 10**12), "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"),
-    (lambda raw: raw["char_cnn"]["embedding"].__setitem__("dim", 10**12), "char_embed"),
-    (lambda raw: raw["char_cnn"].__setitem__("filters", [[1, 10**12]]), "CNN/W_cnn_0"),
-])
+@pytest.mark.parametrize(
+    "edit,dataset",
+    [
+        (lambda raw: raw["lstm"].__setitem__("projection_dim", 10**9), "CNN_proj/W_proj"),
+        (lambda raw: raw["lstm"].__setitem__("dim", 10**12), "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"),
+        (lambda raw: raw["char_cnn"]["embedding"].__setitem__("dim", 10**12), "char_embed"),
+        (lambda raw: raw["char_cnn"].__setitem__("filters", [[1, 10**12]]), "CNN/W_cnn_0"),
+    ],
+)
 def test_huge_sizes_are_compared_with_the_file_before_any_allocation(tiny, edit, dataset):
     # ElmoEmbedder (which sizes its token cache from the options) and ElmoBiLm must compare the
     # options with the weights' shapes before allocating anything of the options' sizes

@@ -1,4 +1,5 @@
 """Packaging: what the build backend finds, what the wheel holds, and what a broken build says."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from repo_paths import REPO as ROOT
 
 sys.path.insert(0, str(ROOT / "build_support"))
@@ -29,15 +29,20 @@ def test_backend_asks_for_nothing_when_torch_is_importable():
     assert backend._torch_requirements() == []
 
 
-@pytest.mark.parametrize("command, ok, output", [
-    ("--name", True, "elmo-fast"),  # metadata, sdists: no torch needed
-    ("bdist_wheel", False, "building elmo_fast._C needs torch; install torch first"),  # not a wheel without _C
-    ("editable_wheel", False, "building elmo_fast._C needs torch; install torch first"),
-])
+@pytest.mark.parametrize(
+    "command, ok, output",
+    [
+        ("--name", True, "elmo-fast"),  # metadata, sdists: no torch needed
+        ("bdist_wheel", False, "building elmo_fast._C needs torch; install torch first"),  # not a wheel without _C
+        ("editable_wheel", False, "building elmo_fast._C needs torch; install torch first"),
+    ],
+)
 def test_setup_py_without_torch(command, ok, output):
-    code = ("import sys, runpy; sys.modules['torch'] = None;"
-            f" sys.argv = ['setup.py', {command!r}];"
-            f" runpy.run_path({str(ROOT / 'setup.py')!r}, run_name='__main__')")
+    code = (
+        "import sys, runpy; sys.modules['torch'] = None;"
+        f" sys.argv = ['setup.py', {command!r}];"
+        f" runpy.run_path({str(ROOT / 'setup.py')!r}, run_name='__main__')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert (proc.returncode == 0) == ok, proc.stderr
     assert output in proc.stdout + proc.stderr
@@ -63,8 +68,12 @@ def test_extension_built_against_another_release_is_flagged_even_if_it_loads(mon
     from elmo_fast import _extension_info
 
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    for built, flagged in [(torch.__version__, False), (f"{major}.{minor}.99+cu999", False),
-                           (f"{major}.{minor + 1}.0", True), (f"{major - 1}.{minor}.0+cpu", True)]:
+    for built, flagged in [
+        (torch.__version__, False),
+        (f"{major}.{minor}.99+cu999", False),
+        (f"{major}.{minor + 1}.0", True),
+        (f"{major - 1}.{minor}.0+cpu", True),
+    ]:
         monkeypatch.setattr(_extension_info, "build_info", lambda: SimpleNamespace(TORCH_VERSION=built))
         message = _extension_info.loaded_against_other_release()
         assert (message is not None) == flagged, built

@@ -1,6 +1,7 @@
 """setup.py's choice between the CUDA and the CPU extension (build_support/elmo_fast_cuda.py), on
 fake CUDA toolkits in temporary directories: a half-usable toolkit gives the CPU extension and one
 warning line, never a failed build, unless ELMO_FAST_FORCE_CUDA_BUILD=1."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from repo_paths import REPO as ROOT
 
 sys.path.insert(0, str(ROOT / "build_support"))
@@ -26,19 +26,30 @@ def _script(path: Path, body: str) -> Path:
     return path
 
 
-def make_toolkit(root: Path, release: str | None = "13.0", headers=cuda.REQUIRED_HEADERS, libcudart: bool = True,
-                 nvcc: bool = True, version_exit: int = 0, compile_error: str | None = None) -> Path:
+def make_toolkit(
+    root: Path,
+    release: str | None = "13.0",
+    headers=cuda.REQUIRED_HEADERS,
+    libcudart: bool = True,
+    nvcc: bool = True,
+    version_exit: int = 0,
+    compile_error: str | None = None,
+) -> Path:
     """A fake toolkit: bin/nvcc answers --version with `release` and logs any other call to nvcc.log
     (failing with `compile_error` when given); include/ holds `headers`; lib64/ libcudart.so."""
     root.mkdir(parents=True, exist_ok=True)
     if nvcc:
-        version = (f"echo 'Cuda compilation tools, release {release}, V{release}.1'" if release
-                   else "echo 'nvcc: something else'")
-        compile_step = (f"echo 'probe.cu(1): error: {compile_error}' >&2; exit 1" if compile_error
-                        else "exit 0")
-        _script(root / "bin" / "nvcc",
-                f'if [ "$1" = "--version" ]; then {version}; exit {version_exit}; fi\n'
-                f'echo "$@" >> "{root}/nvcc.log"\n{compile_step}\n')
+        version = (
+            f"echo 'Cuda compilation tools, release {release}, V{release}.1'"
+            if release
+            else "echo 'nvcc: something else'"
+        )
+        compile_step = f"echo 'probe.cu(1): error: {compile_error}' >&2; exit 1" if compile_error else "exit 0"
+        _script(
+            root / "bin" / "nvcc",
+            f'if [ "$1" = "--version" ]; then {version}; exit {version_exit}; fi\n'
+            f'echo "$@" >> "{root}/nvcc.log"\n{compile_step}\n',
+        )
     (root / "include").mkdir(exist_ok=True)
     for header in headers:
         (root / "include" / header).write_text("")
@@ -53,8 +64,13 @@ def no_probe(*args):
 
 
 def decide(cuda_home, env=None, probe=no_probe, candidates=(), **torch):
-    return cuda.decide(**{**CUDA_TORCH, **torch}, cuda_home=None if cuda_home is None else str(cuda_home),
-                       env=ENV if env is None else env, probe=probe, candidates=candidates)
+    return cuda.decide(
+        **{**CUDA_TORCH, **torch},
+        cuda_home=None if cuda_home is None else str(cuda_home),
+        env=ENV if env is None else env,
+        probe=probe,
+        candidates=candidates,
+    )
 
 
 def assert_one_warning_line(decision, *fragments):
@@ -113,8 +129,9 @@ def test_suggestion_only_names_a_toolkit_of_torchs_major_version(tmp_path):
 
 def test_major_version_mismatch_falls_back(tmp_path):
     decision = decide(make_toolkit(tmp_path / "cuda", release="12.8"))
-    assert_one_warning_line(decision, "CUDA 12.8", "torch 2.14.1+cu130 was built with CUDA 13.0",
-                            "major versions must match")
+    assert_one_warning_line(
+        decision, "CUDA 12.8", "torch 2.14.1+cu130 was built with CUDA 13.0", "major versions must match"
+    )
 
 
 def test_no_toolkit_at_all_falls_back(tmp_path):
@@ -176,8 +193,9 @@ def test_probe_failure_reports_the_compiler_error(tmp_path):
 
 
 def test_probe_can_be_switched_off(tmp_path):
-    decision = decide(make_toolkit(tmp_path / "cuda"), env={"ELMO_FAST_CUDA_PROBE": "0"},
-                      probe=lambda *a: pytest.fail("probe ran"))
+    decision = decide(
+        make_toolkit(tmp_path / "cuda"), env={"ELMO_FAST_CUDA_PROBE": "0"}, probe=lambda *a: pytest.fail("probe ran")
+    )
     assert decision.with_cuda
 
 
@@ -212,8 +230,13 @@ def test_cuda_archs_and_gencode_flags():
     archs = cuda.cuda_archs({"ELMO_FAST_CUDA_ARCHS": "90a;8.0"})
     assert archs == [(8, 0, ""), (9, 0, "a")]
     assert cuda.cuda_gencode_flags(archs) == [
-        "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
-        "-gencode", "arch=compute_90,code=compute_90"]
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+        "-gencode",
+        "arch=compute_90a,code=sm_90a",
+        "-gencode",
+        "arch=compute_90,code=compute_90",
+    ]
     with pytest.raises(SystemExit, match="cannot read"):
         cuda.cuda_archs({"ELMO_FAST_CUDA_ARCHS": "sm_80"})
 
@@ -223,6 +246,7 @@ def test_real_toolkit_if_any():
     """On a machine with a toolkit at /usr/local/cuda, the decision for a matching CUDA torch runs end to end."""
     version, why = cuda.nvcc_version("/usr/local/cuda/bin/nvcc")
     assert version is not None, why
-    decision = cuda.decide(torch_version="x", torch_cuda=f"{version[0]}.0", cuda_home="/usr/local/cuda", env={},
-                           probe=None)
+    decision = cuda.decide(
+        torch_version="x", torch_cuda=f"{version[0]}.0", cuda_home="/usr/local/cuda", env={}, probe=None
+    )
     assert "\n" not in decision.message()

@@ -1,6 +1,7 @@
 """The model bundled in the package (``default``): present, small, used whenever no model is named,
 and real (it knows English word order; "bank" by its context). Its numbers are in
 elmo_fast/pretrained/default/MODEL_CARD.md (scripts/model_card.py)."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -14,30 +15,33 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from repo_paths import REPO
 
 from elmo_fast import Elmo, ElmoEmbedder, HubElmo, batch_to_ids
 from elmo_fast.cli.models import bank_distances
 from elmo_fast.pretrained import bundled_model
 from elmo_fast.pretrained.bundled import DESCRIPTION, DIRECTORY, USING_MESSAGE
-from repo_paths import REPO
 
+pytestmark = pytest.mark.skipif(
+    not (DIRECTORY / "weights.hdf5").is_file(), reason="the bundled model's files are not in this checkout"
+)
 
-pytestmark = pytest.mark.skipif(not (DIRECTORY / "weights.hdf5").is_file(),
-                                reason="the bundled model's files are not in this checkout")
-
-ENGLISH = ["The cat sat on the mat .",
-           "He opened the door and walked into the room .",
-           "The function returns a list of strings .",
-           "A small river flows through the valley .",
-           "She wrote a letter to her brother in London .",
-           "The kernel loads the module at boot time .",
-           "Water freezes at zero degrees Celsius .",
-           "The committee will meet again next week ."]
+ENGLISH = [
+    "The cat sat on the mat .",
+    "He opened the door and walked into the room .",
+    "The function returns a list of strings .",
+    "A small river flows through the valley .",
+    "She wrote a letter to her brother in London .",
+    "The kernel loads the module at boot time .",
+    "Water freezes at zero degrees Celsius .",
+    "The committee will meet again next week .",
+]
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 def test_the_bundled_files_are_there_and_small():
@@ -71,8 +75,11 @@ def embedder():
 
 
 #: the width of the bundled model's vectors: 2 x its projection
-WIDTH = (2 * json.loads((DIRECTORY / "options.json").read_text())["lstm"]["projection_dim"]
-         if (DIRECTORY / "options.json").is_file() else 0)
+WIDTH = (
+    2 * json.loads((DIRECTORY / "options.json").read_text())["lstm"]["projection_dim"]
+    if (DIRECTORY / "options.json").is_file()
+    else 0
+)
 
 
 def test_no_model_named_means_the_bundled_one_said_in_one_line(caplog):
@@ -142,8 +149,20 @@ def test_embed_without_a_model_uses_it(tmp_path, embedder):
 def test_finetune_starts_from_it(tmp_path):
     """`elmo-fast finetune` without --model-dir continues the bundled model (its softmax included)."""
     (tmp_path / "train.txt").write_text("\n".join(ENGLISH * 4) + "\n")
-    r = _cli("finetune", "--train", tmp_path / "train.txt", "--out", tmp_path / "ft", "--max-steps", 2,
-             "--batch-size", 8, "--negative-samples", 64, "--quiet")
+    r = _cli(
+        "finetune",
+        "--train",
+        tmp_path / "train.txt",
+        "--out",
+        tmp_path / "ft",
+        "--max-steps",
+        2,
+        "--batch-size",
+        8,
+        "--negative-samples",
+        64,
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     assert USING_MESSAGE in r.stderr and "has no softmax.hdf5" not in r.stderr
     tuned = ElmoEmbedder(model_dir=tmp_path / "ft")

@@ -1,4 +1,5 @@
 """Tests of elmo_fast.pretrained against a local HTTP server (never the internet)."""
+
 from __future__ import annotations
 
 import functools
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from elmo_fast.pretrained import official as hub
 from elmo_fast.errors import DownloadError, ElmoFastError
+from elmo_fast.pretrained import official as hub
 
 TIMEOUT = 3
 
@@ -29,7 +30,6 @@ class _Server:
 
 
 class _CountingHandler(http.server.SimpleHTTPRequestHandler):
-
     def log_message(self, format, *args):  # noqa: A002 - keep test output quiet
         pass
 
@@ -66,9 +66,7 @@ def serve(request):
     servers = []
 
     def start(root: Path, handler=_CountingHandler) -> _Server:
-        httpd = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(handler, directory=str(root))
-        )
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
         httpd.daemon_threads = True
         state = _Server(httpd)
         httpd.state = state

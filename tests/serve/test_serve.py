@@ -1,6 +1,7 @@
 """`elmo-fast serve`: the endpoints on a real server (a subprocess on a free loopback port, a tiny
 random model), compared with ElmoEmbedder sentence by sentence; bad input; a full queue; a client
 that hangs up; SIGTERM with requests in flight. The batcher's choices are tested in-process."""
+
 from __future__ import annotations
 
 import base64
@@ -16,16 +17,14 @@ import time
 
 import numpy as np
 import pytest
+from repo_paths import REPO
+from serve_cases import BAD, OPENAI_BAD, TOL, concurrent_clients, expected, random_sentences
+from serve_process import ServerProcess, http_request
 
 from elmo_fast import ElmoEmbedder
 from elmo_fast.serve.batcher import Batcher, Limits, select_batch
 from elmo_fast.serve.metrics import Metrics
 from elmo_fast.tokenizer import tokenize
-from repo_paths import REPO
-from serve_cases import BAD, OPENAI_BAD, TOL, concurrent_clients, expected, random_sentences
-from serve_process import ServerProcess, http_request
-
-
 
 # ---------------------------------------------------------------------------------------------
 # a server in a subprocess, and a plain HTTP client
@@ -67,8 +66,16 @@ def test_health_and_metrics(server):
     status, head, body = server.request("GET", "/metrics")
     text = body.decode()
     assert status == 200 and head["content-type"].startswith("text/plain")
-    for name in ("requests_total", "errors_total", "batch_size_bucket", "batch_padded_tokens_bucket",
-                 "request_latency_seconds", "queue_depth", "ready 1", "model_busy 0"):
+    for name in (
+        "requests_total",
+        "errors_total",
+        "batch_size_bucket",
+        "batch_padded_tokens_bucket",
+        "request_latency_seconds",
+        "queue_depth",
+        "ready 1",
+        "model_busy 0",
+    ):
         assert f"elmo_fast_{name}" in text, name
 
 
@@ -110,8 +117,9 @@ def test_texts_are_tokenized_as_embed_tokenize(server, embedder):
 def test_npy_answers(server, embedder, output):
     rng = np.random.default_rng(2)
     sentences = random_sentences(rng, [4, 11, 1])
-    status, head, body = server.post("/embed", {"sentences": sentences, "output": output},
-                                     {"Accept": "application/x-npy"})
+    status, head, body = server.post(
+        "/embed", {"sentences": sentences, "output": output}, {"Accept": "application/x-npy"}
+    )
     assert status == 200 and head["content-type"] == "application/x-npy" and head["x-dim"] == "32"
     array = np.load(io.BytesIO(body), allow_pickle=False)
     assert array.dtype == np.float32
@@ -280,8 +288,14 @@ def gated_server(tiny_dir, embedder):
     from elmo_fast.serve.server import EmbeddingServer, listen
 
     gated = Gated(embedder)
-    server = EmbeddingServer(listen("127.0.0.1", 0), lambda: gated, "gated", lambda e: e.output_dim,
-                             Limits(max_batch_size=1, max_queue=2), 8192)
+    server = EmbeddingServer(
+        listen("127.0.0.1", 0),
+        lambda: gated,
+        "gated",
+        lambda e: e.output_dim,
+        Limits(max_batch_size=1, max_queue=2),
+        8192,
+    )
     server.host, server.port = server.sock.getsockname()[:2]
     thread = threading.Thread(target=server.run)
     thread.start()
@@ -312,8 +326,10 @@ def test_a_full_queue_answers_503_with_retry_after(gated_server, embedder):
     sentences = random_sentences(np.random.default_rng(10), [5, 9, 2])
     threads = [_post_in_thread(server, {"sentences": [sentences[0]], "output": "mean"}, answers, 0)]
     assert gated.waiting.wait(60)  # the first request is in the model
-    threads += [_post_in_thread(server, {"sentences": [s], "output": "mean"}, answers, k)
-                for k, s in enumerate(sentences[1:], 1)]
+    threads += [
+        _post_in_thread(server, {"sentences": [s], "output": "mean"}, answers, k)
+        for k, s in enumerate(sentences[1:], 1)
+    ]
     wait_until(lambda: server.batcher.queue_depth() == 2, what="two requests in the queue")
     status, head, body = http_request(server.host, server.port, "POST", "/embed", {"sentences": [["one", "more"]]})
     assert status == 503 and int(head["retry-after"]) >= 1
@@ -340,8 +356,11 @@ def test_a_client_that_hangs_up_costs_only_its_own_work(gated_server, embedder):
     big = _big_request(50, 12)
     body = json.dumps({"sentences": big, "output": "all"}).encode()
     sock = socket.create_connection((server.host, server.port))
-    sock.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    sock.sendall(
+        b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     wait_until(lambda: server.batcher.queued_sentences() == 50, what="the request in the queue")
     other = ["meanwhile", "another", "client"]
     threads.append(_post_in_thread(server, {"sentences": [other]}, answers, "other"))
@@ -364,14 +383,22 @@ def test_sigterm_answers_what_was_received_and_exits_0(tiny_dir, embedder):
     s = ServerProcess(tiny_dir, "--max-batch-size", 1)
     requests = [_big_request(12, 20 + k) for k in range(4)]
     answers: dict[int, tuple] = {}
-    threads = [threading.Thread(target=lambda k=k: answers.__setitem__(k, s.post(
-        "/embed", {"sentences": requests[k], "output": "top"}))) for k in range(len(requests))]
+    threads = [
+        threading.Thread(
+            target=lambda k=k: answers.__setitem__(k, s.post("/embed", {"sentences": requests[k], "output": "top"}))
+        )
+        for k in range(len(requests))
+    ]
     for t in threads:
         t.start()
     try:
         # every request received (waiting, or answered already on a fast machine), then the signal
-        wait_until(lambda: s.metric("queue_depth") + s.metric('requests_total{endpoint="/embed",status="200"}')
-                   == len(requests), what="every request in the queue")
+        wait_until(
+            lambda: (
+                s.metric("queue_depth") + s.metric('requests_total{endpoint="/embed",status="200"}') == len(requests)
+            ),
+            what="every request in the queue",
+        )
         s.proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join()
@@ -418,8 +445,10 @@ def test_health_is_503_until_the_model_is_warm(tiny_dir, embedder):
         gate.set()
         wait_until(lambda: http_request(host, port, "GET", "/health")[0] == 200, what="the model to be ready")
         status, _, body = http_request(host, port, "POST", "/embed", {"sentences": [["now"]], "output": "mean"})
-        assert status == 200 and np.abs(np.array(json.loads(body)["embeddings"][0])
-                                        - expected(embedder, ["now"], "mean")).max() <= TOL
+        assert (
+            status == 200
+            and np.abs(np.array(json.loads(body)["embeddings"][0]) - expected(embedder, ["now"], "mean")).max() <= TOL
+        )
     finally:
         gate.set()
         server.stop()
@@ -432,7 +461,7 @@ def test_a_second_signal_stops_at_once(tiny_dir):
     s = ServerProcess(tiny_dir)
     stalled = socket.create_connection((s.host, s.port))
     try:
-        stalled.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"sentences\"")
+        stalled.sendall(b'POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"sentences"')
         time.sleep(0.5)
         s.proc.send_signal(signal.SIGTERM)
         time.sleep(2)
@@ -454,9 +483,23 @@ def test_a_port_in_use_is_one_line_and_exit_2(tiny_dir):
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
     try:
-        r = subprocess.run([sys.executable, "-m", "elmo_fast", "serve", "--model-dir", str(tiny_dir), "--port",
-                            str(taken.getsockname()[1]), "--max-batch-size", "4"], capture_output=True, text=True,
-                           timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "elmo_fast",
+                "serve",
+                "--model-dir",
+                str(tiny_dir),
+                "--port",
+                str(taken.getsockname()[1]),
+                "--max-batch-size",
+                "4",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         taken.close()
     assert r.returncode == 2 and "cannot listen on 127.0.0.1:" in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -465,8 +508,12 @@ def test_a_port_in_use_is_one_line_and_exit_2(tiny_dir):
 def test_a_model_that_fails_to_load_stops_the_server_with_one_line(tmp_path, tiny_dir):
     (tmp_path / "options.json").write_text((tiny_dir / "options.json").read_text())
     (tmp_path / "weights.hdf5").write_bytes(b"not an hdf5 file")
-    r = subprocess.run([sys.executable, "-m", "elmo_fast", "serve", "--model-dir", str(tmp_path), "--port", "0"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "elmo_fast", "serve", "--model-dir", str(tmp_path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "listening on" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("elmo-fast: error:") and "weights.hdf5" in r.stderr
 
@@ -475,15 +522,18 @@ def test_a_model_that_fails_to_load_stops_the_server_with_one_line(tmp_path, tin
 # the batcher, in process
 
 
-@pytest.mark.parametrize("lengths,max_size,max_tokens,want", [
-    ([5, 5, 5], 64, 4096, [0, 1, 2]),          # everything fits
-    ([5, 5, 5], 2, 4096, [0, 1]),              # size cap, oldest first among equals
-    ([10, 50, 11, 9, 48], 3, 4096, [0, 2, 3]),  # nearest lengths to the oldest
-    ([50, 10, 11, 49, 48], 3, 4096, [0, 3, 4]),
-    ([30, 30, 30, 30], 64, 90, [0, 1, 2]),     # padded-token cap
-    ([500, 3, 3], 64, 100, [0]),               # longer than the cap: alone
-    ([3, 500, 3], 64, 100, [0, 2]),
-])
+@pytest.mark.parametrize(
+    "lengths,max_size,max_tokens,want",
+    [
+        ([5, 5, 5], 64, 4096, [0, 1, 2]),  # everything fits
+        ([5, 5, 5], 2, 4096, [0, 1]),  # size cap, oldest first among equals
+        ([10, 50, 11, 9, 48], 3, 4096, [0, 2, 3]),  # nearest lengths to the oldest
+        ([50, 10, 11, 49, 48], 3, 4096, [0, 3, 4]),
+        ([30, 30, 30, 30], 64, 90, [0, 1, 2]),  # padded-token cap
+        ([500, 3, 3], 64, 100, [0]),  # longer than the cap: alone
+        ([3, 500, 3], 64, 100, [0, 2]),
+    ],
+)
 def test_select_batch(lengths, max_size, max_tokens, want):
     assert select_batch(lengths, max_size, max_tokens) == want
 

@@ -26,6 +26,7 @@ command line on allennlp 0.9; its own ElmoEmbedder). Each step's arrays are reco
 as ``s{step}_{k}``. With ``pickle_after`` the embedder is pickled to ``pickle_to`` after that step,
 and the sequence goes on.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -164,16 +165,16 @@ def main(job_path: str, out_path: str) -> None:
                     embedder.embed_file(f, args[0] + ".h5", args[1], args[2])
                 arrays = []
             elif op == "elmo":
-                elmo = modules.Elmo(job["options"], job["weights"], args[1], dropout=0.0,
-                                    scalar_mix_parameters=args[2])
+                elmo = modules.Elmo(job["options"], job["weights"], args[1], dropout=0.0, scalar_mix_parameters=args[2])
                 result = elmo(modules.batch_to_ids(args[0]))
                 arrays = [r.numpy() for r in result["elmo_representations"]] + [result["mask"].numpy()]
             elif op == "flair":
                 from flair.data import Sentence
                 from flair.embeddings import ELMoEmbeddings
 
-                embeddings = ELMoEmbeddings(options_file=job["options"], weight_file=job["weights"],
-                                            embedding_mode=args[0])
+                embeddings = ELMoEmbeddings(
+                    options_file=job["options"], weight_file=job["weights"], embedding_mode=args[0]
+                )
                 sentences = [Sentence(tokens) for tokens in args[1]]
                 embeddings.embed(sentences)
                 arrays = [torch.stack([t.get_embedding() for t in s]).numpy() for s in sentences]
@@ -209,21 +210,38 @@ def _flair_legacy(job: dict, step: int, path: str, sentences: list, tag_type: st
     for tag in ("N", "V", "D"):
         tags.add_item(tag)
     embeddings = ELMoEmbeddings(options_file=job["options"], weight_file=job["weights"], embedding_mode="all")
-    tagger = SequenceTagger(hidden_size=16, embeddings=embeddings, tag_dictionary=tags, tag_type=tag_type,
-                            use_crf=False, use_rnn=True)
+    tagger = SequenceTagger(
+        hidden_size=16, embeddings=embeddings, tag_dictionary=tags, tag_type=tag_type, use_crf=False, use_rnn=True
+    )
     tagger.eval()
     # what flair up to 0.11 saved: the model's settings, its state dict, and its embeddings pickled whole
-    state = {"__cls__": "SequenceTagger", "state_dict": tagger.state_dict(), "embeddings": tagger.embeddings,
-             "hidden_size": 16, "tag_dictionary": tags, "tag_format": "BIOES", "tag_type": tag_type,
-             "use_crf": False, "use_rnn": True, "rnn_layers": 1, "use_dropout": 0.0, "use_word_dropout": 0.05,
-             "use_locked_dropout": 0.5, "rnn_type": "LSTM", "reproject_embeddings": True, "weight_dict": None,
-             "train_initial_hidden_state": False}
+    state = {
+        "__cls__": "SequenceTagger",
+        "state_dict": tagger.state_dict(),
+        "embeddings": tagger.embeddings,
+        "hidden_size": 16,
+        "tag_dictionary": tags,
+        "tag_format": "BIOES",
+        "tag_type": tag_type,
+        "use_crf": False,
+        "use_rnn": True,
+        "rnn_layers": 1,
+        "use_dropout": 0.0,
+        "use_word_dropout": 0.05,
+        "use_locked_dropout": 0.5,
+        "rnn_type": "LSTM",
+        "reproject_embeddings": True,
+        "weight_dict": None,
+        "train_initial_hidden_state": False,
+    }
     torch.save(state, path, pickle_protocol=4)
     batch = [Sentence(tokens) for tokens in sentences]
     tagger.predict(batch, mini_batch_size=len(batch))
     labels = [t.get_label(tag_type) for s in batch for t in s]
-    return {f"s{step}_tags": np.array([label.value for label in labels]),
-            f"s{step}_scores": np.array([label.score for label in labels], dtype=np.float64)}
+    return {
+        f"s{step}_tags": np.array([label.value for label in labels]),
+        f"s{step}_scores": np.array([label.score for label in labels], dtype=np.float64),
+    }
 
 
 if __name__ == "__main__":

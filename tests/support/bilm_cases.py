@@ -1,6 +1,7 @@
 """Shared cases of the biLM's tests: bilm-tf's outputs of the tiny fixture model, random sentences, the mini
 biLM of the gradchecks (a fixture) and its weights rebuilt from a flat list, and a whole biLM's forward
 on the fast ops under autograd (`bilm_fast_train`)."""
+
 import h5py
 import numpy as np
 import pytest
@@ -32,8 +33,16 @@ def sentences(rng, n, lo=1, hi=12):
 
 
 # Small enough for a full float64 gradcheck; clips low enough that cells and projections hit them.
-MINI = ElmoOptions(filters=((1, 2), (2, 3), (3, 2)), char_dim=3, n_highway=1, projection_dim=3, cell_dim=4,
-                   n_layers=2, cell_clip=0.6, proj_clip=0.5)
+MINI = ElmoOptions(
+    filters=((1, 2), (2, 3), (3, 2)),
+    char_dim=3,
+    n_highway=1,
+    projection_dim=3,
+    cell_dim=4,
+    n_layers=2,
+    cell_clip=0.6,
+    proj_clip=0.5,
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +75,17 @@ def bilm_fast_train(char_ids, weights):
     o = weights.options
     ids, mask = reference.add_sentence_boundaries(char_ids)
     B, T2, W = ids.shape
-    tokens = ops.highway(ops.char_cnn(ids.reshape(B * T2, W), weights.char_embedding, weights.conv_weights,
-                                      weights.conv_biases, o.activation),
-                         weights.highway_weights, weights.highway_biases, weights.proj_weight, weights.proj_bias)
+    tokens = ops.highway(
+        ops.char_cnn(
+            ids.reshape(B * T2, W), weights.char_embedding, weights.conv_weights, weights.conv_biases, o.activation
+        ),
+        weights.highway_weights,
+        weights.highway_biases,
+        weights.proj_weight,
+        weights.proj_bias,
+    )
     tokens = tokens.view(B, T2, -1) * mask.unsqueeze(-1).to(tokens.dtype)
-    outputs, h, c = ops.bilstm_train(tokens, mask.sum(dim=1), reference.flat_lstm_weights(weights.lstm), o.cell_clip,
-                                     o.proj_clip)
+    outputs, h, c = ops.bilstm_train(
+        tokens, mask.sum(dim=1), reference.flat_lstm_weights(weights.lstm), o.cell_clip, o.proj_clip
+    )
     return [torch.cat([tokens, tokens], dim=-1), *outputs.unbind(0)], mask, h, c

@@ -1,5 +1,6 @@
 """Cases of the char CNN's tests: filter sets, random weights, ELMo-like character ids (every byte
 length, the sentence marks, "no token" rows), awkward words, and where a max window is too close to call."""
+
 import math
 import random
 
@@ -31,8 +32,14 @@ def random_word(n_bytes, rng):
     left = n_bytes
     while left:
         size = rng.choice([s for s in (1, 1, 1, 2, 3, 4) if s <= left])
-        chars.append({1: rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;'-"),
-                      2: rng.choice("éüñçßøΩжא"), 3: rng.choice("日本語€中文ह"), 4: rng.choice("😀🙂𝄞🚀")}[size])
+        chars.append(
+            {
+                1: rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;'-"),
+                2: rng.choice("éüñçßøΩжא"),
+                3: rng.choice("日本語€中文ह"),
+                4: rng.choice("😀🙂𝄞🚀"),
+            }[size]
+        )
         left -= size
     word = "".join(chars)
     assert len(word.encode("utf-8")) == n_bytes
@@ -55,8 +62,22 @@ def elmo_ids(n, seed):
     return ids
 
 
-AWKWARD_WORDS = ["a", "I", "the", ",", "über", "東京", "aaaaaaaaaaaa", "x" * 60, "supercalifragilistic",
-                 "<S>", "</S>", "mississippi", "ab" * 30, "zz"]
+AWKWARD_WORDS = [
+    "a",
+    "I",
+    "the",
+    ",",
+    "über",
+    "東京",
+    "aaaaaaaaaaaa",
+    "x" * 60,
+    "supercalifragilistic",
+    "<S>",
+    "</S>",
+    "mississippi",
+    "ab" * 30,
+    "zz",
+]
 
 
 def char_cnn_inputs(filters, dim, dtype, seed, n_random=5, chars=50, vocab=262):
@@ -76,8 +97,10 @@ def char_cnn_inputs(filters, dim, dtype, seed, n_random=5, chars=50, vocab=262):
     ids = torch.cat(rows)
     emb = torch.randn(vocab, dim, generator=g, dtype=torch.float64)
     emb[0] = 0
-    ws = [torch.randn(num, dim, width, generator=g, dtype=torch.float64) / math.sqrt(width * dim)
-          for width, num in filters]
+    ws = [
+        torch.randn(num, dim, width, generator=g, dtype=torch.float64) / math.sqrt(width * dim)
+        for width, num in filters
+    ]
     bs = [torch.randn(num, generator=g, dtype=torch.float64) * 0.1 for _, num in filters]
     return ids, emb.to(dtype), [w.to(dtype) for w in ws], [b.to(dtype) for b in bs]
 

@@ -1,7 +1,7 @@
 """allennlp's ELMoCharacterMapper restated byte by byte, independent of elmo_fast's helpers (see
 tests/bilm/test_char_ids.py): the expected character ids of a token and of a batch."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 WORD_LEN = 50
 

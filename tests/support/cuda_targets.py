@@ -14,6 +14,7 @@ first, so an element a kernel fails to write shows up as NaN; the backward passe
 deterministic mode's NaN fill of every allocation (@poisoned, tests/support/grad_checks.py). The tests of
 what a build without CUDA kernels says run everywhere (tests/bilm/test_ops.py).
 """
+
 import contextlib
 import dataclasses
 import os
@@ -24,8 +25,11 @@ import torch
 from elmo_fast.bilm import ops
 
 HAS_GPU = torch.cuda.is_available()
-CUDA_SKIP_REASON = ("no CUDA GPU visible to torch" if not HAS_GPU else
-                    f"elmo_fast._C has no CUDA kernels: {ops.cuda_kernels_missing_reason()}")
+CUDA_SKIP_REASON = (
+    "no CUDA GPU visible to torch"
+    if not HAS_GPU
+    else f"elmo_fast._C has no CUDA kernels: {ops.cuda_kernels_missing_reason()}"
+)
 #: every emulated case, not only the default subset (the emulator is slow: kernels run thread by thread)
 EMULATION_FULL = os.environ.get("ELMO_FAST_CUDA_EMULATION") == "1"
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -33,8 +37,9 @@ ALL_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
 
 #: the CUDA training ops' tests compare with the CPU ops
-needs_cpu_ops = pytest.mark.skipif(not ops.HAS_EXTENSION,
-                                   reason="elmo_fast._C not built (the CPU ops are compared with)")
+needs_cpu_ops = pytest.mark.skipif(
+    not ops.HAS_EXTENSION, reason="elmo_fast._C not built (the CPU ops are compared with)"
+)
 
 
 @dataclasses.dataclass
@@ -55,6 +60,7 @@ def emulated_by_default(when=None):
     """Runs the decorated test's "emulated" cases in the default test run: all of them, or those whose
     parameters ``when(**params)`` accepts. Its other emulated cases, and every emulated case of an
     undecorated test, run with ELMO_FAST_CUDA_EMULATION=1."""
+
     def mark(test):
         test.emulated_by_default = when or (lambda **params: True)
         return test
@@ -156,9 +162,11 @@ def ops_on(target, monkeypatch):
     emu = torch.ops.elmo_fast_emu
     assert torch.ops.elmo_fast is not emu  # (also makes the namespace an attribute of torch.ops)
     if not _EMU_AUTOGRAD:
-        for name, backward, setup in (("char_cnn", ops._char_cnn_backward, ops._char_cnn_setup_context),
-                                      ("highway_gate", ops._highway_gate_backward, ops._highway_gate_setup_context),
-                                      ("lstm_layer_forward", ops._lstm_layer_backward, ops._lstm_layer_setup_context)):
+        for name, backward, setup in (
+            ("char_cnn", ops._char_cnn_backward, ops._char_cnn_setup_context),
+            ("highway_gate", ops._highway_gate_backward, ops._highway_gate_setup_context),
+            ("lstm_layer_forward", ops._lstm_layer_backward, ops._lstm_layer_setup_context),
+        ):
             torch.library.register_autograd(f"elmo_fast_emu::{name}", backward, setup_context=setup)
         _EMU_AUTOGRAD.append(True)
     monkeypatch.setattr(torch.ops, "elmo_fast", emu)
@@ -172,4 +180,4 @@ def ran_ops(target):
     ran = set()
     with torch.autograd.profiler.profile() as prof:
         yield ran
-    ran.update(e.name[len(library):] for e in prof.function_events if e.name.startswith(library))
+    ran.update(e.name[len(library) :] for e in prof.function_events if e.name.startswith(library))

@@ -1,14 +1,14 @@
 """Helpers of the corpus-embedding tests: random input files, outputs compared dataset by dataset, a kill
 simulated in-process (an exception nothing cleans up after) at the n-th call of a step."""
+
 import random
 
 import h5py
 import numpy as np
 import torch
-
-from elmo_fast.embedding import writers
 from tolerances import assert_close
 
+from elmo_fast.embedding import writers
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFG.,;!?-'0123456789éßøü東京ЖΩ"
 
@@ -36,8 +36,13 @@ def contents(path) -> tuple[dict[str, np.ndarray], str | None]:
     with h5py.File(path, "r") as f:
         mapping = f["sentence_to_index"].asstr()[0] if "sentence_to_index" in f else None
         data = {}
-        f.visititems(lambda name, obj: data.__setitem__(name, obj[...]) if isinstance(obj, h5py.Dataset)
-                     and name != "sentence_to_index" else None)
+        f.visititems(
+            lambda name, obj: (
+                data.__setitem__(name, obj[...])
+                if isinstance(obj, h5py.Dataset) and name != "sentence_to_index"
+                else None
+            )
+        )
     return data, mapping
 
 

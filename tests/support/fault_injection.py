@@ -7,6 +7,7 @@ the reason, where there is none or the platform has no LD_PRELOAD). ``run_python
 Python code in a child process with the shim preloaded; inside it, ``Shim`` (ctypes) arms and
 disarms faults, so one process can try every failure point of a run in turn.
 """
+
 from __future__ import annotations
 
 import errno
@@ -46,8 +47,11 @@ def shim() -> Path:
     out = Path(tempfile.gettempdir()) / f"elmo_fast_fault_shim_{digest}_{os.getuid()}.so"
     if not out.exists():
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(tmp), str(SOURCE), "-ldl", "-lpthread"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-O1", "-o", str(tmp), str(SOURCE), "-ldl", "-lpthread"],
+            check=True,
+            capture_output=True,
+        )
         os.replace(tmp, out)
     _built = out
     return out
@@ -65,12 +69,17 @@ def env_with_shim(**faults: object) -> dict[str, str]:
 
 def run_python(code: str, *args: str, timeout: float = 600, **faults: object) -> subprocess.CompletedProcess:
     """Run ``python -c code args...`` with the shim preloaded; stdout/stderr captured as text."""
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, *args], env=env_with_shim(**faults),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", code, *args],
+        env=env_with_shim(**faults),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # Imported by the child processes (python -c): arms the shim loaded in their own process.
-CHILD_PRELUDE = r'''
+CHILD_PRELUDE = r"""
 import ctypes, errno, os, sys
 _lib = ctypes.CDLL(None)
 _lib.fault_arm.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int]
@@ -89,7 +98,7 @@ class Shim:
     @staticmethod
     def fired():
         return bool(_lib.fault_fired())
-'''
+"""
 
 
 def python_lib_dir() -> str:

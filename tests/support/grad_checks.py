@@ -5,9 +5,9 @@ the fast side in the inputs' dtype, the reference in float64 on the same rounded
 Tests of backward passes run with @poisoned: every tensor the ops allocate (torch.empty, inside the ops
 too) starts as NaN, deterministic mode's fill of uninitialized memory, so an element a kernel forgets to
 write fails the comparison."""
+
 import pytest
 import torch
-
 from tolerances import GRAD_RTOL, assert_grad_close
 
 

@@ -1,21 +1,22 @@
 """Cases of the highway tests: the stack + projection's inputs (`make`, char-CNN-like values) and the
 gate's (`highway_inputs`: both sides of relu, saturating gates, four memory layouts), as the forward and
 backward tests draw them."""
-import torch
 
+import torch
 from layouts import wider
 
 
 def make(n, f, p, layers, dtype=torch.float32, seed=0, sliced=False):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(n, f, generator=g, dtype=torch.float64) * 3  # char CNN output: relu'd, ~[0, 3]
-    ws = [torch.randn(2 * f, f, generator=g, dtype=torch.float64) / f ** 0.5 for _ in range(layers)]
+    ws = [torch.randn(2 * f, f, generator=g, dtype=torch.float64) / f**0.5 for _ in range(layers)]
     bs = [torch.randn(2 * f, generator=g, dtype=torch.float64) for _ in range(layers)]
-    pw = torch.randn(p, f, generator=g, dtype=torch.float64) / f ** 0.5
+    pw = torch.randn(p, f, generator=g, dtype=torch.float64) / f**0.5
     pb = torch.randn(p, generator=g, dtype=torch.float64) * 0.1
     if sliced:  # x as columns of a wider buffer, the weights as every other row of taller ones
-        x = torch.cat([torch.randn(n, 3, dtype=torch.float64), x, torch.randn(n, 2, dtype=torch.float64)],
-                      1)[:, 3:3 + f]
+        x = torch.cat([torch.randn(n, 3, dtype=torch.float64), x, torch.randn(n, 2, dtype=torch.float64)], 1)[
+            :, 3 : 3 + f
+        ]
         ws = [torch.stack([w, torch.randn_like(w)], 1).reshape(4 * f, f)[::2] for w in ws]
     return [t.to(dtype) if isinstance(t, torch.Tensor) else [u.to(dtype) for u in t] for t in (x, ws, bs, pw, pb)]
 
@@ -41,8 +42,8 @@ def highway_inputs(n, h, dtype, seed, layout="contiguous"):
 
     def wider(t, left, right):  # t as a column slice of a buffer with other data around it
         buf = torch.randn(t.shape[0], left + t.shape[1] + right, generator=gen, dtype=torch.float64).to(dtype)
-        buf[:, left:left + t.shape[1]] = t
-        return buf[:, left:left + t.shape[1]]
+        buf[:, left : left + t.shape[1]] = t
+        return buf[:, left : left + t.shape[1]]
 
     def every_other_row(t):
         buf = torch.randn(2 * t.shape[0], t.shape[1], generator=gen, dtype=torch.float64).to(dtype)
@@ -63,11 +64,11 @@ def highway_inputs(n, h, dtype, seed, layout="contiguous"):
 def highway_case(n, f, p, layers, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, f, generator=gen, dtype=torch.float64)
-    hw = [torch.randn(2 * f, f, generator=gen, dtype=torch.float64) / f ** 0.5 for _ in range(layers)]
+    hw = [torch.randn(2 * f, f, generator=gen, dtype=torch.float64) / f**0.5 for _ in range(layers)]
     hb = [torch.randn(2 * f, generator=gen, dtype=torch.float64) for _ in range(layers)]
     for b in hb:
         b[f:] -= 1.0  # gates lean to carrying x, as trained ones do; both sides of relu stay
-    pw = torch.randn(p, f, generator=gen, dtype=torch.float64) / f ** 0.5
+    pw = torch.randn(p, f, generator=gen, dtype=torch.float64) / f**0.5
     pb = torch.randn(p, generator=gen, dtype=torch.float64)
     return [t.to(dtype) for t in (x, *hw, *hb, pw, pb)]
 

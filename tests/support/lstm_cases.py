@@ -1,10 +1,10 @@
 """Cases of the LSTM tests: the inference biLSTM's inputs (`lstm_inputs`, `LSTM_CASES`), one trainable
 layer's (`layer_case`, NaN at padding; `indexed_case`, its gates as rows picked by token_index) and the
 training stack's (`stack_case`, with dropout masks)."""
+
 import math
 
 import torch
-
 from layouts import transposed_storage
 
 
@@ -16,7 +16,7 @@ def lstm_inputs(L, B, T, P, C, lengths, dtype, seed, U=None, states=False, garba
     lengths = torch.tensor(lengths, dtype=torch.long)
     assert lengths.shape == (B,)
     xg0 = torch.randn(U, 2, 4 * C, generator=g, dtype=torch.float64)
-    xg0[:, :, C:2 * C] += 1.0  # forget gates lean open: cells integrate up to the clip
+    xg0[:, :, C : 2 * C] += 1.0  # forget gates lean open: cells integrate up to the clip
     token_index = torch.randint(0, max(U, 1), (B, T), generator=g)
     if garbage_index and B * T:  # past each row's length the index is ignored, even out of range
         pad = torch.arange(T)[None, :] >= lengths[:, None]
@@ -24,15 +24,17 @@ def lstm_inputs(L, B, T, P, C, lengths, dtype, seed, U=None, states=False, garba
     weights = []
     for _ in range(L):
         for _ in range(2):
-            weights += [torch.randn(4 * C, P, generator=g, dtype=torch.float64) / math.sqrt(P),
-                        0.35 * torch.randn(4 * C, P, generator=g, dtype=torch.float64) / math.sqrt(P),
-                        0.1 * torch.randn(4 * C, generator=g, dtype=torch.float64),
-                        3.0 * torch.randn(P, C, generator=g, dtype=torch.float64) / math.sqrt(C)]
+            weights += [
+                torch.randn(4 * C, P, generator=g, dtype=torch.float64) / math.sqrt(P),
+                0.35 * torch.randn(4 * C, P, generator=g, dtype=torch.float64) / math.sqrt(P),
+                0.1 * torch.randn(4 * C, generator=g, dtype=torch.float64),
+                3.0 * torch.randn(P, C, generator=g, dtype=torch.float64) / math.sqrt(C),
+            ]
     h0 = c0 = None
     if states:
         h0 = torch.randn(L, B, 2 * P, generator=g, dtype=torch.float64)
         c0 = 2 * torch.randn(L, B, 2 * C, generator=g, dtype=torch.float64)
-    cast = (lambda t: None if t is None else t.to(dtype))
+    cast = lambda t: None if t is None else t.to(dtype)
     return cast(xg0), token_index, lengths, [cast(w) for w in weights], cast(h0), cast(c0)
 
 
@@ -66,18 +68,18 @@ def layer_case(B, T, P, C, dtype, seed, lengths=None, state=True, layout="contig
         lengths = torch.randint(0, T + 1, (B,), generator=gen)
     lengths = torch.as_tensor(lengths, dtype=torch.long)
     xg = randn(2, B, T, 4 * C, std=2.0)
-    xg[..., C:2 * C] += 1.5
+    xg[..., C : 2 * C] += 1.5
     xg[:, torch.arange(T)[None, :] >= lengths[:, None]] = junk
-    w_hh = randn(2, 4 * C, P, std=0.35 * P ** -0.5)
-    w_proj = randn(2, P, C, std=3.0 * C ** -0.5)
+    w_hh = randn(2, 4 * C, P, std=0.35 * P**-0.5)
+    w_proj = randn(2, P, C, std=3.0 * C**-0.5)
     h0 = randn(2, B, P, std=1.5) if state else None
     c0 = randn(2, B, C, std=2.0) if state else None
     cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
     xg = cast(xg)
     if layout == "sliced":  # rows of a wider buffer, time-major: strides everywhere but the last dim
         buf = torch.randn(T, 2, B, 4 * C + 9, generator=gen, dtype=torch.float64).to(dtype)
-        buf[..., 5:5 + 4 * C] = xg.permute(2, 0, 1, 3)
-        xg = buf[..., 5:5 + 4 * C].permute(1, 2, 0, 3)
+        buf[..., 5 : 5 + 4 * C] = xg.permute(2, 0, 1, 3)
+        xg = buf[..., 5 : 5 + 4 * C].permute(1, 2, 0, 3)
     elif layout == "feature_major":  # last dim not unit-stride: the op copies it once
         xg = transposed_storage(xg)
     elif layout != "contiguous":
@@ -91,10 +93,10 @@ def differentiable(case):
 
 
 GRADCHECK_CASES = [  # B, T, P, C, lengths
-    (5, 6, 3, 5, [6, 0, 3, 1, 5]),    # unsorted, a 0 and a 1, odd sizes
-    (1, 1, 2, 3, [1]),                # B = 1, T = 1
-    (3, 4, 5, 2, [0, 0, 0]),          # nothing runs: the states pass through
-    (2, 7, 9, 3, [7, 7]),             # P > C
+    (5, 6, 3, 5, [6, 0, 3, 1, 5]),  # unsorted, a 0 and a 1, odd sizes
+    (1, 1, 2, 3, [1]),  # B = 1, T = 1
+    (3, 4, 5, 2, [0, 0, 0]),  # nothing runs: the states pass through
+    (2, 7, 9, 3, [7, 7]),  # P > C
 ]
 
 
@@ -137,9 +139,13 @@ def stack_case(B, T, L, P, C, dtype, seed, lengths=None, dropout=0.1):
     weights = []
     for _ in range(2 * L):
         bias = randn(4 * C, std=0.1)
-        bias[C:2 * C] += 1.5
-        weights += [randn(4 * C, P, std=2.0 * P ** -0.5), randn(4 * C, P, std=0.35 * P ** -0.5), bias,
-                    randn(P, C, std=3.0 * C ** -0.5)]
+        bias[C : 2 * C] += 1.5
+        weights += [
+            randn(4 * C, P, std=2.0 * P**-0.5),
+            randn(4 * C, P, std=0.35 * P**-0.5),
+            bias,
+            randn(P, C, std=3.0 * C**-0.5),
+        ]
     x = randn(B, T, P, std=1.5)
     h0, c0 = randn(L, B, 2 * P, std=1.5), randn(L, B, 2 * C, std=2.0)
     keep = 1 - dropout

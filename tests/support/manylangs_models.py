@@ -1,5 +1,6 @@
 """Random-weight ELMoForManyLangs model directories of every variant the tests cover, written in its
 exact layout, and the sentences they are run on."""
+
 from __future__ import annotations
 
 import random
@@ -27,9 +28,19 @@ VARIANTS = {
     # torch's pre-1.6 pickle format (the released models'), storages tagged cuda:0 (saved from a GPU)
     "legacy pickles, cuda-tagged": dict(config=TINY, legacy=True, cuda_tagged=True),
     # another max_characters_per_token, tanh, one highway, three layers, clips of 0 (none)
-    "20 chars, tanh, 3 layers": dict(config=replace(TINY, max_characters_per_token=20, activation="tanh", n_highway=1,
-                                                    n_layers=3, cell_clip=None, proj_clip=None,
-                                                    filters=((1, 4), (3, 8), (5, 16))), clips=False),
+    "20 chars, tanh, 3 layers": dict(
+        config=replace(
+            TINY,
+            max_characters_per_token=20,
+            activation="tanh",
+            n_highway=1,
+            n_layers=3,
+            cell_clip=None,
+            proj_clip=None,
+            filters=((1, 4), (3, 8), (5, 16)),
+        ),
+        clips=False,
+    ),
 }
 
 
@@ -50,8 +61,9 @@ def write_variant(name: str, directory: Path, seed: int = 0) -> Path:
     config = spec["config"]
     rng = random.Random(seed)
     words = random_words(300, MANYLANGS_CHARS, seed) + [LONG_WORD] if config.word_dim else []
-    weights = random_manylangs_weights(config, list(MANYLANGS_CHARS) + [IDEOGRAPHIC_SPACE], words, seed=seed,
-                                       exercise_clips=spec.get("clips", True))
+    weights = random_manylangs_weights(
+        config, list(MANYLANGS_CHARS) + [IDEOGRAPHIC_SPACE], words, seed=seed, exercise_clips=spec.get("clips", True)
+    )
     if spec.get("quirks"):
         # explicit ids in no particular order (the tables' rows follow the ids, whatever the line order)
         for vocab in (weights.char_vocab, weights.word_vocab):
@@ -60,13 +72,14 @@ def write_variant(name: str, directory: Path, seed: int = 0) -> Path:
             vocab.update(zip(list(vocab), ids))
     context = cuda_tagged_storages() if spec.get("cuda_tagged") else _nothing()
     with context:
-        save_manylangs(directory, weights, legacy_format=spec.get("legacy", False),
-                       config_name="cnn_tiny_sample.json")
+        save_manylangs(directory, weights, legacy_format=spec.get("legacy", False), config_name="cnn_tiny_sample.json")
     if spec.get("quirks"):
         # config_path: an absolute path of another machine, found by its base name
-        (directory / CONFIG_FILE).write_text('{"config_path": "/home/hitscir/elmo/configs/cnn_tiny_sample.json", '
-                                             '"model": "/home/hitscir/elmo/zhs.model", "batch_size": 32}',
-                                             encoding="utf-8")
+        (directory / CONFIG_FILE).write_text(
+            '{"config_path": "/home/hitscir/elmo/configs/cnn_tiny_sample.json", '
+            '"model": "/home/hitscir/elmo/zhs.model", "batch_size": 32}',
+            encoding="utf-8",
+        )
         _write_quirky_dictionary(directory / CHAR_DIC, weights.char_vocab, "a", rng)
         _write_quirky_dictionary(directory / WORD_DIC, weights.word_vocab, words[0], rng)
     return directory
@@ -110,8 +123,12 @@ def sentences(words: list[str], seed: int = 0) -> list[list[str]]:
         ["😀", "αβγ", "日本", "a" + IDEOGRAPHIC_SPACE + "b", IDEOGRAPHIC_SPACE, NBSP + "x", "ß"],
         [w[3]],
         ["", w[4]],
-        [rng.choice(w) if rng.random() < 0.7 else "".join(rng.choice("qwertyuiopéű") for _ in range(rng.randint(1, 12)))
-         for _ in range(37)],
+        [
+            rng.choice(w)
+            if rng.random() < 0.7
+            else "".join(rng.choice("qwertyuiopéű") for _ in range(rng.randint(1, 12)))
+            for _ in range(37)
+        ],
         [],
         list("abcdefg"),
     ]

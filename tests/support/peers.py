@@ -13,6 +13,7 @@ overrides 3.1.0 (in peers.txt) its ``Embedder`` imports and runs on torch 2.13 a
 :func:`manylangs_embedder` builds one on the CPU (it would move itself to a GPU when it sees one,
 where cuDNN's TF32 convolutions would take its outputs away from fp32).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,7 +28,6 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-
 from repo_paths import REPO
 
 # allennlp's imports off the ELMo path (found by importing allennlp.modules.elmo with none of them)

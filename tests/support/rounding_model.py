@@ -11,6 +11,7 @@ so that the deviation of the outputs from the unperturbed float64 run is a sampl
 model predicts, propagated through the highway layers and every LSTM step as the computation itself
 propagates it (clips, gates and skip connections included). Nothing here reads an fp32 result.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-U32 = 2.0 ** -24
+U32 = 2.0**-24
 
 
 def dot_sigma(p_sq_sum: Tensor, terms: int, fma: bool) -> Tensor:

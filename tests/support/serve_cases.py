@@ -1,5 +1,6 @@
 """What the server tests and the Ray Serve tests (tests/cluster/test_ray_serve.py) hold a server to: the bound, random
 sentences, a sentence's expected vectors, and the bad requests with the answers they get."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,12 @@ BAD = [
     (b'{"texts": ["a"], "sentences": [["a"]]}', 400, "invalid_request", "not both"),
     (b'{"sentence": [["a"]]}', 400, "invalid_request", "unknown field 'sentence'"),
     (b'{"sentences": [["a"]], "output": "avg"}', 400, "invalid_request", "'output' must be one of"),
-    (json.dumps({"sentences": [["w"] * 301]}).encode(), 413, "too_large",
-     "301 tokens, over this server's limit of 300"),
+    (
+        json.dumps({"sentences": [["w"] * 301]}).encode(),
+        413,
+        "too_large",
+        "301 tokens, over this server's limit of 300",
+    ),
     (json.dumps({"texts": ["w " * 200, "w " * 101]}).encode(), 413, "too_large", "--max-request-tokens"),
     (b'{"sentences": [["' + b"x" * 200_000 + b'"]]}', 413, "too_large", "request body is over"),
 ]

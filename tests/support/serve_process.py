@@ -1,4 +1,5 @@
 """`elmo-fast serve` in a subprocess (on a free loopback port, ready when it says so) and a plain HTTP client."""
+
 from __future__ import annotations
 
 import http.client
@@ -11,14 +12,22 @@ import sys
 import threading
 import time
 
-
 START_TIMEOUT = 240  # a loaded 2-core CI machine takes seconds to import torch
 
 
 class ServerProcess:
     def __init__(self, model_dir, *flags) -> None:
-        cmd = [sys.executable, "-m", "elmo_fast", "serve", "--model-dir", str(model_dir), "--port", "0",
-               *map(str, flags)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "elmo_fast",
+            "serve",
+            "--model-dir",
+            str(model_dir),
+            "--port",
+            "0",
+            *map(str, flags),
+        ]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._new = queue.Queue()

@@ -13,6 +13,7 @@ restarted or resumed run goes through. The events are the pipeline's own stages,
 pauses instead, mid-run with everything it holds (its lock, its temporary files): at the N-th EVENT
 it creates ``GATE.PID.reached`` and waits until the file GATE exists.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,11 @@ def install(spec: str, rank: int, hook: str = HOOK) -> None:
         return
     from elmo_fast.embedding import assembly, progress, writers
 
-    owner, name = {"batch": (progress.Progress, "batch_done"), "window": (writers.ShardWriter, "record"),
-                   "assemble": (assembly, "copy_float32")}[parts[1]]
+    owner, name = {
+        "batch": (progress.Progress, "batch_done"),
+        "window": (writers.ShardWriter, "record"),
+        "assemble": (assembly, "copy_float32"),
+    }[parts[1]]
     real = getattr(owner, name)
     count = [0]
     act = _kill_once if hook == HOOK else _pause

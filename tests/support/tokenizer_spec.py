@@ -6,11 +6,12 @@ is obviously right and can take quadratic time on hostile chunks (an e-mail rule
 of "+a+a+a..." from each position; a URL's lookahead rescanning trailing punctuation), which is why
 the package's version is restructured (linear, and faster) and tested against this one.
 """
+
 from __future__ import annotations
 
 import re
 
-from elmo_fast.tokenizer import _APOS, _BMP_MARKS, _ASTRAL_MARKS, ABBREVIATIONS
+from elmo_fast.tokenizer import _APOS, _ASTRAL_MARKS, _BMP_MARKS, ABBREVIATIONS
 
 _W = rf"[\w{_BMP_MARKS}{_ASTRAL_MARKS}]"
 _ABBREV_ALT = "|".join(sorted((re.escape(a) for a in ABBREVIATIONS), key=len, reverse=True))

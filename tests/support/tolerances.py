@@ -3,6 +3,7 @@
 ``ELMO_FAST_SELFCHECK`` hold the installed ops to the same bounds; its docstring says where each
 bound comes from); for the whole model, each precision's stated bound (:mod:`elmo_fast.bilm.precision`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -72,13 +73,17 @@ def fp32_model_bound(modeled: float) -> float:
 #: cell state and elementwise): measured max 0.8% at default scales, 2.5% with the clips exercised,
 #: RMS ~0.2-0.5%. tf32 and fp16 round GEMM inputs to 11 significant bits, 8x finer than bf16's 8:
 #: simulated (reference biLM with its GEMM operands rounded so) max ~0.1%, RMS ~0.07%.
-MODEL_BOUNDS = {p.name: dict(max_rel=p.bound.max_rel, rms_rel=p.bound.rms_rel)
-                for p in PRECISIONS.values() if p.bound.rms_rel is not None}
+MODEL_BOUNDS = {
+    p.name: dict(max_rel=p.bound.max_rel, rms_rel=p.bound.rms_rel)
+    for p in PRECISIONS.values()
+    if p.bound.rms_rel is not None
+}
 MODEL_BF16 = MODEL_BOUNDS["bf16"]
 
 
-def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None,
-                      what: str = "") -> None:
+def assert_grad_close(
+    actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None, what: str = ""
+) -> None:
     """Assert max |actual - expected| <= GRAD_RTOL[dtype] * max |expected| (dtype default: actual's).
 
     An all-zero expected gradient must be matched exactly (0 <= 0); NaN anywhere fails.
@@ -86,7 +91,8 @@ def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch
     dtype = actual.dtype if dtype is None else dtype
     prefix = f"{what}: " if what else ""
     assert tuple(actual.shape) == tuple(expected.shape), (
-        f"{prefix}shape {tuple(actual.shape)} != expected {tuple(expected.shape)}")
+        f"{prefix}shape {tuple(actual.shape)} != expected {tuple(expected.shape)}"
+    )
     if actual.numel() == 0:
         return
     a = actual.detach().double().cpu()
@@ -94,12 +100,14 @@ def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch
     err = (a - e).abs().max().item()
     scale = e.abs().max().item()
     bound = GRAD_RTOL[dtype] * scale
-    assert err <= bound, (f"{prefix}max abs error {err:.3e} > {GRAD_RTOL[dtype]:g} * max |expected| "
-                          f"({scale:.3e}) for {dtype}")
+    assert err <= bound, (
+        f"{prefix}max abs error {err:.3e} > {GRAD_RTOL[dtype]:g} * max |expected| ({scale:.3e}) for {dtype}"
+    )
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None,
-                 what: str = "") -> None:
+def assert_close(
+    actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None, what: str = ""
+) -> None:
     """Assert ``actual`` matches ``expected`` within ``TOL[dtype]`` (default: ``actual.dtype``).
 
     The message gives the max abs error, where it is and the tolerance, e.g.
@@ -110,7 +118,8 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
     tol = TOL[dtype]
     prefix = f"{what}: " if what else ""
     assert tuple(actual.shape) == tuple(expected.shape), (
-        f"{prefix}shape {tuple(actual.shape)} != expected {tuple(expected.shape)}")
+        f"{prefix}shape {tuple(actual.shape)} != expected {tuple(expected.shape)}"
+    )
     if actual.numel() == 0:
         return
     a = actual.detach().double().cpu()
@@ -124,4 +133,5 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
         raise AssertionError(
             f"{prefix}max abs error {err.max().item():.3e} ({int(bad.sum())} of {err.numel()} elements "
             f"out of tolerance; worst at {idx}: actual {a[idx].item()!r}, expected {e[idx].item()!r}) "
-            f"> atol {tol['atol']:g} + rtol {tol['rtol']:g} * |expected| for {dtype}")
+            f"> atol {tol['atol']:g} + rtol {tol['rtol']:g} * |expected| for {dtype}"
+        )

@@ -1,5 +1,6 @@
 """`elmo-fast` and other programs as subprocesses under torchrun (CPU, gloo): the environment they get (the
 repository importable, no rank variables or kill hook inherited from the caller) and a runner."""
+
 from __future__ import annotations
 
 import os

@@ -1,29 +1,52 @@
 """The benchmark scripts run (smallest settings, a tiny model): a refactor that breaks one shows here,
 not on the day its numbers are needed. Nothing here times anything."""
+
 import subprocess
 import sys
 
 import pytest
-
-from elmo_fast.bilm.ops import HAS_EXTENSION
 from repo_paths import REPO
 
+from elmo_fast.bilm.ops import HAS_EXTENSION
 
 pytestmark = pytest.mark.skipif(not HAS_EXTENSION, reason="the benchmarks measure the fast path: build the extension")
 
 
 def _run(script, *args, timeout=300):
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *map(str, args)], capture_output=True,
-                       text=True, timeout=timeout, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "not measured" not in r.stdout + r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr[-3000:]
     return r.stdout
 
 
 def test_bench_cpu(tmp_path):
-    out = _run("bench_cpu.py", "--presets", "tiny", "--batch-sizes", "2", "--backends", "fast,reference",
-               "--dtypes", "fp32", "--seconds", "0.2", "--sentences", "8", "--gemm-size", "64", "--gemm-repeats", "1",
-               "--cache-dir", tmp_path)
+    out = _run(
+        "bench_cpu.py",
+        "--presets",
+        "tiny",
+        "--batch-sizes",
+        "2",
+        "--backends",
+        "fast,reference",
+        "--dtypes",
+        "fp32",
+        "--seconds",
+        "0.2",
+        "--sentences",
+        "8",
+        "--gemm-size",
+        "64",
+        "--gemm-repeats",
+        "1",
+        "--cache-dir",
+        tmp_path,
+    )
     assert "| fast | fp32 | 2 | off |" in out and "| reference | fp32 | 2 |" in out
 
 
@@ -33,8 +56,21 @@ def test_bench_lstm_step():
 
 
 def test_bench_train():
-    out = _run("bench_train.py", "--presets", "tiny,default", "--batch", "4", "--vocab", "200",
-               "--negative-samples", "16", "--repeats", "1", "--ref-repeats", "1")
+    out = _run(
+        "bench_train.py",
+        "--presets",
+        "tiny,default",
+        "--batch",
+        "4",
+        "--vocab",
+        "200",
+        "--negative-samples",
+        "16",
+        "--repeats",
+        "1",
+        "--ref-repeats",
+        "1",
+    )
     assert out.count("fast / reference") == 2
 
 
@@ -59,6 +95,21 @@ def test_bench_serve():
 
 def test_bench_ray(tmp_path):
     pytest.importorskip("ray", reason='Ray is not installed: pip install "elmo-fast[ray]"')
-    out = _run("bench_ray.py", "--sentences", "40", "--preset", "tiny", "--repeats", "1", "--wait-quiet", "0",
-               "--runs", "ray", "--ray-batch-size", "10", "--dir", tmp_path)
+    out = _run(
+        "bench_ray.py",
+        "--sentences",
+        "40",
+        "--preset",
+        "tiny",
+        "--repeats",
+        "1",
+        "--wait-quiet",
+        "0",
+        "--runs",
+        "ray",
+        "--ray-batch-size",
+        "10",
+        "--dir",
+        tmp_path,
+    )
     assert "| Ray Data, 2 actors x 1 thread | " in out and "Ray's run: ray.init " in out

@@ -1,5 +1,6 @@
 """scripts/build_corpus.py: the pure parts (markup stripping per source, filters, dedup, split,
 determinism), on small inline samples; CI machines do not have the Debian packages installed."""
+
 from __future__ import annotations
 
 import gzip
@@ -8,7 +9,6 @@ import json
 import sys
 
 import pytest
-
 from repo_paths import REPO as ROOT
 
 _spec = importlib.util.spec_from_file_location("build_corpus", ROOT / "scripts" / "build_corpus.py")
@@ -19,7 +19,7 @@ _spec.loader.exec_module(bc)
 
 # ---- dictionaries ---------------------------------------------------------------------------------
 
-GCIDE_BATHE = r'''Bathe \Bathe\ (b[=a][th]), v. t. [imp. & p. p. {Bathed}; p.
+GCIDE_BATHE = r"""Bathe \Bathe\ (b[=a][th]), v. t. [imp. & p. p. {Bathed}; p.
    pr. & vb. n. {Bathing}.] [AS. ba[eth]ian, fr. b[ae][eth]
    bath.]
    1. To wash by immersion, as in a bath; to subject to a bath.
@@ -41,7 +41,7 @@ GCIDE_BATHE = r'''Bathe \Bathe\ (b[=a][th]), v. t. [imp. & p. p. {Bathed}; p.
       seaside. --Sir
                                                   W. Scott.
       [1913 Webster]
-'''
+"""
 
 
 def test_gcide_paragraphs_strip_markup():
@@ -54,8 +54,22 @@ def test_gcide_paragraphs_strip_markup():
         "Bathing machine, a small room on wheels. It is used at the seaside.",
     ]
     text = " ".join(paras)
-    for junk in ("[", "]", "\\", "{", "}", "Webster", "WordNet", "--", "South", "Longfellow", "Scott",
-                 "Syn", "Bather", "Naut"):
+    for junk in (
+        "[",
+        "]",
+        "\\",
+        "{",
+        "}",
+        "Webster",
+        "WordNet",
+        "--",
+        "South",
+        "Longfellow",
+        "Scott",
+        "Syn",
+        "Bather",
+        "Naut",
+    ):
         assert junk not in text
 
 
@@ -69,18 +83,24 @@ def test_entry_headword():
 
 
 def test_devil_jargon_foldoc_paragraphs():
-    devil = ("FORK, n.  An instrument used chiefly for the purpose of putting dead\nanimals into the mouth.\n\n"
-             "    When Adam long ago in Cupid's awful court\n        Sued for _Eve's_ favor.\n"
-             "                                                                  G.J.\n")
+    devil = (
+        "FORK, n.  An instrument used chiefly for the purpose of putting dead\nanimals into the mouth.\n\n"
+        "    When Adam long ago in Cupid's awful court\n        Sued for _Eve's_ favor.\n"
+        "                                                                  G.J.\n"
+    )
     assert bc.devil_paragraphs(devil) == [
         "An instrument used chiefly for the purpose of putting dead animals into the mouth.",
         "When Adam long ago in Cupid's awful court Sued for Eve's favor.",
     ]
-    jargon = ("crawling horror\n n.\n\n    Ancient crufty hardware. Like {dusty deck} or {\n    gonkulator}.\n\n"
-              "    [Vancouver area] A problem.\n")
+    jargon = (
+        "crawling horror\n n.\n\n    Ancient crufty hardware. Like {dusty deck} or {\n    gonkulator}.\n\n"
+        "    [Vancouver area] A problem.\n"
+    )
     assert bc.jargon_paragraphs(jargon) == ["Ancient crufty hardware. Like dusty deck or gonkulator.", "A problem."]
-    foldoc = ("computron\n\n   <jargon> /kom'pyoo-tron\"/ 1. A notional unit of {computing\n   power}.\n\n"
-              "   [{Jargon File}]\n\n   {(http://compuware.com/)}.\n\n   (2013-03-02)\n")
+    foldoc = (
+        "computron\n\n   <jargon> /kom'pyoo-tron\"/ 1. A notional unit of {computing\n   power}.\n\n"
+        "   [{Jargon File}]\n\n   {(http://compuware.com/)}.\n\n   (2013-03-02)\n"
+    )
     assert bc.foldoc_paragraphs(foldoc) == ["A notional unit of computing power."]
 
 
@@ -98,25 +118,33 @@ def test_dict_entries_reads_dictd_files(tmp_path):
                 return s
 
     i_a, i_b = body.index("alpha"), body.index("beta")
-    index = (f"00-database-info\t{b64(0)}\t{b64(i_a)}\nalpha\t{b64(i_a)}\t{b64(i_b - i_a)}\n"
-             f"alfa\t{b64(i_a)}\t{b64(i_b - i_a)}\nbeta\t{b64(i_b)}\t{b64(len(body) - i_b)}\n")
+    index = (
+        f"00-database-info\t{b64(0)}\t{b64(i_a)}\nalpha\t{b64(i_a)}\t{b64(i_b - i_a)}\n"
+        f"alfa\t{b64(i_a)}\t{b64(i_b - i_a)}\nbeta\t{b64(i_b)}\t{b64(len(body) - i_b)}\n"
+    )
     (tmp_path / "x.index").write_text(index)
     got = list(bc.dict_entries(tmp_path / "x.index", tmp_path / "x.dict.dz"))
     assert got == [("alpha", "alpha\n  First letter.\n"), ("beta", "beta\n  Second letter.\n")]
 
 
 def test_wordnet_synset():
-    line = ('02084071 05 n 02 dog 0 domestic_dog 0 001 @ 02083346 n 0000 | a member of the genus Canis; '
-            '"the dog barked all night"; "a friendly dog"  \n')
-    assert bc.wordnet_synset(line) == ("dog", ["A member of the genus Canis.", "The dog barked all night.",
-                                               "A friendly dog."])
+    line = (
+        "02084071 05 n 02 dog 0 domestic_dog 0 001 @ 02083346 n 0000 | a member of the genus Canis; "
+        '"the dog barked all night"; "a friendly dog"  \n'
+    )
+    assert bc.wordnet_synset(line) == (
+        "dog",
+        ["A member of the genus Canis.", "The dog barked all night.", "A friendly dog."],
+    )
     assert bc.wordnet_synset("  1 This software and database is being provided\n") is None
     assert bc.wordnet_synset("00001 00 a 01 able(a) 0 000 | (usually followed by `to') having ability")[0] == "able"
 
 
 def test_bible_chapters():
-    text = "\nGenesis 1\n\n  1 In the beginning God created the heaven\nand the earth.\n  2 And it was so.\n\n" \
-           "1 Kings 2\n\n  1 Now the days drew nigh.\n"
+    text = (
+        "\nGenesis 1\n\n  1 In the beginning God created the heaven\nand the earth.\n  2 And it was so.\n\n"
+        "1 Kings 2\n\n  1 Now the days drew nigh.\n"
+    )
     assert list(bc.bible_chapters(text)) == [
         ("Genesis 1", "In the beginning God created the heaven and the earth. And it was so."),
         ("1 Kings 2", "Now the days drew nigh."),
@@ -124,10 +152,15 @@ def test_bible_chapters():
 
 
 def test_fortune_entries():
-    text = ("Live in a world of your own.\n%\nA fool and his money\nare soon parted.\n"
-            "\t\t-- Thomas Tusser\n%\nTo err is human.\n                        Alexander Pope\n%\n")
-    assert bc.fortune_entries(text) == ["Live in a world of your own.", "A fool and his money are soon parted.",
-                                        "To err is human."]
+    text = (
+        "Live in a world of your own.\n%\nA fool and his money\nare soon parted.\n"
+        "\t\t-- Thomas Tusser\n%\nTo err is human.\n                        Alexander Pope\n%\n"
+    )
+    assert bc.fortune_entries(text) == [
+        "Live in a world of your own.",
+        "A fool and his money are soon parted.",
+        "To err is human.",
+    ]
 
 
 # ---- HTML and POD ---------------------------------------------------------------------------------
@@ -203,22 +236,26 @@ def test_pod_paragraphs():
 
 # ---- sentence filter ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sentence,keep", [
-    ("The cat sat on the mat.", True),
-    ("To wash by immersion, as in a bath.", True),
-    ('He said, "It is done."', True),
-    ("Use the dpkg command as follows:", True),
-    ("Where is it?", True),
-    ("the lower-case start of a fragment.", False),
-    ("Parameters and description", False),  # no terminal punctuation: a heading
-    ("x = foo(bar_baz, {1: 2}) + qux[3]", False),
-    ("Call os.path.join() and sys.path.insert() and os.getcwd().", False),
-    ("THIS IS ALL SHOUTING IN CAPITALS.", False),
-    ("Москва — столица России и крупный город.", False),
-    ("12 34 56 78 90 11.", False),
-    ("Ok.", False),  # too short
-    ("A " + "very " * 120 + "long sentence.", False),
-])
+
+@pytest.mark.parametrize(
+    "sentence,keep",
+    [
+        ("The cat sat on the mat.", True),
+        ("To wash by immersion, as in a bath.", True),
+        ('He said, "It is done."', True),
+        ("Use the dpkg command as follows:", True),
+        ("Where is it?", True),
+        ("the lower-case start of a fragment.", False),
+        ("Parameters and description", False),  # no terminal punctuation: a heading
+        ("x = foo(bar_baz, {1: 2}) + qux[3]", False),
+        ("Call os.path.join() and sys.path.insert() and os.getcwd().", False),
+        ("THIS IS ALL SHOUTING IN CAPITALS.", False),
+        ("Москва — столица России и крупный город.", False),
+        ("12 34 56 78 90 11.", False),
+        ("Ok.", False),  # too short
+        ("A " + "very " * 120 + "long sentence.", False),
+    ],
+)
 def test_sentence_tokens_filter(sentence, keep):
     assert (bc.sentence_tokens(sentence) is not None) == keep
 
@@ -228,8 +265,20 @@ def test_sentence_tokens_are_tokenized():
 
 
 def test_sentence_tokens_ascii_quotes():
-    assert bc.sentence_tokens("\u201cJohn\u2019s dog isn\u2019t here,\u201d she said.") == \
-        ['"', "John", "'s", "dog", "is", "n't", "here", ",", '"', "she", "said", "."]
+    assert bc.sentence_tokens("\u201cJohn\u2019s dog isn\u2019t here,\u201d she said.") == [
+        '"',
+        "John",
+        "'s",
+        "dog",
+        "is",
+        "n't",
+        "here",
+        ",",
+        '"',
+        "she",
+        "said",
+        ".",
+    ]
 
 
 def test_sentence_tokens_allows_a_path_not_code():
@@ -238,6 +287,7 @@ def test_sentence_tokens_allows_a_path_not_code():
 
 
 # ---- split, dedup, determinism ------------------------------------------------------------------
+
 
 def test_heldout_group_is_stable_and_about_the_share():
     groups = [f"lex:word{i}" for i in range(20000)]
@@ -249,8 +299,9 @@ def test_heldout_group_is_stable_and_about_the_share():
 
 def _fake_sources(monkeypatch, docs_a, docs_b):
     def mk(name, docs):
-        return bc.Source(name, "pkg-" + name, "public domain", "test source " + name,
-                         lambda: {"files": []}, lambda paths: iter(docs))
+        return bc.Source(
+            name, "pkg-" + name, "public domain", "test source " + name, lambda: {"files": []}, lambda paths: iter(docs)
+        )
 
     sources = [mk("a", docs_a), mk("b", docs_b)]
     monkeypatch.setattr(bc, "SOURCES", sources)
@@ -258,10 +309,16 @@ def _fake_sources(monkeypatch, docs_a, docs_b):
     monkeypatch.setattr(bc, "package_version", lambda p: "1.0")
 
 
-DOCS_A = [bc.Doc(f"lex:w{i}", [f"Sentence number {i} is here. The cat sat on mat {i % 7}.",
-                               "A shared sentence in every entry."]) for i in range(300)]
-DOCS_B = [bc.Doc(f"file:f{i}", [f"Another source says {i} things. Short.",
-                                "A shared sentence in every entry."]) for i in range(50)]
+DOCS_A = [
+    bc.Doc(
+        f"lex:w{i}", [f"Sentence number {i} is here. The cat sat on mat {i % 7}.", "A shared sentence in every entry."]
+    )
+    for i in range(300)
+]
+DOCS_B = [
+    bc.Doc(f"file:f{i}", [f"Another source says {i} things. Short.", "A shared sentence in every entry."])
+    for i in range(50)
+]
 
 
 def test_build_dedups_splits_and_is_deterministic(tmp_path, monkeypatch):
@@ -284,7 +341,7 @@ def test_build_dedups_splits_and_is_deterministic(tmp_path, monkeypatch):
     held_groups = {d.group for d in DOCS_A + DOCS_B if bc.heldout_group(d.group, 100)}
     assert held_groups and len(held) > 0
     for s in held:
-        assert any(f" {g[len('lex:w'):]} " in f" {s} " or f" {g[len('file:f'):]} " in f" {s} " for g in held_groups)
+        assert any(f" {g[len('lex:w') :]} " in f" {s} " or f" {g[len('file:f') :]} " in f" {s} " for g in held_groups)
     stats = json.loads((tmp_path / "one" / "stats.json").read_text())
     assert stats["totals"]["sentences"] == len(everything)
     assert stats["files"]["train.txt"]["sentences"] == len(train)
@@ -310,8 +367,14 @@ def test_limit_per_source(tmp_path, monkeypatch):
 
 
 def test_missing_package_is_one_line_error(tmp_path, monkeypatch, capsys):
-    missing = bc.Source("gone", "dict-nothing", "x", "x", lambda: {"index": bc._need(tmp_path / "nope", "dict-nothing")},
-                        lambda p: iter(()))
+    missing = bc.Source(
+        "gone",
+        "dict-nothing",
+        "x",
+        "x",
+        lambda: {"index": bc._need(tmp_path / "nope", "dict-nothing")},
+        lambda p: iter(()),
+    )
     monkeypatch.setattr(bc, "SOURCES", [missing])
     monkeypatch.setattr(bc, "SOURCE_BY_NAME", {"gone": missing})
     assert bc.main(["--out", str(tmp_path / "o")]) == 2

@@ -1,6 +1,7 @@
 """The GPU run's tooling, checked without a GPU: tools/gpu_check.sh (its dry run, its test selections),
 tools/gpu_check_summary.py (the figures read back from logs) and scripts/prebuilt_extension.py (does a
 prebuilt elmo_fast._C fit this interpreter). A GPU run is rare and short: whatever can break here must."""
+
 import ast
 import importlib.util
 import json
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from repo_paths import REPO as ROOT
 
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
@@ -29,8 +29,14 @@ summary = _load(ROOT / "tools" / "gpu_check_summary.py")
 
 
 def _dry_run(tmp_path, **env):
-    out = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, GPU_CHECK_DRY_RUN="1", OUT=str(tmp_path), **env))
+    out = subprocess.run(
+        ["bash", str(SCRIPT)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, GPU_CHECK_DRY_RUN="1", OUT=str(tmp_path), **env),
+    )
     return out
 
 
@@ -75,15 +81,25 @@ def test_the_selected_tests_exist(name):
 
 
 def test_summary_reads_counts_failures_and_the_doctors_verdict(tmp_path):
-    (tmp_path / "device.log").write_text("GPU: NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, capability 9.0\n"
-                                         "python 3.12.3 (.cpython-312-x86_64-linux-gnu.so), torch 2.11.0+cu130\n")
-    (tmp_path / "doctor.log").write_text("op  twin\nchar_cnn  char_cnn_ref  cuda:0  float32  forward  3.1e-01  1e-05  "
-                                         "inf  FAIL (N=7 L=9)\n\nFAIL: 1 of 40 checks on cuda:0 ...\n")
-    (tmp_path / "kernels.log").write_text("..F\nFAILED tests/bilm/test_char_cnn_cuda.py::test_char_cnn[cuda-x] - "
-                                          "AssertionError: big\n==== 1 failed, 2 passed in 3.0s ====\n")
+    (tmp_path / "device.log").write_text(
+        "GPU: NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, capability 9.0\n"
+        "python 3.12.3 (.cpython-312-x86_64-linux-gnu.so), torch 2.11.0+cu130\n"
+    )
+    (tmp_path / "doctor.log").write_text(
+        "op  twin\nchar_cnn  char_cnn_ref  cuda:0  float32  forward  3.1e-01  1e-05  "
+        "inf  FAIL (N=7 L=9)\n\nFAIL: 1 of 40 checks on cuda:0 ...\n"
+    )
+    (tmp_path / "kernels.log").write_text(
+        "..F\nFAILED tests/bilm/test_char_cnn_cuda.py::test_char_cnn[cuda-x] - "
+        "AssertionError: big\n==== 1 failed, 2 passed in 3.0s ====\n"
+    )
     (tmp_path / "model.log").write_text("..\n!!! KeyboardInterrupt !!!\n==== 2 passed in 110.0s ====\n")
-    text = "\n".join(summary.device(tmp_path) + summary.doctor(tmp_path) + summary.pytest_phase(tmp_path, "kernels")
-                     + summary.pytest_phase(tmp_path, "model"))
+    text = "\n".join(
+        summary.device(tmp_path)
+        + summary.doctor(tmp_path)
+        + summary.pytest_phase(tmp_path, "kernels")
+        + summary.pytest_phase(tmp_path, "model")
+    )
     assert "GPU: NVIDIA H100" in text
     assert "doctor: FAIL: 1 of 40 checks" in text and "char_cnn  char_cnn_ref  cuda:0" in text
     assert "kernels: 1 failed, 2 passed in 3.0s" in text
@@ -92,10 +108,12 @@ def test_summary_reads_counts_failures_and_the_doctors_verdict(tmp_path):
 
 
 def test_summary_compares_the_bench_with_the_targets(tmp_path):
-    rows = [{"config": "model-fp32", "batch": 64, "words_per_s": 2e5, "p50_ms": 5.0, "peak_gb": 1.0},
-            {"config": "model-bf16", "batch": 256, "words_per_s": 5e5, "p50_ms": 9.0},
-            {"config": "model-graphs", "batch": 1, "words_per_s": 2e4, "p50_ms": 1.2},
-            {"config": "fast-bf16", "batch": 1, "error": "RuntimeError: x"}]
+    rows = [
+        {"config": "model-fp32", "batch": 64, "words_per_s": 2e5, "p50_ms": 5.0, "peak_gb": 1.0},
+        {"config": "model-bf16", "batch": 256, "words_per_s": 5e5, "p50_ms": 9.0},
+        {"config": "model-graphs", "batch": 1, "words_per_s": 2e4, "p50_ms": 1.2},
+        {"config": "fast-bf16", "batch": 1, "error": "RuntimeError: x"},
+    ]
     (tmp_path / "bench.json").write_text(json.dumps({"machine": {"device": "H100"}, "rows": rows}))
     text = "\n".join(summary.bench(tmp_path))
     assert "batch 64 fp32 >= 150k tokens/s: 200000 tokens/s (model-fp32) met" in text
@@ -104,7 +122,9 @@ def test_summary_compares_the_bench_with_the_targets(tmp_path):
     assert "one sentence bf16 <= 0.5 ms: not measured" in text
     assert "RuntimeError: x" in text
     (tmp_path / "bench.json").unlink()  # a bench killed before it wrote its json: its printed lines
-    (tmp_path / "bench.log").write_text("bench_gpu: fast-fp32   batch   64: p50      2.50 ms,     160000 words/s, diff 1e-06\n")
+    (tmp_path / "bench.log").write_text(
+        "bench_gpu: fast-fp32   batch   64: p50      2.50 ms,     160000 words/s, diff 1e-06\n"
+    )
     assert "160000" in "\n".join(summary.bench(tmp_path))
 
 

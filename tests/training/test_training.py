@@ -1,36 +1,35 @@
 """biLM training: vocabulary, batches, sampled softmax, the bilm-tf weight layout written back,
 the training loop (perplexity falls, the written model loads everywhere), kill-safe resume."""
+
 from __future__ import annotations
 
 import gzip
 import json
 import math
-import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import torch
-
-from elmo_fast import ElmoBiLm, ElmoFastError, batch_to_ids
-from elmo_fast.errors import InputError, ModelFileError
-from elmo_fast.formats.bilm_tf import load_model_files, load_softmax, save_model_files, to_datasets
-from elmo_fast.formats.vocab import Vocabulary
-from elmo_fast.formats.random_models import PRESETS, random_model
-from elmo_fast.training.data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
-from elmo_fast.training.model import BidirectionalLM, initial_weights
-from elmo_fast.training.softmax import LogUniformSampler, SoftmaxHead
-from elmo_fast.training.trainer import TrainConfig, Trainer, _seed_of, evaluate
-from elmo_fast.training.vocab import build_vocabulary
 from peers import allennlp_elmo
 from tolerances import assert_close, max_abs_error
+
+from elmo_fast import ElmoBiLm, batch_to_ids
+from elmo_fast.errors import InputError, ModelFileError
+from elmo_fast.formats.bilm_tf import load_model_files, load_softmax, save_model_files, to_datasets
+from elmo_fast.formats.random_models import PRESETS, random_model
+from elmo_fast.formats.vocab import Vocabulary
+from elmo_fast.training.data import SentenceBatches, UnrolledWindows, expand_corpus, sentence_batch
+from elmo_fast.training.model import initial_weights
+from elmo_fast.training.softmax import LogUniformSampler, SoftmaxHead
+from elmo_fast.training.trainer import TrainConfig, Trainer, _seed_of
+from elmo_fast.training.vocab import build_vocabulary
 
 TINY = PRESETS["tiny"]
 
@@ -67,11 +66,13 @@ def corpus(tmp_path_factory):
 
 
 def run_cli(*args, timeout=600, **kw):
-    return subprocess.run([sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True, timeout=timeout, **kw
+    )
 
 
 # ---- vocabulary ------------------------------------------------------------------------------------
+
 
 def test_vocab_is_bilm_tf_s_format(tmp_path):
     text = "b a a c\na a b\n\n d\n"
@@ -125,25 +126,43 @@ def test_a_corpus_line_longer_than_the_limit_is_a_one_line_error(tmp_path):
 
     corpus = tmp_path / "c.txt"
     corpus.write_bytes(b"a b c\r\n" + "\u00e9".encode() * 12 + b"\n" + b"x" * 100_000 + b"\n")
-    with pytest.raises(InputError, match=rf"^{corpus}: line 3 is longer than 12 characters \(one line holds one "
-                                         r"sentence; is this the right file\?\); pass a larger max_line_length"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{corpus}: line 3 is longer than 12 characters \(one line holds one "
+        r"sentence; is this the right file\?\); pass a larger max_line_length",
+    ):
         read_sentences(str(corpus), max_line_length=12)
     with pytest.raises(InputError, match="line 2 is longer than 11 characters"):  # characters, not bytes
         read_sentences(str(corpus), max_line_length=11)
     assert len(read_sentences(str(corpus), max_line_length=None)) == 3
-    for command in (["vocab", corpus, "--out", tmp_path / "v.txt"],
-                    ["train", "--train", corpus, "--vocab", tmp_path / "v.txt", "--out", tmp_path / "run",
-                     "--preset", "tiny", "--quiet"]):
+    for command in (
+        ["vocab", corpus, "--out", tmp_path / "v.txt"],
+        [
+            "train",
+            "--train",
+            corpus,
+            "--vocab",
+            tmp_path / "v.txt",
+            "--out",
+            tmp_path / "run",
+            "--preset",
+            "tiny",
+            "--quiet",
+        ],
+    ):
         if command[0] == "train":
             Vocabulary(["</S>", "<S>", "<UNK>", "a"]).save(tmp_path / "v.txt")
             (tmp_path / "run").mkdir()
         r = run_cli(*command, "--max-line-length", "12")
         assert r.returncode == 2, r.stderr
-        assert r.stderr == (f"elmo-fast: error: {corpus}: line 3 is longer than 12 characters (one line holds one "
-                            f"sentence; is this the right file?); pass a larger --max-line-length if it is meant\n")
+        assert r.stderr == (
+            f"elmo-fast: error: {corpus}: line 3 is longer than 12 characters (one line holds one "
+            f"sentence; is this the right file?); pass a larger --max-line-length if it is meant\n"
+        )
 
 
 # ---- the bilm-tf layout written back ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])
 def test_weights_written_back_are_the_file_read(tmp_path, preset):
@@ -173,7 +192,7 @@ def test_initial_weights_follow_bilm_tf(tmp_path):
     assert w.conv_weights[0].abs().max() <= 0.05 and all(b.abs().sum() == 0 for b in w.conv_biases)
     assert torch.equal(w.highway_biases[0][F:], torch.full((F,), 2.0))  # -b_carry, b_carry = -2
     C = PRESETS["small"].cell_dim
-    assert torch.equal(w.lstm[0][0].bias[C:2 * C], torch.ones(C))  # forget_bias 1, i,f,g,o
+    assert torch.equal(w.lstm[0][0].bias[C : 2 * C], torch.ones(C))  # forget_bias 1, i,f,g,o
     # written out, TensorFlow's B is all zeros and the carry bias -2, as bilm-tf starts
     d = to_datasets(w)
     assert not d["RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/B"].any()
@@ -181,6 +200,7 @@ def test_initial_weights_follow_bilm_tf(tmp_path):
 
 
 # ---- sampled softmax --------------------------------------------------------------------------------
+
 
 def test_log_uniform_sampler_is_tensorflow_s():
     """P(k) = log((k + 2) / (k + 1)) / log(V + 1); distinct ids drawn until n are found, as a
@@ -219,7 +239,7 @@ def test_sampler_does_not_depend_on_its_block_size(monkeypatch):
     u = torch.rand(100_000, generator=g, dtype=torch.float64)
     draws = (torch.exp(u * sampler.log_range).floor().long() - 1).tolist()
     kept, seen = [], set()
-    for t, k in enumerate(draws):
+    for t, k in enumerate(draws):  # noqa: B007  (t is read after the loop)
         if k not in seen:
             seen.add(k)
             kept.append(k)
@@ -240,8 +260,9 @@ def test_sampled_softmax_loss_equals_the_formula():
     got = head.sampled_loss(h, targets, sampled, qs, qt)
     for i in range(N):
         true = h[i] @ head.weight[targets[i]] + head.bias[targets[i]] - math.log(qt[i])
-        others = [h[i] @ head.weight[s] + head.bias[s] - math.log(qs[j]) for j, s in enumerate(sampled)
-                  if s != targets[i]]
+        others = [
+            h[i] @ head.weight[s] + head.bias[s] - math.log(qs[j]) for j, s in enumerate(sampled) if s != targets[i]
+        ]
         logits = torch.stack([true, *others])
         want = torch.logsumexp(logits, 0) - true
         assert abs(got[i].item() - want.item()) < 1e-5
@@ -251,6 +272,7 @@ def test_sampled_softmax_loss_equals_the_formula():
 
 
 # ---- batches ---------------------------------------------------------------------------------------
+
 
 def test_sentence_batch_targets():
     vocab = Vocabulary(["</S>", "<S>", "<UNK>", "a", "b"])
@@ -281,7 +303,7 @@ def test_sentence_batches_are_deterministic_and_resumable(tmp_path):
     one = list(SentenceBatches(files, batch_size=32, max_tokens=400, seed=4).epoch(0))
     ranks = [list(SentenceBatches(files, 16, 200, seed=4, world_size=2, rank=r).epoch(0)) for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1]) == len(one)
-    for (i, rows), (_, r0), (_, r1) in zip(one, *ranks):
+    for (_, rows), (_, r0), (_, r1) in zip(one, *ranks):
         assert sorted(map(tuple, rows)) == sorted(map(tuple, r0 + r1)) and r0 and r1
 
 
@@ -302,25 +324,41 @@ def test_unrolled_windows_are_bilm_tf_s(tmp_path):
     for b in batches:  # the backward LSTM reads each row from its end
         bwd_inputs += [ids[tuple(x.tolist())] for x in b.bwd_char_ids[0].flip(0)]
         bwd_targets += [vocab.tokens[i] for i in b.bwd_targets[0].flip(0).tolist()]
-    for inputs, targets, end, begin in ((fwd_inputs, fwd_targets, "</S>", "<S>"),
-                                        (bwd_inputs, bwd_targets, "<S>", "</S>")):
+    for inputs, targets, end, begin in (
+        (fwd_inputs, fwd_targets, "</S>", "<S>"),
+        (bwd_inputs, bwd_targets, "<S>", "</S>"),
+    ):
         # one continuous stream: each target is the next input, except after a sentence's end,
         # where the next sentence begins; a sentence's last token is never an input
         for i in range(len(inputs) - 1):
             assert inputs[i + 1] == (begin if targets[i] == end else targets[i]), (i, inputs, targets)
         assert end not in inputs and inputs[0] == begin
     # the backward stream holds the sentences reversed
-    first = bwd_inputs[:bwd_targets.index("<S>") + 1]
+    first = bwd_inputs[: bwd_targets.index("<S>") + 1]
     assert first in (["</S>", "b", "a"], ["</S>", "c"], ["</S>", "f", "e", "d"]), first
     assert len(batches) == 2  # 3 sentences = 12 tokens, 9 inputs: 2 full windows, the rest dropped
 
 
 # ---- training ----------------------------------------------------------------------------------------
 
+
 def _config(corpus, out, **kw):
-    base = dict(train=[str(corpus / "train.txt")], heldout=[str(corpus / "heldout.txt")], vocab=str(corpus / "vocab.txt"),
-                out=str(out), options=TINY.to_dict(), epochs=1, max_steps=60, batch_size=16, negative_samples=16,
-                eval_every=30, checkpoint_every=30, log_every=10, progress=False, seed=3)
+    base = dict(
+        train=[str(corpus / "train.txt")],
+        heldout=[str(corpus / "heldout.txt")],
+        vocab=str(corpus / "vocab.txt"),
+        out=str(out),
+        options=TINY.to_dict(),
+        epochs=1,
+        max_steps=60,
+        batch_size=16,
+        negative_samples=16,
+        eval_every=30,
+        checkpoint_every=30,
+        log_every=10,
+        progress=False,
+        seed=3,
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -347,8 +385,14 @@ def test_training_lowers_perplexity_far_below_the_vocabulary(trained, corpus):
     train = [r for r in records if "loss" in r]
     assert train[-1]["loss"] < train[0]["loss"] and all(r["tokens_per_s"] > 0 for r in train)
     # (no lock file: a run removes its own when it ends)
-    assert sorted(p.name for p in trained.iterdir()) == ["checkpoints", "metrics.jsonl", "options.json",
-                                                         "softmax.hdf5", "vocab.txt", "weights.hdf5"]
+    assert sorted(p.name for p in trained.iterdir()) == [
+        "checkpoints",
+        "metrics.jsonl",
+        "options.json",
+        "softmax.hdf5",
+        "vocab.txt",
+        "weights.hdf5",
+    ]
 
 
 def test_the_written_model_is_the_trained_one_everywhere(trained):
@@ -394,8 +438,11 @@ def test_perplexity_command_equals_a_recomputation(trained, corpus):
                 logz = np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1)) + logits.max(1)
                 sums[d] += float((logz - logits[np.arange(len(targets)), targets]).sum())
             count += len(s) + 1
-    want = {"forward": math.exp(sums[0] / count), "backward": math.exp(sums[1] / count),
-            "mean": math.exp(0.5 * (sums[0] + sums[1]) / count)}
+    want = {
+        "forward": math.exp(sums[0] / count),
+        "backward": math.exp(sums[1] / count),
+        "mean": math.exp(0.5 * (sums[0] + sums[1]) / count),
+    }
     assert got["targets"] == count
     for k in want:
         assert abs(got[k] - want[k]) <= 1e-4 * want[k], (k, got[k], want[k])
@@ -403,9 +450,28 @@ def test_perplexity_command_equals_a_recomputation(trained, corpus):
 
 def test_finetune_starts_from_the_model_and_keeps_the_best(trained, corpus, tmp_path):
     out = tmp_path / "ft"
-    r = run_cli("finetune", "--model-dir", trained, "--train", corpus / "heldout.txt", "--heldout", corpus / "heldout.txt",
-                "--out", out, "--max-steps", 8, "--batch-size", 8, "--negative-samples", 16, "--eval-every", 4,
-                "--checkpoint-every", 4, "--quiet")
+    r = run_cli(
+        "finetune",
+        "--model-dir",
+        trained,
+        "--train",
+        corpus / "heldout.txt",
+        "--heldout",
+        corpus / "heldout.txt",
+        "--out",
+        out,
+        "--max-steps",
+        8,
+        "--batch-size",
+        8,
+        "--negative-samples",
+        16,
+        "--eval-every",
+        4,
+        "--checkpoint-every",
+        4,
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     evals = _heldout(out)
     best = min(e["mean"] for e in evals)
@@ -421,8 +487,24 @@ def test_finetune_without_a_softmax_warms_a_new_one_up(trained, corpus, tmp_path
     for name in ("options.json", "weights.hdf5", "vocab.txt"):
         (src / name).write_bytes((trained / name).read_bytes())
     out = tmp_path / "ft"
-    r = run_cli("finetune", "--model-dir", src, "--train", corpus / "train.txt", "--out", out, "--max-steps", 3,
-                "--batch-size", 8, "--negative-samples", 16, "--softmax-warmup", 2, "--quiet")
+    r = run_cli(
+        "finetune",
+        "--model-dir",
+        src,
+        "--train",
+        corpus / "train.txt",
+        "--out",
+        out,
+        "--max-steps",
+        3,
+        "--batch-size",
+        8,
+        "--negative-samples",
+        16,
+        "--softmax-warmup",
+        2,
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     assert "softmax" in r.stderr and "2 steps" in r.stderr
     # during the warm-up the biLM did not move; afterwards it did
@@ -432,14 +514,27 @@ def test_finetune_without_a_softmax_warms_a_new_one_up(trained, corpus, tmp_path
 
 
 def test_training_refuses_bad_settings(corpus, tmp_path):
-    args = ["train", "--train", corpus / "train.txt", "--vocab", corpus / "vocab.txt", "--preset", "tiny",
-            "--out", tmp_path / "o", "--max-steps", 1, "--quiet"]
+    args = [
+        "train",
+        "--train",
+        corpus / "train.txt",
+        "--vocab",
+        corpus / "vocab.txt",
+        "--preset",
+        "tiny",
+        "--out",
+        tmp_path / "o",
+        "--max-steps",
+        1,
+        "--quiet",
+    ]
     (tmp_path / "novocab.txt").write_text("a\nb\n")
     for extra, message in (
-            (["--vocab", tmp_path / "novocab.txt"], "lacks </S>, <S>, <UNK>"),
-            (["--train", tmp_path / "none*.txt"], "no file matches"),
-            (["--batch-size", 0], "--batch-size must be >= 1"),
-            (["--options", tmp_path / "missing.json", "--preset", "tiny"], "not both")):
+        (["--vocab", tmp_path / "novocab.txt"], "lacks </S>, <S>, <UNK>"),
+        (["--train", tmp_path / "none*.txt"], "no file matches"),
+        (["--batch-size", 0], "--batch-size must be >= 1"),
+        (["--options", tmp_path / "missing.json", "--preset", "tiny"], "not both"),
+    ):
         r = run_cli(*args, *extra)
         assert r.returncode == 2 and message in r.stderr, (extra, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -458,30 +553,44 @@ def _train_flags() -> dict[str, str]:
 def test_resume_refuses_other_settings(corpus, tmp_path):
     """The Python API names the trainer's parameters, the command line its flags, from one error."""
     Trainer(_config(corpus, tmp_path, max_steps=2, checkpoint_every=1, heldout=[])).run()
-    with pytest.raises(InputError, match=r"^out .* holds a run already; resume=True continues it, overwrite=True "
-                                         r"starts over$") as info:
+    with pytest.raises(
+        InputError,
+        match=r"^out .* holds a run already; resume=True continues it, overwrite=True "
+        r"starts over$",
+    ) as info:
         Trainer(_config(corpus, tmp_path, max_steps=4, heldout=[])).run()
-    assert info.value.render(_train_flags()) == (f"--out {tmp_path}: holds a run already; --resume continues it, "
-                                                 f"--overwrite starts over")
-    with pytest.raises(InputError, match=r"cannot resume: .*seed: 3 then, 4 now.*another out, or allow_changed=True "
-                                         r"to continue") as info:
+    assert info.value.render(_train_flags()) == (
+        f"--out {tmp_path}: holds a run already; --resume continues it, --overwrite starts over"
+    )
+    with pytest.raises(
+        InputError,
+        match=r"cannot resume: .*seed: 3 then, 4 now.*another out, or allow_changed=True "
+        r"to continue",
+    ) as info:
         Trainer(_config(corpus, tmp_path, max_steps=4, seed=4, heldout=[])).run(resume=True)
-    assert info.value.render(_train_flags()).endswith("; use the same inputs and settings, another --out, or "
-                                                      "--resume-anyway to continue with these (the model then comes "
-                                                      "from two different runs)")
+    assert info.value.render(_train_flags()).endswith(
+        "; use the same inputs and settings, another --out, or "
+        "--resume-anyway to continue with these (the model then comes "
+        "from two different runs)"
+    )
 
 
-@pytest.mark.parametrize("settings,api,cli", [
-    ({"batch_size": 0}, "batch_size must be >= 1, got 0", "--batch-size must be >= 1, got 0"),
-    ({"max_steps": 0}, "max_steps must be >= 1, got 0", "--max-steps must be >= 1, got 0"),
-    ({"dropout": 1.0}, "dropout must be in [0, 1), got 1.0", "--dropout must be in [0, 1), got 1.0"),
-    ({"unroll_steps": 4, "max_tokens_per_batch": 99},
-     "max_tokens_per_batch applies to the sentence scheme, not to unroll_steps (whose batches are batch_size rows "
-     "of unroll_steps tokens)",
-     "--max-tokens-per-batch applies to the sentence scheme, not to --unroll-steps (whose batches are --batch-size "
-     "rows of --unroll-steps tokens)"),
-    ({"train": ["nothing*.txt"]}, "train nothing*.txt: no file matches", "--train nothing*.txt: no file matches"),
-])
+@pytest.mark.parametrize(
+    "settings,api,cli",
+    [
+        ({"batch_size": 0}, "batch_size must be >= 1, got 0", "--batch-size must be >= 1, got 0"),
+        ({"max_steps": 0}, "max_steps must be >= 1, got 0", "--max-steps must be >= 1, got 0"),
+        ({"dropout": 1.0}, "dropout must be in [0, 1), got 1.0", "--dropout must be in [0, 1), got 1.0"),
+        (
+            {"unroll_steps": 4, "max_tokens_per_batch": 99},
+            "max_tokens_per_batch applies to the sentence scheme, not to unroll_steps (whose batches are batch_size rows "
+            "of unroll_steps tokens)",
+            "--max-tokens-per-batch applies to the sentence scheme, not to --unroll-steps (whose batches are --batch-size "
+            "rows of --unroll-steps tokens)",
+        ),
+        ({"train": ["nothing*.txt"]}, "train nothing*.txt: no file matches", "--train nothing*.txt: no file matches"),
+    ],
+)
 def test_trainer_errors_name_parameters_or_flags(corpus, tmp_path, settings, api, cli):
     with pytest.raises(InputError) as info:
         Trainer(_config(corpus, tmp_path, **settings)).run()
@@ -500,8 +609,11 @@ def test_resume_after_a_kill_that_tore_the_last_metrics_line(corpus, tmp_path):
 
 
 def _last_step(out) -> int:
-    steps = [int(p.stem.split("-")[1]) for p in (Path(out) / "checkpoints").glob("step-*.pt")] \
-        if (Path(out) / "checkpoints").exists() else []
+    steps = (
+        [int(p.stem.split("-")[1]) for p in (Path(out) / "checkpoints").glob("step-*.pt")]
+        if (Path(out) / "checkpoints").exists()
+        else []
+    )
     return max(steps, default=0)
 
 
@@ -527,9 +639,26 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp
     rng = random.Random()
     seed = rng.randrange(10**6)
     rng.seed(seed)
-    common = ["train", "--train", corpus / "train.txt", "--vocab", corpus / "vocab.txt", "--preset", "tiny",
-              "--max-steps", 12, "--batch-size", 8, "--negative-samples", 16, "--checkpoint-every", 1, "--quiet",
-              "--seed", 5]
+    common = [
+        "train",
+        "--train",
+        corpus / "train.txt",
+        "--vocab",
+        corpus / "vocab.txt",
+        "--preset",
+        "tiny",
+        "--max-steps",
+        12,
+        "--batch-size",
+        8,
+        "--negative-samples",
+        16,
+        "--checkpoint-every",
+        1,
+        "--quiet",
+        "--seed",
+        5,
+    ]
     if scheme == "unrolled":
         common += ["--unroll-steps", 6]
     r = run_cli(*common, "--out", tmp_path / "whole")
@@ -565,13 +694,34 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp
 
 
 def test_sigterm_checkpoints_and_says_how_to_resume(corpus, tmp_path):
-    common = ["train", "--train", corpus / "train.txt", "--vocab", corpus / "vocab.txt", "--preset", "tiny",
-              "--max-steps", 10 ** 7, "--batch-size", 8, "--negative-samples", 16, "--checkpoint-every", 10 ** 7,
-              "--quiet", "--out", tmp_path / "o"]
+    common = [
+        "train",
+        "--train",
+        corpus / "train.txt",
+        "--vocab",
+        corpus / "vocab.txt",
+        "--preset",
+        "tiny",
+        "--max-steps",
+        10**7,
+        "--batch-size",
+        8,
+        "--negative-samples",
+        16,
+        "--checkpoint-every",
+        10**7,
+        "--quiet",
+        "--out",
+        tmp_path / "o",
+    ]
     # (max steps far more than the run can reach before the signal: on a fast machine 400 tiny steps
     # once ended within the 3 s below, and the run exited 0 before it was sent)
-    proc = subprocess.Popen([sys.executable, "-m", "elmo_fast", *map(str, common)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "elmo_fast", *map(str, common)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not (tmp_path / "o" / "vocab.txt").exists() and time.time() < deadline:
         time.sleep(0.2)
@@ -587,12 +737,46 @@ def test_two_processes_under_torchrun_equal_one_on_the_combined_batches(corpus, 
     """DistributedDataParallel on 2 gloo processes, each reading its rows of every global batch:
     N steps give the weights of one process whose batches are the two ranks' together (dropout off,
     since each rank draws its own masks; the sampled negatives are shared: one draw per step)."""
-    common = ["train", "--train", corpus / "train.txt", "--vocab", corpus / "vocab.txt", "--preset", "tiny",
-              "--max-steps", 5, "--negative-samples", 16, "--dropout", 0, "--quiet", "--checkpoint-every", 100,
-              "--max-tokens-per-batch", 60]
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "-m", "elmo_fast", *map(str, common), "--batch-size", "4", "--out", str(tmp_path / "two")],
-                       capture_output=True, text=True, timeout=600)
+    common = [
+        "train",
+        "--train",
+        corpus / "train.txt",
+        "--vocab",
+        corpus / "vocab.txt",
+        "--preset",
+        "tiny",
+        "--max-steps",
+        5,
+        "--negative-samples",
+        16,
+        "--dropout",
+        0,
+        "--quiet",
+        "--checkpoint-every",
+        100,
+        "--max-tokens-per-batch",
+        60,
+    ]
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "elmo_fast",
+            *map(str, common),
+            "--batch-size",
+            "4",
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     r = run_cli(*common[:-2], "--max-tokens-per-batch", 120, "--batch-size", 8, "--out", tmp_path / "one")
     assert r.returncode == 0, r.stderr
@@ -619,8 +803,16 @@ def test_a_biLM_fine_tuned_inside_a_model_is_saved_for_elmo_fast_embed(tmp_path,
         opt.step()
     elmo.save_bilm(tmp_path / "tuned")
     (tmp_path / "in.txt").write_text("the cat\na dog barks\n")
-    r = run_cli("embed", tmp_path / "in.txt", tmp_path / "out.h5", "--all", "--options", tmp_path / "tuned" / "options.json",
-                "--weights", tmp_path / "tuned" / "weights.hdf5")
+    r = run_cli(
+        "embed",
+        tmp_path / "in.txt",
+        tmp_path / "out.h5",
+        "--all",
+        "--options",
+        tmp_path / "tuned" / "options.json",
+        "--weights",
+        tmp_path / "tuned" / "weights.hdf5",
+    )
     assert r.returncode == 0, r.stderr
     elmo.eval()
     with torch.no_grad(), h5py.File(tmp_path / "out.h5") as f:

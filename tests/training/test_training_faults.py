@@ -7,6 +7,7 @@ close under the output directory fails (ENOSPC for the rest of the run, as a ful
 for every N of a small run, inside one child process; or the process is killed (SIGKILL) at the Nth
 such call, in the middle of writing a checkpoint among others.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -18,11 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from fault_injection import CHILD_PRELUDE, KILL, env_with_shim, run_python
-from training_runs import final_tensors, mini_inputs, same_tensors, train_args
 from repo_paths import SUPPORT
+from training_runs import final_tensors, mini_inputs, same_tensors, train_args
 
 TESTS = str(SUPPORT)
 
@@ -179,8 +178,9 @@ print(json.dumps({"total": total, "bad": bad, "outcomes": outcomes, "states": le
 def _every_point(tmp_path, command: str) -> dict:
     inputs = mini_inputs(tmp_path / "inputs")
     args = train_args(inputs, "@OUT", max_steps=2, checkpoint_every=1)
-    run = run_python(CHILD_PRELUDE + _EVERY_POINT, TESTS, json.dumps(inputs), str(tmp_path), command,
-                     json.dumps(args), timeout=900)
+    run = run_python(
+        CHILD_PRELUDE + _EVERY_POINT, TESTS, json.dumps(inputs), str(tmp_path), command, json.dumps(args), timeout=900
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Exception ignored" not in run.stderr, run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
@@ -209,13 +209,15 @@ def test_every_storage_fault_of_elmo_fast_vocab(tmp_path):
 
 # ---- kill -9 at exact write points ---------------------------------------------------------------
 
+
 def _cli(args, **faults):
     env = env_with_shim(**faults) if faults else None
-    return subprocess.run([sys.executable, "-m", "elmo_fast", *args], capture_output=True, text=True, timeout=600,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "elmo_fast", *args], capture_output=True, text=True, timeout=600, env=env
+    )
 
 
-_COUNT = r'''
+_COUNT = r"""
 import json
 sys.path.insert(0, sys.argv[1])
 from elmo_fast.cli import main
@@ -229,7 +231,7 @@ for folder in ("", "/checkpoints"):
     Shim.disarm()
     args = args + ["--overwrite"]
 print(json.dumps(counts))
-'''
+"""
 
 
 def test_kill_9_at_seeded_write_points_then_resume_gives_the_same_weights(tmp_path):
@@ -264,14 +266,14 @@ def test_kill_9_at_seeded_write_points_then_resume_gives_the_same_weights(tmp_pa
 
 # ---- two runs on one directory -----------------------------------------------------------------
 
-_WAIT_THEN_TRAIN = r'''
+_WAIT_THEN_TRAIN = r"""
 import sys, os, time
 from elmo_fast.cli import main
 import elmo_fast.training.trainer  # everything imported before the go: the run starts at once
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.005)
 sys.exit(main(sys.argv[2:]))
-'''
+"""
 
 
 def _lock_held(path: Path) -> bool:
@@ -293,11 +295,18 @@ def test_a_second_run_on_the_same_directory_fails_at_once_naming_the_first(tmp_p
     one's PID); the first finishes with the weights of a run that had the directory to itself."""
     inputs = mini_inputs(tmp_path / "inputs")
     out = tmp_path / "out"
-    first = subprocess.Popen([sys.executable, "-m", "elmo_fast", *train_args(inputs, out, 40, 10)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    second = subprocess.Popen([sys.executable, "-c", _WAIT_THEN_TRAIN, str(tmp_path / "go"),
-                               *train_args(inputs, out, 40, 10)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "elmo_fast", *train_args(inputs, out, 40, 10)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    second = subprocess.Popen(
+        [sys.executable, "-c", _WAIT_THEN_TRAIN, str(tmp_path / "go"), *train_args(inputs, out, 40, 10)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         while not _lock_held(out / ".elmo-fast.lock") and first.poll() is None and time.time() < deadline:
@@ -305,8 +314,10 @@ def test_a_second_run_on_the_same_directory_fails_at_once_naming_the_first(tmp_p
         (tmp_path / "go").touch()
         _, err = second.communicate(timeout=120)
         assert second.returncode == 2, err
-        assert err.count("\n") == 1 and f"output directory {out} is in use by another elmo-fast run (PID " \
-            f"{first.pid} on " in err, err
+        assert (
+            err.count("\n") == 1
+            and f"output directory {out} is in use by another elmo-fast run (PID {first.pid} on " in err
+        ), err
         _, err = first.communicate(timeout=300)
         assert first.returncode == 0, err
     finally:

@@ -1,6 +1,7 @@
 """Resuming a training run only when it is the same run, and never from nothing by accident: the
 vocabulary, corpus and settings compared with the checkpoint's record; unreadable checkpoints;
 a damaged metrics log; killed runs' leftovers swept; the output directory's lock."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ import sys
 
 import pytest
 import torch
+from training_runs import final_tensors, mini_config, mini_inputs, same_tensors
 
 from elmo_fast.durable import host_tag
 from elmo_fast.errors import InputError
 from elmo_fast.run_lock import RunLock, RunLocked
 from elmo_fast.training.trainer import Trainer
-from training_runs import final_tensors, mini_config, mini_inputs, same_tensors
 
 
 def _flags() -> dict[str, str]:
@@ -39,11 +40,15 @@ def _train(inputs, out, resume=False, **kw):
 
 
 def _dead_pid() -> int:
-    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                              check=True).stdout)
+    return int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+        ).stdout
+    )
 
 
 # ---- the same run, or a refusal naming what changed --------------------------------------------
+
 
 def test_a_changed_vocabulary_is_refused_naming_it_and_the_override(inputs, tmp_path):
     out = tmp_path / "out"
@@ -55,10 +60,12 @@ def test_a_changed_vocabulary_is_refused_naming_it_and_the_override(inputs, tmp_
         _train(inputs, out, resume=True)
     api, cli = str(info.value), info.value.render(_flags())
     assert "\n" not in api and f"cannot resume: the vocabulary changed ({inputs['vocab']}: " in api
-    assert api.endswith("another out, or allow_changed=True to continue with these (the model then comes from two "
-                        "different runs)")
-    assert cli.endswith("another --out, or --resume-anyway to continue with these (the model then comes from two "
-                        "different runs)")
+    assert api.endswith(
+        "another out, or allow_changed=True to continue with these (the model then comes from two different runs)"
+    )
+    assert cli.endswith(
+        "another --out, or --resume-anyway to continue with these (the model then comes from two different runs)"
+    )
     notes = _train(inputs, out, allow_changed=True)  # implies resume
     assert any(n.startswith("elmo-fast: resuming although the vocabulary changed") for n in notes), notes
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
@@ -73,8 +80,11 @@ def test_a_changed_corpus_is_refused_and_a_moved_one_is_not(inputs, tmp_path):
     size = moved.stat().st_size
     with open(moved, "a") as f:
         f.write("the cat sees a dog\n")
-    with pytest.raises(InputError, match=rf"the training corpus changed \({moved}: {size:,} bytes then, "
-                                         rf"{size + 19:,} now\); use the same"):
+    with pytest.raises(
+        InputError,
+        match=rf"the training corpus changed \({moved}: {size:,} bytes then, "
+        rf"{size + 19:,} now\); use the same",
+    ):
         _train(inputs, out, resume=True, train=[str(moved)], max_steps=3)
     extra = tmp_path / "extra.txt"
     extra.write_text("a big bird\n")
@@ -82,11 +92,14 @@ def test_a_changed_corpus_is_refused_and_a_moved_one_is_not(inputs, tmp_path):
         _train(inputs, out, resume=True, train=[inputs["train"], str(extra)], max_steps=3)
 
 
-@pytest.mark.parametrize("changes,named", [
-    ({"seed": 2}, "seed: 1 then, 2 now"),
-    ({"precision": "tf32"}, "precision: 'fp32' then, 'tf32' now"),  # by name: tf32 is not fp32, even on a CPU
-    ({"learning_rate": 0.1}, "learning_rate: 0.2 then, 0.1 now"),
-])
+@pytest.mark.parametrize(
+    "changes,named",
+    [
+        ({"seed": 2}, "seed: 1 then, 2 now"),
+        ({"precision": "tf32"}, "precision: 'fp32' then, 'tf32' now"),  # by name: tf32 is not fp32, even on a CPU
+        ({"learning_rate": 0.1}, "learning_rate: 0.2 then, 0.1 now"),
+    ],
+)
 def test_changed_settings_are_refused_by_name(inputs, tmp_path, changes, named):
     out = tmp_path / "out"
     _train(inputs, out, max_steps=1)
@@ -99,8 +112,11 @@ def test_a_changed_architecture_cannot_be_forced(inputs, tmp_path):
     _train(inputs, out, max_steps=1)
     with open(inputs["vocab"], "a") as f:
         f.write("newword\n")  # one more row in the softmax
-    with pytest.raises(InputError, match=r"step-000000001.pt: its tensors do not fit this run's model \(.*\): the "
-                                         r"architecture or the vocabulary's size changed; use another out$"):
+    with pytest.raises(
+        InputError,
+        match=r"step-000000001.pt: its tensors do not fit this run's model \(.*\): the "
+        r"architecture or the vocabulary's size changed; use another out$",
+    ):
         _train(inputs, out, allow_changed=True)
 
 
@@ -125,6 +141,7 @@ def test_a_checkpoint_from_before_the_digests_resumes_with_a_note(inputs, tmp_pa
 
 # ---- unreadable checkpoints -----------------------------------------------------------------------
 
+
 def test_when_no_checkpoint_reads_resume_refuses_naming_each(inputs, tmp_path):
     """Today's alternative was a silent start from step 0, throwing the run away."""
     out = tmp_path / "out"
@@ -135,11 +152,14 @@ def test_when_no_checkpoint_reads_resume_refuses_naming_each(inputs, tmp_path):
     with pytest.raises(InputError) as info:
         _train(inputs, out, resume=True)
     message = info.value.render(_flags())
-    assert "\n" not in message and message.startswith(f"{out / 'checkpoints'}: cannot resume: no checkpoint can be "
-                                                       "read (step-000000002.pt: not an elmo-fast checkpoint (no "
-                                                       "model, optimizer, state, identity); step-000000001.pt: ")
-    assert message.endswith("start over with --overwrite instead of --resume (it removes them), or put back a "
-                            "readable checkpoint")
+    assert "\n" not in message and message.startswith(
+        f"{out / 'checkpoints'}: cannot resume: no checkpoint can be "
+        "read (step-000000002.pt: not an elmo-fast checkpoint (no "
+        "model, optimizer, state, identity); step-000000001.pt: "
+    )
+    assert message.endswith(
+        "start over with --overwrite instead of --resume (it removes them), or put back a readable checkpoint"
+    )
     _train(inputs, out, overwrite=True)  # as it says
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000000001.pt", "step-000000002.pt"]
 
@@ -150,14 +170,18 @@ def test_a_torn_newest_checkpoint_falls_back_to_the_one_before(inputs, tmp_path)
     newest = out / "checkpoints" / "step-000000002.pt"
     newest.write_bytes(newest.read_bytes()[:-100])
     notes = _train(inputs, out, resume=True)
-    assert any(n.startswith(f"elmo-fast: skipping unreadable checkpoint {newest} (") and
-               n.endswith("); resuming from step-000000001.pt") for n in notes), notes
+    assert any(
+        n.startswith(f"elmo-fast: skipping unreadable checkpoint {newest} (")
+        and n.endswith("); resuming from step-000000001.pt")
+        for n in notes
+    ), notes
     whole = tmp_path / "whole"
     _train(inputs, whole)
     assert same_tensors(final_tensors(out), final_tensors(whole))
 
 
 # ---- metrics.jsonl ---------------------------------------------------------------------------------
+
 
 def test_a_torn_last_metrics_line_is_left_out_and_garbage_elsewhere_named(inputs, tmp_path):
     out = tmp_path / "out"
@@ -169,22 +193,30 @@ def test_a_torn_last_metrics_line_is_left_out_and_garbage_elsewhere_named(inputs
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2]
     lines = metrics.read_text().splitlines()
     metrics.write_text(lines[0] + "\nnot json\n" + lines[1] + "\n")
-    with pytest.raises(InputError, match=rf"^{metrics} line 2: not a JSON object \('not json'\); only the last line "
-                                         r"can be cut short by a crash"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{metrics} line 2: not a JSON object \('not json'\); only the last line "
+        r"can be cut short by a crash",
+    ):
         _train(inputs, out, resume=True, max_steps=3)
     assert metrics.read_text() == lines[0] + "\nnot json\n" + lines[1] + "\n"  # left as it was, for the user
 
 
 # ---- the output directory: leftovers and the lock -----------------------------------------------------
 
+
 def test_killed_runs_temporary_files_are_swept_and_live_ones_kept(inputs, tmp_path):
     out = tmp_path / "out"
     _train(inputs, out, max_steps=1)
     dead, live = _dead_pid(), os.getppid()
-    left = [out / f".weights.hdf5.{host_tag()}-{dead}.0123abcd.elmo-tmp",
-            out / "checkpoints" / f".step-000000002.pt.{host_tag()}-{dead}.89abcdef.elmo-tmp"]
-    kept = [out / f".weights.hdf5.{host_tag()}-{live}.0123abcd.elmo-tmp",
-            out / f".weights.hdf5.otherhost-{dead}.0123abcd.elmo-tmp"]
+    left = [
+        out / f".weights.hdf5.{host_tag()}-{dead}.0123abcd.elmo-tmp",
+        out / "checkpoints" / f".step-000000002.pt.{host_tag()}-{dead}.89abcdef.elmo-tmp",
+    ]
+    kept = [
+        out / f".weights.hdf5.{host_tag()}-{live}.0123abcd.elmo-tmp",
+        out / f".weights.hdf5.otherhost-{dead}.0123abcd.elmo-tmp",
+    ]
     for p in left + kept:
         p.write_bytes(b"half")
     notes = _train(inputs, out, resume=True)
@@ -225,18 +257,23 @@ def test_a_finished_run_leaves_no_lock_file_and_a_held_lock_still_stops_a_second
 def test_a_held_lock_stops_the_run_before_it_touches_anything(inputs, tmp_path):
     out = tmp_path / "out"
     _train(inputs, out, max_steps=1)
+
     def files():
         return {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != ".elmo-fast.lock"}
 
     before = files()
     with RunLock(out / ".elmo-fast.lock", "held"):  # (it writes its holder's PID in the file)
-        with pytest.raises(RunLocked, match=rf"^output directory {out} is in use by another elmo-fast run \(PID "
-                                            rf"{os.getpid()} on "):
+        with pytest.raises(
+            RunLocked,
+            match=rf"^output directory {out} is in use by another elmo-fast run \(PID "
+            rf"{os.getpid()} on ",
+        ):
             _train(inputs, out, resume=True)
     assert files() == before
 
 
 # ---- elmo-fast vocab -----------------------------------------------------------------------------------
+
 
 def test_vocab_checks_its_output_path_before_counting(inputs, tmp_path, capsys):
     from elmo_fast.cli import main

@@ -12,6 +12,7 @@ This file and :mod:`.finder` import nothing heavy: the finder can be set up at i
 (the ``.pth`` hook) for the cost of a dictionary; torch and the model load when an ``allennlp``
 module is first imported.
 """
+
 from __future__ import annotations
 
 _HERE = "elmo_fast.compat.allennlp09"
@@ -23,36 +24,45 @@ PROVIDED: dict[str, dict[str, str]] = {
     "allennlp.commands": {},
     "allennlp.commands.elmo": {
         name: f"{_HERE}.commands_elmo:{name}"
-        for name in ("ElmoEmbedder", "DEFAULT_OPTIONS_FILE", "DEFAULT_WEIGHT_FILE", "DEFAULT_BATCH_SIZE",
-                     "empty_embedding", "elmo_command")},
+        for name in (
+            "ElmoEmbedder",
+            "DEFAULT_OPTIONS_FILE",
+            "DEFAULT_WEIGHT_FILE",
+            "DEFAULT_BATCH_SIZE",
+            "empty_embedding",
+            "elmo_command",
+        )
+    },
     "allennlp.common": {},
     "allennlp.common.checks": {"ConfigurationError": "elmo_fast.errors:ConfigurationError"},
-    "allennlp.common.file_utils": {"cached_path": f"{_HERE}.file_utils:cached_path",
-                                   "CACHE_ROOT": f"{_HERE}.file_utils:CACHE_ROOT",
-                                   "CACHE_DIRECTORY": f"{_HERE}.file_utils:CACHE_DIRECTORY",
-                                   "url_to_filename": f"{_HERE}.file_utils:url_to_filename"},
+    "allennlp.common.file_utils": {
+        "cached_path": f"{_HERE}.file_utils:cached_path",
+        "CACHE_ROOT": f"{_HERE}.file_utils:CACHE_ROOT",
+        "CACHE_DIRECTORY": f"{_HERE}.file_utils:CACHE_DIRECTORY",
+        "url_to_filename": f"{_HERE}.file_utils:url_to_filename",
+    },
     "allennlp.common.util": {"lazy_groups_of": f"{_HERE}.util:lazy_groups_of"},
     "allennlp.data": {},
-    "allennlp.data.token_indexers": {
-        "ELMoTokenCharactersIndexer": f"{_HERE}.elmo_indexer:ELMoTokenCharactersIndexer"},
+    "allennlp.data.token_indexers": {"ELMoTokenCharactersIndexer": f"{_HERE}.elmo_indexer:ELMoTokenCharactersIndexer"},
     "allennlp.data.token_indexers.elmo_indexer": {
-        name: f"{_HERE}.elmo_indexer:{name}" for name in ("ELMoCharacterMapper", "ELMoTokenCharactersIndexer")},
+        name: f"{_HERE}.elmo_indexer:{name}" for name in ("ELMoCharacterMapper", "ELMoTokenCharactersIndexer")
+    },
     "allennlp.modules": {"Elmo": f"{_HERE}.modules_elmo:Elmo", "ScalarMix": "elmo_fast.bilm.scalar_mix:ScalarMix"},
     "allennlp.modules.elmo": {
-        name: f"{_HERE}.modules_elmo:{name}"
-        for name in ("Elmo", "_ElmoBiLm", "_ElmoCharacterEncoder", "batch_to_ids")},
+        name: f"{_HERE}.modules_elmo:{name}" for name in ("Elmo", "_ElmoBiLm", "_ElmoCharacterEncoder", "batch_to_ids")
+    },
     "allennlp.modules.scalar_mix": {"ScalarMix": "elmo_fast.bilm.scalar_mix:ScalarMix"},
     # the classes of allennlp 0.9's biLM, for unpickling objects pickled with it (flair models saved
     # before flair 0.12 hold an allennlp ElmoEmbedder): each becomes elmo-fast's on load
     "allennlp.modules.elmo_lstm": {"ElmoLstm": f"{_HERE}.pickled:ElmoLstm"},
     "allennlp.modules.encoder_base": {"_EncoderBase": f"{_HERE}.pickled:_EncoderBase"},
     "allennlp.modules.highway": {"Highway": f"{_HERE}.pickled:Highway"},
-    "allennlp.modules.lstm_cell_with_projection": {
-        "LstmCellWithProjection": f"{_HERE}.pickled:LstmCellWithProjection"},
+    "allennlp.modules.lstm_cell_with_projection": {"LstmCellWithProjection": f"{_HERE}.pickled:LstmCellWithProjection"},
     "allennlp.nn": {},
     "allennlp.nn.util": {
         name: f"{_HERE}.nn_util:{name}"
-        for name in ("remove_sentence_boundaries", "add_sentence_boundary_token_ids", "get_device_of")},
+        for name in ("remove_sentence_boundaries", "add_sentence_boundary_token_ids", "get_device_of")
+    },
 }
 
 #: the modules that are packages (they have submodules here)

@@ -16,10 +16,12 @@ shape (0.9: float64 (3, 0, 1024) whatever the model); ``embed_file`` writes thro
 durable path (never a partial file) and its errors name the line (0.9: ``ConfigurationError``
 listing blank lines' indexes).
 """
+
 from __future__ import annotations
 
 import os
-from typing import IO, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import IO
 
 import numpy as np
 
@@ -29,14 +31,24 @@ from .file_utils import cached_path
 from .modules_elmo import _ElmoBiLm
 from .settings import model_settings
 
-DEFAULT_OPTIONS_FILE = ("https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/2x4096_512_2048cnn_2xhighway/"
-                        "elmo_2x4096_512_2048cnn_2xhighway_options.json")
-DEFAULT_WEIGHT_FILE = ("https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/2x4096_512_2048cnn_2xhighway/"
-                       "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5")
+DEFAULT_OPTIONS_FILE = (
+    "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/2x4096_512_2048cnn_2xhighway/"
+    "elmo_2x4096_512_2048cnn_2xhighway_options.json"
+)
+DEFAULT_WEIGHT_FILE = (
+    "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/2x4096_512_2048cnn_2xhighway/"
+    "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"
+)
 DEFAULT_BATCH_SIZE = 64
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_OPTIONS_FILE", "DEFAULT_WEIGHT_FILE", "ElmoEmbedder", "elmo_command",
-           "empty_embedding"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_OPTIONS_FILE",
+    "DEFAULT_WEIGHT_FILE",
+    "ElmoEmbedder",
+    "elmo_command",
+    "empty_embedding",
+]
 
 
 def empty_embedding() -> np.ndarray:
@@ -51,10 +63,17 @@ class ElmoEmbedder(_CoreEmbedder):
 
     bilm_class = _ElmoBiLm
 
-    def __init__(self, options_file: str = DEFAULT_OPTIONS_FILE, weight_file: str = DEFAULT_WEIGHT_FILE,
-                 cuda_device: int = -1) -> None:
-        super().__init__(cached_path(options_file), cached_path(weight_file), cuda_device=cuda_device,
-                         stateful=True, batch_size=DEFAULT_BATCH_SIZE, **model_settings())
+    def __init__(
+        self, options_file: str = DEFAULT_OPTIONS_FILE, weight_file: str = DEFAULT_WEIGHT_FILE, cuda_device: int = -1
+    ) -> None:
+        super().__init__(
+            cached_path(options_file),
+            cached_path(weight_file),
+            cuda_device=cuda_device,
+            stateful=True,
+            batch_size=DEFAULT_BATCH_SIZE,
+            **model_settings(),
+        )
         self.indexer = ELMoTokenCharactersIndexer()
         #: allennlp's device number (-1: the CPU); inputs follow the biLM, wherever it is moved
         self.cuda_device = cuda_device
@@ -84,17 +103,27 @@ class ElmoEmbedder(_CoreEmbedder):
         activations, mask = super().batch_to_embeddings(batch)
         return activations, mask.long()
 
-    def embed_sentences(self, sentences: Iterable[Sequence[str]],  # type: ignore[override]
-                        batch_size: int = DEFAULT_BATCH_SIZE):
+    def embed_sentences(
+        self,
+        sentences: Iterable[Sequence[str]],  # type: ignore[override]
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ):
         return super().embed_sentences(sentences, batch_size)
 
-    def embed_file(self, input_file: str | os.PathLike | IO, output_file_path: str | os.PathLike,  # type: ignore[override]
-                   output_format: str = "all", batch_size: int = DEFAULT_BATCH_SIZE, forget_sentences: bool = False,
-                   use_sentence_keys: bool = False) -> None:
+    def embed_file(
+        self,
+        input_file: str | os.PathLike | IO,
+        output_file_path: str | os.PathLike,  # type: ignore[override]
+        output_format: str = "all",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        forget_sentences: bool = False,
+        use_sentence_keys: bool = False,
+    ) -> None:
         """0.9's ``embed_file``: one sentence per line, whitespace-tokenized, in input order in batches of
         ``batch_size`` (the states flowing from each to the next), into allennlp's HDF5 layout."""
-        super().embed_file(input_file, output_file_path, output_format, batch_size, forget_sentences,
-                           use_sentence_keys, progress=True)
+        super().embed_file(
+            input_file, output_file_path, output_format, batch_size, forget_sentences, use_sentence_keys, progress=True
+        )
 
 
 def elmo_command(args) -> None:
@@ -104,5 +133,6 @@ def elmo_command(args) -> None:
     output_format = "all" if args.all else "top" if args.top else "average"
     source = open(args.input_file, encoding="utf-8") if isinstance(args.input_file, str) else args.input_file
     with source:
-        embedder.embed_file(source, args.output_file, output_format, args.batch_size, args.forget_sentences,
-                            args.use_sentence_keys)
+        embedder.embed_file(
+            source, args.output_file, output_format, args.batch_size, args.forget_sentences, args.use_sentence_keys
+        )

@@ -5,9 +5,11 @@ and ``ELMoTokenCharactersIndexer`` (tokens -> rows of them), on elmo-fast's char
 The indexer stands alone here (allennlp's ``TokenIndexer`` base, ``Vocabulary`` and ``Token`` are off
 ELMo's path): tokens are anything with a ``.text`` (allennlp's ``Token``, spaCy's) or str.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -55,8 +57,12 @@ class ELMoTokenCharactersIndexer:
     """allennlp's ``elmo_characters`` indexer: ``tokens_to_indices(tokens, vocabulary, index_name)`` ->
     ``{index_name: [50 ids per token]}``; ``as_padded_tensor`` pads with all-zero rows."""
 
-    def __init__(self, namespace: str = "elmo_characters", tokens_to_add: dict[str, int] | None = None,
-                 token_min_padding_length: int = 0) -> None:
+    def __init__(
+        self,
+        namespace: str = "elmo_characters",
+        tokens_to_add: dict[str, int] | None = None,
+        token_min_padding_length: int = 0,
+    ) -> None:
         self._namespace = namespace
         self._mapper = ELMoCharacterMapper(tokens_to_add)
         self._token_min_padding_length = token_min_padding_length
@@ -64,8 +70,9 @@ class ELMoTokenCharactersIndexer:
     def count_vocab_items(self, token: Any, counter: dict[str, dict[str, int]]) -> None:
         pass  # character ids need no vocabulary
 
-    def tokens_to_indices(self, tokens: Sequence[Any], vocabulary: Any = None,
-                          index_name: str = "elmo_characters") -> dict[str, list[list[int]]]:
+    def tokens_to_indices(
+        self, tokens: Sequence[Any], vocabulary: Any = None, index_name: str = "elmo_characters"
+    ) -> dict[str, list[list[int]]]:
         texts = [token if isinstance(token, str) else getattr(token, "text", None) for token in tokens]
         if any(text is None for text in texts):
             raise ConfigurationError("ELMoTokenCharactersIndexer needs a tokenizer that retains text")
@@ -81,8 +88,12 @@ class ELMoTokenCharactersIndexer:
     def _default_value_for_padding() -> list[int]:
         return [0] * ELMoCharacterMapper.max_word_length
 
-    def as_padded_tensor(self, tokens: dict[str, list[list[int]]], desired_num_tokens: dict[str, int],
-                         padding_lengths: dict[str, int] | None = None) -> dict[str, torch.Tensor]:
+    def as_padded_tensor(
+        self,
+        tokens: dict[str, list[list[int]]],
+        desired_num_tokens: dict[str, int],
+        padding_lengths: dict[str, int] | None = None,
+    ) -> dict[str, torch.Tensor]:
         out = {}
         for key, rows in tokens.items():
             n = desired_num_tokens[key]

@@ -9,6 +9,7 @@ copy that allennlp itself downloaded earlier is used as it is (``~/.allennlp/cac
 other URL is looked for in allennlp's cache, then downloaded once into elmo-fast's cache. Offline,
 the error names the file and where to put it. Local paths are returned as they are.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,9 +38,13 @@ def _in_allennlp_cache(url: str, cache_dir: str | os.PathLike | None) -> str | N
     folder = Path(cache_dir if cache_dir is not None else CACHE_DIRECTORY).expanduser()
     stem = url_to_filename(url)
     try:
-        found = [p for p in folder.iterdir()
-                 if (p.name == stem or p.name.startswith(stem + ".")) and not p.name.endswith((".json", ".lock"))
-                 and p.is_file()]
+        found = [
+            p
+            for p in folder.iterdir()
+            if (p.name == stem or p.name.startswith(stem + "."))
+            and not p.name.endswith((".json", ".lock"))
+            and p.is_file()
+        ]
     except OSError:
         return None
     return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
@@ -56,9 +61,11 @@ def _official(url: str, name: str, role: str, cache_dir) -> str:
         fetched = official.fetch_model(name)
     except DownloadError as e:
         reason = str(e).split(". This machine seems", 1)[0]
-        raise DownloadError(f"{url}: the {role} file of ELMo model {name!r} is not in elmo-fast's cache and cannot "
-                            f"be downloaded ({reason}); offline, put the model's files at {options} and {weights} "
-                            f"(or pass local paths)") from None
+        raise DownloadError(
+            f"{url}: the {role} file of ELMo model {name!r} is not in elmo-fast's cache and cannot "
+            f"be downloaded ({reason}); offline, put the model's files at {options} and {weights} "
+            f"(or pass local paths)"
+        ) from None
     return str(fetched[0] if role == "options" else fetched[1])
 
 
@@ -70,8 +77,10 @@ def _other_url(url: str, cache_dir) -> str:
     try:
         return str(official.fetch_file(url, target, basename))
     except DownloadError as e:
-        raise DownloadError(f"{url}: not in elmo-fast's cache and cannot be downloaded ({e}); offline, put the "
-                            f"file at {target} (or pass a local path)") from None
+        raise DownloadError(
+            f"{url}: not in elmo-fast's cache and cannot be downloaded ({e}); offline, put the "
+            f"file at {target} (or pass a local path)"
+        ) from None
 
 
 def cached_path(url_or_filename: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
@@ -85,8 +94,9 @@ def cached_path(url_or_filename: str | os.PathLike, cache_dir: str | os.PathLike
     if scheme == "s3":
         if (earlier := _in_allennlp_cache(text, cache_dir)) is not None:
             return earlier
-        raise DownloadError(f"{text}: elmo-fast does not read s3:// addresses; download the file and pass its "
-                            f"local path")
+        raise DownloadError(
+            f"{text}: elmo-fast does not read s3:// addresses; download the file and pass its local path"
+        )
     if os.path.exists(text):
         return text
     if scheme in ("", "file") or len(scheme) == 1:  # a path (a drive letter on Windows)

@@ -9,6 +9,7 @@ allennlp from a compatibility front: flair's ``ELMoEmbeddings`` cannot be saved 
 Never over a real allennlp: :func:`activate` looks for one first (imported already, or importable)
 and, when there is one, says so in one line and changes nothing.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -39,9 +40,11 @@ def _summary() -> str:
 
 def not_provided_message(name: str) -> str:
     """Why ``import name`` fails with the stand-in active: one line."""
-    return (f"No module named {name!r}: elmo-fast stands in for allennlp (elmo_fast.as_allennlp / {ENV_VAR}=1) on "
-            f"ELMo's import path only ({_summary()}); for the rest of allennlp, install allennlp itself, in an "
-            f"environment of its own")
+    return (
+        f"No module named {name!r}: elmo-fast stands in for allennlp (elmo_fast.as_allennlp / {ENV_VAR}=1) on "
+        f"ELMo's import path only ({_summary()}); for the rest of allennlp, install allennlp itself, in an "
+        f"environment of its own"
+    )
 
 
 def _resolve(target: str) -> object:
@@ -58,8 +61,10 @@ class _MissingName:
     def __call__(self, name: str) -> object:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise AttributeError(f"{self.module}.{name} is not provided: elmo-fast stands in for allennlp on ELMo's "
-                             f"import path only ({_summary()})")
+        raise AttributeError(
+            f"{self.module}.{name} is not provided: elmo-fast stands in for allennlp on ELMo's "
+            f"import path only ({_summary()})"
+        )
 
 
 class AllennlpFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -159,8 +164,12 @@ def activate() -> bool:
         return True
     real = real_allennlp()
     if real is not None:
-        warnings.warn(f"elmo_fast.as_allennlp: a real allennlp is installed ({real}); it is used, and elmo-fast's "
-                      "stand-in stays off", RealAllennlpWarning, stacklevel=3)
+        warnings.warn(
+            f"elmo_fast.as_allennlp: a real allennlp is installed ({real}); it is used, and elmo-fast's "
+            "stand-in stays off",
+            RealAllennlpWarning,
+            stacklevel=3,
+        )
         return False
     sys.meta_path.insert(0, _FINDER)
     for module, hook in POST_IMPORT.items():  # imported before activation: hook them now

@@ -10,10 +10,11 @@ files may be the official models' URLs (:mod:`.file_utils`). ``ELMO_FAST_PRECISI
 flair 0.12 holds an allennlp ``ElmoEmbedder``) unpickles into elmo-fast's biLM, its weights and its
 carried LSTM states included (:mod:`.pickled` names allennlp's other classes for that).
 """
+
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -39,7 +40,9 @@ def _is_allennlp09_state(state: dict) -> bool:
     from .pickled import ElmoLstm
 
     modules = state.get("_modules") or {}
-    return isinstance(modules.get("_elmo_lstm"), ElmoLstm) and "_options" in vars(modules.get("_token_embedder", object))
+    return isinstance(modules.get("_elmo_lstm"), ElmoLstm) and "_options" in vars(
+        modules.get("_token_embedder", object)
+    )
 
 
 class _ElmoBiLm(ElmoBiLm):
@@ -47,11 +50,22 @@ class _ElmoBiLm(ElmoBiLm):
     the biLM, stateful, its masks long. Keyword arguments of :class:`~elmo_fast.ElmoBiLm` are
     accepted too (``stateful=False``, ``precision="bf16"``, ...)."""
 
-    def __init__(self, options_file, weight_file, requires_grad: bool = False,
-                 vocab_to_cache: Sequence[str] | None = None, **core) -> None:
+    def __init__(
+        self,
+        options_file,
+        weight_file,
+        requires_grad: bool = False,
+        vocab_to_cache: Sequence[str] | None = None,
+        **core,
+    ) -> None:
         settings = {"stateful": True, **model_settings(), **core}
-        super().__init__(_local(options_file), _local(weight_file), requires_grad=requires_grad,
-                         vocab_to_cache=vocab_to_cache, **settings)
+        super().__init__(
+            _local(options_file),
+            _local(weight_file),
+            requires_grad=requires_grad,
+            vocab_to_cache=vocab_to_cache,
+            **settings,
+        )
 
     def forward(self, inputs: Tensor | None = None, word_inputs: Tensor | None = None) -> dict:
         out = super().forward(inputs, word_inputs)
@@ -85,16 +99,36 @@ class Elmo(_CoreElmo):
     scalar_mix_parameters=None, module=None)``: stateful and with long masks, as 0.9's. Keyword
     arguments of :class:`elmo_fast.compat.allennlp.Elmo` are accepted too."""
 
-    def __init__(self, options_file=None, weight_file=None, num_output_representations: int | None = None,
-                 requires_grad: bool = False, do_layer_norm: bool = False, dropout: float = 0.5,
-                 vocab_to_cache: Sequence[str] | None = None, keep_sentence_boundaries: bool = False,
-                 scalar_mix_parameters: Sequence[float] | None = None, module: nn.Module | None = None,
-                 **core) -> None:
+    def __init__(
+        self,
+        options_file=None,
+        weight_file=None,
+        num_output_representations: int | None = None,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        vocab_to_cache: Sequence[str] | None = None,
+        keep_sentence_boundaries: bool = False,
+        scalar_mix_parameters: Sequence[float] | None = None,
+        module: nn.Module | None = None,
+        **core,
+    ) -> None:
         if module is None:
             core = {"stateful": True, **model_settings(), **core}
             options_file, weight_file = _local(options_file), _local(weight_file)
-        super().__init__(options_file, weight_file, num_output_representations, requires_grad, do_layer_norm,
-                         dropout, vocab_to_cache, keep_sentence_boundaries, scalar_mix_parameters, module, **core)
+        super().__init__(
+            options_file,
+            weight_file,
+            num_output_representations,
+            requires_grad,
+            do_layer_norm,
+            dropout,
+            vocab_to_cache,
+            keep_sentence_boundaries,
+            scalar_mix_parameters,
+            module,
+            **core,
+        )
 
     def forward(self, inputs: Tensor | None = None, word_inputs: Tensor | None = None) -> dict:
         out = super().forward(inputs, word_inputs)

@@ -3,6 +3,7 @@ pickled (an ``ElmoEmbedder`` inside a flair model saved before flair 0.12, say).
 unpickled until the ``_ElmoBiLm`` holding it (:class:`~.modules_elmo._ElmoBiLm`) reads their options,
 weights and carried states into elmo-fast's biLM; none of them runs. Building one directly is an
 error saying what to use instead."""
+
 from __future__ import annotations
 
 from torch import nn
@@ -14,13 +15,17 @@ __all__ = ["ElmoLstm", "Highway", "LstmCellWithProjection", "_EncoderBase"]
 
 class _PickledOnly(nn.Module):
     def __init__(self, *args, **kwargs) -> None:
-        raise ElmoFastError(f"{type(self).__name__}: allennlp 0.9's class is provided to unpickle objects saved "
-                            "with allennlp 0.9 only; build ELMo with "
-                            "allennlp.modules.elmo.Elmo or _ElmoBiLm (elmo-fast's, underneath)")
+        raise ElmoFastError(
+            f"{type(self).__name__}: allennlp 0.9's class is provided to unpickle objects saved "
+            "with allennlp 0.9 only; build ELMo with "
+            "allennlp.modules.elmo.Elmo or _ElmoBiLm (elmo-fast's, underneath)"
+        )
 
     def forward(self, *args, **kwargs):
-        raise ElmoFastError(f"{type(self).__name__} unpickled from allennlp 0.9 does not run alone: the _ElmoBiLm "
-                            "holding it is elmo-fast's biLM, which runs")
+        raise ElmoFastError(
+            f"{type(self).__name__} unpickled from allennlp 0.9 does not run alone: the _ElmoBiLm "
+            "holding it is elmo-fast's biLM, which runs"
+        )
 
 
 class _EncoderBase(_PickledOnly):

@@ -7,6 +7,7 @@ seqvec, bio_embeddings) cannot be given elmo-fast's arguments:
 
 A bad value is a one-line error naming the variable, at the first model built.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,8 +1,10 @@
 """``allennlp.common.util``'s helper on ELMo's path."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import Iterable, Iterator, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
