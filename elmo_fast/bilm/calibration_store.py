@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
+from ..cache_dir import cache_dir
 from ..durable import write_json
-from ..pretrained.official import cache_dir
 from .calibration import CpuTuning
 
 #: the layout of the files; another one is ignored

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..cache_dir import cache_dir
 from ..durable import WriteError, durable_open
 from ..errors import DownloadError, ElmoFastError
 
@@ -120,11 +121,6 @@ def model_names() -> list[str]:
 def base_url() -> str:
     """``$ELMO_FAST_BASE_URL`` if set and non-empty, else :data:`DEFAULT_BASE_URL`."""
     return (os.environ.get("ELMO_FAST_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-
-
-def cache_dir() -> Path:
-    """``$ELMO_FAST_CACHE`` if set and non-empty, else ``~/.cache/elmo_fast``."""
-    return Path(os.environ.get("ELMO_FAST_CACHE") or "~/.cache/elmo_fast").expanduser()
 
 
 def _check_name(name: str) -> None:
