@@ -58,6 +58,10 @@ SERVE_REQUIRES = ["starlette>=0.40", "uvicorn>=0.30", "httptools>=0.6", "orjson>
 # ones are not), which the tests pin. A cluster's Ray and its clients' must be one release: no upper bound here.
 RAY_REQUIRES = ["ray[data,serve]>=2.60.0", *SERVE_REQUIRES]
 RAY_TESTED = "ray[data,serve]==2.60.0"
+# [onnx]: `elmo-fast export onnx` (torch's ONNX exporter needs onnxscript; onnx checks the file) and
+# `--backend onnx` (ONNX Runtime, CPU; its quantizer for --quantize int8). Tested with onnx 1.23,
+# onnxruntime 1.32 and onnxscript 0.7 on torch 2.13.
+ONNX_REQUIRES = ["onnx", "onnxruntime", "onnxscript"]
 BUILD_INFO = "_build_info.py"
 
 
@@ -227,11 +231,13 @@ setup(
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],
     # [serve]: `elmo-fast serve` (Starlette on uvicorn, httptools for uvicorn's fast HTTP parser, orjson for
-    # the vectors); in [test] too, so that CI runs the server's tests; and Ray, for the Ray room's
+    # the vectors); in [test] too, so that CI runs the server's tests; and Ray, for the Ray room's;
+    # and [onnx], for the export room's and the onnx backend's
     extras_require={
         "serve": SERVE_REQUIRES,
         "ray": RAY_REQUIRES,
-        "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED],
+        "onnx": ONNX_REQUIRES,
+        "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED, *ONNX_REQUIRES],
     },
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],
