@@ -111,7 +111,15 @@ def _trace(weights: ElmoWeights, opset: int):
             optimize=True,
             verbose=False,
         )
-    return program.model_proto
+    proto = program.model_proto
+    written = {o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")}
+    if written != {opset}:  # the exporter converts from its own opset, and could fall back to it
+        raise ElmoFastError(
+            Param("opset", opset),
+            f" was asked, and torch's ONNX exporter wrote opset {sorted(written)}: "
+            f"give {contract.DEFAULT_OPSET}, its own",
+        )
+    return proto
 
 
 def _name_dims(proto, num_layers: int, dim: int) -> None:
@@ -158,7 +166,7 @@ def export_onnx(
     of a bilm-tf model) as one ONNX graph at ``path`` (see the module docstring and
     :mod:`~elmo_fast.export.contract`).
 
-    opset: the ONNX opset, 17 to 23 (default 18, the exporter's own). quantize: None (fp32) or
+    opset: the ONNX opset, 18 to 23 (default 18, the exporter's own). quantize: None (fp32) or
     "int8" (:mod:`~elmo_fast.export.quantize`). Refused in one line, before any work: a stateful or
     low-precision ElmoBiLm, an ELMoForManyLangs model, an opset or quantization outside those; a
     graph over 2 GB (protobuf's limit on one file; the published ELMo models take at most ~360 MB).

@@ -49,7 +49,10 @@ def lstm_layer_scan(
         h, c, y = reference.lstm_step_ref(xg_t, active_t, h, c, w_hh, w_proj, cell_clip, proj_clip)
         return (h, c), y
 
-    (h, c), y = scan(step, (h0.contiguous(), c0.contiguous()), (xg.transpose(0, 1), active), reverse=reverse)
+    # the carry's strides must be the step's outputs' (a [1, P] slice of a wider tensor counts as contiguous
+    # but keeps its strides: clone to the standard ones)
+    init = (h0.clone(memory_format=torch.contiguous_format), c0.clone(memory_format=torch.contiguous_format))
+    (h, c), y = scan(step, init, (xg.transpose(0, 1), active), reverse=reverse)
     return y.transpose(0, 1), h, c
 
 
