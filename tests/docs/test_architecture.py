@@ -161,13 +161,15 @@ ALLOWED = {
         "elmo_fast.bilm.calibration_store",
         "elmo_fast.run_lock",
     },
-    # which model a constructor was given: the formats, and the bundled model's directory
+    # which model a constructor was given: the formats, the bundled model's directory, and a model by name
+    # (model=) made local
     "elmo_fast.model_source": {
         "elmo_fast.errors",
         "elmo_fast.formats.bilm_tf",
         "elmo_fast.formats.manylangs_dir",
         "elmo_fast.formats.model_dir",
         "elmo_fast.pretrained.bundled",
+        "elmo_fast.pretrained.fetch",
     },
     # the one table of bounds: plain numbers, used by the tests and the self-check alike
     "elmo_fast.bilm.tolerances": set(),
