@@ -212,3 +212,24 @@ def test_two_processes_fetching_one_model_download_it_once(remote, tmp_path):
     waited = [err for _, err in results if "is being fetched by PID" in err]
     assert len(waited) == 1, [err for _, err in results]
     assert "ELMo model 'small' is being fetched by PID" in waited[0] and "waiting for it" in waited[0]
+
+
+def test_serve_and_finetune_take_a_model_by_url(server, remote, cache, tmp_path):
+    """The same names everywhere a model is named: serve's model flags, finetune --model (a model with no
+    softmax.hdf5 starts a new softmax, as from --model-dir)."""
+    import argparse
+
+    from elmo_fast.cli.serve import model_source
+
+    spec = f"{server.url}/mine#sha256={_sha(remote / 'mine' / 'weights.hdf5')}"
+    args = argparse.Namespace(model=spec, model_dir=None, model_format=None, options=None, weights=None)
+    model, name = model_source(args)
+    assert name == spec and _sha(model["weight_file"]) == _sha(remote / "mine" / "weights.hdf5")
+
+    (tmp_path / "train.txt").write_text("the cat sat on the mat .\na dog sat .\n" * 8)
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\ncat\nsat\non\nmat\n.\na\ndog\n")
+    flags = ["--train", tmp_path / "train.txt", "--out", tmp_path / "ft", "--vocab", tmp_path / "vocab.txt"]
+    flags += ["--max-steps", 2, "--batch-size", 4, "--negative-samples", 4, "--softmax-warmup", 1, "--quiet"]
+    assert main(["finetune", "--model", spec, *map(str, flags)]) == 0
+    assert (tmp_path / "ft" / "weights.hdf5").is_file()
+    assert main(["finetune", "--model", "https://example.org/m", *map(str, flags)]) == 2

@@ -110,3 +110,26 @@ def test_ray_model_choice_takes_every_name():
     ModelChoice(model=f"https://example.org/m#sha256={PIN}")
     with pytest.raises(ElmoFastError, match="model: model 'https://example.org/m': a model by URL needs"):
         ModelChoice(model="https://example.org/m")
+
+
+def test_a_local_model_tells_what_it_can_be_given_as(tmp_path):
+    from pathlib import Path
+
+    from elmo_fast.pretrained import LocalModel
+
+    plain = LocalModel(
+        "hf:o/r", BILM_TF, {"options": tmp_path / "options.json", "weights": tmp_path / "w.hdf5"}, tmp_path
+    )
+    assert plain.model_dir() == tmp_path and plain.constructor_args() == {
+        "options_file": tmp_path / "options.json",
+        "weight_file": tmp_path / "w.hdf5",
+    }
+    long = LocalModel(
+        "hf:o/r", BILM_TF, {"options": Path("/x/a_options.json"), "weights": Path("/x/a_weights.hdf5")}, Path("/x")
+    )
+    with pytest.raises(ElmoFastError, match=r"its files \(a_options.json, a_weights.hdf5\) are not a model directory"):
+        long.model_dir()
+    many = LocalModel("hf:o/m", MANYLANGS, {"config.json": tmp_path / "config.json"}, tmp_path)
+    assert many.constructor_args() == {"model_dir": tmp_path, "model_format": "elmoformanylangs"}
+    with pytest.raises(ElmoFastError, match="model hf:o/m: an ELMoForManyLangs model"):
+        many.bilm_tf_files()
