@@ -266,6 +266,35 @@ def test_importing_elmo_fast_imports_no_ray():
     assert proc.stdout.strip() == "[]", f"Ray modules imported: {proc.stdout.strip()}"
 
 
+def test_only_the_hub_module_names_huggingface_hub_and_nothing_imports_it_at_once():
+    """huggingface_hub (the [hub] extra) is reached through elmo_fast/pretrained/hf_hub.py alone, which
+    imports it when a Hub model is asked for: a core install has none, and loading a model from files
+    or the pretrained room costs no import of it."""
+    import subprocess
+    import sys
+
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "hf_hub.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            assert not any(n.split(".")[0] == "huggingface_hub" for n in names), f"{path} imports huggingface_hub"
+    code = (
+        "import sys, elmo_fast, elmo_fast.pretrained, elmo_fast.pretrained.hf_hub, elmo_fast.cli.models\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'huggingface_hub'))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"huggingface_hub modules imported: {proc.stdout.strip()}"
+
+
 def test_kernels_know_nothing_of_python():
     """csrc/: no Python.h outside the module stub, no reference to files or the CLI."""
     csrc = PACKAGE.parent / "csrc"
