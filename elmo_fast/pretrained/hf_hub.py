@@ -3,7 +3,7 @@
 
 The files stay where ``huggingface_hub`` keeps them (its cache: ``HF_HOME``, ``HF_HUB_CACHE``), fetched by
 its own functions, so ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HUB_OFFLINE`` and revisions (branches, tags,
-commits) mean what they mean there. Online, the repository's listing picks the model's files
+commits) mean what they mean there. Online, the repository's listing (``model_info``) picks the model's files
 (:mod:`.hub_layouts`) and ``snapshot_download`` fetches those alone; offline (``HF_HUB_OFFLINE=1``, or
 no network) the files already in the Hub's cache are used, with no request.
 
@@ -77,7 +77,14 @@ def _listing(hf, spec: HubSpec) -> list[str] | None:
     """The repository's files at the revision; None when the Hub cannot be reached."""
     errors = sys.modules["huggingface_hub.errors"]
     try:
-        return list(hf.HfApi().list_repo_files(spec.repo, revision=spec.revision))
+        api = hf.HfApi()
+        # the repository's info lists its files in one request (list_repo_files retries a refused
+        # connection for half a minute before the cache may be used); an endpoint that leaves the
+        # list out is asked for it
+        siblings = api.model_info(spec.repo, revision=spec.revision).siblings
+        if siblings is None:
+            return list(api.list_repo_files(spec.repo, revision=spec.revision))
+        return [s.rfilename for s in siblings]
     except errors.RevisionNotFoundError:
         raise DownloadError(f"{spec.text}: the repository has no revision {spec.revision!r}") from None
     except (errors.RepositoryNotFoundError, errors.GatedRepoError) as e:

@@ -160,8 +160,9 @@ for name in sys.argv[2:]:
 
 
 def test_offline_with_a_prefilled_hub_cache_and_without_one(env, hub, tiny, tmp_path):
-    """HF_HUB_OFFLINE=1: the files huggingface_hub itself put in its cache are used with no network (the
-    endpoint is gone); a repository not there is a one-line error naming the command that fetches it."""
+    """HF_HUB_OFFLINE=1, or a Hub that cannot be reached: the files huggingface_hub itself put in its cache
+    are used with no network (the endpoint is gone); a repository not there is a one-line error naming the
+    command that fetches it."""
     hub.add("someone/elmo", tiny)
     r = _run(env, "someone/elmo", "options.json", "weights.hdf5", code=_PREFILL)
     assert r.returncode == 0, r.stderr
@@ -172,6 +173,11 @@ def test_offline_with_a_prefilled_hub_cache_and_without_one(env, hub, tiny, tmp_
         np.testing.assert_allclose(
             f["0"][()], _vectors(tiny["options.json"], tiny["weights.hdf5"], tmp_path), atol=1e-6
         )
+
+    unreachable = {k: v for k, v in offline.items() if k != "HF_HUB_OFFLINE"}  # no network, and not told so
+    r = _run(unreachable, "models", "fetch", "hf:someone/elmo", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].startswith(f"weights\t{env['HF_HOME']}/hub/models--someone--elmo/snapshots/")
 
     r = _embed(offline, tmp_path, "hf:someone/elsewhere@v2/uniref50_v2", "x.h5")
     assert r.returncode == 2

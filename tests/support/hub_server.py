@@ -3,7 +3,7 @@ fetches a repository's files as it fetches them from the Hub.
 
 It answers what ``list_repo_files``, ``snapshot_download`` and ``hf_hub_download`` ask:
 
-* ``GET /api/models/{repo}/revision/{rev}``: the repository's info (``sha``: the commit; ``siblings``);
+* ``GET /api/models/{repo}[/revision/{rev}]``: the repository's info (``sha``: the commit; ``siblings``);
 * ``GET /api/models/{repo}/tree/{rev}``: its files (``?recursive=true``), each with its git ``oid`` and,
   for an LFS file, ``lfs: {oid: sha256, size}``;
 * ``HEAD`` / ``GET /{repo}/resolve/{rev}/{path}``: the file, with ``X-Repo-Commit``, ``ETag`` (the git
@@ -85,6 +85,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] in ("revision", "tree"):
             return self._api(parts[2] + "/" + parts[3], parts[4], parts[5], head)
+        if parts[:2] == ["api", "models"] and len(parts) == 4:  # the default branch's info
+            return self._api(parts[2] + "/" + parts[3], "revision", "main", head)
         if len(parts) >= 5 and parts[2] == "resolve":
             return self._resolve(parts[0] + "/" + parts[1], parts[3], "/".join(parts[4:]), head)
         self._error(404, "NotFound", head)
