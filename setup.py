@@ -58,6 +58,11 @@ SERVE_REQUIRES = ["starlette>=0.40", "uvicorn>=0.30", "httptools>=0.6", "orjson>
 # ones are not), which the tests pin. A cluster's Ray and its clients' must be one release: no upper bound here.
 RAY_REQUIRES = ["ray[data,serve]>=2.60.0", *SERVE_REQUIRES]
 RAY_TESTED = "ray[data,serve]==2.60.0"
+# [hub]: models on the Hugging Face Hub (--model hf:OWNER/REPO), through huggingface_hub's own functions
+# (list_repo_files, snapshot_download with allow_patterns / local_files_only, huggingface_hub.errors: 0.24 on);
+# the tests run the release they pin
+HUB_REQUIRES = ["huggingface_hub>=0.24"]
+HUB_TESTED = "huggingface_hub==2.4.0"
 BUILD_INFO = "_build_info.py"
 
 
@@ -231,7 +236,8 @@ setup(
     extras_require={
         "serve": SERVE_REQUIRES,
         "ray": RAY_REQUIRES,
-        "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED],
+        "hub": HUB_REQUIRES,
+        "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED, HUB_TESTED],
     },
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],

@@ -34,14 +34,12 @@ def model_source(args: argparse.Namespace) -> tuple[dict, str]:
             "--model-format picks the model of a --model-dir DIR that holds both kinds; give it with --model-dir"
         )
     if args.model:
-        from ..pretrained import fetch_model, model_names
+        from ..pretrained import fetch, parse_model_spec
 
         if args.options or args.weights:
             raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
-        if args.model not in model_names():
-            raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
-        options, weights = fetch_model(args.model, progress=True)
-        return dict(options_file=options, weight_file=weights), args.model
+        parse_model_spec(args.model)  # a bad name fails in one line before anything is fetched
+        return fetch(args.model, progress=True).constructor_args(), args.model
     if bool(args.options) != bool(args.weights):
         raise ElmoFastError(
             "give --options F and --weights F together (or --model NAME, or --model-dir DIR, or none "
@@ -192,8 +190,10 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--model",
         metavar="NAME",
-        help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
-        f"official one, downloaded once into the cache: {', '.join(model_names())}",
+        help=f"a model by name: 'default' (bundled, offline; also used when no model is given), an "
+        f"official one ({', '.join(model_names()[1:])}), hf:OWNER/REPO[@REVISION][/SUBFOLDER] (the Hugging "
+        f"Face Hub; the [hub] extra), or URL#sha256=HEX (a folder holding options.json and weights.hdf5); "
+        f"fetched once into the cache (elmo-fast models list)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     p.add_argument(

@@ -40,6 +40,9 @@ class ElmoEmbedder:
     holding both kinds needs ``model_format`` ("bilm-tf" or "elmoformanylangs"). With no
     model at all (``ElmoEmbedder()``), the English model bundled in the package (``default``; one
     line on the ``elmo_fast`` logger says so), as allennlp 0.9's ``ElmoEmbedder()`` used its default.
+    ``model=`` names a model as ``--model`` does: ``"default"``, an official name (``"original"``), a
+    Hugging Face Hub repository (``"hf:OWNER/REPO[@REVISION][/SUBFOLDER]"``, the ``[hub]`` extra) or a
+    pinned URL (``"URL#sha256=HEX"``), fetched once into the cache (:mod:`elmo_fast.pretrained`).
 
     backend: "auto" (the fused fast path when the extension is built, else the reference),
     "fast" or "reference". token_cache_mb bounds the cache of distinct tokens' context-free
@@ -81,6 +84,7 @@ class ElmoEmbedder:
         model_dir: str | os.PathLike | None = None,
         precision: str | Precision | None = None,
         model_format: str | None = None,
+        model: str | None = None,
     ) -> None:
         if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
             if device != "cpu" and _device_name(device) != _device_name(cuda_device):
@@ -100,7 +104,7 @@ class ElmoEmbedder:
         precision = resolve_precision(precision, dtype)
         precision.check_device(self.device)  # before loading the model
         self.batch_size = batch_size
-        source = resolve_model(options_file, weight_file, model_dir, model_format)
+        source = resolve_model(options_file, weight_file, model_dir, model_format, model)
         weights = source.weights
         #: the files that define the model, by role: embed_file(resume=True) records their digests,
         #: to refuse resuming with other ones
