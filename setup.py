@@ -60,9 +60,10 @@ RAY_REQUIRES = ["ray[data,serve]>=2.60.0", *SERVE_REQUIRES]
 RAY_TESTED = "ray[data,serve]==2.60.0"
 # [hub]: models on the Hugging Face Hub (--model hf:OWNER/REPO), through huggingface_hub's own functions
 # (list_repo_files, snapshot_download with allow_patterns / local_files_only, huggingface_hub.errors: 0.24 on);
-# the tests run the release they pin
+# the tests run the release they pin: the newest one that flair's transformers accepts (huggingface_hub < 1.0),
+# since the tests run flair in the same environment
 HUB_REQUIRES = ["huggingface_hub>=0.24"]
-HUB_TESTED = "huggingface_hub==2.4.0"
+HUB_TESTED = "huggingface_hub==0.36.2"
 BUILD_INFO = "_build_info.py"
 
 
