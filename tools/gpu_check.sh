@@ -270,11 +270,13 @@ sys.path.insert(0, os.getcwd())
 from elmo_fast.bilm import ops
 if sys.argv[1] != "0":  # a rehearsal: whatever extension this tree has
     ops.require_extension()
-    print(f"elmo_fast._C loaded from {ops._C.__file__} (a rehearsal): CUDA kernels {ops.HAS_CUDA_KERNELS}, "
+    import elmo_fast._C as C
+    print(f"elmo_fast._C loaded from {C.__file__} (a rehearsal): CUDA kernels {ops.HAS_CUDA_KERNELS}, "
           f"CUDA training ops {ops.HAS_CUDA_BACKWARD}")
     raise SystemExit(0)
 ops.require_cuda_kernels()
-print(f"elmo_fast._C loaded from {ops._C.__file__}: CUDA kernels in; CUDA training ops: {ops.HAS_CUDA_BACKWARD}")
+import elmo_fast._C as C
+print(f"elmo_fast._C loaded from {C.__file__}: CUDA kernels in; CUDA training ops: {ops.HAS_CUDA_BACKWARD}")
 if not ops.HAS_CUDA_BACKWARD:
     raise SystemExit("the CUDA training ops (ops.TRAINING_OPS) are missing from this build")
 EOF

@@ -131,7 +131,7 @@ def test_summary_reads_counts_failures_and_the_doctors_verdict(tmp_path):
         "python 3.12.3 (.cpython-312-x86_64-linux-gnu.so), torch 2.11.0+cu130\n"
     )
     (tmp_path / "doctor.log").write_text(
-        "op  twin\nchar_cnn  char_cnn_ref  cuda:0  float32  forward  3.1e-01  1e-05  "
+        "op  reference\nchar_cnn  char_cnn_ref  cuda:0  float32  forward  3.1e-01  1e-05  "
         "inf  FAIL (N=7 L=9)\n\nFAIL: 1 of 40 checks on cuda:0 ...\n"
     )
     (tmp_path / "kernels.log").write_text(
@@ -258,3 +258,30 @@ def test_the_gpu_tooling_speaks_to_anyone_with_a_gpu():
     ):
         found = [f"{path.name}:{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)]
         assert not [f for f in found if words.search(f.split(": ", 1)[1])], path
+
+
+def test_a_rehearsal_of_the_extension_phase_loads_this_trees_extension(tmp_path):
+    """Not a dry run: the extension phase's own Python, on this machine's CPU, with this tree's extension."""
+    from elmo_fast.bilm import ops
+
+    if not ops.HAS_EXTENSION:
+        pytest.skip("elmo_fast._C is not built here (pip install --no-build-isolation -e .)")
+    out = subprocess.run(
+        [
+            "bash",
+            str(SCRIPT),
+            "--rehearsal",
+            "--phases",
+            "extension",
+            "--python",
+            sys.executable,
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "elmo_fast._C loaded from " in (tmp_path / "extension.log").read_text()
