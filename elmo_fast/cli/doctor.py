@@ -65,7 +65,7 @@ def _fmt(x: float | None) -> str:
 
 
 def _table(results) -> list[str]:
-    header = ("op", "twin", "device", "dtype", "check", "max error", "bound", "used", "status")
+    header = ("op", "reference", "device", "dtype", "check", "max error", "bound", "used", "status")
     rows = []
     for r in results:
         used = "-" if r.ratio is None else ("inf" if r.ratio == float("inf") else f"{r.ratio:.0%}")
@@ -164,7 +164,7 @@ def _device(text: str):
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "doctor",
-        help="check this install: every compiled op against its reference twin, on "
+        help="check this install: every compiled op against its plain-PyTorch reference, on "
         "every device, and the whole model (exit 1 when one is out of bounds)",
     )
     p.add_argument(

@@ -55,5 +55,5 @@ def test_the_card_and_the_readme_state_the_terms():
     card = (DIRECTORY / "MODEL_CARD.md").read_text(encoding="utf-8")
     assert "\n## Licence\n" in card and "Redistributing the weight files" in card
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## Two commands for a fresh machine")
-    assert "GPL" in readme[start : start + 3000] and "MODEL_CARD.md#licence" in readme[start : start + 3000]
+    install = readme[readme.index("\n## Install\n") : readme.index("\n## Quickstarts\n")]  # before any command
+    assert "GPL" in install and "MODEL_CARD.md#licence" in install
