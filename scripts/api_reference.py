@@ -129,7 +129,7 @@ def render() -> str:
         "",
         "The names `from elmo_fast import ...` gives (`elmo_fast.__all__`). How to use them, by task:",
         "[Embedding](embedding.md), [the `Elmo` module](elmo-module-and-allennlp.md), [TF-Hub](coming-from-tf-hub.md),",
-        "[pretrained models](pretrained-models.md). Other public modules: `elmo_fast.manylangs`, `elmo_fast.simple_elmo`,",
+        "[models](models.md). Other public modules: `elmo_fast.manylangs`, `elmo_fast.simple_elmo`,",
         "`elmo_fast.as_allennlp`, `elmo_fast.compat.seqvec`, `elmo_fast.ray`, each described on its page.",
         "",
         "| name | kind | what it is |",

@@ -1,4 +1,5 @@
-"""docs/pretrained-models.md lists every name `--model` takes, with its source, width, size and licence."""
+"""docs/models.md's table of named models lists every name `--model` takes, with its source, width, size and
+licence."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from repo_paths import REPO
 from elmo_fast.pretrained import model_names
 from elmo_fast.pretrained.bundled import DIRECTORY
 
-PAGE = REPO / "docs" / "pretrained-models.md"
+PAGE = REPO / "docs" / "models.md"
 
 
 def _rows() -> dict[str, list[str]]:
@@ -24,7 +25,7 @@ def _rows() -> dict[str, list[str]]:
 
 def test_every_model_name_has_a_row_with_five_columns():
     rows = _rows()
-    assert list(rows) == model_names(), "docs/pretrained-models.md: add (or remove) the rows of these names"
+    assert list(rows) == model_names(), "docs/models.md, the named models: add (or remove) the rows of these names"
     for name, cells in rows.items():
         assert len(cells) == 4 and cells[0] and cells[3], f"{name}: source, width, size, licence"
 
