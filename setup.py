@@ -28,6 +28,7 @@ import glob
 import os
 import sys
 
+import setuptools
 from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 
@@ -65,6 +66,17 @@ RAY_TESTED = "ray[data,serve]==2.60.0"
 HUB_REQUIRES = ["huggingface_hub>=0.24"]
 HUB_TESTED = "huggingface_hub==0.36.2"
 BUILD_INFO = "_build_info.py"
+
+# The code's licence: Apache-2.0, the text in LICENSE (shipped in sdists and wheels). The bundled model's
+# weights (elmo_fast/pretrained/default/) are under other terms: its MODEL_CARD.md and MODEL_INFO.json say
+# which. setuptools >= 77 writes the licence as an SPDX License-Expression (metadata 2.4) and deprecates the
+# licence classifiers; older ones write the License field, and get the classifier.
+LICENSE = "Apache-2.0"
+if int(setuptools.__version__.split(".")[0]) >= 77:
+    LICENSE_METADATA, LICENSE_CLASSIFIERS = {"license_expression": LICENSE}, []
+else:
+    LICENSE_METADATA = {"license": LICENSE}
+    LICENSE_CLASSIFIERS = ["License :: OSI Approved :: Apache Software License"]
 
 
 def sources(pattern):
@@ -224,6 +236,14 @@ setup(
     name="elmo-fast",
     version="0.1.0",
     description="Fast ELMo inference on PyTorch with C++/CUDA kernels",
+    license_files=["LICENSE"],
+    **LICENSE_METADATA,
+    classifiers=[
+        *LICENSE_CLASSIFIERS,
+        "Programming Language :: Python :: 3",
+        "Programming Language :: C++",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     # Every folder under elmo_fast/ (subpackages, and data folders without __init__.py), with its
     # data files (*.json, *.hdf5, *.txt: e.g. a bundled model; MANIFEST.in puts them in the sdist).
     packages=find_namespace_packages(include=["elmo_fast", "elmo_fast.*"], exclude=["*.__pycache__"]),

@@ -24,7 +24,7 @@ lengths, mean ~25 tokens):
   ratio uses their mean, so that a machine whose load drifts over minutes moves both sides alike.
 
 Clients and server share the machine's cores, as they would on a one-box deployment; the clients'
-own CPU time (parsing answers) is reported. Targets (issue 26, ``original`` fp32 on CPU): 32 clients
+own CPU time (parsing answers) is reported. Targets (``original`` fp32 on CPU): 32 clients
 >= 70% of offline batch-64 tokens/s; 1 client: the server adds <= 10% to the time of offline batch 1.
 Nothing here asserts a speed.
 """

@@ -4,12 +4,12 @@ values is fastest for one model shape, precision and thread count, and return th
 
 What is chosen, each by timing the candidates on the model's own layer-0 weights:
 
-* per row count n (1, 4, 16, 64: the rows still running at an LSTM step), the directions in turn
+* per row count n (1, 4, 16, 64: :data:`LSTM_ROWS`, the rows still running at an LSTM step), the directions in turn
   (each GEMM on all threads) or concurrently (one thread each), and for each, the op's own GEMV or
   BLAS for the step's GEMMs: hence ``tuning = [gemv_rows_in_turn, gemv_rows_concurrent,
   concurrent_min_rows]`` for ``bilstm`` / ``lstm_layer`` (layer 0's input gates, whose weight has
   W_hh's shape, take the in-turn threshold);
-* fp32: the highway's GEMV threshold (n = 8, 32, 128, while the GEMV still wins);
+* fp32: the highway's GEMV threshold (n = 16, 64: :data:`HIGHWAY_ROWS`, while the GEMV still wins);
 * the LSTM's weights as they are, through BLAS or oneDNN's matmul (and the GEMV for few rows), or
   packed once (:func:`~elmo_fast.bilm.ops.pack_weight`) for oneDNN's BRGeMM micro-kernel (bf16: AMX
   tiles where the CPU has them; packed fp32 weights cost a copy of the LSTM's weights).
@@ -18,8 +18,8 @@ A candidate runs the real op (``bilstm`` on one layer, a few steps), once to war
 ``repeats`` times interleaved with the others, its best time kept. A candidate that raises, or whose
 result differs from the others' by more than its precision allows, is out; a decision with no
 measurement left (all out, or the time budget spent) keeps the kernels' default. Costs a few
-milliseconds per candidate on small models, and stays under the budget (0.8 s by default) on the
-official ones. :mod:`~elmo_fast.bilm.cpu_tuning` decides when to calibrate and caches the result.
+milliseconds per candidate on small models, and stays under the budget (1 s by default;
+``ELMO_FAST_CALIBRATION_BUDGET``) on the official ones. :mod:`~elmo_fast.bilm.cpu_tuning` decides when to calibrate and caches the result.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version",
         action=doctor.VersionAction,
-        help="print elmo-fast's version, torch's and the extension's backends, and exit",
+        help="print elmo-fast's version, torch's, the extension's backends and the bundled model's licence terms, and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     embed.add_parser(sub)

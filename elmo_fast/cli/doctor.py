@@ -2,7 +2,8 @@
 CUDA release and archs), then every compiled op against its reference twin on every device, the
 CPU included, and the whole model fast vs reference (:mod:`elmo_fast.bilm.selfcheck`): a table of
 max errors against their bounds and a one-line verdict; exit 1 when a check fails. ``--json``: the
-same as one JSON object. Also ``elmo-fast --version``'s line.
+same as one JSON object. Also ``elmo-fast --version``'s lines. Both name the bundled model and its
+licence terms (:func:`elmo_fast.pretrained.bundled.license_line`): they are not the code's.
 """
 
 from __future__ import annotations
@@ -20,14 +21,21 @@ def version_line() -> str:
     return build_report().one_line()
 
 
+def version_lines() -> list[str]:
+    """``--version``: the build's line, then the bundled model's licence terms."""
+    from ..pretrained.bundled import license_line
+
+    return [version_line(), license_line()]
+
+
 class VersionAction(argparse.Action):
-    """``--version``: the line above (computed only when asked: it imports torch and the extension)."""
+    """``--version``: the lines above (computed only when asked: it imports torch and the extension)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(version_line())
+        print("\n".join(version_lines()))
         parser.exit()
 
 
@@ -35,8 +43,9 @@ def _build_lines(report, devices) -> list[str]:
     import torch
 
     from ..bilm.build_report import arch_mismatch
+    from ..pretrained.bundled import license_line
 
-    lines = [report.one_line()]
+    lines = [report.one_line(), license_line()]
     if report.extension_error:
         lines.append(f"  extension: {report.extension_error}")
     if report.cuda_missing and report.gpus:
@@ -56,7 +65,7 @@ def _fmt(x: float | None) -> str:
 
 
 def _table(results) -> list[str]:
-    header = ("op", "twin", "device", "dtype", "check", "max error", "bound", "used", "status")
+    header = ("op", "reference", "device", "dtype", "check", "max error", "bound", "used", "status")
     rows = []
     for r in results:
         used = "-" if r.ratio is None else ("inf" if r.ratio == float("inf") else f"{r.ratio:.0%}")
@@ -93,6 +102,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
     from ..bilm import selfcheck
     from ..bilm.build_report import build_report
+    from ..errors import ModelFileError
+    from ..pretrained.bundled import model_info
 
     start = time.perf_counter()
     devices = selfcheck.available_devices() if not args.device else [_device(d) for d in args.device]
@@ -102,10 +113,15 @@ def _doctor(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     failed = any(r.failed for r in results)
     verdict = _verdict(results, devices, seconds)
+    try:
+        bundled = model_info().to_dict()
+    except ModelFileError as e:
+        bundled = {"error": str(e)}
     if args.json:
         json.dump(
             {
                 "build": report.to_dict(),
+                "bundled_model": bundled,
                 "devices": [str(d) for d in devices],
                 "seed": seed,
                 "torch_threads": torch.get_num_threads(),
@@ -148,7 +164,7 @@ def _device(text: str):
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "doctor",
-        help="check this install: every compiled op against its reference twin, on "
+        help="check this install: every compiled op against its plain-PyTorch reference, on "
         "every device, and the whole model (exit 1 when one is out of bounds)",
     )
     p.add_argument(

@@ -13,7 +13,8 @@ from pathlib import Path
 from . import official
 from .bundled import DESCRIPTION as BUNDLED_DESCRIPTION
 from .bundled import NAME as BUNDLED_NAME
-from .bundled import BundledModel, bundled_model
+from .bundled import BundledModel, ModelInfo, bundled_model
+from .bundled import model_info as bundled_model_info
 from .fetch import LocalModel, fetch
 from .official import DEFAULT_BASE_URL, MODELS, cache_dir, model_urls
 from .spec import parse_model_spec
@@ -43,9 +44,11 @@ __all__ = [
     "MODELS",
     "MODEL_DESCRIPTIONS",
     "LocalModel",
+    "ModelInfo",
     "fetch",
     "parse_model_spec",
     "bundled_model",
+    "bundled_model_info",
     "cache_dir",
     "fetch_model",
     "model_names",
