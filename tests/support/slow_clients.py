@@ -26,7 +26,11 @@ GIVE_UP = 60.0
 
 
 async def _until_closed(reader: asyncio.StreamReader) -> None:
-    while await reader.read(65536):
+    """Until the server closes the connection (a reset counts: the server closed it on unread bytes)."""
+    try:
+        while await reader.read(65536):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
         pass
 
 
@@ -56,7 +60,7 @@ async def trickle(host, port, key, opened):
             await asyncio.wait([closed], timeout=1.0)
             if not closed.done():
                 writer.write(b" ")
-    except (ConnectionError, OSError):
+    except (ConnectionError, OSError):  # the server closed it while this client wrote
         pass
     await asyncio.wait_for(closed, max(0.1, GIVE_UP - (time.monotonic() - start)))
     writer.close()
