@@ -61,6 +61,7 @@ class ElmoDeployment:
             api_key=s.key(),
             max_in_progress=s.max_connections,
             read_timeout=s.read_timeout,
+            ids_from_proxy=True,  # Ray's proxy passes each request's X-Request-Id and answers with it
         )
         return until_warm(served.app, settled)
 

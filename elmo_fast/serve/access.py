@@ -37,11 +37,11 @@ def request_id(scope: dict) -> str | None:
     return scope.get(SCOPE_KEY)
 
 
-def _incoming_id(scope: dict) -> str:
+def _incoming_id(scope: dict, any_id: bool = False) -> str:
     for key, value in scope.get("headers", ()):
         if key.lower() == HEADER:
-            if _SANE.fullmatch(value):
-                return value.decode("ascii")
+            if any_id or _SANE.fullmatch(value):
+                return value.decode("latin-1")
             break
     return uuid.uuid4().hex
 
@@ -58,7 +58,13 @@ def new_error_id() -> str:
 def log_internal(error: BaseException, where: str, rid: str | None) -> str:
     """Log a failure's traceback under a new id (returned), for the 500 that names only the id."""
     error_id = new_error_id()
-    log.error("elmo-fast serve: internal error %s in %s (request %s)", error_id, _printable(where), rid, exc_info=error)
+    log.error(
+        "elmo-fast serve: internal error %s in %s (request %s)",
+        error_id,
+        _printable(where),
+        _printable(rid),
+        exc_info=error,
+    )
     return error_id
 
 
@@ -75,26 +81,31 @@ async def internal_error(send: Callable[[dict], Awaitable[None]], error_id: str,
 
 
 class RequestLog:
-    """``RequestLog(app)``: the request id, the access log line and the last-resort 500 (see the module)."""
+    """``RequestLog(app)``: the request id, the access log line and the last-resort 500 (see the module).
+    ``ids_from_proxy``: the server in front owns the ids (Ray Serve's proxy passes each request's id in
+    ``X-Request-Id``, whatever it is, and answers with it): the id it passes is used as it is, and the
+    answers' header is left to it."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, ids_from_proxy: bool = False) -> None:
         self.app = app
+        self.ids_from_proxy = ids_from_proxy
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = _incoming_id(scope)
+        rid = _incoming_id(scope, self.ids_from_proxy)
         scope[SCOPE_KEY] = rid
         start = time.perf_counter()
         answer = {"status": 0, "bytes": 0}
-        raw_id = rid.encode("ascii")
+        raw_id = rid.encode("latin-1")
 
         async def send_with_id(message: dict) -> None:
             if message["type"] == "http.response.start":
                 answer["status"] = message["status"]
-                headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != HEADER]
-                message = {**message, "headers": [*headers, (HEADER, raw_id)]}
+                if not self.ids_from_proxy:
+                    headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != HEADER]
+                    message = {**message, "headers": [*headers, (HEADER, raw_id)]}
             elif message["type"] == "http.response.body":
                 answer["bytes"] += len(message.get("body", b""))
             await send(message)
@@ -118,5 +129,5 @@ class RequestLog:
                     answer["status"],
                     answer["bytes"],
                     time.perf_counter() - start,
-                    rid,
+                    _printable(rid),
                 )

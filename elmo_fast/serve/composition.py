@@ -41,10 +41,12 @@ def compose(
     api_key: str | None = None,
     max_in_progress: int | None = None,
     read_timeout: float | None = None,
+    ids_from_proxy: bool = False,
 ) -> ServedApp:
     """The app serving the model that ``load()`` returns (run on the model thread; ``dim_of(embedder)``
     is its vectors' size, ``name`` what answers call it). ``on_failure(error)`` / ``on_ready()`` are
-    called on the event loop when the model fails to load / is warm. The guards are off where None."""
+    called on the event loop when the model fails to load / is warm. The guards are off where None.
+    ``ids_from_proxy``: the server in front owns the request ids (:class:`~.access.RequestLog`)."""
     metrics = Metrics()
     info = ModelInfo(name)
 
@@ -54,14 +56,10 @@ def compose(
         return embedder
 
     batcher = Batcher(load_and_measure, limits, metrics)
-    metrics.gauges.update(
-        {
-            "queue_depth": ("Requests waiting for a batch.", batcher.queue_depth),
-            "queued_sentences": ("Sentences waiting for a batch.", batcher.queued_sentences),
-            "ready": ("1 once the model is loaded and warm.", lambda: float(batcher.ready.is_set())),
-            "model_busy": ("1 while the model thread runs a batch.", lambda: float(batcher.busy)),
-        }
-    )
+    metrics.gauge("queue_depth", "Requests waiting for a batch.", batcher.queue_depth)
+    metrics.gauge("queued_sentences", "Sentences waiting for a batch.", batcher.queued_sentences)
+    metrics.gauge("ready", "1 once the model is loaded and warm.", lambda: float(batcher.ready.is_set()))
+    metrics.gauge("model_busy", "1 while the model thread runs a batch.", lambda: float(batcher.busy))
     guarded = Guards(
         create_app(batcher, metrics, info, request_limits, on_failure, on_ready),
         api_key=api_key,
@@ -69,4 +67,4 @@ def compose(
         read_timeout=read_timeout,
         refused=metrics.error,
     )
-    return ServedApp(RequestLog(guarded), batcher, metrics, info)
+    return ServedApp(RequestLog(guarded, ids_from_proxy=ids_from_proxy), batcher, metrics, info)

@@ -9,7 +9,9 @@ is whole): uvicorn's HTTP protocol (httptools' parser, else h11's) with
   that many seconds, however it trickles; else the connection is closed (the body's deadline is the
   ASGI layer's, :class:`~.guards.Guards`, armed when the head is whole);
 * an idle keep-alive timeout (``keep_alive_timeout``): a connection that sends nothing after an
-  answer is closed after that many seconds (uvicorn's own timer).
+  answer is closed after that many seconds (uvicorn's own timer);
+* bytes that are not HTTP answered as every other error is, one line of JSON with a request id
+  (uvicorn's own answer is plain text).
 
 :func:`guarded_protocol` makes the class for one server; ``refused(kind)`` counts what it cuts off.
 """
@@ -17,6 +19,7 @@ is whole): uvicorn's HTTP protocol (httptools' parser, else h11's) with
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 
 from .responses import error_body
@@ -39,6 +42,16 @@ def _refusal(max_connections: int) -> bytes:
     head = (
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+def _not_http(message: str) -> bytes:
+    rid = uuid.uuid4().hex
+    body = error_body(f"the request is not valid HTTP/1.1 ({message.rstrip('.')})", "malformed_request", rid)
+    head = (
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\nx-request-id: {rid}\r\n\r\n"
     )
     return head.encode("ascii") + body
 
@@ -100,6 +113,11 @@ def guarded_protocol(
             super().handle_events()
             if not self._waiting_for_head():
                 self._disarm_head_deadline()
+
+        def send_400_response(self, msg: str) -> None:
+            refused("malformed_request")
+            self.transport.write(_not_http(msg))
+            self.transport.close()
 
         def connection_lost(self, exc) -> None:
             self._disarm_head_deadline()

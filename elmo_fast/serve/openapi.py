@@ -312,7 +312,10 @@ def describe() -> dict:
             errors=("400", "401", "408", "413", "500"),
         ),
         "/info": _get(
-            "What is served", "The model, how it runs, and the server's limits.", _ok("", _json(_ref("Info")))
+            "What is served",
+            "The model, how it runs, and the server's limits (503 until the model is loaded).",
+            _ok("", _json(_ref("Info"))),
+            errors=("401", "500", "503"),
         ),
         "/health": _get(
             "Whether the server is ready",

@@ -245,6 +245,19 @@ def test_a_connection_that_sends_no_whole_request_head_is_closed(guarded):
     assert guarded.request("GET", "/health")[0] == 200
 
 
+def test_bytes_that_are_not_http_get_one_line_of_json(guarded):
+    s = socket.create_connection((guarded.host, guarded.port), timeout=30)
+    try:
+        s.sendall(b"HELLO THERE\x00\x01 not http\r\n\r\n")
+        data, _ = read_until_closed(s, 30)
+    finally:
+        s.close()
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 400 ") and b"application/json" in head, head
+    assert "not valid HTTP" in one_line_error(body, "malformed_request")
+    assert json.loads(body)["error"]["request_id"].encode() in head
+
+
 def _one_exchange(s: socket.socket, request: bytes) -> bytes:
     s.sendall(request)
     data = b""
@@ -353,13 +366,16 @@ def test_hundreds_of_slow_clients_of_each_kind_are_cut_off_while_a_good_client_i
             busy.append(good_request())
         report = json.loads(attack.stdout.read().splitlines()[-1])
         assert attack.returncode == 0
+        # the idle server measured again, after: on a shared machine its own noise moves from minute to minute
+        idle_after = [good_request() for _ in range(300)]
     finally:
         assert server.stop() == 0
     for kind, seen in report.items():
         assert seen["closed"] == n and not seen["errors"], (kind, seen)
         assert seen["longest"] < read_timeout + 2, (kind, seen)
     assert len(busy) >= 100, len(busy)
-    assert _p99(busy) <= 2 * _p99(idle), (f"p99 {_p99(busy) * 1e3:.1f} ms under attack", f"{_p99(idle) * 1e3:.1f} idle")
+    baseline = max(_p99(idle), _p99(idle_after))
+    assert _p99(busy) <= 2 * baseline, f"p99 {_p99(busy) * 1e3:.1f} ms under attack, {baseline * 1e3:.1f} idle"
 
 
 # ---- TLS ----------------------------------------------------------------------------------------------

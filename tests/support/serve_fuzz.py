@@ -73,7 +73,7 @@ def fuzz_every_route(base_url: str, headers: dict, examples: dict[str, int]) -> 
                 assert body.count(b"\n") == 0, (label, body[:300])
                 error = json.loads(body)["error"]
                 assert error["message"] and error["type"], (label, error)
-                assert [error["request_id"]] == response.headers["x-request-id"], (label, error)
+                assert [error["request_id"]] == response.headers["x-request-id"], (label, error, response.headers)
             case.validate_response(response, checks=checks, headers=headers)
 
         one()

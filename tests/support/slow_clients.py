@@ -2,7 +2,7 @@
 
     python slow_clients.py HOST PORT N KEY
 
-opens N connections of each kind at once:
+opens N connections of each kind, all within RAMP seconds:
 
 * ``silent``: connects and sends nothing;
 * ``trickle``: sends a request's head (Content-Length 100000), then its body a byte a second;
@@ -23,6 +23,7 @@ import sys
 import time
 
 GIVE_UP = 60.0
+RAMP = 1.5
 
 
 async def _until_closed(reader: asyncio.StreamReader) -> None:
@@ -55,16 +56,18 @@ async def trickle(host, port, key, opened):
     opened()
     start = time.monotonic()
     closed = asyncio.ensure_future(_until_closed(reader))
+    closed.add_done_callback(lambda _: ended.append(time.monotonic()))
+    ended: list[float] = []
     try:
         while not closed.done() and time.monotonic() - start < GIVE_UP:
-            await asyncio.wait([closed], timeout=1.0)
+            await asyncio.sleep(1.0)
             if not closed.done():
                 writer.write(b" ")
     except (ConnectionError, OSError):  # the server closed it while this client wrote
         pass
     await asyncio.wait_for(closed, max(0.1, GIVE_UP - (time.monotonic() - start)))
     writer.close()
-    return time.monotonic() - start
+    return ended[0] - start
 
 
 async def stall_next(host, port, key, opened):
@@ -97,7 +100,15 @@ async def main(host: str, port: int, n: int, key: str) -> dict:
         if count == total:
             print("attacking", flush=True)
 
-    tasks = {kind: [asyncio.ensure_future(fn(host, port, key, opened)) for _ in range(n)] for kind, fn in kinds.items()}
+    async def later(delay: float, fn):
+        await asyncio.sleep(delay)
+        return await fn(host, port, key, opened)
+
+    # every connection opened within RAMP seconds, the kinds interleaved
+    tasks = {
+        kind: [asyncio.ensure_future(later(RAMP * (i * len(kinds) + k) / total, fn)) for i in range(n)]
+        for k, (kind, fn) in enumerate(kinds.items())
+    }
     report = {}
     for kind, futures in tasks.items():
         results = await asyncio.gather(*futures, return_exceptions=True)
@@ -109,8 +120,14 @@ async def main(host: str, port: int, n: int, key: str) -> dict:
 
 if __name__ == "__main__":
     # a client on another machine takes none of the server's CPU: on one machine, it yields to the server
-    os.nice(10)
+    os.nice(5)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     host, port, n, key = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    try:
+        import uvloop  # the [serve] extra's uvicorn uses it where installed: the cheaper loop for 1,800 sockets
+
+        uvloop.install()
+    except ImportError:
+        pass
     print(json.dumps(asyncio.run(main(host, port, n, key))), flush=True)
