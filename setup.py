@@ -258,7 +258,8 @@ setup(
         "serve": SERVE_REQUIRES,
         "ray": RAY_REQUIRES,
         "hub": HUB_REQUIRES,
-        "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED, HUB_TESTED],
+        # schemathesis: the servers fuzzed from their OpenAPI description; cryptography: test certificates
+        "test": ["pytest", "hypothesis", "schemathesis>=4.0", "cryptography", *SERVE_REQUIRES, RAY_TESTED, HUB_TESTED],
     },
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],
