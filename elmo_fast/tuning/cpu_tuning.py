@@ -9,9 +9,11 @@ For a model's shapes, precision and torch's current thread count (and the enviro
    schedule (``ELMO_FAST_PACKED_WEIGHTS``, ``ELMO_FAST_BILSTM_GEMV_ROWS``, ``ELMO_FAST_BILSTM_THREADS``):
    the kernels' defaults (and what is forced), nothing measured, read or stored;
 2. else this process's memory, else the disk store (:mod:`~elmo_fast.tuning.store`). A stored choice is
-   re-checked once per process (:mod:`~elmo_fast.tuning.recheck`): measured again when the chosen
+   re-checked once per process (:mod:`~elmo_fast.tuning.recheck`) and measured again when the chosen
    schedule is no longer faster than the default, or when it was measured on a busy machine (its threads
-   kept waiting for a CPU :data:`BUSY` of the time or more) and this machine is now quiet;
+   kept waiting for a CPU :data:`BUSY` of the time or more) and this machine is now quiet. On a machine
+   busy now (Linux's CPU pressure, or the re-check's own waiting, at :data:`BUSY` or more) the stored
+   choice stands: a timing would measure the other processes;
 3. else calibrated (:mod:`~elmo_fast.tuning.calibration`), one process of the machine at a time, and
    stored for later processes (a calibration the budget cut short too: what it measured, the defaults
    for the rest; on a busy machine, which is what usually cuts it short, a later quiet process measures
@@ -37,7 +39,7 @@ from torch import Tensor
 
 from ..bilm.cpu_choices import DEFAULT, CpuTuning
 from ..run_lock import RunLock, RunLocked
-from . import calibration, dispatch, environment, recheck, store
+from . import calibration, dispatch, environment, measure, recheck, store
 from .key import calibration_key, key_text, model_shapes
 from .measure import Chooser
 
@@ -129,11 +131,19 @@ def _rechecked(key: dict, record: store.Record, lstm_weights, highway, precision
     if record.check is None and record.busy < BUSY:
         activity[text] = "read from the store (the defaults held; nothing to re-check)"
         return record.tuning
+    pressure = measure.cpu_pressure()
+    if pressure is not None and pressure >= BUSY:
+        # A timing now would measure the other processes: the stored choice stands until a quiet start.
+        activity[text] = f"read from the store; not re-checked, the machine is busy ({pressure:.0%} CPU pressure)"
+        return record.tuning
     rows = record.check["rows"] if record.check is not None else calibration.LSTM_ROWS[-1]
     try:
         now = recheck.recheck(lstm_weights, precision, record.tuning, rows)
     except Exception as e:  # never fail a forward for a measurement
         _say_once(f"elmo_fast: re-checking the stored CPU calibration failed ({type(e).__name__}: {e})", warn=False)
+        return record.tuning
+    if now.busy >= BUSY:
+        activity[text] = f"read from the store; the re-check waited for a CPU {now.busy:.0%} of the time: kept"
         return record.tuning
     if record.check is not None and not now.holds:
         return _calibrate(

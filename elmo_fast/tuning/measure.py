@@ -10,7 +10,8 @@ how far that comparison can be trusted (:meth:`Timings.compare`).
 
 The chooser also measures how busy the machine was while it timed: the share of its threads' time spent
 runnable but waiting for a CPU (Linux's per-thread ``schedstat``; elsewhere the process's CPU time
-against the wall clock's), which the calibration records.
+against the wall clock's), which the calibration records. :func:`cpu_pressure` tells, without timing
+anything, whether the machine is busy now.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-#: timed rounds of each candidate after its warm-up run (fewer once the budget is spent, never under MIN_ROUNDS)
+#: timed rounds of each candidate after its warm-up run (fewer once the budget is spent; under MIN_ROUNDS, none count)
 ROUNDS = 5
 MIN_ROUNDS = 3
 #: a candidate's time: this quantile of its rounds
@@ -111,6 +112,20 @@ def _run_delay_ns() -> int | None:
     return total
 
 
+def cpu_pressure() -> float | None:
+    """The share of the last 10 seconds in which some task of this machine (or container) waited for a CPU
+    (Linux's pressure stall information, ``/proc/pressure/cpu``); None where the kernel does not report it."""
+    try:
+        with open("/proc/pressure/cpu", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("some "):
+                    fields = dict(item.split("=", 1) for item in line.split()[1:])
+                    return float(fields["avg10"]) / 100.0
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
+
+
 class Contention:
     """How long this process's threads waited for a CPU while timing, as a share of the time they could
     have run (0: never; 0.5: half of it, e.g. two busy processes on as many cores as threads)."""
@@ -148,8 +163,9 @@ class Chooser:
     """Times groups of candidates (:meth:`measure`).
 
     clock: seconds (``time.perf_counter``; tests give a fake one). budget_s: total measuring time after
-    which :meth:`measure` starts no group (an empty :class:`Timings`) and ends a group's rounds early (after
-    MIN_ROUNDS). rounds: timed rounds per group.
+    which :meth:`measure` measures nothing more: it starts no group, ends a group's rounds early, and leaves a
+    group that has not run MIN_ROUNDS rounds unmeasured (an empty :class:`Timings`), so that a busy machine
+    overruns the budget by one round at most. rounds: timed rounds per group.
     """
 
     clock: Callable[[], float] = time.perf_counter
@@ -204,7 +220,13 @@ class Chooser:
         self.contention.start()
         try:
             for r in range(self.rounds):
-                if r >= MIN_ROUNDS and self.spent() >= self.budget_s:
+                if self.spent() >= self.budget_s:
+                    if r < MIN_ROUNDS:  # too few rounds to tell anything: the group is unmeasured
+                        self.notes.append(
+                            f"budget of {self.budget_s:g} s spent: {', '.join(c.name for c in alive)} measured "
+                            f"{r} round(s) only, not enough ({where or 'a group'})"
+                        )
+                        return Timings()
                     break
                 order = alive[r % len(alive) :] + alive[: r % len(alive)] if alive else []
                 for c in order:

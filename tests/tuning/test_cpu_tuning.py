@@ -61,6 +61,7 @@ def calibrating(monkeypatch, tmp_path):
 
     monkeypatch.setattr(cpu_tuning.calibration, "calibrate", fake)
     monkeypatch.setattr(cpu_tuning.recheck, "recheck", fake_recheck)
+    monkeypatch.setattr(cpu_tuning.measure, "cpu_pressure", lambda: 0.0)  # a quiet machine, whatever this one is
     yield calls, rechecks, tmp_path
     cpu_tuning.forget()
 
@@ -108,6 +109,21 @@ def test_a_choice_stored_on_a_busy_machine_is_measured_again_once_it_is_quiet(ca
     monkeypatch.setattr(cpu_tuning.recheck, "recheck", lambda *a: recheck.Recheck(1.0, 0.01, True, 0.01))
     assert cpu_tuning.cpu_tuning(w, None, "fp32") == CHOSEN and calls == ["fp32"]
     assert store.load(key).busy == 0.0
+
+
+def test_a_stored_choice_is_neither_rechecked_nor_measured_on_a_machine_busy_now(calibrating, monkeypatch):
+    calls, rechecks, tmp_path = calibrating
+    w = tiny_lstm()
+    key = calibration_key(model_shapes(w, None), "fp32", torch.get_num_threads())
+    store.save(key, Outcome(CHOSEN, margin=0.2, spread=0.01, check={"rows": 4, "ratio": 0.8}, busy=0.6), 1.0)
+    monkeypatch.setattr(cpu_tuning.measure, "cpu_pressure", lambda: 0.9)
+    assert cpu_tuning.cpu_tuning(w, None, "fp32") == CHOSEN and calls == [] and rechecks == []
+    assert "not re-checked, the machine is busy (90% CPU pressure)" in next(iter(cpu_tuning.activity.values()))
+    # a re-check that itself waited for a CPU decides nothing either
+    cpu_tuning.forget()
+    monkeypatch.setattr(cpu_tuning.measure, "cpu_pressure", lambda: None)  # no pressure information
+    monkeypatch.setattr(cpu_tuning.recheck, "recheck", lambda *a: recheck.Recheck(1.5, 0.4, False, 0.5))
+    assert cpu_tuning.cpu_tuning(w, None, "fp32") == CHOSEN and calls == []
 
 
 @pytest.mark.parametrize(
