@@ -13,7 +13,8 @@
   re-check. SeqVec's shape is `original`'s (tests/compat/test_seqvec.py): the same key, the same numbers.
 
 Every phase records the 1-minute load average and the share of the CPUs other processes kept busy (from
-/proc/stat, this run's own processes' CPU time subtracted). Prints markdown tables ready to paste into
+/proc/stat, this run's own processes' CPU time subtracted); a calibration, how long its threads ran (the
+rest they waited for a CPU). Prints markdown tables ready to paste into
 BENCHMARKS.md, with the CPU (lscpu's model name, family and model), the date and the command.
 """
 
@@ -247,9 +248,9 @@ def busy_vs_quiet(args, cache: Path) -> tuple[str, dict]:
 
 def first_use_cost(args, cache: Path) -> tuple[str, dict]:
     rows = [
-        "| model (LSTM P x C) | precision | first use: calibration | later process: read + re-check | choice | "
-        "waiting for a CPU | while |",
-        "|---|---|--:|--:|---|--:|---|",
+        "| model (LSTM P x C) | precision | first use: calibration (of it, running) | later process: read + "
+        "re-check | choice | while |",
+        "|---|---|--:|--:|---|---|",
     ]
     from elmo_fast.formats.random_models import PRESETS
 
@@ -265,11 +266,11 @@ def first_use_cost(args, cache: Path) -> tuple[str, dict]:
                 later = run_worker("calibrate", cfg, env)
             out[f"{preset} {precision}"] = {"first": first, "later": later}
             name = f"`{preset}`" + (" (SeqVec's shape)" if preset == "original" else "")
-            busy = "-" if first["busy"] is None else f"{first['busy']:.0%}"
-            done = "" if first["complete"] in (None, True) else " (budget spent)"
+            running = "" if first["busy"] is None else f" ({first['seconds'] * (1 - first['busy']):.2f} s)"
+            done = "" if first["complete"] in (None, True) else ", budget spent"
             rows.append(
-                f"| {name} ({o.projection_dim} x {o.cell_dim}) | {precision} | {first['seconds']:.2f} s{done} | "
-                f"{later['seconds'] * 1e3:.0f} ms | {first['describe']} | {busy} | {phase.text()} |"
+                f"| {name} ({o.projection_dim} x {o.cell_dim}) | {precision} | {first['seconds']:.2f} s{running}{done} | "
+                f"{later['seconds'] * 1e3:.0f} ms | {first['describe']} | {phase.text()} |"
             )
     return "\n".join(rows), out
 

@@ -24,7 +24,9 @@ def record_lines(record, indent: str = "  ") -> list[str]:
             f"{indent}margin: {gain} time than the defaults (measured spread {record.spread or 0:.1%}), {verdict}"
         )
     highway = data.get("highway")
-    if isinstance(highway, dict) and isinstance(highway.get("margin"), (int, float)):
+    if isinstance(highway, dict) and highway.get("margin") is None and highway.get("chosen"):
+        lines.append(f"{indent}highway: its default disagreed with the reference; the threshold that agrees chosen")
+    elif isinstance(highway, dict) and isinstance(highway.get("margin"), (int, float)):
         lines.append(
             f"{indent}highway: {highway['margin']:.1%} less time (spread {highway.get('spread') or 0:.1%}), "
             f"{'chosen' if highway.get('chosen') else 'the default kept'}"

@@ -32,9 +32,10 @@ threshold is decided the same way; layer 0's input gates (a weight of W_hh's sha
 GEMV threshold (fp32, plain weights). Every decision the measurement could not make (a budget spent)
 keeps its default, and the outcome says it is incomplete.
 
-Cost, measured by benchmarks/bench_calibration.py (BENCHMARKS.md): tens of milliseconds for small models,
-seconds for ``original`` (once per machine, shape, precision and thread count; later processes re-check
-the stored choice in a fraction of that: :mod:`~elmo_fast.tuning.recheck`).
+Cost: about 200 op calls (7 candidates at each of 4 row counts, a warm-up and 5 rounds each, 3 for the
+hopeless) and 6 reference runs, at most the chooser's budget (4 s by default; one round over it at most),
+once per machine, shape, precision and thread count; a later process reads the store and re-checks it
+(:mod:`~elmo_fast.tuning.recheck`). benchmarks/bench_calibration.py measures both (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -428,10 +429,11 @@ def _calibrate_highway(
     threshold = gemv_threshold(HIGHWAY_ROWS, _series(timings, excluded, "gemv"), _series(timings, excluded, "blas"))
     if threshold is None:
         return None, None
+    if any("default" in names for names in excluded.values()):  # the default disagrees: the threshold that agrees
+        return threshold, {"margin": None, "spread": None, "chosen": True}
     result = against_default(timings, {n: "gemv" if n <= threshold else "blas" for n in HIGHWAY_ROWS}, "default")
     if result is None:
         return None, None
     margin = 1 - result["ratio"]
-    default_wrong = any("default" in names for names in excluded.values())
-    chosen = default_wrong or margin > max(MIN_MARGIN, result["spread"])
+    chosen = margin > max(MIN_MARGIN, result["spread"])
     return (threshold if chosen else None), {"margin": margin, "spread": result["spread"], "chosen": chosen}

@@ -194,7 +194,7 @@ def _calibrate_once(key: dict, lstm_weights, highway, precision: str) -> CpuTuni
         time.sleep(0.05)
 
 
-def _calibrate(key: dict, lstm_weights, highway, precision: str, why: str = "nothing stored") -> CpuTuning:
+def _calibrate(key: dict, lstm_weights, highway, precision: str, why: str = "nothing in the store") -> CpuTuning:
     text = key_text(key)
     start = time.perf_counter()
     try:

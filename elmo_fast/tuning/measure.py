@@ -162,14 +162,15 @@ class Contention:
 class Chooser:
     """Times groups of candidates (:meth:`measure`).
 
-    clock: seconds (``time.perf_counter``; tests give a fake one). budget_s: total measuring time after
+    clock: seconds (``time.perf_counter``; tests give a fake one). budget_s: total measuring time (none by
+    default; the calibration's is ELMO_FAST_CALIBRATION_BUDGET's) after
     which :meth:`measure` measures nothing more: it starts no group, ends a group's rounds early, and leaves a
     group that has not run MIN_ROUNDS rounds unmeasured (an empty :class:`Timings`), so that a busy machine
     overruns the budget by one round at most. rounds: timed rounds per group.
     """
 
     clock: Callable[[], float] = time.perf_counter
-    budget_s: float = 4.0
+    budget_s: float = math.inf
     rounds: int = ROUNDS
     #: what went wrong, one line each (failed candidates, candidates left out by the gate, budget spent)
     notes: list[str] = field(default_factory=list)

@@ -38,7 +38,7 @@ class Recheck:
 
 def recheck(lstm_weights: Sequence[Tensor], precision: str, tuning: CpuTuning, rows: int) -> Recheck:
     """Time ``tuning``'s LSTM schedule (and layout) against the default at ``rows`` rows."""
-    chooser = Chooser(rounds=ROUNDS, budget_s=float("inf"))
+    chooser = Chooser(rounds=ROUNDS)
     layouts = lstm_layouts(lstm_weights, precision, tuning.packed)
     chosen = layouts["packed" if tuning.packed else "plain"]
     xg0, index, lengths = lstm_case(int(lstm_weights[3].shape[1]), rows, torch.Generator().manual_seed(rows))

@@ -232,3 +232,34 @@ def test_tuning_from_a_dict_is_checked():
     )
     assert DEFAULT.describe() == "the kernels' defaults"
     assert CpuTuning(lstm=(ALWAYS, UNSET, 0)).describe().startswith("LSTM GEMV rows in turn always, concurrent default")
+
+
+@needs_extension
+def test_a_wrong_highway_gemv_is_left_out_and_never_chosen(monkeypatch):
+    clock = FakeClock()
+    fake_costs(monkeypatch, clock, lambda n, gemv, conc, packed: n * 1e-4)
+    real = ops.highway
+
+    def highway(x, weights, biases, proj_w, proj_b, gemv_max_rows=None):
+        out = real(x, weights, biases, proj_w, proj_b, gemv_max_rows)
+        clock.advance(1e-5 * x.shape[0])
+        gemv = x.shape[0] <= (DEFAULT_GEMV_ROWS if gemv_max_rows is None else gemv_max_rows)
+        return out + 0.5 if gemv else out  # the GEMV is wrong (and the fastest: no cost of its own)
+
+    monkeypatch.setattr(calibration.ops, "highway", highway)
+    gen = torch.Generator().manual_seed(3)
+    F, P = 32, 16
+    hw = (
+        [torch.randn(2 * F, F, generator=gen) * 0.2 for _ in range(2)],
+        [torch.randn(2 * F, generator=gen) * 0.1 for _ in range(2)],
+        torch.randn(P, F, generator=gen) * 0.2,
+        torch.randn(P, generator=gen) * 0.1,
+    )
+    out = calibration.calibrate(tiny_lstm(), hw, "fp32", chooser=chooser(clock), seed=1)
+    left_out = {(e["candidate"], e["where"]) for e in out.excluded if e["where"].startswith("highway")}
+    assert left_out == {
+        ("default", "highway, fp32, 16 rows"),
+        ("gemv", "highway, fp32, 16 rows"),
+        ("gemv", "highway, fp32, 64 rows"),
+    }
+    assert out.tuning.highway_gemv_rows == 0 and out.highway == {"margin": None, "spread": None, "chosen": True}
