@@ -35,7 +35,7 @@ def record_lines(record, indent: str = "  ") -> list[str]:
         ratio = record.check.get("ratio")
         lines.append(
             f"{indent}re-checked on first use at {record.check['rows']} rows"
-            + (f" (measured: {ratio:.2f}x the default's time)" if isinstance(ratio, (int, float)) else "")
+            + (f" (measured: {ratio:.3g}x the default's time)" if isinstance(ratio, (int, float)) else "")
         )
     for e in record.excluded:
         lines.append(f"{indent}left out: {e.get('candidate')} ({e.get('where')}): {e.get('detail', '')}")
