@@ -4,6 +4,7 @@
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
 * :mod:`~elmo_fast.cli.doctor`  ``doctor`` (and ``--version``'s line)
+* :mod:`~elmo_fast.cli.calibration`  ``calibration show|clear|refresh`` (the CPU kernels' stored choices)
 * :mod:`~elmo_fast.cli.convert` ``convert``
 * :mod:`~elmo_fast.cli.serve`   ``serve`` (the ``[serve]`` extra)
 
@@ -28,7 +29,7 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import convert, doctor, embed, models, serve, train
+    from . import calibration, convert, doctor, embed, models, serve, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
     parser.add_argument(
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_parsers(sub)
     convert.add_parser(sub)
     doctor.add_parsers(sub)
+    calibration.add_parsers(sub)
     serve.add_parser(sub)
     return parser
 

@@ -1,7 +1,9 @@
 """``elmo-fast doctor``: is this install right? The build (version, torch, the extension's backends,
 CUDA release and archs), then every compiled op against its reference twin on every device, the
 CPU included, and the whole model fast vs reference (:mod:`elmo_fast.bilm.selfcheck`): a table of
-max errors against their bounds and a one-line verdict; exit 1 when a check fails. ``--json``: the
+max errors against their bounds and a one-line verdict; exit 1 when a check fails. Between the two, the CPU
+kernels' choices this machine measured and stored (:mod:`elmo_fast.tuning`): each one's key, choice and
+margin over the defaults, and the candidates the reference gate left out. ``--json``: the
 same as one JSON object. Also ``elmo-fast --version``'s lines. Both name the bundled model and its
 licence terms (:func:`elmo_fast.pretrained.bundled.license_line`): they are not the code's.
 """
@@ -78,6 +80,28 @@ def _table(results) -> list[str]:
     ]
 
 
+def _calibration_records() -> list[dict]:
+    """This machine's stored CPU calibrations, as their files hold them (``elmo-fast calibration show --json``)."""
+    from ..tuning import store
+    from .calibration import this_machine
+
+    return [{"file": str(p), **r.data} for p, r in store.records() if this_machine(r)]
+
+
+def _calibration_lines() -> list[str]:
+    """The CPU kernels' stored choices on this machine: key, choice, margin, what the gate left out."""
+    from ..tuning import store
+    from .calibration import record_lines, this_machine
+
+    mine = [r for _, r in store.records() if this_machine(r)]
+    if not mine:
+        return [f"CPU calibration: none stored in {store.store_dir()} (measured at a model's first use)"]
+    lines = [f"CPU calibration ({len(mine)} stored in {store.store_dir()}; `elmo-fast calibration` manages them):"]
+    for record in mine:
+        lines += ["  " + line for line in record_lines(record)]
+    return lines
+
+
 def _verdict(results, devices, seconds: float) -> str:
     failed = [r for r in results if r.failed]
     skipped = [r for r in results if r.status == "skip"]
@@ -126,6 +150,7 @@ def _doctor(args: argparse.Namespace) -> int:
                 "seed": seed,
                 "torch_threads": torch.get_num_threads(),
                 "results": [r.to_dict() for r in results],
+                "calibration": _calibration_records(),
                 "ok": not failed,
                 "verdict": verdict,
                 "seconds": round(seconds, 3),
@@ -136,6 +161,8 @@ def _doctor(args: argparse.Namespace) -> int:
         print()
     else:
         print("\n".join(_build_lines(report, devices)))
+        print()
+        print("\n".join(_calibration_lines()))
         print()
         print("\n".join(_table(results)))
         print()

@@ -148,18 +148,46 @@ ALLOWED = {
     "elmo_fast.bilm.cuda_graphs": set(),
     "elmo_fast.bilm.legacy_keys": set(),
     "elmo_fast.bilm.vocab_cache": {"elmo_fast.errors"},
-    # the CPU kernels' choices: measured through the ops alone; remembered through the one write path;
-    # the orchestration knows the two and nothing of models
-    "elmo_fast.bilm.calibration": {"elmo_fast.bilm.ops"},
-    "elmo_fast.bilm.calibration_store": {
-        "elmo_fast.bilm.calibration",
-        "elmo_fast.durable",
-        "elmo_fast.cache_dir",
+    # the CPU kernels' choices as the ops take them, and the seam where a model asks for its own (the tuning
+    # room answers, installed by elmo_fast.bilm's package init): the model knows nothing of the tuning room
+    "elmo_fast.bilm.cpu_choices": set(),
+    # the tuning room, beside the core: one owner for its key (key.py) and its state (cpu_tuning.py)
+    "elmo_fast.tuning.environment": {"elmo_fast.errors"},
+    "elmo_fast.tuning.dispatch": {"elmo_fast.bilm.ops", "elmo_fast.tuning.environment"},
+    "elmo_fast.tuning.key": {"elmo_fast.tuning.dispatch"},
+    "elmo_fast.tuning.measure": set(),
+    # measured through the ops, gated by their reference twins and the one table of bounds
+    "elmo_fast.tuning.calibration": {
+        "elmo_fast.bilm.ops",
+        "elmo_fast.bilm.reference",
+        "elmo_fast.bilm.tolerances",
+        "elmo_fast.bilm.cpu_choices",
+        "elmo_fast.tuning.measure",
     },
-    "elmo_fast.bilm.cpu_tuning": {
-        "elmo_fast.bilm.calibration",
-        "elmo_fast.bilm.calibration_store",
+    "elmo_fast.tuning.recheck": {
+        "elmo_fast.bilm.ops",
+        "elmo_fast.bilm.cpu_choices",
+        "elmo_fast.tuning.calibration",
+        "elmo_fast.tuning.measure",
+    },
+    # remembered through the one write path, in the one cache directory
+    "elmo_fast.tuning.store": {
+        "elmo_fast.bilm.cpu_choices",
+        "elmo_fast.cache_dir",
+        "elmo_fast.durable",
+        "elmo_fast.tuning.calibration",
+        "elmo_fast.tuning.key",
+    },
+    "elmo_fast.tuning.cpu_tuning": {
+        "elmo_fast.bilm.cpu_choices",
         "elmo_fast.run_lock",
+        "elmo_fast.tuning.calibration",
+        "elmo_fast.tuning.dispatch",
+        "elmo_fast.tuning.environment",
+        "elmo_fast.tuning.key",
+        "elmo_fast.tuning.measure",
+        "elmo_fast.tuning.recheck",
+        "elmo_fast.tuning.store",
     },
     # which model a constructor was given: the formats, the bundled model's directory, and a model by name
     # (model=) made local
