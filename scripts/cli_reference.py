@@ -70,7 +70,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ),
     "ELMO_FAST_CALIBRATION_BUDGET": (
         "run",
-        "seconds a calibration may measure for (default 1; what it could not measure keeps the defaults and "
+        "seconds a calibration may measure for (default 4; what it could not measure keeps the defaults and "
         "is not stored)",
     ),
     "ELMO_FAST_PACKED_WEIGHTS": (
@@ -86,6 +86,11 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "run",
         "`sequential` or `directions`: the CPU LSTM kernel's two directions in turn or on a thread each; "
         "overrides the calibration",
+    ),
+    "ELMO_FAST_SSL_KEYFILE_PASSWORD": (
+        "run",
+        "`elmo-fast serve`'s password for an encrypted `--ssl-keyfile` when `--ssl-keyfile-password` is not "
+        "given (keeps it out of the process list)",
     ),
     "ELMO_FAST_CPU_ISA": (
         "run",
