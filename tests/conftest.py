@@ -53,7 +53,10 @@ FIXTURE_DIR = Path(
 @pytest.fixture(scope="session")
 def bilm_tf_tiny() -> Path:
     if not (FIXTURE_DIR / "lm_weights.hdf5").exists():
-        pytest.skip(f"bilm-tf fixture not found at {FIXTURE_DIR} (it lives in the workspace's shared/ folder)")
+        pytest.skip(
+            f"the bilm-tf golden fixture is not at {FIXTURE_DIR} (it is kept outside the repository: "
+            "set ELMO_FAST_FIXTURE_DIR to its folder; docs/layout.md, Tests)"
+        )
     return FIXTURE_DIR
 
 

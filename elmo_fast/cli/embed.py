@@ -116,12 +116,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.model or args.options or args.weights:
             raise ElmoFastError("give one of --model-dir DIR, --model NAME or --options F --weights F")
     elif args.model:
-        from ..pretrained import model_names
+        from ..pretrained import parse_model_spec
 
         if args.options or args.weights:
             raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
-        if args.model not in model_names():  # argparse's choices would print a usage block, not one line
-            raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
+        parse_model_spec(args.model)  # a bad name fails now, in one line, before anything is fetched
     elif bool(args.options) != bool(args.weights):
         raise ElmoFastError(
             "give --options F and --weights F together (or --model NAME, or --model-dir DIR, or "
@@ -155,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.model_dir:
         model = dict(model_dir=args.model_dir, model_format=args.model_format)
     elif args.model:
-        from ..pretrained import fetch_model
+        from ..pretrained import fetch
 
         if group:  # one download per machine: the first local rank fetches, the others then find it cached
             import torch.distributed as dist
@@ -164,14 +163,14 @@ def _run(args: argparse.Namespace) -> int:
 
             first = world()[2] == 0
             if first:
-                options, weights = fetch_model(args.model, progress=not args.quiet and world()[0] == 0)
+                local = fetch(args.model, progress=not args.quiet and world()[0] == 0)
             if dist.is_initialized():
                 dist.barrier()
             if not first:
-                options, weights = fetch_model(args.model, progress=False)
+                local = fetch(args.model, progress=False)
         else:
-            options, weights = fetch_model(args.model, progress=not args.quiet)
-        model = dict(options_file=options, weight_file=weights)
+            local = fetch(args.model, progress=not args.quiet)
+        model = local.constructor_args()
     else:
         model = dict(options_file=args.options, weight_file=args.weights)
     embedder = ElmoEmbedder(
@@ -267,8 +266,10 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--model",
         metavar="NAME",
-        help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
-        f"official one, downloaded once into the cache: {', '.join(model_names())}",
+        help=f"a model by name: 'default' (bundled, offline; also used when no model is given), an "
+        f"official one ({', '.join(model_names()[1:])}), hf:OWNER/REPO[@REVISION][/SUBFOLDER] (the Hugging "
+        f"Face Hub; the [hub] extra), or URL#sha256=HEX (a folder holding options.json and weights.hdf5); "
+        f"fetched once into the cache (elmo-fast models list)",
     )
     p.add_argument("--batch-size", type=int, default=64, help="at most N sentences per batch (default 64)")
     p.add_argument(

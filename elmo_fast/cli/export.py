@@ -25,7 +25,7 @@ def _run_onnx(args: argparse.Namespace) -> int:
     final = durable.check_writable(args.output)
     if os.path.exists(final) and not args.overwrite:
         raise ElmoFastError(f"{args.output} exists: pass --overwrite to replace it")
-    model, _ = model_source(args)
+    model, _ = model_source(args)  # ElmoEmbedder's model arguments (a named model fetched first)
     report = export_onnx(
         resolve_model(**model).weights,
         final,
@@ -69,8 +69,9 @@ def add_parser(sub) -> None:
     o.add_argument(
         "--model",
         metavar="NAME",
-        help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
-        f"official one, downloaded once into the cache: {', '.join(model_names())}",
+        help=f"a model by name, as `serve` takes it: 'default' (bundled, offline; also used when no model is "
+        f"given), an official one ({', '.join(model_names()[1:])}), hf:OWNER/REPO[@REVISION][/SUBFOLDER] (the "
+        f"Hugging Face Hub; the [hub] extra), or URL#sha256=HEX; fetched once into the cache",
     )
     o.add_argument(
         "--opset",

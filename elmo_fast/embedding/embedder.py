@@ -41,6 +41,9 @@ class ElmoEmbedder:
     holding both kinds needs ``model_format`` ("bilm-tf" or "elmoformanylangs"). With no
     model at all (``ElmoEmbedder()``), the English model bundled in the package (``default``; one
     line on the ``elmo_fast`` logger says so), as allennlp 0.9's ``ElmoEmbedder()`` used its default.
+    ``model=`` names a model as ``--model`` does: ``"default"``, an official name (``"original"``), a
+    Hugging Face Hub repository (``"hf:OWNER/REPO[@REVISION][/SUBFOLDER]"``, the ``[hub]`` extra) or a
+    pinned URL (``"URL#sha256=HEX"``), fetched once into the cache (:mod:`elmo_fast.pretrained`).
 
     backend: "auto" (the fused fast path when the extension is built, else the reference),
     "fast", "reference", or "onnx": a graph written by ``elmo-fast export onnx``, given as
@@ -85,6 +88,7 @@ class ElmoEmbedder:
         model_dir: str | os.PathLike | None = None,
         precision: str | Precision | None = None,
         model_format: str | None = None,
+        model: str | None = None,
         onnx_file: str | os.PathLike | None = None,
     ) -> None:
         if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
@@ -114,7 +118,7 @@ class ElmoEmbedder:
                 f", not {backend!r}",
             )
         if backend == ONNX or onnx_file is not None:
-            model_given = any(x is not None for x in (options_file, weight_file, model_dir, model_format))
+            model_given = any(x is not None for x in (options_file, weight_file, model_dir, model_format, model))
             check_onnx_settings(onnx_file, model_given, self.device, stateful, precision.name)
             self.elmo_bilm = OnnxBiLm(onnx_file)
             self.model_files = {"onnx": onnx_file}
@@ -122,7 +126,7 @@ class ElmoEmbedder:
             self.output_dim = self.elmo_bilm.get_output_dim()
             self.num_layers = self.elmo_bilm.num_layers
             return
-        source = resolve_model(options_file, weight_file, model_dir, model_format)
+        source = resolve_model(options_file, weight_file, model_dir, model_format, model)
         weights = source.weights
         #: the files that define the model, by role: embed_file(resume=True) records their digests,
         #: to refuse resuming with other ones

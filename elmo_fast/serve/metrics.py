@@ -71,6 +71,10 @@ class Metrics:
         self.tokens = 0
         self.gauges = dict(gauges or {})
 
+    def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        """A gauge ``elmo_fast_<name>``, read whenever /metrics is rendered."""
+        self.gauges[name] = (help_text, read)
+
     def request(self, endpoint: str, status: int, seconds: float, error_kind: str | None = None) -> None:
         with self._lock:
             key = (endpoint, status)

@@ -158,8 +158,8 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    line = capsys.readouterr().out.strip()
-    assert "\n" not in line
+    line, bundled = capsys.readouterr().out.strip().split("\n")  # the build, then the bundled model's terms
+    assert bundled.startswith("bundled model 'default': ")
     assert line.startswith(f"elmo-fast {__version__} (torch {torch.__version__}; ")
     if ops.HAS_EXTENSION:
         assert "; extension: cpu" in line
