@@ -37,6 +37,8 @@ class OnnxBiLm:
         self.path = graph.path
         self.session = graph.session
         self.quantization = graph.quantization
+        #: what the graph computes in, as the server's /info names a biLM's precision
+        self.precision = "fp32" if graph.quantization == "none" else "int8"
         self.num_layers = graph.shape.num_layers
         self._dim = graph.shape.dim
         self.front_end = AllenNlpCharIds()

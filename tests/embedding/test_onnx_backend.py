@@ -87,6 +87,7 @@ def test_the_api_batches_as_the_biLM_does(tiny_files, onnx_graphs):
 def test_int8_graph_runs_as_a_backend(tiny_files, onnx_graphs):
     embedder = ElmoEmbedder(backend="onnx", onnx_file=onnx_graphs(*tiny_files, quantize="int8"))
     assert embedder.elmo_bilm.quantization == "int8-dynamic-matmul-per-channel"
+    assert embedder.elmo_bilm.precision == "int8"
     assert embedder.embed_sentence(["An", "int8", "graph"]).shape == (3, 3, 32)
 
 
@@ -209,6 +210,10 @@ def test_serve_with_the_onnx_backend(tiny_files, onnx_graphs):
     embedder = ElmoEmbedder(*tiny_files, backend="fast")
     server = ServerProcess(None, "--backend", "onnx", "--onnx", graph)
     try:
+        status, _, body = server.request("GET", "/info")
+        assert status == 200, body
+        info = json.loads(body)
+        assert (info["backend"], info["precision"], info["state_mode"]) == ("onnx", "fp32", "stateless"), info
         sentences = random_batch(np.random.default_rng(13), [7, 1, 30, 2])
         status, _, body = server.post("/embed", {"sentences": sentences, "output": "all"})
         assert status == 200, body
