@@ -65,6 +65,10 @@ RAY_TESTED = "ray[data,serve]==2.60.0"
 # since the tests run flair in the same environment
 HUB_REQUIRES = ["huggingface_hub>=0.24"]
 HUB_TESTED = "huggingface_hub==0.36.2"
+# [onnx]: `elmo-fast export onnx` (torch's ONNX exporter needs onnxscript; onnx checks the file) and
+# `--backend onnx` (ONNX Runtime, CPU; its quantizer for --quantize int8). Tested with onnx 1.23,
+# onnxruntime 1.32 and onnxscript 0.7 on torch 2.13.
+ONNX_REQUIRES = ["onnx", "onnxruntime", "onnxscript"]
 BUILD_INFO = "_build_info.py"
 
 # The code's licence: Apache-2.0, the text in LICENSE (shipped in sdists and wheels). The bundled model's
@@ -253,13 +257,24 @@ setup(
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],
     # [serve]: `elmo-fast serve` (Starlette on uvicorn, httptools for uvicorn's fast HTTP parser, orjson for
-    # the vectors); in [test] too, so that CI runs the server's tests; and Ray, for the Ray room's
+    # the vectors); in [test] too, so that CI runs the server's tests; and Ray, for the Ray room's;
+    # and [onnx], for the export room's and the onnx backend's
     extras_require={
         "serve": SERVE_REQUIRES,
         "ray": RAY_REQUIRES,
         "hub": HUB_REQUIRES,
+        "onnx": ONNX_REQUIRES,
         # schemathesis: the servers fuzzed from their OpenAPI description; cryptography: test certificates
-        "test": ["pytest", "hypothesis", "schemathesis>=4.0", "cryptography", *SERVE_REQUIRES, RAY_TESTED, HUB_TESTED],
+        "test": [
+            "pytest",
+            "hypothesis",
+            "schemathesis>=4.0",
+            "cryptography",
+            *SERVE_REQUIRES,
+            RAY_TESTED,
+            HUB_TESTED,
+            *ONNX_REQUIRES,
+        ],
     },
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],

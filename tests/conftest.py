@@ -29,10 +29,18 @@ os.environ.setdefault("ELMO_FAST_SELFCHECK", "strict")
 
 # Fixtures the rooms share, defined beside their helpers (imported after the settings above: they import
 # elmo_fast): the CUDA kernels' targets ("cuda", "emulated"), the ops run on a target's kernels, allocations
-# poisoned with NaN, the mini biLM of the gradchecks.
+# poisoned with NaN, the mini biLM of the gradchecks, exported ONNX graphs.
 from bilm_cases import mini  # noqa: E402,F401
 from cuda_targets import cuda_target, emulated_target, ops_on, target  # noqa: E402,F401
 from grad_checks import poisoned_allocations  # noqa: E402,F401
+from onnx_graphs import onnx_graphs  # noqa: E402,F401
+
+
+def pytest_configure(config):
+    # tests that take minutes on a 2-CPU machine (the 'original' preset through an export): they run by
+    # default; `-m "not slow"` leaves them out of a quick run
+    config.addinivalue_line("markers", "slow: minutes on a small machine; deselect with -m 'not slow'")
+
 
 #: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
 #: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).

@@ -13,10 +13,16 @@ import os
 import sys
 
 from ..errors import ElmoFastError, InputError
-from .common import add_max_line_length_flag, add_precision_flag, param_flags
+from .common import add_backend_flags, add_max_line_length_flag, add_precision_flag, onnx_file, param_flags
 
 # the library's parameter names -> this parser's dests, so that errors raised by the library name flags
-_API_NAMES = {"options_file": "options", "weight_file": "weights", "input_file": "input", "output_file_path": "output"}
+_API_NAMES = {
+    "options_file": "options",
+    "weight_file": "weights",
+    "input_file": "input",
+    "output_file_path": "output",
+    "onnx_file": "onnx",
+}
 
 
 def _output_stamp(path: str) -> tuple[int, int] | None:
@@ -105,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..embedding.output_checks import check_output
 
     args.output_before = _output_stamp(args.output)
+    graph = onnx_file(args)  # an ONNX graph holds the model: then no model flag is given (checked)
     if args.model_dir:
         if args.model or args.options or args.weights:
             raise ElmoFastError("give one of --model-dir DIR, --model NAME or --options F --weights F")
@@ -119,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
             "give --options F and --weights F together (or --model NAME, or --model-dir DIR, or "
             "none of them for the bundled model)"
         )
-    elif not args.options:  # no model named: the bundled one (`allennlp elmo` fetched the original model)
+    elif not args.options and graph is None:  # no model named: the bundled one (`allennlp elmo` fetched the original)
         from ..pretrained.bundled import USING_MESSAGE, bundled_model
 
         args.model_dir = str(bundled_model().directory)
@@ -142,7 +149,9 @@ def _run(args: argparse.Namespace) -> int:
         raise ElmoFastError(
             "--model-format picks the model of a --model-dir DIR that holds both kinds; give it with --model-dir"
         )
-    if args.model_dir:
+    if graph is not None:
+        model = dict(onnx_file=graph)
+    elif args.model_dir:
         model = dict(model_dir=args.model_dir, model_format=args.model_format)
     elif args.model:
         from ..pretrained import fetch
@@ -288,12 +297,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--cuda-device", type=int, metavar="N", help="allennlp's way to say the device: -1 the CPU, N >= 0 cuda:N"
     )
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=["auto", "fast", "reference"],
-        help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)",
-    )
+    add_backend_flags(p)
     add_precision_flag(p)
     p.add_argument(
         "--use-sentence-keys",

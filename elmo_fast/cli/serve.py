@@ -12,7 +12,7 @@ import sys
 
 from ..errors import ElmoFastError
 from ..serve import defaults
-from .common import add_precision_flag, param_flags
+from .common import add_backend_flags, add_precision_flag, onnx_file, param_flags
 
 _NEEDS = ("starlette", "uvicorn", "orjson")
 
@@ -171,7 +171,14 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     resolve_precision(args.precision).check_device(device)  # before listening or loading
-    model, name = model_source(args)
+    graph = onnx_file(args)
+    if graph is not None:  # an exported graph holds the model (embedding/onnx_backend.py)
+        from ..embedding.onnx_backend import check_onnx_settings
+
+        check_onnx_settings(graph, False, device, False, args.precision)
+        model, name = dict(onnx_file=graph), os.path.splitext(os.path.basename(graph))[0]
+    else:
+        model, name = model_source(args)
 
     def load():
         return ElmoEmbedder(**model, device=device, backend=args.backend, precision=args.precision)
@@ -240,12 +247,7 @@ def add_parser(sub) -> None:
         f"fetched once into the cache (elmo-fast models list)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=["auto", "fast", "reference"],
-        help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)",
-    )
+    add_backend_flags(p)
     add_precision_flag(p)
     p.add_argument(
         "--host",
@@ -358,4 +360,4 @@ def add_parser(sub) -> None:
         choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn's log level (default warning)",
     )
-    p.set_defaults(func=run, flags=param_flags(p))
+    p.set_defaults(func=run, flags=param_flags(p, {"onnx_file": "onnx"}))

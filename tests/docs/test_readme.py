@@ -38,7 +38,12 @@ PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
 _IMPORTS_RAY = re.compile(r"^\s*(?:from|import) ray\b", re.M)
 #: how to install what a block imports, for its skip message (the peers: tests/install_peers.sh)
-_INSTALL = {"ray": 'pip install "elmo-fast[ray]"', "pyarrow": 'pip install "elmo-fast[ray]"'}
+_INSTALL = {
+    "ray": 'pip install "elmo-fast[ray]"',
+    "pyarrow": 'pip install "elmo-fast[ray]"',
+    "onnx": 'pip install "elmo-fast[onnx]"',
+    "onnxruntime": 'pip install "elmo-fast[onnx]"',
+}
 _SHAPE_COMMENT = re.compile(r"^(?P<name>\w+) = .*#[^#]*?\b(np\.ndarray|Tensor|LongTensor) \((?P<shape>[^)]*)\)")
 
 
@@ -127,6 +132,11 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
     checked = [
         (m["name"], m["shape"], statement) for statement in code.splitlines() if (m := _SHAPE_COMMENT.match(statement))
     ]
+    for library in sorted(set(re.findall(r"^\s*(?:from|import) (\w+)", code, re.M)) & set(_INSTALL)):
+        import importlib.util
+
+        if importlib.util.find_spec(library) is None:  # an extra's library: skip, naming the extra
+            pytest.skip(f"{line} needs {library}, which is not installed ({_INSTALL[library]})")
     if "elmo_fast.as_allennlp" in code or _IMPORTS_RAY.search(code):
         shapes = _run_in_a_child(line, code, [name for name, _, _ in checked], tmp_path)
     else:
