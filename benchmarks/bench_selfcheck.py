@@ -1,4 +1,4 @@
-"""What the first-use self-check (ELMO_FAST_SELFCHECK, elmo_fast.bilm.selfcheck) costs.
+"""What the first-use self-check (ELMO_FAST_SELFCHECK, elmo_fast.verification.first_use) costs.
 
     python benchmarks/bench_selfcheck.py [--device cpu] [--repeats 5]
 
@@ -25,8 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elmo_fast.bilm import ops, selfcheck  # noqa: E402
-from elmo_fast.bilm.selfcheck_cases import OPS  # noqa: E402
+from elmo_fast.bilm import ops  # noqa: E402
+from elmo_fast.verification import first_use, selfcheck  # noqa: E402
+from elmo_fast.verification.selfcheck_cases import OPS  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -78,15 +79,15 @@ def main() -> int:
 
     projected, x = torch.randn(2, 4), torch.randn(2, 2)
     call = lambda: ops.highway_gate(projected, x)  # noqa: E731
-    selfcheck.enable(None)
+    first_use.enable(None)
     off = per_call_us(call)
-    selfcheck.enable("cuda")
+    first_use.enable("cuda")
     cuda_mode = per_call_us(call)
-    selfcheck.forget_checked()
-    selfcheck.enable("all")
+    first_use.forget_checked()
+    first_use.enable("all")
     call()  # checked once
     all_mode = per_call_us(call)
-    selfcheck.enable(None)
+    first_use.enable(None)
     print(
         f"\nevery later call (highway_gate on [2, 2], µs per call): hook off {off:.2f}; default mode (cuda), a CPU op "
         f"{cuda_mode:.2f} (+{cuda_mode - off:.2f}); mode all, a checked op {all_mode:.2f} (+{all_mode - off:.2f})"
