@@ -33,6 +33,7 @@ os.environ.setdefault("ELMO_FAST_SELFCHECK", "strict")
 from bilm_cases import mini  # noqa: E402,F401
 from cuda_targets import cuda_target, emulated_target, ops_on, target  # noqa: E402,F401
 from grad_checks import poisoned_allocations  # noqa: E402,F401
+from selfcheck_modes import selfcheck_mode  # noqa: E402,F401
 
 #: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
 #: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).

@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..verification.first_use import fallbacks
 from . import responses
 from .batcher import Batcher, Job
 from .metrics import CONTENT_TYPE, Metrics
@@ -142,7 +143,12 @@ class Service:
 
     async def health(self, request: Request) -> Response:
         if self.batcher.ready.is_set():
-            body = {"status": "ok", "model": self.info.name, "dim": self.info.dim}
+            # an op that failed its first-use self-check runs its reference twin: right answers, slower; still
+            # 200, "degraded" naming the ops and where (docs/serving.md)
+            fallen_back = {op: where for op, where in fallbacks().items() if where}
+            body = {"status": "degraded" if fallen_back else "ok", "model": self.info.name, "dim": self.info.dim}
+            if fallen_back:
+                body["fallbacks"] = fallen_back
             return Response(orjson.dumps(body), media_type=JSON)
         return self.error_response(RequestError(503, "not_ready", "the model is still loading", retry_after=1))
 

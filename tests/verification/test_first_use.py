@@ -26,20 +26,6 @@ needs_extension = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def checking(request):
-    """The self-check enabled in this process with the mode given by the test; as before after."""
-    before = (first_use._mode, first_use._strict)
-
-    def enable(mode):
-        first_use.forget_checked()
-        first_use.enable(mode)
-
-    yield enable
-    first_use.enable(None if before[0] is None else before[0] + (",strict" if before[1] else ""))
-    first_use.forget_checked()
-
-
 def mark_failed(op, device, schedule=None):
     """The op's check on ``device`` in ``schedule`` recorded as failed (as if its kernel gave wrong results)."""
     key = (op, device, schedule)
@@ -48,8 +34,8 @@ def mark_failed(op, device, schedule=None):
 
 
 @needs_extension
-def test_first_use_strict_raises_one_line(monkeypatch, checking):
-    checking("all,strict")  # CPU ops too, so that the mechanism is tested without a GPU
+def test_first_use_strict_raises_one_line(monkeypatch, selfcheck_mode):
+    selfcheck_mode("all,strict")  # CPU ops too, so that the mechanism is tested without a GPU
     projected, x = torch.randn(5, 6), torch.randn(5, 3)
     good = ops.highway_gate(projected, x)  # checked on its first use: right
     assert first_use.state("highway_gate", "cpu") == "passed"
@@ -72,10 +58,10 @@ def test_first_use_strict_raises_one_line(monkeypatch, checking):
 
 
 @needs_extension
-def test_first_use_falls_back_to_the_twin_with_one_warning(monkeypatch, checking):
+def test_first_use_falls_back_to_the_twin_with_one_warning(monkeypatch, selfcheck_mode):
     """A failed check: one warning naming the op, its error and the bound; from then on the op's
     results are its twin's (and differentiable); the doctor's checks still see the broken kernel."""
-    checking("all")
+    selfcheck_mode("all")
     break_kernel(monkeypatch, "highway_gate", lambda real, *a: real(*a) + 0.01)
     projected, x = torch.randn(5, 6), torch.randn(5, 3)
     with pytest.warns(first_use.SelfCheckWarning) as caught:
@@ -106,16 +92,16 @@ def test_first_use_falls_back_to_the_twin_with_one_warning(monkeypatch, checking
 
 
 @needs_extension
-def test_first_use_checks_cuda_ops_only_by_default(monkeypatch, checking):
-    checking("1")
+def test_first_use_checks_cuda_ops_only_by_default(monkeypatch, selfcheck_mode):
+    selfcheck_mode("1")
     break_kernel(monkeypatch, "highway_gate", lambda real, *a: real(*a) + 0.01)
     ops.highway_gate(torch.randn(2, 4), torch.randn(2, 2))  # a CPU op: not checked
     assert not first_use._passed and not first_use._failed
 
 
 @needs_extension
-def test_first_use_check_runs_inside_inference_mode_and_leaves_settings(checking):
-    checking("all")
+def test_first_use_check_runs_inside_inference_mode_and_leaves_settings(selfcheck_mode):
+    selfcheck_mode("all")
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
         with torch.inference_mode():
@@ -152,12 +138,12 @@ def _raising_until(flag, exc):
     ],
     ids=["out_of_memory", "earlier_cuda_error", "interrupt"],
 )
-def test_an_exception_in_the_check_is_the_callers_and_leaves_the_op_unchecked(monkeypatch, checking, exc):
+def test_an_exception_in_the_check_is_the_callers_and_leaves_the_op_unchecked(monkeypatch, selfcheck_mode, exc):
     """An out-of-memory error (the user's batch too large for what is left), an earlier CUDA error surfacing
     in the check's first kernel, an interrupt: the call raises that very exception, no warning, no fallback,
     and the op stays unchecked: its next call checks it again, and a kernel that then gives wrong results
     falls back then."""
-    checking("all")
+    selfcheck_mode("all")
     flag = [True]
     break_kernel(monkeypatch, "highway_gate", _raising_until(flag, exc))
     projected, x = torch.randn(5, 6), torch.randn(5, 3)
@@ -178,12 +164,12 @@ def test_an_exception_in_the_check_is_the_callers_and_leaves_the_op_unchecked(mo
 
 
 @needs_extension
-def test_a_check_raising_in_another_thread_leaves_the_op_to_be_checked_there(monkeypatch, checking):
+def test_a_check_raising_in_another_thread_leaves_the_op_to_be_checked_there(monkeypatch, selfcheck_mode):
     """A check that raised (another thread's OOM) decides nothing: a later call in another thread checks,
     and passes."""
     import threading
 
-    checking("all")
+    selfcheck_mode("all")
     flag = [True]
     break_kernel(monkeypatch, "highway_gate", _raising_until(flag, torch.OutOfMemoryError("CUDA out of memory.")))
     projected, x = torch.randn(5, 6), torch.randn(5, 3)
@@ -205,8 +191,8 @@ def test_a_check_raising_in_another_thread_leaves_the_op_to_be_checked_there(mon
 
 
 @needs_extension
-def test_outputs_of_the_wrong_shape_are_wrong_results(monkeypatch, checking):
-    checking("all")
+def test_outputs_of_the_wrong_shape_are_wrong_results(monkeypatch, selfcheck_mode):
+    selfcheck_mode("all")
     break_kernel(monkeypatch, "highway_gate", lambda real, *a: real(*a)[:, :-1])
     projected, x = torch.randn(5, 6), torch.randn(5, 3)
     with pytest.warns(
@@ -247,7 +233,7 @@ ALWAYS = 2**31 - 1
 
 
 @needs_extension
-def test_the_check_runs_the_tuning_the_model_passes(monkeypatch, checking, random_models):
+def test_the_check_runs_the_tuning_the_model_passes(monkeypatch, selfcheck_mode, random_models):
     """The biLSTM kernel wrong only in one schedule (its GEMV with the directions concurrent), which the
     model's tuning asks for: the check runs that tuning, so it fails, names the schedule, and the model's
     vectors are the reference's; a call in the kernels' defaults still runs the kernel."""
@@ -261,7 +247,7 @@ def test_the_check_runs_the_tuning_the_model_passes(monkeypatch, checking, rando
         return tuple(t + 1e-3 for t in out) if a[8] is not None and tuple(a[8]) == tuning else out
 
     break_kernel(monkeypatch, "bilstm", wrong_in_that_schedule)
-    checking("all")
+    selfcheck_mode("all")
     ids = batch_to_ids(SENTENCES)
     with pytest.warns(first_use.SelfCheckWarning) as record:
         _assert_reference_vectors(bilm, random_models, ids)
@@ -277,7 +263,7 @@ def test_the_check_runs_the_tuning_the_model_passes(monkeypatch, checking, rando
 
 
 @needs_extension
-def test_the_check_runs_the_packed_weights_the_model_passes(monkeypatch, checking, random_models):
+def test_the_check_runs_the_packed_weights_the_model_passes(monkeypatch, selfcheck_mode, random_models):
     """linear wrong only on packed weights (a broken BRGeMM path): the model's packed fp32 layer-0 gates
     are checked packed, fail, name the schedule, and fall back."""
     from elmo_fast import batch_to_ids
@@ -288,7 +274,7 @@ def test_the_check_runs_the_packed_weights_the_model_passes(monkeypatch, checkin
         pytest.skip(f"this CPU cannot run packed weights: {e}")
     bilm = _model_with(random_models, packed=True)
     break_kernel(monkeypatch, "linear", lambda real, x, w, *a: real(x, w, *a) + (1e-3 if w.dim() == 4 else 0.0))
-    checking("all")
+    selfcheck_mode("all")
     with pytest.warns(first_use.SelfCheckWarning) as record:
         _assert_reference_vectors(bilm, random_models, batch_to_ids(SENTENCES))
     lines = [str(w.message) for w in record if issubclass(w.category, first_use.SelfCheckWarning)]
@@ -377,7 +363,7 @@ def test_variable_read_at_import():
         ),
     ],
 )
-def test_fallen_back_ops_give_their_twins_values(checking, device):
+def test_fallen_back_ops_give_their_twins_values(selfcheck_mode, device):
     """Every op marked failed on the device runs its twin through elmo_fast.verification.fallback, on the
     self-check's own cases (awkward shapes, the dtypes each device takes, lengths on the CPU beside
     device tensors, the CPU's bf16 weights beside fp32 gates): within the table's bound of the float64
@@ -385,7 +371,7 @@ def test_fallen_back_ops_give_their_twins_values(checking, device):
     from elmo_fast.verification.selfcheck_cases import OPS as cases
     from elmo_fast.verification.tolerances import tolerance_ratio
 
-    checking("all")
+    selfcheck_mode("all")
     dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
     for name in cases:
         mark_failed(name, str(dev))
@@ -404,9 +390,9 @@ def test_fallen_back_ops_give_their_twins_values(checking, device):
 
 
 @needs_extension
-def test_fallen_back_lstm_layer_reads_packed_gates(checking):
+def test_fallen_back_lstm_layer_reads_packed_gates(selfcheck_mode):
     """lstm_layer's gates packed by token_index ([2, U, 4C]): the twin unpacks them."""
-    checking("all")
+    selfcheck_mode("all")
     gen = torch.Generator().manual_seed(4)
     B, T, P, C, U = 3, 5, 4, 6, 7
     lengths = torch.tensor([5, 0, 2])
@@ -422,12 +408,12 @@ def test_fallen_back_lstm_layer_reads_packed_gates(checking):
 
 @needs_extension
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fallen_back_ops_take_packed_weights(checking, dtype):
+def test_fallen_back_ops_take_packed_weights(selfcheck_mode, dtype):
     """linear and bilstm with weights packed for the CPU's BRGeMM (ops.pack_weight, what the calibration
     may choose): their twins unpack them, and give the kernels' values."""
     from elmo_fast.verification.fallback import unpack_weight
 
-    checking("all")
+    selfcheck_mode("all")
     gen = torch.Generator().manual_seed(5)
     w = torch.randn(48, 10, generator=gen).to(dtype)
     assert torch.equal(unpack_weight(ops.pack_weight(w)), w)
@@ -492,7 +478,7 @@ def _bf16_table(emu, ids, emb, weights, biases, activation):
 @pytest.mark.filterwarnings("ignore:elmo_fast_emu.*an autograd kernel was not registered")
 @pytest.mark.parametrize("wrong", [_last_column_unwritten, _bf16_table], ids=["unwritten_column", "bf16_table"])
 def test_first_use_catches_a_wrong_emulated_cuda_kernel_in_the_model(
-    monkeypatch, checking, emulator, random_models, wrong
+    monkeypatch, selfcheck_mode, emulator, random_models, wrong
 ):
     """The proof on the emulator: the model's char CNN run by the CUDA kernel, made wrong on purpose,
     compiled for the CPU (so the check runs in mode `all`: the emulated GPU is the CPU). Unchecked, the
@@ -509,14 +495,14 @@ def test_first_use_catches_a_wrong_emulated_cuda_kernel_in_the_model(
     ids = batch_to_ids(sentences)
     want = ElmoBiLm(*files, backend="reference")(ids)
     monkeypatch.setattr(torch.ops.elmo_fast, "char_cnn", SimpleNamespace(default=lambda *a: wrong(emulator, *a)))
-    checking(None)
+    selfcheck_mode(None)
     bilm = ElmoBiLm(*files, backend="fast")
     broken = bilm(ids)
     mask = want["mask"]
     off = max(max_abs_error(g[mask], w[mask]) for g, w in zip(broken["activations"], want["activations"]))
     assert off > 1e-4, f"the wrong kernel must move the vectors: {off:.3g}"
 
-    checking("all")
+    selfcheck_mode("all")
     with pytest.warns(first_use.SelfCheckWarning) as record:
         got = bilm(ids)
     # (the check's gradient rows also meet torch's warning that the stand-in has no autograd kernel)
