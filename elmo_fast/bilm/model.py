@@ -527,6 +527,8 @@ class ElmoBiLm(nn.Module):
         ):
             return DEFAULT_TUNING
         precision = precision or self.precision.name
+        if precision == "tf32":  # a CPU has no TF32: fp32's kernels, hence fp32's choice (bit for bit the same)
+            precision = "fp32"
         # asked several times a forward: remembered per (precision, threads, environment)
         slot = (precision, torch.get_num_threads(), tuning_environment())
         memo = self.__dict__.setdefault("_tunings", {})
