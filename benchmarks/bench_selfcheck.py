@@ -4,6 +4,9 @@
 
 * first use: each op's checks on the device (what its first call in a process pays once: check_op),
   the median of --repeats fresh runs, per op and in all;
+* a model's first forward: a random `small` biLM's forward (fp32, then bf16) in mode all, each op
+  checked in the schedule the model runs it in (the calibration's tuning, packed weights), against the
+  same forward with the check off (both after a warm-up forward), the median of --repeats;
 * every later call: an op call with the hook installed but nothing to check (a CPU op in the default
   mode, cuda; a checked op in mode all) against the hook off, on the smallest input (highway_gate on
   [2, 2]), the median of many calls, so that the hook's own cost shows.
@@ -27,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from elmo_fast.bilm import ops  # noqa: E402
 from elmo_fast.verification import first_use, selfcheck  # noqa: E402
-from elmo_fast.verification.selfcheck_cases import OPS  # noqa: E402
+from elmo_fast.verification.selfcheck_cases import OPS, Schedule  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -76,6 +79,43 @@ def main() -> int:
     for name, ms, n in rows:
         print(f"  {name:14s} {ms:8.1f} {n:7d}")
     print(f"  {'all ops':14s} {sum(ms for _, ms, _ in rows):8.1f}")
+
+    import tempfile
+
+    from elmo_fast import ElmoBiLm, batch_to_ids
+    from elmo_fast.formats.random_models import random_model
+
+    sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["A", "longer", "sentence", "with", "more", "words"]]
+    ids = batch_to_ids(sentences * 4)
+    print(f"\na model's first forward (random 'small', {ids.shape[0]} sentences; median of {args.repeats}):")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = random_model("small", tmp, seed=0)
+        for precision in ("fp32", "bf16"):
+            bilm = ElmoBiLm(*files, precision=precision)
+            first_use.enable(None)
+            with torch.no_grad():
+                bilm(ids)  # warm-up (and the calibration, measured or read once)
+            checked, plain = [], []
+            for _ in range(args.repeats):
+                first_use.forget_checked()
+                first_use.enable("all")
+                start = time.perf_counter()
+                with torch.no_grad():
+                    bilm(ids)
+                checked.append(time.perf_counter() - start)
+                first_use.enable(None)
+                start = time.perf_counter()
+                with torch.no_grad():
+                    bilm(ids)
+                plain.append(time.perf_counter() - start)
+            keys = sorted(
+                {f"{op} ({'default' if s is None else Schedule.of_call(s).text()})" for op, _, s in first_use._passed}
+            )
+            first_use.forget_checked()
+            c, p = statistics.median(checked) * 1e3, statistics.median(plain) * 1e3
+            print(
+                f"  {precision}: {c:.0f} ms checked vs {p:.0f} ms (+{c - p:.0f} ms); ops checked (op, schedule): {keys}"
+            )
 
     projected, x = torch.randn(2, 4), torch.randn(2, 2)
     call = lambda: ops.highway_gate(projected, x)  # noqa: E731

@@ -553,8 +553,11 @@ def test_our_embedder_pickles_and_unpickles_with_its_states(random_models):
     ee.embed_batch([["a", "b"], ["c"]])
     copy = pickle.loads(pickle.dumps(ee))
     batch = [["d", "e", "f"], ["g"]]
+    # the states carried (without them the vectors differ by ~0.1); within the fp32 bar, not bitwise: where the
+    # calibration chose BLAS for few rows, its rounding may differ in the last bits from one call to another (its
+    # blocking follows the shapes and the memory it is handed), as tests/bilm/test_properties.py says
     for a, b in zip(ee.embed_batch(batch), copy.embed_batch(batch)):
-        assert np.array_equal(a, b)
+        assert a.shape == b.shape and np.abs(a - b).max() <= TOL
 
 
 def test_oom_reaches_the_caller_as_the_runtime_error_fallbacks_catch(random_models, monkeypatch):
