@@ -113,9 +113,7 @@ def main() -> int:
             )
             first_use.forget_checked()
             c, p = statistics.median(checked) * 1e3, statistics.median(plain) * 1e3
-            print(
-                f"  {precision}: {c:.0f} ms checked vs {p:.0f} ms (+{c - p:.0f} ms); ops checked (op, schedule): {keys}"
-            )
+            print(f"  {precision}: {c:.0f} ms checked vs {p:.0f} ms (+{c - p:.0f} ms); ops checked: {', '.join(keys)}")
 
     projected, x = torch.randn(2, 4), torch.randn(2, 2)
     call = lambda: ops.highway_gate(projected, x)  # noqa: E731
