@@ -47,3 +47,12 @@ def test_conftest_sets_no_behaviour():
     assert not re.search(r'environ\.setdefault\("ELMO_FAST_(CALIBRATION|SELFCHECK)', source)
     set_there = set(re.findall(r'environ(?:\.setdefault\(|\[)"(ELMO_FAST_[A-Z_0-9]+)"', source))
     assert set_there <= NOT_BEHAVIOUR, sorted(set_there - NOT_BEHAVIOUR)
+
+
+def test_the_suite_keeps_its_files_in_a_cache_of_its_own():
+    """The calibration measures on a fresh cache once per session, as on a new machine, and stores there
+    (never in the user's ~/.cache/elmo_fast): the folder conftest made for this session."""
+    from elmo_fast.cache_dir import cache_dir
+
+    folder = cache_dir()
+    assert folder.name.startswith("elmo-fast-test-cache-") and folder.is_dir()
