@@ -1,7 +1,8 @@
 """The CPU calibration (elmo_fast.bilm.calibration, calibration_store, cpu_tuning): the chooser picks
 the faster candidate on a fake clock and falls back safely; choices derive from timings as stated; the
 disk store never trusts a file it cannot vouch for; the model runs what was chosen, within its bounds.
-(conftest.py turns calibration off for the rest of the suite; these tests turn it on.)"""
+(The suite runs with calibration on, a user's default, on a cache of its session; these tests set what they
+test themselves.)"""
 
 from __future__ import annotations
 
