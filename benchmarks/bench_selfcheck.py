@@ -4,7 +4,7 @@
 
 * first use: each op's checks on the device (what its first call in a process pays once: check_op),
   the median of --repeats fresh runs, per op and in all;
-* a model's first forward: a random `small` biLM's forward (fp32, then bf16) in mode all, each op
+* a model's first forward: a random `small` (--preset) biLM's forward (fp32, then bf16) in mode all, each op
   checked in the schedule the model runs it in (the calibration's tuning, packed weights), against the
   same forward with the check off (both after a warm-up forward), the median of --repeats;
 * every later call: an op call with the hook installed but nothing to check (a CPU op in the default
@@ -57,6 +57,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--preset", default="small", help="the random model of the first-forward rows")
     args = parser.parse_args()
     ops.require_extension()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -87,9 +88,9 @@ def main() -> int:
 
     sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["A", "longer", "sentence", "with", "more", "words"]]
     ids = batch_to_ids(sentences * 4)
-    print(f"\na model's first forward (random 'small', {ids.shape[0]} sentences; median of {args.repeats}):")
+    print(f"\na model's first forward (random {args.preset!r}, {ids.shape[0]} sentences; median of {args.repeats}):")
     with tempfile.TemporaryDirectory() as tmp:
-        files = random_model("small", tmp, seed=0)
+        files = random_model(args.preset, tmp, seed=0)
         for precision in ("fp32", "bf16"):
             bilm = ElmoBiLm(*files, precision=precision)
             first_use.enable(None)
