@@ -28,6 +28,7 @@ import glob
 import os
 import sys
 
+import setuptools
 from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 
@@ -58,7 +59,28 @@ SERVE_REQUIRES = ["starlette>=0.40", "uvicorn>=0.30", "httptools>=0.6", "orjson>
 # ones are not), which the tests pin. A cluster's Ray and its clients' must be one release: no upper bound here.
 RAY_REQUIRES = ["ray[data,serve]>=2.60.0", *SERVE_REQUIRES]
 RAY_TESTED = "ray[data,serve]==2.60.0"
+# [hub]: models on the Hugging Face Hub (--model hf:OWNER/REPO), through huggingface_hub's own functions
+# (list_repo_files, snapshot_download with allow_patterns / local_files_only, huggingface_hub.errors: 0.24 on);
+# the tests run the release they pin: the newest one that flair's transformers accepts (huggingface_hub < 1.0),
+# since the tests run flair in the same environment
+HUB_REQUIRES = ["huggingface_hub>=0.24"]
+HUB_TESTED = "huggingface_hub==0.36.2"
+# [onnx]: `elmo-fast export onnx` (torch's ONNX exporter needs onnxscript; onnx checks the file) and
+# `--backend onnx` (ONNX Runtime, CPU; its quantizer for --quantize int8). Tested with onnx 1.23,
+# onnxruntime 1.32 and onnxscript 0.7 on torch 2.13.
+ONNX_REQUIRES = ["onnx", "onnxruntime", "onnxscript"]
 BUILD_INFO = "_build_info.py"
+
+# The code's licence: Apache-2.0, the text in LICENSE (shipped in sdists and wheels). The bundled model's
+# weights (elmo_fast/pretrained/default/) are under other terms: its MODEL_CARD.md and MODEL_INFO.json say
+# which. setuptools >= 77 writes the licence as an SPDX License-Expression (metadata 2.4) and deprecates the
+# licence classifiers; older ones write the License field, and get the classifier.
+LICENSE = "Apache-2.0"
+if int(setuptools.__version__.split(".")[0]) >= 77:
+    LICENSE_METADATA, LICENSE_CLASSIFIERS = {"license_expression": LICENSE}, []
+else:
+    LICENSE_METADATA = {"license": LICENSE}
+    LICENSE_CLASSIFIERS = ["License :: OSI Approved :: Apache Software License"]
 
 
 def sources(pattern):
@@ -218,6 +240,14 @@ setup(
     name="elmo-fast",
     version="0.1.0",
     description="Fast ELMo inference on PyTorch with C++/CUDA kernels",
+    license_files=["LICENSE"],
+    **LICENSE_METADATA,
+    classifiers=[
+        *LICENSE_CLASSIFIERS,
+        "Programming Language :: Python :: 3",
+        "Programming Language :: C++",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     # Every folder under elmo_fast/ (subpackages, and data folders without __init__.py), with its
     # data files (*.json, *.hdf5, *.txt: e.g. a bundled model; MANIFEST.in puts them in the sdist).
     packages=find_namespace_packages(include=["elmo_fast", "elmo_fast.*"], exclude=["*.__pycache__"]),
@@ -227,11 +257,24 @@ setup(
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],
     # [serve]: `elmo-fast serve` (Starlette on uvicorn, httptools for uvicorn's fast HTTP parser, orjson for
-    # the vectors); in [test] too, so that CI runs the server's tests; and Ray, for the Ray room's
+    # the vectors); in [test] too, so that CI runs the server's tests; and Ray, for the Ray room's;
+    # and [onnx], for the export room's and the onnx backend's
     extras_require={
         "serve": SERVE_REQUIRES,
         "ray": RAY_REQUIRES,
-        "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED],
+        "hub": HUB_REQUIRES,
+        "onnx": ONNX_REQUIRES,
+        # schemathesis: the servers fuzzed from their OpenAPI description; cryptography: test certificates
+        "test": [
+            "pytest",
+            "hypothesis",
+            "schemathesis>=4.0",
+            "cryptography",
+            *SERVE_REQUIRES,
+            RAY_TESTED,
+            HUB_TESTED,
+            *ONNX_REQUIRES,
+        ],
     },
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],

@@ -731,7 +731,7 @@ def section_markdown(result: dict) -> str:
 
 GPU_PLACEHOLDER = """## GPU
 
-GPU numbers come from `tools/gpu_check.sh` (not yet run: no GPU was available).
+GPU numbers come from `tools/gpu_check.sh` (not yet run on a GPU).
 """
 
 _CPU_SECTION = re.compile(r"<!-- bench_cpu:begin (.+?) -->\n.*?<!-- bench_cpu:end \1 -->\n", re.S)

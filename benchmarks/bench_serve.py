@@ -15,6 +15,10 @@ lengths, mean ~25 tokens):
   size and the share of the window the model spent in batches ("model busy"; both from the
   server's /metrics over the same window);
 * the same server with batching off (``--max-batch-size 1``);
+* the same server with its guards on as on a network (``--guarded-clients``): an API key on every
+  request, besides the defaults (at most 512 open sockets, 30 s deadlines for each request's head and
+  body, 5 s idle keep-alive); and the same over TLS (a self-signed certificate made for the run, TLS 1.3),
+  as its own row;
 * the answer's encoding: ``"output": "all"`` as JSON and as ``.npy`` (``Accept: application/x-npy``)
   at 1 and 32 clients (``--encoding-clients``), the clients decoding every answer;
 * offline ``ElmoEmbedder.embed_batch`` in a process of its own (model loaded, idle while the server
@@ -24,7 +28,7 @@ lengths, mean ~25 tokens):
   ratio uses their mean, so that a machine whose load drifts over minutes moves both sides alike.
 
 Clients and server share the machine's cores, as they would on a one-box deployment; the clients'
-own CPU time (parsing answers) is reported. Targets (issue 26, ``original`` fp32 on CPU): 32 clients
+own CPU time (parsing answers) is reported. Targets (``original`` fp32 on CPU): 32 clients
 >= 70% of offline batch-64 tokens/s; 1 client: the server adds <= 10% to the time of offline batch 1.
 Nothing here asserts a speed.
 """
@@ -116,11 +120,49 @@ def model_flags(model: dict) -> list[str]:
     return ["--options", str(model["options_file"]), "--weights", str(model["weight_file"])]
 
 
-class Server:
-    """`elmo-fast serve` in a subprocess on a free port, until stop()."""
+#: the API key of the guarded rows (sent by every client)
+BENCH_KEY = "bench-key"
 
-    def __init__(self, model: dict, extra: list[str], env: dict | None = None, timeout: float = 600) -> None:
+
+def self_signed(folder: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key (openssl), for the TLS row."""
+    cert, key = folder / "bench_cert.pem", folder / "bench_key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    return str(cert), str(key)
+
+
+def client_ssl(ca: str | None):
+    if not ca:
+        return None
+    import ssl
+
+    return ssl.create_default_context(cafile=ca)
+
+
+class Server:
+    """`elmo-fast serve` in a subprocess on a free port, until stop(). ``key``: its API key; ``ca``: the
+    certificate of its TLS (the clients trust it)."""
+
+    def __init__(
+        self,
+        model: dict,
+        extra: list[str],
+        env: dict | None = None,
+        timeout: float = 600,
+        key: str | None = None,
+        ca: str | None = None,
+    ) -> None:
         cmd = [sys.executable, "-m", "elmo_fast", "serve", *model_flags(model), "--port", "0", *extra]
+        env = dict(env or os.environ)
+        if key:
+            env["ELMO_FAST_API_KEY"] = key
+        self.key, self.ca = key, ca
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
         self.lines = []
         deadline = time.time() + timeout
@@ -129,9 +171,9 @@ class Server:
             if not line:
                 raise RuntimeError(f"the server stopped: {''.join(self.lines)}")
             self.lines.append(line)
-            m = re.search(r"ready on http://([\d.]+):(\d+)", line)
+            m = re.search(r"ready on (https?)://([\d.]+):(\d+)", line)
             if m:
-                self.host, self.port = m.group(1), int(m.group(2))
+                self.scheme, self.host, self.port = m.group(1), m.group(2), int(m.group(3))
                 return
         raise RuntimeError("the server did not become ready in time")
 
@@ -141,8 +183,10 @@ class Server:
         import urllib.request
 
         deadline = time.time() + timeout
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
         while time.time() < deadline:
-            with urllib.request.urlopen(f"http://{self.host}:{self.port}/metrics") as r:
+            request = urllib.request.Request(f"{self.scheme}://{self.host}:{self.port}/metrics", headers=headers)
+            with urllib.request.urlopen(request, context=client_ssl(self.ca)) as r:
                 text = r.read().decode()
             if re.search(r"^elmo_fast_queue_depth 0$", text, re.M) and re.search(
                 r"^elmo_fast_model_busy 0$", text, re.M
@@ -188,24 +232,35 @@ def _batch_stats(metrics: str) -> tuple[float, float, float]:
 
 
 async def _drive(
-    host: str, port: int, sentences: list, clients: int, warmup: float, seconds: float, output: str, npy: bool
+    host: str,
+    port: int,
+    sentences: list,
+    clients: int,
+    warmup: float,
+    seconds: float,
+    output: str,
+    npy: bool,
+    key: str | None = None,
+    ca: str | None = None,
 ) -> dict:
     import orjson
 
     accept = "Accept: application/x-npy\r\n" if npy else ""
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    tls = client_ssl(ca)
     t_start = time.perf_counter() + warmup
     t_end = t_start + seconds
     done: list[tuple[float, int]] = []  # (latency, tokens) of the requests completed within the window
     errors = []
 
     async def metrics() -> str:
-        r, w = await asyncio.open_connection(host, port)
-        _, _, body = await _request(r, w, "GET", "/metrics")
+        r, w = await asyncio.open_connection(host, port, ssl=tls)
+        _, _, body = await _request(r, w, "GET", "/metrics", headers=auth)
         w.close()
         return body.decode()
 
     async def client(i: int) -> None:
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await asyncio.open_connection(host, port, ssl=tls)
         k = (i * 7919) % len(sentences)
         try:
             while time.perf_counter() < t_end:
@@ -213,7 +268,7 @@ async def _drive(
                 k = (k + 1) % len(sentences)
                 body = orjson.dumps({"sentences": [s], "output": output})
                 t0 = time.perf_counter()
-                status, head, answer = await _request(reader, writer, "POST", "/embed", body, accept)
+                status, head, answer = await _request(reader, writer, "POST", "/embed", body, accept + auth)
                 t1 = time.perf_counter()
                 if status != 200:
                     errors.append(status)
@@ -278,6 +333,10 @@ def drive(
     ]
     if npy:
         cmd.append("--npy")
+    if server.key:
+        cmd += ["--drive-key", server.key]
+    if server.ca:
+        cmd += ["--drive-ca", server.ca]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=warmup + seconds + 600)
     if r.returncode != 0:
         raise RuntimeError(f"the clients failed: {r.stderr[-3000:]}")
@@ -301,16 +360,28 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
     # (label, server flags, [(clients, output, npy)]): one server per label
     on = [(c, "mean", False) for c in args.clients]
     on += [(c, "all", npy) for npy in (False, True) for c in args.encoding_clients]
+    wait = [f"--max-wait-ms={args.max_wait_ms}"]
+    guarded = [(c, "mean", False) for c in args.guarded_clients]
+    cert, key = self_signed(args.cache_dir) if guarded else (None, None)
+    # (label, server flags, runs, API key, the clients' CA)
     configs = [
-        ("batching", [f"--max-wait-ms={args.max_wait_ms}"], on),
-        ("batching off", ["--max-batch-size", "1"], [(c, "mean", False) for c in args.off_clients]),
+        ("batching", wait, on, None, None),
+        ("batching off", ["--max-batch-size", "1"], [(c, "mean", False) for c in args.off_clients], None, None),
+        ("guards on (API key, 512 sockets, 30 s deadlines)", wait, guarded, BENCH_KEY, None),
+        (
+            "guards on + TLS 1.3",
+            [*wait, "--ssl-certfile", cert or "", "--ssl-keyfile", key or ""],
+            guarded,
+            BENCH_KEY,
+            cert,
+        ),
     ]
     try:
-        for label, extra, runs in configs:
+        for label, extra, runs, api_key, ca in configs:
             if not runs:
                 continue
             print(f"bench_serve: {name}: server, {label}", file=sys.stderr)
-            server = Server(model, extra, env=args.env)
+            server = Server(model, extra, env=args.env, key=api_key, ca=ca)
             try:
                 for c, output, npy in runs:
                     server.wait_idle()
@@ -331,7 +402,7 @@ def bench_model(name: str, model: dict, sentences: list, corpus: Path, args) -> 
                         f"| {what} | {c} | {r['requests']} | {_fmt(r['tokens_per_s'])} | "
                         f"batch {compare}: {_fmt(before)} / {_fmt(after)} | {vs} | "
                         f"{_fmt(r['p50_ms'], 1)} | {_fmt(r['p99_ms'], 1)} | {_fmt(r['mean_batch'], 1)} | "
-                        f"{100 * r['model_busy']:.0f}% | {_fmt(r['client_cpu_s'], 2)} s |"
+                        f"{100 * r['model_busy']:.0f}% | {_fmt(r['client_cpu_s'], 2)} s | {os.getloadavg()[0]:.1f} |"
                         + (f" ({r['errors']} errors)" if r["errors"] else "")
                     )
                     print(rows[-1], file=sys.stderr)
@@ -399,6 +470,11 @@ def main() -> int:
     p.add_argument("--clients", default="1,8,32,128", help="concurrent clients, batching on")
     p.add_argument("--off-clients", default="1,8,32,128", help="concurrent clients, batching off ('' skips)")
     p.add_argument("--encoding-clients", default="1,32", help="clients for the output-all JSON/.npy rows ('' skips)")
+    p.add_argument(
+        "--guarded-clients",
+        default="32",
+        help="clients for the rows with the guards on, without and with TLS ('' skips)",
+    )
     p.add_argument("--sentences", type=int, default=4000, help="corpus size")
     p.add_argument("--seconds", type=float, default=20.0, help="measured window per row")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each window")
@@ -421,28 +497,43 @@ def main() -> int:
     p.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--output", default="mean", help=argparse.SUPPRESS)
     p.add_argument("--npy", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--drive-key", help=argparse.SUPPRESS)
+    p.add_argument("--drive-ca", help=argparse.SUPPRESS)
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # servers stop in finally blocks
     if args.drive:
         host, port = args.drive.rsplit(":", 1)
         sentences = json.loads(args.corpus.read_text())
         r = asyncio.run(
-            _drive(host, int(port), sentences, int(args.clients), args.warmup, args.seconds, args.output, args.npy)
+            _drive(
+                host,
+                int(port),
+                sentences,
+                int(args.clients),
+                args.warmup,
+                args.seconds,
+                args.output,
+                args.npy,
+                args.drive_key,
+                args.drive_ca,
+            )
         )
         print(json.dumps(r))
         return 0
     if args.quick:
         args.models, args.clients, args.off_clients, args.encoding_clients = "tiny", "1,4", "2", "1"
+        args.guarded_clients = "4"
         args.threads = args.threads or 1
         args.sentences, args.seconds, args.warmup, args.offline_seconds = 200, 1.0, 0.5, 0.3
 
     def counts(text: str) -> list[int]:
         return [int(c) for c in text.split(",") if c.strip()]
 
-    args.clients, args.off_clients, args.encoding_clients = (
+    args.clients, args.off_clients, args.encoding_clients, args.guarded_clients = (
         counts(args.clients),
         counts(args.off_clients),
         counts(args.encoding_clients),
+        counts(args.guarded_clients),
     )
     args.env = None
     if args.threads:
@@ -477,9 +568,9 @@ def main() -> int:
         print(f"\n**{name}** (fp32)\n")
         print(
             "| what | clients | requests | tokens/s | offline tokens/s just before / after | server vs offline | "
-            "p50 ms | p99 ms | mean batch | model busy | clients' CPU |"
+            "p50 ms | p99 ms | mean batch | model busy | clients' CPU | load avg |"
         )
-        print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+        print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         print("\n".join(rows), flush=True)
     return 0
 

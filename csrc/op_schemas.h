@@ -38,6 +38,9 @@ inline void define_ops(torch::Library& m) {
   // the CPU's BRGeMM micro-kernels, in its dtype: [N / nb, K / g, nb, g], g = 2 for bfloat16, 1 for
   // float32 (csrc/packed_weight.h). CPU only
   m.def("pack_weight(Tensor weight) -> Tensor");
+  // dtype (float32, bfloat16) -> whether this CPU runs GEMMs of weights packed in it now (bfloat16:
+  // oneDNN's BRGeMM micro-kernel, AVX-512 with BF16 or AMX, torch.backends.mkldnn enabled)
+  m.def("packed_gemm_available(ScalarType dtype) -> bool");
   // ELMo's stacked projected biLSTM (forward and backward stacks, skip connections from layer 1):
   //   xg0: [U, 2, 4C] layer 0's input gates of distinct tokens (bias included), gates i, f, g, o
   //   token_index: [B, T] int64, the row of xg0 at each position (ignored at t >= lengths[b])

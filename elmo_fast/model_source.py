@@ -7,6 +7,9 @@ entry point (``ElmoBiLm``, ``ElmoEmbedder``, ``Elmo``, ``HubElmo``, ELMoForManyL
   holding both needs ``model_format``, "bilm-tf" or "elmoformanylangs");
 * weights already loaded (``weight_file`` an :class:`~elmo_fast.formats.bilm_tf.ElmoWeights` or
   :class:`~elmo_fast.formats.manylangs_dir.ManyLangsWeights`);
+* a model by name, as ``model=`` (what ``--model`` takes: ``default``, an official name,
+  ``hf:OWNER/REPO[@REVISION][/SUBFOLDER]``, ``URL#sha256=HEX``), fetched once into the cache
+  (:mod:`elmo_fast.pretrained`);
 * nothing: the English model bundled in the package (one line on the ``elmo_fast`` logger says so).
 """
 
@@ -36,11 +39,28 @@ def resolve_model(
     weight_file: str | os.PathLike | ElmoWeights | ManyLangsWeights | None = None,
     model_dir: str | os.PathLike | None = None,
     model_format: str | None = None,
+    model: str | None = None,
 ) -> ModelSource:
-    """The model named by a constructor's ``options_file``, ``weight_file`` and ``model_dir``, loaded
-    and checked (see the module docstring for the forms); a one-line error for any other mix.
+    """The model named by a constructor's ``options_file``, ``weight_file``, ``model_dir`` and ``model``,
+    loaded and checked (see the module docstring for the forms); a one-line error for any other mix.
     model_format: which model of a directory to load ("bilm-tf" or "elmoformanylangs"; files given
     one by one are bilm-tf's)."""
+    if model is not None:
+        if options_file is not None or weight_file is not None or model_dir is not None or model_format is not None:
+            raise ElmoFastError(
+                "give ",
+                Param("model"),
+                " (a name) or the model's files (",
+                Param("options_file"),
+                " + ",
+                Param("weight_file"),
+                ", or ",
+                Param("model_dir"),
+                "), not both",
+            )
+        from .pretrained.fetch import fetch
+
+        return resolve_model(**fetch(model).constructor_args())
     kind = check_model_format(model_format)
     if isinstance(weight_file, (ElmoWeights, ManyLangsWeights)):
         return ModelSource(weight_file)

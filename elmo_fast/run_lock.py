@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ElmoFastError
@@ -59,12 +60,19 @@ class RunLock:
     docstring); without it the file stays for the next run. Raises :class:`RunLocked` at once if
     another run holds it (no waiting: a second run that waited would redo or undo the first one's
     work when it got its turn). Where there is no ``fcntl`` (not POSIX), it holds nothing.
+
+    ``wait``: a callable instead, for work that a second process must not redo but may use once done
+    (a download into the cache): it is called once with the holder's description, then the lock is
+    waited for.
     """
 
-    def __init__(self, path: str | os.PathLike, what: str, *, remove: bool = False):
+    def __init__(
+        self, path: str | os.PathLike, what: str, *, remove: bool = False, wait: Callable[[str], None] | None = None
+    ):
         self.path = Path(path)
         self.what = what
         self.remove = remove
+        self.wait = wait
         self._fd: int | None = None
 
     @property
@@ -102,6 +110,8 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if self.wait is not None:
+                return self._wait_for(fd)
             try:
                 holder = _describe_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
             finally:
@@ -113,6 +123,20 @@ class RunLock:
         except OSError as e:  # a filesystem without flock (some network mounts): say so, do not guess
             os.close(fd)
             raise RunLocked(f"{self.what}: cannot lock {self.path}: {e.strerror or e}") from None
+        return self._claim(fd)
+
+    def _wait_for(self, fd: int) -> int | None:
+        """``fd`` locked once its holder lets go (``wait`` told of the holder first)."""
+        try:
+            self.wait(_describe_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace")))
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        return self._claim(fd)
+
+    def _claim(self, fd: int) -> int | None:
+        """``fd`` (locked) with this process written in it; None: the file was replaced meanwhile."""
         if not self._same_file(fd):
             os.close(fd)
             return None

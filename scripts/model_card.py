@@ -3,8 +3,8 @@
 "bank" check, nearest neighbours per layer, size on disk, inference speed, and the learning curve.
 
     python scripts/model_card.py --model-dir elmo_fast/pretrained/default \\
-        --train /work/corpus/v1/train.txt --heldout /work/corpus/v1/heldout.txt \\
-        --metrics /work/default-model/run/metrics.jsonl --out /tmp/card
+        --train corpus/train.txt --heldout corpus/heldout.txt \\
+        --metrics run/metrics.jsonl --out card
 
 writes OUT/card.json (every number) and OUT/learning_curve.png, and prints the card's tables in
 Markdown. The unigram baseline is estimated on --train with the model's vocabulary (out-of-vocabulary

@@ -1,11 +1,13 @@
 """A prebuilt ``elmo_fast._C`` for another machine: record it, check that it fits, install it.
 
-The GPU machine has no time to compile (15 minutes of device time in all; the CUDA build takes
-5 of them there). So scripts/prepare_gpu_run.sh builds the extension here, against the torch and
-Python that machine has, and records it with this script in an ignored folder (``prebuilt/``) that
-travels with the working tree (the device tool's ``carry``); tools/gpu_check.sh then checks it
-against the machine's interpreter and installs it, or builds there when it does not fit.
+Building the CUDA extension takes minutes and needs the CUDA toolkit; running it needs a GPU. The two
+need not be the same machine: scripts/prepare_gpu_run.sh builds the extension on any machine with the
+toolkit (no GPU needed), against the torch and Python of the machine that will run it, and records it
+with this script in ``prebuilt/`` (ignored by git). Copy that folder into the GPU machine's checkout of
+the same commit (scp, rsync, a shared disk), and tools/gpu_check.sh there checks it against the
+machine's interpreter and installs it, or builds there when it does not fit.
 
+    python scripts/prebuilt_extension.py describe                   # on the GPU machine: prepare's flags
     python scripts/prebuilt_extension.py record BUILD_LIB [--dir prebuilt] [--seconds S]
     python scripts/prebuilt_extension.py check [--dir prebuilt]     # exit 0: fits; 3: does not; 2: none
     python scripts/prebuilt_extension.py install [--dir prebuilt]   # copies it into elmo_fast/
@@ -14,7 +16,7 @@ It fits when the interpreter that runs ``check`` has the same torch release (X.Y
 same CUDA version, the same C++ ABI flag, the same Python extension suffix (``cpython-312-x86_64-
 linux-gnu``), and when csrc/, setup.py and build_support/ are those it was built from (their
 digest): an extension built from other sources would test other kernels. ``check`` prints both
-sides either way. Standard library only, besides torch for ``check``.
+sides either way. Standard library only, besides torch for ``check`` and ``describe``.
 """
 
 from __future__ import annotations
@@ -158,6 +160,27 @@ def _line(d: dict) -> str:
     )
 
 
+def describe() -> str:
+    """The flags of scripts/prepare_gpu_run.sh that build an extension for this machine (its torch, CUDA and
+    Python, and its GPUs' compute capabilities), to run where the extension will run."""
+    import torch
+
+    release = _release(torch.__version__)
+    if torch.version.cuda is None:
+        return f"prebuilt: torch {torch.__version__} here is not a CUDA build: install a CUDA build of torch first"
+    archs = sorted(
+        {"{}.{}".format(*torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())},
+        key=lambda a: tuple(map(int, a.split("."))),
+    )
+    python = "python{}.{}".format(*sys.version_info[:2])
+    flags = f"--torch {release} --cuda {torch.version.cuda} --python {python}"
+    if archs:
+        flags += f' --archs "{";".join(archs)}"'
+    else:
+        flags += "  (no GPU visible here: add --archs for the GPU, e.g. --archs 9.0)"
+    return f"bash scripts/prepare_gpu_run.sh {flags}"
+
+
 def check(dest: Path) -> int:
     path = dest / MANIFEST
     if not path.is_file():
@@ -190,7 +213,7 @@ def install(dest: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("record", "check", "install", "digest"))
+    parser.add_argument("command", choices=("describe", "record", "check", "install", "digest"))
     parser.add_argument("build_lib", nargs="?", help="record: the build's --build-lib folder")
     parser.add_argument("--dir", default=str(ROOT / "prebuilt"), help="the prebuilt folder (default: prebuilt/)")
     parser.add_argument("--seconds", type=float, help="record: how long the build took")
@@ -199,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "digest":
         print(sources_digest())
         return 0
+    if args.command == "describe":
+        text = describe()
+        print(text)
+        return 0 if text.startswith("bash ") else 1
     if args.command == "record":
         if not args.build_lib:
             parser.error("record needs BUILD_LIB")

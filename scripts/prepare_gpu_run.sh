@@ -1,47 +1,71 @@
 #!/usr/bin/env bash
-# Prepare a GPU run HERE, on a machine without a GPU, so that the GPU machine compiles nothing:
+# Build elmo-fast's CUDA extension for a GPU machine, on any machine with the CUDA toolkit (no GPU
+# needed), so that the GPU machine compiles nothing:
 #
-#   bash scripts/prepare_gpu_run.sh
+#   bash scripts/prepare_gpu_run.sh [--torch VERSION] [--cuda X.Y] [--python PYTHON] [--archs "9.0"]
+#                                   [--venv DIR] [--rehearse]
 #
-# 1. a Python 3.12 venv (ignored: .venv-gpu-py312/, never carried) with the torch that the GPU machine
-#    has (2.11.0, PyPI's CUDA 13.0 build: several GB, downloaded once, then kept), numpy, h5py, tqdm,
-#    pytest and hypothesis (the same venv can rehearse gpu_check.sh here: see BENCHMARKS.md, GPU);
-# 2. elmo_fast._C built in it with the CUDA kernels for sm_90 (ELMO_FAST_CUDA_ARCHS=9.0, the H100 and
-#    H200), incrementally in build/gpu-prebuilt/ (a rebuild after a small change takes a fraction);
-# 3. the .so and its _build_info.py recorded in prebuilt/ (ignored) with prebuilt/manifest.json: the
+# The flags describe the GPU machine: its torch release and that torch's CUDA version, its Python, and its
+# GPUs' compute capabilities. `python scripts/prebuilt_extension.py describe`, run on the GPU machine,
+# prints them. Defaults: torch 2.11.0 for CUDA 13.0 (PyPI's build), python3.12, archs 9.0 (H100, H200).
+#
+# 1. a venv (ignored by git: .venv-gpu-py312/ for Python 3.12) with that torch (a CUDA build: several GB,
+#    downloaded once, then kept), numpy, h5py, tqdm, pytest and hypothesis (the same venv can rehearse
+#    gpu_check.sh here: --rehearse);
+# 2. elmo_fast._C built in it with the CUDA kernels for those archs, incrementally in build/gpu-prebuilt/
+#    (a rebuild after a small change takes seconds);
+# 3. the .so and its _build_info.py recorded in prebuilt/ (ignored by git) with prebuilt/manifest.json: the
 #    torch, CUDA, C++ ABI and Python ABI it was built against and a digest of csrc/, setup.py and
 #    build_support/ (scripts/prebuilt_extension.py); then loaded here (torch.ops.load_library), its
 #    CUDA kernels and training ops checked, and its cubins listed (cuobjdump);
-# 4. the bilm-tf golden fixture copied into prebuilt/fixtures/ (the workspace's shared/ stays behind);
-# 5. the run command printed: the device tool's `run` with carry ["prebuilt"] (prebuilt/ travels with
-#    the working tree; it must stay within the 64 MiB limit, which is checked here).
-# tools/gpu_check.sh installs prebuilt/'s extension when the GPU machine's torch and Python ABI
-# match (it prints both) and builds there only when they do not.
+# 4. the bilm-tf golden fixture copied into prebuilt/fixtures/ when it is found (ELMO_FAST_FIXTURE_DIR, else
+#    ../shared/fixtures/bilm_tf_tiny; docs/layout.md, Tests), so that the golden tests run on the GPU too;
+# 5. what to do next printed: copy prebuilt/ into the GPU machine's checkout of the same commit (scp,
+#    rsync, a shared disk), run tools/gpu_check.sh there. It installs prebuilt/'s extension when the GPU
+#    machine's torch and Python ABI match (it prints both) and builds there only when they do not.
 #
-#   bash scripts/prepare_gpu_run.sh --rehearse
-# then also runs gpu_check.sh on a copy of what travels (the tree git would send, prebuilt/) with the venv's
-# Python, on this machine's CPU (GPU_CHECK_REHEARSAL=1): the prebuilt extension checked, installed and
-# loaded with torch 2.11, the doctor on the CPU, every test selection collected (their CUDA cases skip).
+#   --rehearse   then also runs gpu_check.sh on a clean copy of the checkout (the files git tracks, and
+#                prebuilt/) with the venv's Python, on this machine's CPU (gpu_check.sh --rehearsal): the
+#                prebuilt extension checked, installed and loaded with the GPU machine's torch, the doctor
+#                on the CPU, every test selection collected (their CUDA cases skip).
 #
-# Environment: GPU_TORCH_VERSION (2.11.0), GPU_TORCH_CUDA (13.0: torch.version.cuda must say it),
-# ELMO_FAST_GPU_VENV (the venv; an existing one is reused, e.g. another checkout's), ELMO_FAST_GPU_PYTHON
-# (a python3.12; default: pyenv's 3.12.*, else python3.12 on PATH), ELMO_FAST_CUDA_ARCHS (9.0),
-# MAX_JOBS (nproc), PREPARE_NICE (10: the build runs under nice), CUDA_HOME (/usr/local/cuda).
+# Environment: GPU_TORCH_VERSION, GPU_TORCH_CUDA, ELMO_FAST_GPU_PYTHON, ELMO_FAST_CUDA_ARCHS, ELMO_FAST_GPU_VENV
+# (the flags' defaults; an existing venv is reused), MAX_JOBS (nproc), PREPARE_NICE (10: the build runs under
+# nice), CUDA_HOME (/usr/local/cuda).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$PWD"
 REHEARSE=0
-for arg in "$@"; do
-  case "$arg" in
-    --rehearse) REHEARSE=1 ;;
-    *) echo "usage: bash scripts/prepare_gpu_run.sh [--rehearse]" >&2; exit 2 ;;
-  esac
-done
-
 TORCH_VERSION="${GPU_TORCH_VERSION:-2.11.0}"
 TORCH_CUDA="${GPU_TORCH_CUDA:-13.0}"
-VENV="${ELMO_FAST_GPU_VENV:-$ROOT/.venv-gpu-py312}"
+PYBASE="${ELMO_FAST_GPU_PYTHON:-}"
+VENV="${ELMO_FAST_GPU_VENV:-}"
 ARCHS="${ELMO_FAST_CUDA_ARCHS:-9.0}"
+usage() { sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; }
+bad_option() { echo "prepare_gpu_run.sh: $1 (--help lists the options)" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --torch | --cuda | --python | --archs | --venv)
+      [ $# -ge 2 ] || bad_option "$1 needs a value"
+      case "$1" in
+        --torch) TORCH_VERSION="$2" ;;
+        --cuda) TORCH_CUDA="$2" ;;
+        --python) PYBASE="$2" ;;
+        --archs) ARCHS="$2" ;;
+        --venv) VENV="$2" ;;
+      esac
+      shift
+      ;;
+    --rehearse) REHEARSE=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) bad_option "unknown option $1" ;;
+  esac
+  shift
+done
+# the Python version the GPU machine runs, from the interpreter's name (python3.12, /path/to/python3.12)
+PY_VERSION="$(basename "${PYBASE:-python3.12}" | sed -n 's/^python\(3\.[0-9][0-9]*\)$/\1/p')"
+[ -n "$PY_VERSION" ] || bad_option "--python: expected an interpreter named python3.X (a name or a path), got '$PYBASE'"
+VENV="${VENV:-$ROOT/.venv-gpu-py${PY_VERSION/./}}"
 JOBS="${MAX_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 NICE="${PREPARE_NICE:-10}"
 DEST="$ROOT/prebuilt"
@@ -53,19 +77,20 @@ die() { printf 'prepare_gpu_run: error: %s\n' "$*" >&2; exit 1; }
 
 # --- 1. the venv ---------------------------------------------------------------------------------
 if [ ! -x "$VENV/bin/python" ]; then
-  PYBASE="${ELMO_FAST_GPU_PYTHON:-}"
-  if [ -z "$PYBASE" ]; then
-    for candidate in "$HOME"/.pyenv/versions/3.12.*/bin/python3.12 "$(command -v python3.12 || true)"; do
+  if [[ "$PYBASE" != */* ]]; then  # a name: pyenv's, else the one on PATH
+    name="${PYBASE:-python$PY_VERSION}"
+    PYBASE=""
+    for candidate in "$HOME"/.pyenv/versions/"$PY_VERSION".*/bin/"$name" "$(command -v "$name" || true)"; do
       if [ -n "$candidate" ] && [ -x "$candidate" ]; then PYBASE="$candidate"; break; fi
     done
   fi
-  [ -n "$PYBASE" ] || die "no Python 3.12 found (set ELMO_FAST_GPU_PYTHON to a python3.12)"
+  [ -n "$PYBASE" ] && [ -x "$PYBASE" ] || die "no Python $PY_VERSION found (--python /path/to/python$PY_VERSION)"
   say "venv $VENV from $PYBASE"
   "$PYBASE" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 12), sys.version' ||
-  die "$PY is not Python 3.12 (the GPU machine's); remove $VENV or set ELMO_FAST_GPU_VENV"
+"$PY" -c 'import sys; sys.exit("{}.{}".format(*sys.version_info[:2]) != sys.argv[1])' "$PY_VERSION" ||
+  die "$PY is not Python $PY_VERSION (the GPU machine's); remove $VENV or pass --venv"
 have_torch() {
   "$PY" - "$TORCH_VERSION" "$TORCH_CUDA" <<'EOF' 2>/dev/null
 import sys, torch
@@ -125,31 +150,22 @@ else
   say "WARNING: no golden fixture at $FIXTURE (set ELMO_FAST_FIXTURE_DIR): the golden tests will skip"
 fi
 
-# --- 5. what travels, and the run command ----------------------------------------------------------------
-tree_bytes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 -r stat -c %s 2>/dev/null |
-  awk '{s += $1} END {print s + 0}')
-prebuilt_bytes=$(du -sb "$DEST" | cut -f1)
-total=$((tree_bytes + prebuilt_bytes))
-say "travels: working tree $((tree_bytes / 1048576)) MiB + prebuilt/ $((prebuilt_bytes / 1048576)) MiB = $((total / 1048576)) MiB (limit 64)"
-[ "$total" -lt $((64 * 1048576)) ] || die "more than 64 MiB would travel"
+# --- 5. what to do next ----------------------------------------------------------------------------------
 "$PY" scripts/prebuilt_extension.py check --dir "$DEST" >/dev/null || die "prebuilt/ does not check against the venv it was built in"
+say "prebuilt/ holds $(du -sh "$DEST" | cut -f1)"
 cat <<EOF
-=== prepare: done. The first GPU command (device tool \`run\`; at most 8 minutes of phases):
-    command:   bash tools/gpu_check.sh
-    carry:     ["prebuilt"]
-    timeout_s: 540
-  then, only if at least 5 minutes of device time are left, at once (at most 4 minutes):
-    command:   GPU_CHECK_PHASES=extension,sanitizer,more_tests GPU_CHECK_BUDGET=230 bash tools/gpu_check.sh
-    carry:     ["prebuilt"]
-    timeout_s: 250
+=== prepare: done. On the GPU machine, in a checkout of this commit ($(git rev-parse --short HEAD 2>/dev/null || echo "?")),
+    with a Python that has torch $TORCH_VERSION for CUDA $TORCH_CUDA, numpy, h5py, tqdm, pytest and hypothesis:
+  copy prebuilt/ there, e.g.   rsync -a prebuilt/ GPU_HOST:elmo-fast/prebuilt/   (or scp -r, a shared disk)
+  then run                     bash tools/gpu_check.sh   (--budget SECONDS to keep the run within a time)
 EOF
 if [ "$REHEARSE" = 1 ]; then
   copy="$(mktemp -d "${TMPDIR:-/tmp}/gpu-rehearsal.XXXXXX")"
   { git ls-files -z; git ls-files -z --others --exclude-standard; } | tar --null --ignore-failed-read -T - -cf - |
     tar -xf - -C "$copy"
   cp -r "$DEST" "$copy/prebuilt"
-  say "rehearsal in $copy (what travels, prebuilt/ included), with $PY, on the CPU"
-  (cd "$copy" && GPU_CHECK_REHEARSAL=1 PYTHON="$PY" OUT="$copy/out" nice -n "$NICE" bash tools/gpu_check.sh) ||
+  say "rehearsal in $copy (a clean copy of the checkout, prebuilt/ included), with $PY, on the CPU"
+  (cd "$copy" && nice -n "$NICE" bash tools/gpu_check.sh --rehearsal --python "$PY" --out "$copy/out") ||
     say "the rehearsal's summary above says which phase failed (bench always does without a GPU)"
   say "rehearsal logs: $copy/out"
 fi

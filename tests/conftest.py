@@ -31,11 +31,20 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 # Fixtures the rooms share, defined beside their helpers (imported after the cache is set: they import
 # elmo_fast): the CUDA kernels' targets ("cuda", "emulated"), the ops run on a target's kernels, allocations
-# poisoned with NaN, the mini biLM of the gradchecks, the self-check's mode and the calibration off for a test.
+# poisoned with NaN, the mini biLM of the gradchecks, exported ONNX graphs, the self-check's mode and the
+# calibration off for a test.
 from bilm_cases import mini  # noqa: E402,F401
 from cuda_targets import cuda_target, emulated_target, ops_on, target  # noqa: E402,F401
 from grad_checks import poisoned_allocations  # noqa: E402,F401
 from kernel_settings import calibration_off, selfcheck_mode  # noqa: E402,F401
+from onnx_graphs import onnx_graphs  # noqa: E402,F401
+
+
+def pytest_configure(config):
+    # tests that take minutes on a 2-CPU machine (the 'original' preset through an export): they run by
+    # default; `-m "not slow"` leaves them out of a quick run
+    config.addinivalue_line("markers", "slow: minutes on a small machine; deselect with -m 'not slow'")
+
 
 #: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
 #: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).
@@ -48,7 +57,10 @@ FIXTURE_DIR = Path(
 @pytest.fixture(scope="session")
 def bilm_tf_tiny() -> Path:
     if not (FIXTURE_DIR / "lm_weights.hdf5").exists():
-        pytest.skip(f"bilm-tf fixture not found at {FIXTURE_DIR} (it lives in the workspace's shared/ folder)")
+        pytest.skip(
+            f"the bilm-tf golden fixture is not at {FIXTURE_DIR} (it is kept outside the repository: "
+            "set ELMO_FAST_FIXTURE_DIR to its folder; docs/layout.md, Tests)"
+        )
     return FIXTURE_DIR
 
 

@@ -8,15 +8,17 @@
 #   c) pip install --no-build-isolation -e .  the developers' path (README, .ci/run)
 #   d) python -m build --sdist, then pip install of the sdist: what `pip install elmo-fast` does
 #      with a source release from PyPI
-#   n) pip install . in a fresh venv WITHOUT torch: the build fetches the newest torch (on our
-#      machines a CUDA 13 build, several GB, with nvcc 13 on PATH but no CUDA headers next to it:
-#      the CUDA toolkit check must fall back to the CPU extension). Not run by default: slow.
+#   n) pip install . in a fresh venv WITHOUT torch: the build fetches the newest torch (from PyPI on
+#      Linux a CUDA build, several GB; where nvcc is on PATH without the CUDA headers next to it, the
+#      CUDA toolkit check must fall back to the CPU extension). Not run by default: slow.
 #
 #   bash tools/check_install.sh            # a b c d
 #   bash tools/check_install.sh a n        # some of them
 #
-# Every venv gets $TORCH_SPEC (default torch==2.13.0, the CPU wheel on our machines) first, as the
-# README says; the builds must then use that torch (no second torch in the build environment).
+# Every venv gets $TORCH_SPEC (default torch==2.13.0, the release the tests run on; set it to the torch
+# you use, e.g. torch==2.11.0, with PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cu130 for a CUDA
+# build) first, as the README says; the builds must then use that torch (no second torch in the build
+# environment).
 # The smoke test runs outside the source tree: `import elmo_fast; ops.require_extension()`, then
 # `elmo-fast random-model tiny` and `elmo-fast embed --backend fast` of two sentences.
 # Env: PYTHON (python3), TORCH_SPEC, CHECK_INSTALL_DIR (default: a new temp dir, removed at the end

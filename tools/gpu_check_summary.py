@@ -1,4 +1,4 @@
-"""The figures of a gpu_check.sh run, read back from its logs: the end of the device tool's reply.
+"""The figures of a gpu_check.sh run, read back from its logs: the summary at the end of its output.
 
     python tools/gpu_check_summary.py OUT_DIR
 
@@ -6,7 +6,8 @@ Prints what each log says in a line or a table: the GPU and versions (device.log
 was used (extension.log), the doctor's verdict and failing rows (doctor.log), pytest's counts and
 failures per test phase (kernels.log, model.log, more_tests.log), the sanitizers' error summaries
 (sanitizer.log), and the benchmark (bench.json, else bench.log's lines of an interrupted run) with
-issue 33's targets for the H100 beside it. A missing log is skipped; nothing here fails the run.
+elmo-fast's speed targets for an H100 beside it (BENCHMARKS.md, GPU). A missing log is skipped;
+nothing here fails the run.
 Standard library only.
 """
 
@@ -17,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-#: issue 33's targets on an H100, preset original: (what, config(s), batch, field, op, value)
+#: elmo-fast's speed targets on an H100, preset original: (what, config(s), batch, field, op, value)
 TARGETS = [
     ("batch 64 fp32 >= 150k tokens/s", ("model-fp32", "fast-fp32"), 64, "words_per_s", ">=", 150e3),
     ("batch 256 bf16 >= 1M tokens/s", ("model-bf16", "fast-bf16"), 256, "words_per_s", ">=", 1e6),
@@ -147,7 +148,7 @@ def bench(out: Path) -> list[str]:
             f"{r.get('peak_gb', float('nan')):8.2f} {r.get('speedup_vs_reference', float('nan')):6.1f} "
             f"{r.get('max_abs_diff_vs_reference', float('nan')):9.1e}"
         )
-    lines.append("  targets (issue 33, H100):")
+    lines.append("  targets (an H100, preset original; on another GPU, for scale only):")
     for what, configs, batch, field, op, value in TARGETS:
         got = next(
             (

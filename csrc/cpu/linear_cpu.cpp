@@ -42,10 +42,10 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& weight, const st
   const at::Tensor w = weight.contiguous();
   if (w.scalar_type() == at::kBFloat16) {
     const at::Tensor x16 = x.to(at::kBFloat16).contiguous();
-    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), N, x16.const_data_ptr<at::BFloat16>(), K, n, w);
+    cpu_gemm::packed_mm(kOp, out.mutable_data_ptr<float>(), N, x16.const_data_ptr<at::BFloat16>(), K, n, w);
   } else {
     const at::Tensor xc = x.contiguous();
-    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), N, xc.const_data_ptr<float>(), K, n, w);
+    cpu_gemm::packed_mm(kOp, out.mutable_data_ptr<float>(), N, xc.const_data_ptr<float>(), K, n, w);
   }
   if (bias.has_value()) {
     out.add_(*bias);

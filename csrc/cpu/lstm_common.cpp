@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "checks.h"
 #include "cpu/lstm_gemv.h"
 #include "cpu/packed_gemm.h"
 #include "packed_weight.h"
@@ -62,8 +63,11 @@ at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) 
 
 void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows) {
   if (is_packed_weight(w.w)) {  // float32 packed (bf16 packed weights take bilstm's own step)
-    TORCH_INTERNAL_ASSERT(w.w.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat && a.stride(1) == 1);
-    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), out.stride(0), a.const_data_ptr<float>(), a.stride(0),
+    static constexpr char kOp[] = "bilstm";
+    ELMO_CHECK(w.w.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat && a.stride(1) == 1,
+               "float32 packed weights need float32 states with unit-stride rows, got states of dtype ",
+               dtype_name(a.scalar_type()), " and weights of dtype ", dtype_name(w.w.scalar_type()));
+    cpu_gemm::packed_mm(kOp, out.mutable_data_ptr<float>(), out.stride(0), a.const_data_ptr<float>(), a.stride(0),
                         a.size(0), w.w);
     return;
   }
@@ -109,7 +113,7 @@ void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t ge
     }
     return;
   }
-  TORCH_INTERNAL_ASSERT(!bf16, "bilstm: bf16 weights take the oneDNN step");
+  TORCH_CHECK(!bf16, "bilstm: bfloat16 weights need float32 states, got states of dtype ", dtype_name(a.scalar_type()));
   at::mm_out(out, a, w.w_t);
 }
 

@@ -161,7 +161,7 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       if (pb.packed16) {
         ws.x16.copy_(ws.x);
         // float gates without the bias (the cell pass adds it)
-        cpu_gemm::packed_mm(ws.gates.mutable_data_ptr<float>(), 4 * C, ws.x16.const_data_ptr<at::BFloat16>(), P,
+        cpu_gemm::packed_mm("bilstm", ws.gates.mutable_data_ptr<float>(), 4 * C, ws.x16.const_data_ptr<at::BFloat16>(), P,
                             sc.total(), pb.w_ih[ld].w);
       } else if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
         ws.x16.copy_(ws.x);
@@ -218,11 +218,11 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
         if (pb.packed16) {
           // BRGeMM on the packed weights: bf16 in (h16, hc16), float out.
           at::Tensor rec = ws.rec.narrow(0, 0, n);
-          cpu_gemm::packed_mm(rec.mutable_data_ptr<float>(), 4 * C, ws.h16.const_data_ptr<at::BFloat16>(), P, n,
+          cpu_gemm::packed_mm("bilstm", rec.mutable_data_ptr<float>(), 4 * C, ws.h16.const_data_ptr<at::BFloat16>(), P, n,
                               pb.w_hh[ld].w);
           uint16_t* hc16 = bf16_bits(ws.in16);  // [n, C]
           cell(CellPacked{}, rec.const_data_ptr<float>(), hc16);
-          cpu_gemm::packed_mm(h, P, reinterpret_cast<const at::BFloat16*>(hc16), C, n, pb.w_proj[ld].w);
+          cpu_gemm::packed_mm("bilstm", h, P, reinterpret_cast<const at::BFloat16*>(hc16), C, n, pb.w_proj[ld].w);
           lstm::ProjParams<float> pp;
           pp.h16 = bf16_bits(ws.h16);
           proj(pp, static_cast<const float*>(h));  // in place
@@ -330,6 +330,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
   // bf16 packed weights take the step of their own (h and hc rounded to bf16 by the passes); float32
   // packed ones the float step, through linear_nt.
   const bool packed = packed_weights > 0 && wdtype == at::kBFloat16;
+  ELMO_CHECK(!packed || cpu_gemm::packed_gemm_available(at::kBFloat16),
+             "bfloat16 weights packed for oneDNN's BRGeMM micro-kernel cannot run now (torch.backends.mkldnn is "
+             "disabled, or this CPU lacks AVX-512 with BF16 or AMX): pass weights that are not packed");
   const LstmTuning tuning = lstm_tuning(kOp, tuning_opt, wdtype == at::kBFloat16, 4 * C * P * int64_t{sizeof(float)});
   const at::Tensor lengths_c = bilstm_host_lengths(dims, lengths);
   const at::Tensor index_c = token_index.contiguous();

@@ -1,11 +1,13 @@
 // GEMMs against packed weights (see packed_gemm.h) and the op `pack_weight`.
 #include "cpu/packed_gemm.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <exception>
 #include <type_traits>
 
 #include "checks.h"
@@ -26,7 +28,34 @@ int64_t column_block(int64_t N) {
   return N % 64 == 0 ? 64 : N % 32 == 0 ? 32 : 16;
 }
 
+// Whether ATen's BRGeMM runs bf16 VNNI blocks on this CPU: ATen decides once per process from oneDNN's
+// ISA (and refuses, raising, where the micro-kernel is missing), so one call on a tiny block tells.
+bool bf16_brgemm_runs() {
+  try {
+    const c10::BFloat16 a[2] = {c10::BFloat16(1.0f), c10::BFloat16(2.0f)};
+    c10::BFloat16 b[32];
+    std::fill(b, b + 32, c10::BFloat16(1.0f));
+    float c[16];
+    at::native::cpublas::brgemm(1, 16, 2, 2, 16, 16, /*add_C=*/false, a, b, c, /*is_vnni=*/true);
+    at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+    return c[0] == 3.0f && c[15] == 3.0f;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
+
+bool packed_gemm_available(at::ScalarType dtype) {
+  if (dtype == at::kFloat) {
+    return true;
+  }
+  if (dtype != at::kBFloat16 || !at::globalContext().userEnabledMkldnn()) {
+    return false;  // with oneDNN disabled, ATen's BRGeMM refuses bf16 VNNI blocks
+  }
+  static const bool runs = bf16_brgemm_runs();  // asked with oneDNN enabled: ATen's answer is fixed then
+  return runs;
+}
 
 at::Tensor pack_weight(const at::Tensor& w) {
   static constexpr char kOp[] = "pack_weight";
@@ -38,6 +67,9 @@ at::Tensor pack_weight(const at::Tensor& w) {
   const int64_t N = w.size(0), K = w.size(1), g = dtype == at::kBFloat16 ? 2 : 1;
   ELMO_CHECK(N > 0 && N % 16 == 0 && K > 0 && K % g == 0, "weight [N, K] must have N a multiple of 16",
              g == 2 ? " and K even" : "", " to be packed, got ", w.sizes());
+  ELMO_CHECK(g == 1 || packed_gemm_available(dtype),
+             "this CPU cannot run packed bfloat16 weights (oneDNN's BRGeMM micro-kernel needs AVX-512 with "
+             "BF16 or AMX, and torch.backends.mkldnn enabled): keep the weight as it is");
   const int64_t nb = column_block(N);
   // packed[j, k / g, c, k % g] = w[j nb + c, k]
   return w.contiguous().view({N / nb, nb, K / g, g}).permute({0, 2, 1, 3}).contiguous();
@@ -46,10 +78,16 @@ at::Tensor pack_weight(const at::Tensor& w) {
 namespace {
 
 template <typename scalar_t>
-void packed_mm_impl(float* out, int64_t ldo, const scalar_t* a, int64_t lda, int64_t n, const at::Tensor& packed) {
+void packed_mm_impl(const char* kOp, float* out, int64_t ldo, const scalar_t* a, int64_t lda, int64_t n,
+                    const at::Tensor& packed) {
   constexpr bool kVnni = std::is_same_v<scalar_t, c10::BFloat16>;
-  TORCH_INTERNAL_ASSERT(is_packed_weight(packed) && packed.scalar_type() == c10::CppTypeToScalarType<scalar_t>::value,
-                        "packed_mm: the weight is not packed in the activations' dtype");
+  constexpr at::ScalarType kDtype = c10::CppTypeToScalarType<scalar_t>::value;
+  ELMO_CHECK(is_packed_weight(packed) && packed.scalar_type() == kDtype, "a packed weight (pack_weight) of dtype ",
+             dtype_name(kDtype), " is needed here, got a tensor of dtype ", dtype_name(packed.scalar_type()),
+             " and shape ", packed.sizes());
+  ELMO_CHECK(!kVnni || packed_gemm_available(kDtype),
+             "bfloat16 weights packed for oneDNN's BRGeMM micro-kernel cannot run now (torch.backends.mkldnn "
+             "is disabled, or this CPU lacks AVX-512 with BF16 or AMX): use weights that are not packed");
   const int64_t blocks = packed.size(0), K = packed.size(1) * packed.size(3), nb = packed.size(2);
   const scalar_t* w = packed.const_data_ptr<scalar_t>();
   if (n <= 0) {
@@ -70,12 +108,19 @@ void packed_mm_impl(float* out, int64_t ldo, const scalar_t* a, int64_t lda, int
 
 }  // namespace
 
-void packed_mm(float* out, int64_t ldo, const c10::BFloat16* a, int64_t lda, int64_t n, const at::Tensor& packed) {
-  packed_mm_impl(out, ldo, a, lda, n, packed);
+void packed_mm(const char* kOp, float* out, int64_t ldo, const c10::BFloat16* a, int64_t lda, int64_t n,
+               const at::Tensor& packed) {
+  packed_mm_impl(kOp, out, ldo, a, lda, n, packed);
 }
 
-void packed_mm(float* out, int64_t ldo, const float* a, int64_t lda, int64_t n, const at::Tensor& packed) {
-  packed_mm_impl(out, ldo, a, lda, n, packed);
+void packed_mm(const char* kOp, float* out, int64_t ldo, const float* a, int64_t lda, int64_t n,
+               const at::Tensor& packed) {
+  packed_mm_impl(kOp, out, ldo, a, lda, n, packed);
+}
+
+// dtype -> whether packed weights of it run here (packed_gemm_available), for the calibration.
+bool packed_gemm_available_op(at::ScalarType dtype) {
+  return packed_gemm_available(dtype);
 }
 
 }  // namespace cpu_gemm
@@ -83,4 +128,9 @@ void packed_mm(float* out, int64_t ldo, const float* a, int64_t lda, int64_t n, 
 
 TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
   m.impl("pack_weight", &elmo_fast::cpu_gemm::pack_weight);
+}
+
+// No tensor argument to dispatch on: one kernel for every key.
+TORCH_LIBRARY_IMPL(elmo_fast, CompositeExplicitAutograd, m) {
+  m.impl("packed_gemm_available", &elmo_fast::cpu_gemm::packed_gemm_available_op);
 }

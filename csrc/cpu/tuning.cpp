@@ -1,11 +1,13 @@
 // The CPU kernels' choices as plain arguments, their defaults and their environment overrides (see
-// tuning.h). The measurement that makes them on the user's machine is elmo_fast/bilm/calibration.py.
+// tuning.h). The measurement that makes them on the user's machine is elmo_fast/tuning/calibration.py.
 #include "cpu/tuning.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "checks.h"
@@ -37,6 +39,36 @@ LstmTuning default_lstm_tuning(bool bf16_weights, int64_t recurrent_weight_bytes
   return t;
 }
 
+// The environment's overrides (for benchmarks and tests), read at every call; a value that is not one
+// of the accepted ones is an error naming the variable (Python checks them first: elmo_fast/tuning).
+// ELMO_FAST_BILSTM_GEMV_ROWS=N (digits only): GEMMs of at most N rows take gemv_nt, in either schedule.
+std::optional<int64_t> gemv_rows_override(const char* kOp) {
+  const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS");
+  if (env == nullptr || *env == '\0') {
+    return std::nullopt;
+  }
+  const std::string text(env);
+  const bool digits = text.size() <= 10 && std::all_of(text.begin(), text.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
+  const int64_t rows = digits ? std::stoll(text) : -1;
+  ELMO_CHECK(digits && rows <= int64_t{2147483647}, "ELMO_FAST_BILSTM_GEMV_ROWS='", text,
+             "' is not a row count: expected an integer from 0 to 2147483647 (or unset)");
+  return rows;
+}
+
+// ELMO_FAST_BILSTM_THREADS=sequential (the directions in turn) | directions (on a thread each).
+std::optional<int64_t> threads_override(const char* kOp) {
+  const char* env = std::getenv("ELMO_FAST_BILSTM_THREADS");
+  if (env == nullptr || *env == '\0') {
+    return std::nullopt;
+  }
+  const std::string mode(env);
+  ELMO_CHECK(mode == "sequential" || mode == "directions", "ELMO_FAST_BILSTM_THREADS='", mode,
+             "' is not a schedule: expected sequential or directions (or unset)");
+  return mode == "sequential" ? 0 : 1;
+}
+
 }  // namespace
 
 int64_t default_gemv_rows(int64_t weight_bytes) {
@@ -60,16 +92,11 @@ LstmTuning lstm_tuning(const char* kOp, std::optional<at::IntArrayRef> tuning, b
       }
     }
   }
-  if (const char* env = std::getenv("ELMO_FAST_BILSTM_GEMV_ROWS")) {
-    t.gemv_rows_in_turn = t.gemv_rows_concurrent = std::max<int64_t>(0, std::atoll(env));
+  if (const std::optional<int64_t> rows = gemv_rows_override(kOp)) {
+    t.gemv_rows_in_turn = t.gemv_rows_concurrent = *rows;
   }
-  if (const char* env = std::getenv("ELMO_FAST_BILSTM_THREADS")) {
-    const std::string mode(env);
-    if (mode == "sequential") {
-      t.concurrent_min_rows = 0;
-    } else if (mode == "directions") {
-      t.concurrent_min_rows = 1;
-    }
+  if (const std::optional<int64_t> concurrent_min = threads_override(kOp)) {
+    t.concurrent_min_rows = *concurrent_min;
   }
   return t;
 }

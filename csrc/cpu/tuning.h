@@ -1,9 +1,11 @@
 // The choices the CPU kernels make between equivalent ways of computing the same values (a GEMV of
 // their own or BLAS for a GEMM of few rows; the two LSTM directions concurrently or in turn), taken
-// as plain arguments. Python measures them on the user's machine (elmo_fast/bilm/calibration.py) and
-// passes them to the ops; without them (tuning=None) the kernels take the defaults below, the
+// as plain arguments. Python measures them on the user's machine (elmo_fast/tuning/calibration.py) and
+// passes them to the ops; without them (tuning=None) the kernels take the defaults in tuning.cpp, the
 // constants measured once on a 2-core AMD Zen 4. Environment variables force a choice over both
-// (for benchmarks and tests): ELMO_FAST_BILSTM_GEMV_ROWS=N, ELMO_FAST_BILSTM_THREADS=sequential|directions.
+// (for benchmarks and tests): ELMO_FAST_BILSTM_GEMV_ROWS=N, ELMO_FAST_BILSTM_THREADS=sequential|directions;
+// any other value is an error naming the variable. Where one is set, the calibration measures and
+// stores nothing in that process (its timings would all run the forced schedule).
 //
 // The ops' `int[]? tuning` (bilstm, lstm_layer_forward, lstm_layer_backward):
 //   [gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows]

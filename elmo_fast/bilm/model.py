@@ -6,7 +6,8 @@ the parts that let the fast path do less work, each in its own module:
 * :mod:`~elmo_fast.bilm.precision`         fp32 / tf32 / bf16 / fp16, and their bounds
 * :mod:`~elmo_fast.bilm.distinct_rows`     each distinct token of a batch once
 * :mod:`~elmo_fast.bilm.token_cache`       their context-free results, kept across batches
-* :mod:`~elmo_fast.bilm.derived_weights`   low-precision and stacked copies of the weights, remade when they change
+* :mod:`~elmo_fast.bilm.derived_weights`   low-precision, packed and stacked copies of the weights, remade when they change
+* :mod:`~elmo_fast.bilm.cpu_choices`       the CPU kernels' choices, asked for at each use (measured by :mod:`elmo_fast.tuning`)
 * :mod:`~elmo_fast.bilm.cuda_graphs`       captured forwards, per bucket
 * :mod:`~elmo_fast.bilm.vocab_cache`       allennlp's vocab_to_cache: word ids read against cached vectors
 * :mod:`~elmo_fast.bilm.legacy_keys`       state dicts of allennlp and elmo-fast 0.1
@@ -28,10 +29,9 @@ from ..formats.manylangs_dir import ManyLangsConfig, ManyLangsWeights
 from ..model_source import resolve_model
 from . import ops, reference
 from .backends import BACKENDS, fast_gradients, resolve_backend  # noqa: F401  (BACKENDS: public here too)
-from .calibration import DEFAULT as DEFAULT_TUNING
-from .calibration import CpuTuning
 from .char_ids import AllenNlpCharIds
-from .cpu_tuning import cpu_tuning, tuning_environment
+from .cpu_choices import DEFAULT as DEFAULT_TUNING
+from .cpu_choices import CpuTuning, cpu_tuning_for
 from .cuda_graphs import CudaGraphCache
 from .derived_weights import DerivedWeights, weights_key
 from .distinct_rows import distinct_rows
@@ -201,6 +201,20 @@ class ElmoBiLm(nn.Module):
                 vocab_ids = torch.tensor([self.front_end.token_ids(w) for w in vocab_to_cache], dtype=torch.long)
                 vocab_ids[0] = 0
         self.register_buffer("_vocab_char_ids", vocab_ids, persistent=False)
+
+    def __getstate__(self) -> dict:
+        # pickle, torch.save of the module, copy.deepcopy: what this machine derived for its own kernels
+        # (low-precision and packed weights, CUDA graphs) stays here; the copy remakes it where it runs, and
+        # asks that machine for its kernels' choices (nothing of them is held here).
+        state = self.__dict__.copy()
+        state["_derived"] = DerivedWeights()
+        state["_graphs"] = CudaGraphCache(self.cuda_graphs)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        state.pop("_tunings", None)  # the kernels' choices an older version kept in the module: never reused
+        super().__setstate__(state)
 
     def _apply(self, fn, *args, **kwargs):
         # .to(), .cuda(), .cpu(), .float(), ...: copies derived from the weights go at once (they would
@@ -515,10 +529,10 @@ class ElmoBiLm(nn.Module):
         return weights_key(self, self.precision.name, self.cpu_tuning().packed)
 
     def cpu_tuning(self, precision: str | None = None) -> CpuTuning:
-        """The CPU kernels' choices for this model in ``precision`` (default: its own) at torch's
-        current thread count, measured on this machine at first use and cached
-        (:mod:`~elmo_fast.bilm.cpu_tuning`); the kernels' defaults off the CPU or the fast backend, and
-        inside torch.compile (which cannot trace a measurement)."""
+        """The CPU kernels' choices for this model in ``precision`` (default: its own) at torch's current
+        thread count, as this machine measured them (:mod:`elmo_fast.tuning`: at first use, then read from
+        its store; nothing is kept in the model); the kernels' defaults off the CPU or the fast backend,
+        and inside torch.compile (which cannot trace a measurement)."""
         if (
             self.device.type != "cpu"
             or self.backend != "fast"
@@ -529,17 +543,11 @@ class ElmoBiLm(nn.Module):
         precision = precision or self.precision.name
         if precision == "tf32":  # a CPU has no TF32: fp32's kernels, hence fp32's choice (bit for bit the same)
             precision = "fp32"
-        # asked several times a forward: remembered per (precision, threads, environment)
-        slot = (precision, torch.get_num_threads(), tuning_environment())
-        memo = self.__dict__.setdefault("_tunings", {})
-        tuning = memo.get(slot)
-        if tuning is None:
-            emb = self.token_embedder
-            highway = None
-            if isinstance(emb, CharTokenEmbedder):
-                highway = (emb.highways.weights(), emb.highways.biases(), emb.projection.weight, emb.projection.bias)
-            tuning = memo[slot] = cpu_tuning(self.encoder.flat_weights(), highway, precision)
-        return tuning
+        emb = self.token_embedder
+        highway = None
+        if isinstance(emb, CharTokenEmbedder):
+            highway = (emb.highways.weights(), emb.highways.biases(), emb.projection.weight, emb.projection.bias)
+        return cpu_tuning_for(self.encoder.flat_weights(), highway, precision)
 
     def _token_results(self, distinct: Tensor) -> tuple[Tensor, Tensor]:
         """Token vectors [U, P] and layer-0 gates [U, 2, 4C] on the model's device of the distinct

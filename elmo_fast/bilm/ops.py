@@ -114,7 +114,7 @@ def highway(
     highway_weights: L tensors [2F, F] ([W_transform; -W_carry]); highway_biases: L tensors [2F].
     proj_weight:     [P, F]; proj_bias: [P]. All of x's dtype and device.
     gemv_max_rows:   CPU, float32: GEMMs of at most this many rows take the op's own GEMV (None: a
-                     default from the weights' size; :mod:`elmo_fast.bilm.calibration` measures it).
+                     default from the weights' size; :mod:`elmo_fast.tuning.calibration` measures it).
     returns          [N, P]: GEMMs through ATen's BLAS, each layer's gating one fused pass.
 
     Differentiable: with gradients needed, the steps run one by one under autograd (the same
@@ -171,6 +171,15 @@ def pack_weight(weight: Tensor) -> Tensor:
     weight, on the CPU; made once per model."""
     require_extension()
     return torch.ops.elmo_fast.pack_weight.default(weight)
+
+
+def packed_gemm_available(dtype: torch.dtype) -> bool:
+    """Whether this CPU runs GEMMs of weights packed (:func:`pack_weight`) in ``dtype`` now: float32 always;
+    bfloat16 where oneDNN's BRGeMM micro-kernel runs (AVX-512 with BF16 or AMX, as oneDNN sees the CPU:
+    ``ONEDNN_MAX_CPU_ISA`` caps it) and ``torch.backends.mkldnn`` is enabled; no other dtype. Elsewhere
+    :func:`pack_weight` refuses bfloat16 weights, and the calibration never offers them packed."""
+    require_extension()
+    return bool(torch.ops.elmo_fast.packed_gemm_available.default(dtype))
 
 
 def layer0_gates_packed(tokens: Tensor, packed: list[Tensor], biases: list[Tensor]) -> Tensor:
@@ -257,7 +266,7 @@ def bilstm(
     cell_clip, proj_clip: clip values, None or 0 for none.
     h0, c0:      [L, B, 2P], [L, B, 2C] initial states ([forward | backward]), or None (zeros).
     tuning:      CPU: ``[gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows]``, how the kernel
-                 runs its GEMMs and threads (csrc/cpu/tuning.h; :mod:`elmo_fast.bilm.calibration`
+                 runs its GEMMs and threads (csrc/cpu/tuning.h; :mod:`elmo_fast.tuning.calibration`
                  measures it), None for the defaults. The same values either way, to float rounding.
     returns      outputs [L, B, T, 2P] (exactly 0 at t >= lengths[b]), h [L, B, 2P], c [L, B, 2C]
                  (each row's state after its last step; a row of length 0 keeps its initial state).

@@ -143,18 +143,39 @@ def lstm_layer_ref(
     xg_steps = xg.unbind(1)
     y: list[Tensor] = [xg.new_zeros(0)] * T
     for t in range(T - 1, -1, -1) if reverse else range(T):
-        i, f, g, o = (xg_steps[t] + F.linear(h, w_hh)).chunk(4, dim=1)
-        c_new = torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c
-        if cell_clip:
-            c_new = c_new.clamp(-cell_clip, cell_clip)
-        h_new = F.linear(torch.sigmoid(o) * torch.tanh(c_new), w_proj)
-        if proj_clip:
-            h_new = h_new.clamp(-proj_clip, proj_clip)
-        active = (t < lengths).unsqueeze(1)  # [B, 1]
-        c = torch.where(active, c_new, c)
-        h = torch.where(active, h_new, h)
-        y[t] = torch.where(active, h_new, torch.zeros_like(h_new))
+        h, c, y[t] = lstm_step_ref(xg_steps[t], (t < lengths).unsqueeze(1), h, c, w_hh, w_proj, cell_clip, proj_clip)
     return (torch.stack(y, dim=1) if T else xg.new_zeros(B, 0, w_proj.shape[0])), h, c
+
+
+def lstm_step_ref(
+    xg_t: Tensor,
+    active: Tensor,
+    h: Tensor,
+    c: Tensor,
+    w_hh: Tensor,
+    w_proj: Tensor,
+    cell_clip: float | None,
+    proj_clip: float | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One time step of :func:`lstm_layer_ref` (also the body of the ONNX graph's loop over time).
+
+    xg_t:   [B, 4C] the input's share of the gates at this step, gates i, f, g, o.
+    active: [B, 1] bool, whether the step is inside each row (padding leaves the state as it was).
+    h, c:   [B, P], [B, C] the states before the step; w_hh [4C, P]; w_proj [P, C].
+    returns h [B, P], c [B, C] after the step, and its output y [B, P] (zero where not active).
+    """
+    i, f, g, o = (xg_t + F.linear(h, w_hh)).chunk(4, dim=1)
+    c_new = torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c
+    if cell_clip:
+        c_new = c_new.clamp(-cell_clip, cell_clip)
+    h_new = F.linear(torch.sigmoid(o) * torch.tanh(c_new), w_proj)
+    if proj_clip:
+        h_new = h_new.clamp(-proj_clip, proj_clip)
+    return (
+        torch.where(active, h_new, h),
+        torch.where(active, c_new, c),
+        torch.where(active, h_new, torch.zeros_like(h_new)),
+    )
 
 
 def lstm_layer_pair_ref(
@@ -245,10 +266,10 @@ def bilstm_ref(
     def gates(layer: int, d: int, x: Tensor | None, w_ih: Tensor, bias: Tensor) -> tuple[Tensor, Tensor | None]:
         return (xg0[index, d] if layer == 0 else F.linear(x, w_ih, bias)), x
 
-    return _stacked_ref([None, None], gates, lengths, weights, cell_clip, proj_clip, h0, c0)
+    return stacked_bilstm_ref([None, None], gates, lengths, weights, cell_clip, proj_clip, h0, c0)
 
 
-def _stacked_ref(
+def stacked_bilstm_ref(
     first_inputs: list,
     gates,
     lengths: Tensor,
@@ -257,6 +278,7 @@ def _stacked_ref(
     proj_clip: float | None,
     h0: Tensor,
     c0: Tensor,
+    layer=None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The stack of :func:`bilstm_ref` and :func:`bilstm_train_ref`: the forward and backward stacks kept
     apart (each layer reads only its own direction's outputs), skip connections from layer 1.
@@ -266,28 +288,31 @@ def _stacked_ref(
              layer's input ``x`` (layer 0: ``first_inputs[d]``, later the previous layer's output in
              direction d) and what the skip connection adds (layers >= 1).
     h0, c0:  [L, B, 2P], [L, B, 2C].
+    layer:   what runs one direction of one layer, :func:`lstm_layer_ref` (None) or a function of its
+             signature (the ONNX export's loop over time, :mod:`elmo_fast.export.stateless_bilm`).
     returns  outputs [L, B, T, 2P] (zero at padding), h [L, B, 2P], c [L, B, 2C].
     """
     P, C = weights[3].shape
+    run_layer = lstm_layer_ref if layer is None else layer
     inputs = list(first_inputs)
     outputs, hs, cs = [], [], []
-    for layer in range(len(weights) // 8):
+    for index in range(len(weights) // 8):
         ys, h_layer, c_layer = [], [], []
         for d in range(2):
-            w_ih, w_hh, bias, w_proj = weights[4 * (2 * layer + d) : 4 * (2 * layer + d) + 4]
-            xg, x_skip = gates(layer, d, inputs[d], w_ih, bias)
-            y, h, c = lstm_layer_ref(
+            w_ih, w_hh, bias, w_proj = weights[4 * (2 * index + d) : 4 * (2 * index + d) + 4]
+            xg, x_skip = gates(index, d, inputs[d], w_ih, bias)
+            y, h, c = run_layer(
                 xg,
                 lengths,
                 w_hh,
                 w_proj,
-                h0[layer, :, d * P : (d + 1) * P],
-                c0[layer, :, d * C : (d + 1) * C],
+                h0[index, :, d * P : (d + 1) * P],
+                c0[index, :, d * C : (d + 1) * C],
                 cell_clip,
                 proj_clip,
                 reverse=(d == 1),
             )
-            ys.append(y + x_skip if layer > 0 else y)
+            ys.append(y + x_skip if index > 0 else y)
             h_layer.append(h)
             c_layer.append(c)
         inputs = ys
@@ -337,7 +362,7 @@ def bilstm_train_ref(
             x = F.dropout(x, dropout)
         return F.linear(x, w_ih, bias), x  # the skip connection adds the dropped input, as bilm-tf
 
-    return _stacked_ref(inputs, gates, lengths, weights, cell_clip, proj_clip, h0, c0)
+    return stacked_bilstm_ref(inputs, gates, lengths, weights, cell_clip, proj_clip, h0, c0)
 
 
 def flat_lstm_weights(lstm: list) -> list[Tensor]:

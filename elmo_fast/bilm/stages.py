@@ -177,7 +177,7 @@ class CharTokenEmbedder(Stage):
     ) -> Tensor:
         """The highways and the projection of char CNN outputs [N, F] -> [N, P], as one op
         (``ids`` unused: the signature of every token embedder's second half; ``gemv_max_rows``: the
-        op's, measured by :mod:`~elmo_fast.bilm.calibration`)."""
+        op's, measured by :mod:`~elmo_fast.tuning.calibration`)."""
         if lowp is not None:
             return ops.highway(
                 cnn.to(lowp["proj_weight"].dtype),

@@ -4,7 +4,9 @@
 * :mod:`~elmo_fast.cli.train`   ``vocab``, ``train``, ``finetune``, ``perplexity``
 * :mod:`~elmo_fast.cli.models`  ``random-model``, ``models``
 * :mod:`~elmo_fast.cli.doctor`  ``doctor`` (and ``--version``'s line)
+* :mod:`~elmo_fast.cli.calibration`  ``calibration show|clear|refresh`` (the CPU kernels' stored choices)
 * :mod:`~elmo_fast.cli.convert` ``convert``
+* :mod:`~elmo_fast.cli.export`  ``export onnx`` (the ``[onnx]`` extra)
 * :mod:`~elmo_fast.cli.serve`   ``serve`` (the ``[serve]`` extra)
 
 Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
@@ -28,20 +30,22 @@ USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import convert, doctor, embed, models, serve, train
+    from . import calibration, convert, doctor, embed, export, models, serve, train
 
     parser = argparse.ArgumentParser(prog="elmo-fast", description="Fast ELMo embeddings from bilm-tf model files.")
     parser.add_argument(
         "--version",
         action=doctor.VersionAction,
-        help="print elmo-fast's version, torch's and the extension's backends, and exit",
+        help="print elmo-fast's version, torch's, the extension's backends and the bundled model's licence terms, and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     embed.add_parser(sub)
     train.add_parsers(sub)
     models.add_parsers(sub)
     convert.add_parser(sub)
+    export.add_parser(sub)
     doctor.add_parsers(sub)
+    calibration.add_parsers(sub)
     serve.add_parser(sub)
     return parser
 

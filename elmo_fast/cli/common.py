@@ -1,5 +1,5 @@
 """What every command shares: termination signals as exceptions, flags for parameter names, the
---precision flag, timing."""
+--precision flag, the --backend and --onnx flags, timing."""
 
 from __future__ import annotations
 
@@ -167,6 +167,54 @@ def add_precision_flag(
             instead="--precision",
             help="deprecated: the same as --precision",
         )
+
+
+def add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    """``--backend {auto,fast,reference,onnx}`` and ``--onnx FILE`` (dests ``backend``, ``onnx``), one
+    meaning for every command that embeds (embed, serve); :func:`onnx_file` checks the pair."""
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "fast", "reference", "onnx"],
+        help="fast (fused C++/CUDA ops), reference (plain PyTorch), onnx (a graph written by `elmo-fast "
+        "export onnx`, in ONNX Runtime on the CPU: give it as --onnx FILE), or auto: fast when built "
+        "(default; onnx with --onnx)",
+    )
+    parser.add_argument(
+        "--onnx",
+        metavar="FILE",
+        help="run this ONNX graph (from `elmo-fast export onnx`, which holds the model) in ONNX Runtime "
+        "instead of the biLM; needs the [onnx] extra",
+    )
+
+
+def onnx_file(args: argparse.Namespace) -> str | None:
+    """The graph --onnx / --backend onnx name, checked against the other flags before anything loads;
+    None: the biLM's own backends."""
+    from ..errors import ElmoFastError
+
+    if args.onnx is None and args.backend != "onnx":
+        return None
+    if args.onnx is None:
+        raise ElmoFastError("--backend onnx needs --onnx FILE (a graph written by `elmo-fast export onnx`)")
+    if args.backend not in ("auto", "onnx"):
+        raise ElmoFastError(
+            f"--onnx {args.onnx} runs a graph in ONNX Runtime: give it with --backend onnx, not --backend {args.backend}"
+        )
+    given = [
+        flag
+        for flag, value in (
+            ("--model", args.model),
+            ("--model-dir", args.model_dir),
+            ("--options", args.options),
+            ("--weights", args.weights),
+            ("--model-format", args.model_format),
+        )
+        if value
+    ]
+    if given:
+        raise ElmoFastError(f"--onnx {args.onnx} holds the model: give it without {', '.join(given)}")
+    return args.onnx
 
 
 def process_start() -> float:

@@ -1,8 +1,13 @@
 """``elmo-fast doctor``: is this install right? The build (version, torch, the extension's backends,
 CUDA release and archs), then every compiled op against its reference twin on every device, the
 CPU included, and the whole model fast vs reference (:mod:`elmo_fast.verification.selfcheck`): a table of
-max errors against their bounds and a one-line verdict; exit 1 when a check fails. ``--json``: the
-same as one JSON object. Also ``elmo-fast --version``'s line.
+max errors against their bounds and a one-line verdict; exit 1 when a check fails. Between the two, the CPU
+kernels' choices this machine measured and stored (:mod:`elmo_fast.tuning`): each one's key, choice and
+margin over the defaults, and the candidates the reference gate left out. After the table, the first-use
+self-check's mode, what it would do with a failure, and the ops this process runs on their references
+(:func:`elmo_fast.verification.first_use.fallbacks`). ``--json``: the
+same as one JSON object. Also ``elmo-fast --version``'s lines. Both name the bundled model and its
+licence terms (:func:`elmo_fast.pretrained.bundled.license_line`): they are not the code's.
 """
 
 from __future__ import annotations
@@ -21,23 +26,31 @@ def version_line() -> str:
     return build_report().one_line()
 
 
+def version_lines() -> list[str]:
+    """``--version``: the build's line, then the bundled model's licence terms."""
+    from ..pretrained.bundled import license_line
+
+    return [version_line(), license_line()]
+
+
 class VersionAction(argparse.Action):
-    """``--version``: the line above (computed only when asked: it imports torch and the extension)."""
+    """``--version``: the lines above (computed only when asked: it imports torch and the extension)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(version_line())
+        print("\n".join(version_lines()))
         parser.exit()
 
 
 def _build_lines(report, devices) -> list[str]:
     import torch
 
+    from ..pretrained.bundled import license_line
     from ..verification.build_report import arch_mismatch
 
-    lines = [report.one_line()]
+    lines = [report.one_line(), license_line()]
     if report.extension_error:
         lines.append(f"  extension: {report.extension_error}")
     if report.cuda_missing and report.gpus:
@@ -57,7 +70,7 @@ def _fmt(x: float | None) -> str:
 
 
 def _table(results) -> list[str]:
-    header = ("op", "twin", "device", "dtype", "check", "schedule", "max error", "bound", "used", "status")
+    header = ("op", "reference", "device", "dtype", "check", "schedule", "max error", "bound", "used", "status")
     rows = []
     for r in results:
         used = "-" if r.ratio is None else ("inf" if r.ratio == float("inf") else f"{r.ratio:.0%}")
@@ -68,6 +81,28 @@ def _table(results) -> list[str]:
     return [
         "  ".join(str(c).ljust(w) for c, w in zip(row[:-1], widths)) + "  " + str(row[-1]) for row in [header, *rows]
     ]
+
+
+def _calibration_records() -> list[dict]:
+    """This machine's stored CPU calibrations, as their files hold them (``elmo-fast calibration show --json``)."""
+    from ..tuning import store
+    from .calibration import this_machine
+
+    return [{"file": str(p), **r.data} for p, r in store.records() if this_machine(r)]
+
+
+def _calibration_lines() -> list[str]:
+    """The CPU kernels' stored choices on this machine: key, choice, margin, what the gate left out."""
+    from ..tuning import store
+    from .calibration import record_lines, this_machine
+
+    mine = [r for _, r in store.records() if this_machine(r)]
+    if not mine:
+        return [f"CPU calibration: none stored in {store.store_dir()} (measured at a model's first use)"]
+    lines = [f"CPU calibration ({len(mine)} stored in {store.store_dir()}; `elmo-fast calibration` manages them):"]
+    for record in mine:
+        lines += ["  " + line for line in record_lines(record)]
+    return lines
 
 
 def _verdict(results, devices, seconds: float) -> str:
@@ -99,18 +134,20 @@ def _selfcheck_lines(results) -> list[str]:
     lines = [f"first-use self-check: {first_use.ENV_VAR}={mode}{default}"]
     failed = sorted({(r.op, r.device, r.schedule) for r in results if r.status == "FAIL" and r.check != "model"})
     if failed and mode != "off":
-        then = "raise SelfCheckError" if mode.endswith("strict") else "fall back to their reference twins"
+        then = "raise SelfCheckError" if mode.endswith("strict") else "run their plain-PyTorch reference instead"
         names = ", ".join(f"{op} on {d}" + ("" if s == "default" else f" ({s})") for op, d, s in failed)
         lines.append(f"  where it checks them, these {then}: {names}")
     now = first_use.fallback_summary()
     if now:
-        lines.append(f"  this process runs reference twins (failed their first-use check): {now}")
+        lines.append(f"  this process runs the plain-PyTorch reference (failed the first-use check) for: {now}")
     return lines
 
 
 def _doctor(args: argparse.Namespace) -> int:
     import torch
 
+    from ..errors import ModelFileError
+    from ..pretrained.bundled import model_info
     from ..verification import first_use, selfcheck
     from ..verification.build_report import build_report
 
@@ -122,14 +159,20 @@ def _doctor(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     failed = any(r.failed for r in results)
     verdict = _verdict(results, devices, seconds)
+    try:
+        bundled = model_info().to_dict()
+    except ModelFileError as e:
+        bundled = {"error": str(e)}
     if args.json:
         json.dump(
             {
                 "build": report.to_dict(),
+                "bundled_model": bundled,
                 "devices": [str(d) for d in devices],
                 "seed": seed,
                 "torch_threads": torch.get_num_threads(),
                 "results": [r.to_dict() for r in results],
+                "calibration": _calibration_records(),
                 "selfcheck": {"mode": first_use.mode(), "fallbacks": first_use.fallbacks()},
                 "ok": not failed,
                 "verdict": verdict,
@@ -141,6 +184,8 @@ def _doctor(args: argparse.Namespace) -> int:
         print()
     else:
         print("\n".join(_build_lines(report, devices)))
+        print()
+        print("\n".join(_calibration_lines()))
         print()
         print("\n".join(_table(results)))
         print()
@@ -170,7 +215,7 @@ def _device(text: str):
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "doctor",
-        help="check this install: every compiled op against its reference twin, on "
+        help="check this install: every compiled op against its plain-PyTorch reference, on "
         "every device, and the whole model (exit 1 when one is out of bounds)",
     )
     p.add_argument(

@@ -13,10 +13,16 @@ import os
 import sys
 
 from ..errors import ElmoFastError, InputError
-from .common import add_max_line_length_flag, add_precision_flag, param_flags
+from .common import add_backend_flags, add_max_line_length_flag, add_precision_flag, onnx_file, param_flags
 
 # the library's parameter names -> this parser's dests, so that errors raised by the library name flags
-_API_NAMES = {"options_file": "options", "weight_file": "weights", "input_file": "input", "output_file_path": "output"}
+_API_NAMES = {
+    "options_file": "options",
+    "weight_file": "weights",
+    "input_file": "input",
+    "output_file_path": "output",
+    "onnx_file": "onnx",
+}
 
 
 def _output_stamp(path: str) -> tuple[int, int] | None:
@@ -105,22 +111,22 @@ def _run(args: argparse.Namespace) -> int:
     from ..embedding.output_checks import check_output
 
     args.output_before = _output_stamp(args.output)
+    graph = onnx_file(args)  # an ONNX graph holds the model: then no model flag is given (checked)
     if args.model_dir:
         if args.model or args.options or args.weights:
             raise ElmoFastError("give one of --model-dir DIR, --model NAME or --options F --weights F")
     elif args.model:
-        from ..pretrained import model_names
+        from ..pretrained import parse_model_spec
 
         if args.options or args.weights:
             raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
-        if args.model not in model_names():  # argparse's choices would print a usage block, not one line
-            raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
+        parse_model_spec(args.model)  # a bad name fails now, in one line, before anything is fetched
     elif bool(args.options) != bool(args.weights):
         raise ElmoFastError(
             "give --options F and --weights F together (or --model NAME, or --model-dir DIR, or "
             "none of them for the bundled model)"
         )
-    elif not args.options:  # no model named: the bundled one (`allennlp elmo` fetched the original model)
+    elif not args.options and graph is None:  # no model named: the bundled one (`allennlp elmo` fetched the original)
         from ..pretrained.bundled import USING_MESSAGE, bundled_model
 
         args.model_dir = str(bundled_model().directory)
@@ -143,10 +149,12 @@ def _run(args: argparse.Namespace) -> int:
         raise ElmoFastError(
             "--model-format picks the model of a --model-dir DIR that holds both kinds; give it with --model-dir"
         )
-    if args.model_dir:
+    if graph is not None:
+        model = dict(onnx_file=graph)
+    elif args.model_dir:
         model = dict(model_dir=args.model_dir, model_format=args.model_format)
     elif args.model:
-        from ..pretrained import fetch_model
+        from ..pretrained import fetch
 
         if group:  # one download per machine: the first local rank fetches, the others then find it cached
             import torch.distributed as dist
@@ -155,14 +163,14 @@ def _run(args: argparse.Namespace) -> int:
 
             first = world()[2] == 0
             if first:
-                options, weights = fetch_model(args.model, progress=not args.quiet and world()[0] == 0)
+                local = fetch(args.model, progress=not args.quiet and world()[0] == 0)
             if dist.is_initialized():
                 dist.barrier()
             if not first:
-                options, weights = fetch_model(args.model, progress=False)
+                local = fetch(args.model, progress=False)
         else:
-            options, weights = fetch_model(args.model, progress=not args.quiet)
-        model = dict(options_file=options, weight_file=weights)
+            local = fetch(args.model, progress=not args.quiet)
+        model = local.constructor_args()
     else:
         model = dict(options_file=args.options, weight_file=args.weights)
     embedder = ElmoEmbedder(
@@ -258,8 +266,10 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--model",
         metavar="NAME",
-        help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
-        f"official one, downloaded once into the cache: {', '.join(model_names())}",
+        help=f"a model by name: 'default' (bundled, offline; also used when no model is given), an "
+        f"official one ({', '.join(model_names()[1:])}), hf:OWNER/REPO[@REVISION][/SUBFOLDER] (the Hugging "
+        f"Face Hub; the [hub] extra), or URL#sha256=HEX (a folder holding options.json and weights.hdf5); "
+        f"fetched once into the cache (elmo-fast models list)",
     )
     p.add_argument("--batch-size", type=int, default=64, help="at most N sentences per batch (default 64)")
     p.add_argument(
@@ -287,12 +297,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--cuda-device", type=int, metavar="N", help="allennlp's way to say the device: -1 the CPU, N >= 0 cuda:N"
     )
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=["auto", "fast", "reference"],
-        help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)",
-    )
+    add_backend_flags(p)
     add_precision_flag(p)
     p.add_argument(
         "--use-sentence-keys",

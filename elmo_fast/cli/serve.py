@@ -11,7 +11,8 @@ import os
 import sys
 
 from ..errors import ElmoFastError
-from .common import add_precision_flag, param_flags
+from ..serve import defaults
+from .common import add_backend_flags, add_precision_flag, onnx_file, param_flags
 
 _NEEDS = ("starlette", "uvicorn", "orjson")
 
@@ -34,14 +35,12 @@ def model_source(args: argparse.Namespace) -> tuple[dict, str]:
             "--model-format picks the model of a --model-dir DIR that holds both kinds; give it with --model-dir"
         )
     if args.model:
-        from ..pretrained import fetch_model, model_names
+        from ..pretrained import fetch, parse_model_spec
 
         if args.options or args.weights:
             raise ElmoFastError("give either --model NAME or --options F --weights F, not both")
-        if args.model not in model_names():
-            raise ElmoFastError(f"unknown model {args.model!r}; valid names: {', '.join(model_names())}")
-        options, weights = fetch_model(args.model, progress=True)
-        return dict(options_file=options, weight_file=weights), args.model
+        parse_model_spec(args.model)  # a bad name fails in one line before anything is fetched
+        return fetch(args.model, progress=True).constructor_args(), args.model
     if bool(args.options) != bool(args.weights):
         raise ElmoFastError(
             "give --options F and --weights F together (or --model NAME, or --model-dir DIR, or none "
@@ -60,36 +59,70 @@ def model_source(args: argparse.Namespace) -> tuple[dict, str]:
 
 
 API_KEY_ENV = "ELMO_FAST_API_KEY"
+KEY_PASSWORD_ENV = "ELMO_FAST_SSL_KEYFILE_PASSWORD"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _exposure(args: argparse.Namespace):
-    """The server's guards from --api-key (or $ELMO_FAST_API_KEY), --max-connections, --read-timeout
-    and --ssl-certfile / --ssl-keyfile, checked (the key itself is never printed)."""
-    from ..serve.server import Exposure
+def read_key_file(path: str) -> str:
+    """The API key in FILE (its first line), refused when others than its owner may read the file."""
+    import stat
 
+    try:
+        mode = os.stat(path).st_mode
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise ElmoFastError(f"--api-key-file {path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ElmoFastError(f"--api-key-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ElmoFastError(
+            f"--api-key-file {path}: readable by others than its owner (mode {stat.S_IMODE(mode):04o}); "
+            f"chmod 600 {path}"
+        )
+    key = lines[0].strip() if lines else ""
+    if not key:
+        raise ElmoFastError(f"--api-key-file {path}: its first line is empty: put the key there")
+    return key
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The key from --api-key-file, --api-key or $ELMO_FAST_API_KEY (never printed)."""
+    if args.api_key_file is not None:
+        if args.api_key is not None:
+            raise ElmoFastError("give --api-key or --api-key-file, not both")
+        return read_key_file(args.api_key_file)
     key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
     if key is not None and not key.strip():
         raise ElmoFastError(f"--api-key (or {API_KEY_ENV}) is empty: give a key, or leave both unset")
-    if args.max_connections is not None and args.max_connections < 1:
-        raise ElmoFastError(f"--max-connections must be >= 1, got {args.max_connections}")
+    return key.strip() if key else None
+
+
+def _exposure(args: argparse.Namespace):
+    """The server's guards from --api-key / --api-key-file (or $ELMO_FAST_API_KEY), --max-connections,
+    --read-timeout, --keep-alive-timeout and the TLS flags, checked (the key itself is never printed)."""
+    from ..serve.server import Exposure
+
+    key = _api_key(args)
+    if args.max_connections < 0:
+        raise ElmoFastError(f"--max-connections must be >= 1 (0: no cap), got {args.max_connections}")
     if args.read_timeout <= 0:
         raise ElmoFastError(f"--read-timeout must be > 0 seconds, got {args.read_timeout:g}")
+    if args.keep_alive_timeout <= 0:
+        raise ElmoFastError(f"--keep-alive-timeout must be > 0 seconds, got {args.keep_alive_timeout:g}")
+    password = args.ssl_keyfile_password if args.ssl_keyfile_password is not None else os.environ.get(KEY_PASSWORD_ENV)
     if args.ssl_keyfile and not args.ssl_certfile:
         raise ElmoFastError("--ssl-keyfile needs --ssl-certfile (the certificate it goes with)")
+    if args.ssl_keyfile_password is not None and not args.ssl_certfile:
+        raise ElmoFastError("--ssl-keyfile-password needs --ssl-certfile (and the encrypted key it opens)")
     for flag, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
         if path and not os.path.isfile(path):
             raise ElmoFastError(f"{flag} {path}: file not found")
+    context = None
     if args.ssl_certfile:
-        import ssl
+        from ..serve.tls import server_context
 
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:  # now, not once the model has loaded
-            context.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
-        except (ssl.SSLError, OSError) as e:
-            raise ElmoFastError(
-                f"--ssl-certfile {args.ssl_certfile}: not a certificate and key that go together ({e.strerror or e})"
-            ) from None
+        context = server_context(args.ssl_certfile, args.ssl_keyfile, password)  # now, not once the model loaded
     if key is None and args.host not in _LOOPBACK:
         print(
             f"elmo-fast serve: note: listening on {args.host} without --api-key: anyone who reaches this port "
@@ -97,18 +130,20 @@ def _exposure(args: argparse.Namespace):
             file=sys.stderr,
         )
     return Exposure(
-        api_key=key.strip() if key else None,
-        max_connections=args.max_connections,
+        api_key=key,
+        max_connections=args.max_connections or None,
         read_timeout=args.read_timeout,
-        ssl_certfile=args.ssl_certfile,
-        ssl_keyfile=args.ssl_keyfile,
+        keep_alive_timeout=args.keep_alive_timeout,
+        ssl_context=context,
     )
 
 
 def _check_limits(args: argparse.Namespace) -> None:
-    for flag in ("max_batch_size", "max_batch_tokens", "max_queue", "max_request_tokens"):
+    for flag in ("max_batch_size", "max_batch_tokens", "max_queue", "max_request_tokens", "max_client_batch_size"):
         if getattr(args, flag) < 1:
             raise ElmoFastError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.payload_limit is not None and args.payload_limit < 1024:
+        raise ElmoFastError(f"--payload-limit must be >= 1024 bytes, got {args.payload_limit}")
     if args.max_wait_ms < 0:
         raise ElmoFastError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms:g}")
     if not 0 <= args.port <= 65535:
@@ -119,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     _check_limits(args)
     try:
         from ..serve.batcher import Limits
+        from ..serve.protocol import RequestLimits
         from ..serve.server import run_server
     except ImportError as e:
         if e.name not in _NEEDS:
@@ -135,7 +171,14 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     resolve_precision(args.precision).check_device(device)  # before listening or loading
-    model, name = model_source(args)
+    graph = onnx_file(args)
+    if graph is not None:  # an exported graph holds the model (embedding/onnx_backend.py)
+        from ..embedding.onnx_backend import check_onnx_settings
+
+        check_onnx_settings(graph, False, device, False, args.precision)
+        model, name = dict(onnx_file=graph), os.path.splitext(os.path.basename(graph))[0]
+    else:
+        model, name = model_source(args)
 
     def load():
         return ElmoEmbedder(**model, device=device, backend=args.backend, precision=args.precision)
@@ -151,7 +194,12 @@ def run(args: argparse.Namespace) -> int:
         name,
         lambda embedder: embedder.output_dim,
         limits,
-        args.max_request_tokens,
+        RequestLimits(
+            max_request_tokens=args.max_request_tokens,
+            max_client_batch_size=args.max_client_batch_size,
+            payload_limit=args.payload_limit,
+            auto_truncate=args.auto_truncate,
+        ),
         args.host,
         args.port,
         log_level=args.log_level,
@@ -173,7 +221,8 @@ def add_parser(sub) -> None:
         help="an HTTP embedding server with dynamic batching (the [serve] extra)",
         description="Serve a biLM over HTTP: POST /embed (tokens or raw text; all layers, their "
         "average, the top layer or a mean vector), POST /v1/embeddings (OpenAI's "
-        "embeddings API), GET /health, GET /metrics (Prometheus). Concurrent requests' "
+        "embeddings API), POST /tokenize, GET /info, GET /health, GET /metrics (Prometheus), "
+        "GET /openapi.json and GET /docs (the API described). Concurrent requests' "
         "sentences are merged into batches. SIGTERM, SIGINT (Ctrl-C) or SIGHUP: stop "
         "accepting, answer what was received, exit 0; a second one: stop at once.",
     )
@@ -192,16 +241,13 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--model",
         metavar="NAME",
-        help=f"a model by name: 'default' (bundled, offline; also used when no model is given) or an "
-        f"official one, downloaded once into the cache: {', '.join(model_names())}",
+        help=f"a model by name: 'default' (bundled, offline; also used when no model is given), an "
+        f"official one ({', '.join(model_names()[1:])}), hf:OWNER/REPO[@REVISION][/SUBFOLDER] (the Hugging "
+        f"Face Hub; the [hub] extra), or URL#sha256=HEX (a folder holding options.json and weights.hdf5); "
+        f"fetched once into the cache (elmo-fast models list)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=["auto", "fast", "reference"],
-        help="fast (fused C++/CUDA ops), reference (plain PyTorch), or auto: fast when built (default)",
-    )
+    add_backend_flags(p)
     add_precision_flag(p)
     p.add_argument(
         "--host",
@@ -242,37 +288,76 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--max-request-tokens",
         type=int,
-        default=8192,
+        default=defaults.MAX_REQUEST_TOKENS,
         metavar="N",
-        help="tokens one request may hold; more: 413 (default 8192)",
+        help=f"tokens one request may hold; more: 413 (default {defaults.MAX_REQUEST_TOKENS})",
+    )
+    p.add_argument(
+        "--max-client-batch-size",
+        type=int,
+        default=defaults.MAX_CLIENT_BATCH_SIZE,
+        metavar="N",
+        help=f"sentences (texts, inputs) one request may hold; more: 413 (default {defaults.MAX_CLIENT_BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--auto-truncate",
+        action="store_true",
+        help="cut a sentence longer than --max-request-tokens to that many tokens instead of refusing the "
+        "request (the answer names the sentences cut: 'truncated', X-Truncated)",
+    )
+    p.add_argument(
+        "--payload-limit",
+        type=int,
+        metavar="BYTES",
+        help="the largest request body; more: 413 (default 65536 + 256 x --max-request-tokens: 2,162,688 bytes "
+        "at the default)",
     )
     p.add_argument(
         "--api-key",
         metavar="KEY",
-        help=f"require 'Authorization: Bearer KEY' on every route but /health (401 otherwise); default: "
-        f"${API_KEY_ENV}, which keeps the key out of the process list",
+        help=f"require 'Authorization: Bearer KEY' on every route but /health, /openapi.json and /docs (401 "
+        f"otherwise); better: --api-key-file or ${API_KEY_ENV}, which keep the key out of the process list",
+    )
+    p.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="read the API key from the first line of FILE (which only its owner may read: chmod 600)",
     )
     p.add_argument(
         "--max-connections",
         type=int,
+        default=defaults.MAX_CONNECTIONS,
         metavar="N",
-        help="at most N connections with a request in progress; more get 503 + Retry-After, as a full "
-        "queue does (default: no bound)",
+        help=f"at most N open connections; one more is answered 503 and closed at once (default "
+        f"{defaults.MAX_CONNECTIONS}; 0: no cap)",
     )
     p.add_argument(
         "--read-timeout",
         type=float,
-        default=30.0,
+        default=defaults.READ_TIMEOUT,
         metavar="S",
-        help="seconds a client may take to send its request's headers, and each piece of its body, "
-        "before it gets 408 and is disconnected (default 30)",
+        help="seconds in all a client has to send a request's headers (from connecting, or from the first byte "
+        "of its next request), and then its whole body (408); past them it is disconnected; also the TLS "
+        f"handshake's (default {defaults.READ_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=defaults.KEEP_ALIVE_TIMEOUT,
+        metavar="S",
+        help=f"seconds an idle connection is kept open after an answer (default {defaults.KEEP_ALIVE_TIMEOUT:g})",
     )
     p.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--ssl-keyfile", metavar="FILE", help="its private key (PEM), when it is not in --ssl-certfile")
+    p.add_argument(
+        "--ssl-keyfile-password",
+        metavar="PASSWORD",
+        help=f"the password of an encrypted private key (better: ${KEY_PASSWORD_ENV}, out of the process list)",
+    )
     p.add_argument(
         "--log-level",
         default="warning",
         choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn's log level (default warning)",
     )
-    p.set_defaults(func=run, flags=param_flags(p))
+    p.set_defaults(func=run, flags=param_flags(p, {"onnx_file": "onnx"}))

@@ -177,19 +177,17 @@ def _perplexity(args: argparse.Namespace) -> int:
 
 
 def _default_model_dir(args: argparse.Namespace, announce: bool = True) -> None:
-    """--model-dir from --model NAME (only the bundled model has a softmax), or the bundled model when
-    neither is given (said in one line)."""
-    from ..pretrained import BUNDLED_NAME, bundled_model
+    """--model-dir from --model NAME (any model --model takes, fetched once into the cache: the bundled
+    one ships a softmax and a vocabulary, the official ones hold the biLM alone), or the bundled model
+    when neither is given (said in one line)."""
+    from ..pretrained import bundled_model, fetch, parse_model_spec
     from ..pretrained.bundled import USING_MESSAGE
 
     if args.model is not None:
         if args.model_dir is not None:
             raise InputError("give --model NAME or --model-dir DIR, not both")
-        if args.model != BUNDLED_NAME:
-            raise InputError(
-                f"--model {args.model}: only the bundled model '{BUNDLED_NAME}' ships a softmax layer "
-                "(the official models' files hold the biLM alone); give --model-dir DIR for another"
-            )
+        parse_model_spec(args.model)
+        args.model_dir = str(fetch(args.model, progress=announce and not getattr(args, "quiet", False)).model_dir())
     elif args.model_dir is None and announce:
         print(USING_MESSAGE, file=sys.stderr)
     if args.model_dir is None:
@@ -316,7 +314,12 @@ def add_parsers(sub) -> None:
         help="the model to start from (options.json, weights.hdf5, and softmax.hdf5 + "
         "vocab.txt when it has them; default: the bundled model)",
     )
-    p.add_argument("--model", metavar="NAME", help="the bundled model by name ('default')")
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the model to start from, as embed's --model names it ('default', an official name, "
+        "hf:OWNER/REPO[@REVISION][/SUBFOLDER], URL#sha256=HEX); one without vocab.txt needs --vocab",
+    )
     p.add_argument("--vocab", help="vocabulary (default: the model directory's vocab.txt)")
     p.add_argument(
         "--softmax-warmup",
@@ -336,7 +339,11 @@ def add_parsers(sub) -> None:
     p.add_argument(
         "--model-dir", help="options.json, weights.hdf5, softmax.hdf5 (and vocab.txt); default: the bundled model"
     )
-    p.add_argument("--model", metavar="NAME", help="the bundled model by name ('default')")
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="a model as embed's --model names it; it must hold softmax.hdf5 (the bundled 'default' does)",
+    )
     p.add_argument("--vocab", help="vocabulary (default: the model directory's vocab.txt)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="cpu")

@@ -14,13 +14,14 @@ from ..bilm.model import ElmoBiLm
 from ..errors import InputError, Param
 from ..output_shapes import shape_output
 from .lines import Line
+from .onnx_backend import OnnxBiLm
 
 
 class Embedder(Protocol):
     """What the corpus pipeline needs of an embedder (:class:`elmo_fast.ElmoEmbedder` is one): it
     embeds batches; the pipeline streams, batches, writes and resumes around it."""
 
-    elmo_bilm: ElmoBiLm
+    elmo_bilm: ElmoBiLm | OnnxBiLm  # the biLM, or an exported graph in its place (backend='onnx')
     device: torch.device
     batch_size: int
     #: the files that define the model, by role ("options" and "weights" for bilm-tf models)

@@ -18,6 +18,7 @@ from ..model_source import resolve_model
 from ..sentences import as_batch, as_sentence
 from .input_guard import DEFAULT_MAX_LINE_LENGTH
 from .lines import read_sentences  # noqa: F401  (public here too)
+from .onnx_backend import ONNX, OnnxBiLm, check_onnx_settings
 from .options import DEFAULT_WINDOW, OUTPUT_FORMATS, EmbedOptions  # noqa: F401  (public here too)
 from .pipeline import embed_corpus
 
@@ -40,9 +41,15 @@ class ElmoEmbedder:
     holding both kinds needs ``model_format`` ("bilm-tf" or "elmoformanylangs"). With no
     model at all (``ElmoEmbedder()``), the English model bundled in the package (``default``; one
     line on the ``elmo_fast`` logger says so), as allennlp 0.9's ``ElmoEmbedder()`` used its default.
+    ``model=`` names a model as ``--model`` does: ``"default"``, an official name (``"original"``), a
+    Hugging Face Hub repository (``"hf:OWNER/REPO[@REVISION][/SUBFOLDER]"``, the ``[hub]`` extra) or a
+    pinned URL (``"URL#sha256=HEX"``), fetched once into the cache (:mod:`elmo_fast.pretrained`).
 
     backend: "auto" (the fused fast path when the extension is built, else the reference),
-    "fast" or "reference". token_cache_mb bounds the cache of distinct tokens' context-free
+    "fast", "reference", or "onnx": a graph written by ``elmo-fast export onnx``, given as
+    ``onnx_file`` (the model is in it: no model files then), run in ONNX Runtime on the CPU,
+    stateless, in the precision it was exported in (:mod:`~elmo_fast.embedding.onnx_backend`); an
+    ``onnx_file`` with backend "auto" means "onnx". token_cache_mb bounds the cache of distinct tokens' context-free
     results kept across batches by the fast path (0 turns it off). Results do not depend on it, nor
     on batching, beyond fp32 rounding (~1e-6: a GEMM's rounding varies with its number of rows).
 
@@ -81,6 +88,8 @@ class ElmoEmbedder:
         model_dir: str | os.PathLike | None = None,
         precision: str | Precision | None = None,
         model_format: str | None = None,
+        model: str | None = None,
+        onnx_file: str | os.PathLike | None = None,
     ) -> None:
         if cuda_device is not None:  # allennlp's name for it; an int third argument means the same
             if device != "cpu" and _device_name(device) != _device_name(cuda_device):
@@ -100,7 +109,24 @@ class ElmoEmbedder:
         precision = resolve_precision(precision, dtype)
         precision.check_device(self.device)  # before loading the model
         self.batch_size = batch_size
-        source = resolve_model(options_file, weight_file, model_dir, model_format)
+        self.elmo_bilm: ElmoBiLm | OnnxBiLm
+        if onnx_file is not None and backend not in ("auto", ONNX):
+            raise ElmoFastError(
+                Param("onnx_file"),
+                " runs a graph in ONNX Runtime: give it with ",
+                Param("backend", ONNX),
+                f", not {backend!r}",
+            )
+        if backend == ONNX or onnx_file is not None:
+            model_given = any(x is not None for x in (options_file, weight_file, model_dir, model_format, model))
+            check_onnx_settings(onnx_file, model_given, self.device, stateful, precision.name)
+            self.elmo_bilm = OnnxBiLm(onnx_file)
+            self.model_files = {"onnx": onnx_file}
+            self.options_file = self.weight_file = None
+            self.output_dim = self.elmo_bilm.get_output_dim()
+            self.num_layers = self.elmo_bilm.num_layers
+            return
+        source = resolve_model(options_file, weight_file, model_dir, model_format, model)
         weights = source.weights
         #: the files that define the model, by role: embed_file(resume=True) records their digests,
         #: to refuse resuming with other ones
@@ -123,6 +149,10 @@ class ElmoEmbedder:
     def save_model(self, directory: str | os.PathLike) -> tuple[str, str]:
         """Write the biLM as ``options.json`` + ``weights.hdf5`` (bilm-tf layout) into ``directory``; an
         ELMoForManyLangs model in its own layout (see :meth:`ElmoBiLm.save`)."""
+        if isinstance(self.elmo_bilm, OnnxBiLm):
+            raise ElmoFastError(
+                f"this embedder runs the ONNX graph {self.elmo_bilm.path}, which holds no bilm-tf files to save"
+            )
         return self.elmo_bilm.save(directory)
 
     def _empty(self) -> np.ndarray:

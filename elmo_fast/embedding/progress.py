@@ -202,7 +202,7 @@ def summary_lines(stats: dict, output: str) -> list[str]:
     second = (
         f"elmo-fast: {rate}; backend {stats['backend']}, {'stateful' if stats['stateful'] else 'stateless'}, "
         f"{stats['dtype']}, {stats['device']}{f' x {ranks} ranks' if ranks > 1 else ''}"
-        + (f"; reference twins for ops that failed their first-use self-check: {twins}" if twins else "")
+        + (f"; the plain-PyTorch reference for ops that failed their first-use self-check: {twins}" if twins else "")
     )
     return [first, second]
 

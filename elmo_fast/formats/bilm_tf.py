@@ -146,6 +146,8 @@ def _one_line(error: BaseException) -> str:
 
 
 def load_options(path: str | os.PathLike) -> ElmoOptions:
+    """Read and check a bilm-tf ``options.json``: the architecture, or a one-line
+    :class:`~elmo_fast.errors.ModelFileError` naming the file and what is wrong."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise ModelFileError(f"{path}: is a directory, expected an options.json file")

@@ -1,8 +1,13 @@
 """The model shipped inside the package: an English biLM trained by elmo-fast itself (its
-MODEL_CARD.md says on what and how), used whenever no model is named, offline."""
+MODEL_CARD.md says on what and how), used whenever no model is named, offline.
+
+Its licence terms are not the code's: MODEL_INFO.json beside its weights holds them (read by
+:func:`model_info`; ``elmo-fast --version``, ``elmo-fast doctor`` and the server show them).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +27,60 @@ USING_MESSAGE = (
     f"elmo-fast: no model named: using the bundled model '{NAME}' (elmo-fast's own small English biLM, "
     "offline); --model original gives the official ELMo where the internet is reachable"
 )
+
+
+#: beside the weights: the model's licence terms (``license``: one line for people; ``permissive``: whether
+#: the weights may be redistributed under permissive terms; ``copyleft_training_text``: the SPDX ids of the
+#: copyleft licences of its training text; ``model_card``: the card's file name)
+INFO_FILE = "MODEL_INFO.json"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A bundled model's terms, as its MODEL_INFO.json states them."""
+
+    name: str
+    license: str
+    permissive: bool
+    copyleft_training_text: tuple[str, ...]
+    model_card: Path
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "license": self.license,
+            "permissive": self.permissive,
+            "copyleft_training_text": list(self.copyleft_training_text),
+            "model_card": str(self.model_card),
+        }
+
+
+def model_info(directory: Path = DIRECTORY, name: str = NAME) -> ModelInfo:
+    """The terms of the bundled model in ``directory``; a one-line :class:`ModelFileError` when its
+    MODEL_INFO.json is missing or malformed."""
+    path = directory / INFO_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return ModelInfo(
+            name=name,
+            license=str(data["license"]),
+            permissive=bool(data["permissive"]),
+            copyleft_training_text=tuple(data.get("copyleft_training_text", ())),
+            model_card=directory / data.get("model_card", "MODEL_CARD.md"),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelFileError(
+            f"{path}: the bundled model's terms cannot be read ({type(e).__name__}: {e}); reinstall elmo-fast"
+        ) from None
+
+
+def license_line() -> str:
+    """One line for ``--version`` and ``doctor``: the bundled model and its licence terms (never raises)."""
+    try:
+        info = model_info()
+    except ModelFileError as e:
+        return f"bundled model '{NAME}': {e}"
+    return f"bundled model '{NAME}': {info.license}; {info.model_card}"
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """Fetch the official ELMo models by name, downloading each file once into a local cache.
 
 ``fetch_model("small")`` returns ``(options_path, weights_path)`` under
-``cache_dir()/small/``. Files already in the cache are used as they are, without any request.
-A download is written through :mod:`elmo_fast.durable`: to a temporary file in the same directory,
-fsync'ed and renamed only once complete, so the final path never holds a partial file.
+``cache_dir()/small/``. Files already in the cache are used without any request (their sizes checked
+against the record kept beside them, :mod:`.records`). A download is written through
+:mod:`elmo_fast.durable`: to a temporary file in the same directory, fsync'ed and renamed only once
+complete, so the final path never holds a partial file; two processes fetching one model download it
+once (:mod:`.fetch_lock`).
 
 Environment:
 
@@ -14,18 +16,13 @@ Environment:
 
 from __future__ import annotations
 
-import http.client
 import os
-import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from tqdm import tqdm
-
 from ..cache_dir import cache_dir
-from ..durable import WriteError, durable_open
 from ..errors import DownloadError, ElmoFastError
+from .cached_download import Fetch, Wanted, fetch_files
+from .http_download import download
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -84,9 +81,6 @@ MODEL_DESCRIPTIONS: dict[str, str] = {
     "pubmed": "contributed: as 'original', trained on PubMed (allennlp's contributed/pubmed model)",
 }
 
-_CHUNK_SIZE = 1 << 16
-_USER_AGENT = "elmo-fast"
-
 
 def model_for_url(url: str) -> tuple[str, str] | None:
     """``(name, "options" | "weights")`` for the URL of an official model's file as allennlp, flair and
@@ -136,48 +130,52 @@ def model_urls(name: str) -> tuple[str, str]:
     return f"{base}/{options}", f"{base}/{weights}"
 
 
+def _offline_hint(model_dir: Path) -> str:
+    return (
+        "This machine seems to be offline (or the server cannot be reached). To proceed "
+        "without downloading, pass local files with `--options F --weights F`, or put the "
+        f"model's files into the cache as {model_dir / OPTIONS_FILENAME} and "
+        f"{model_dir / WEIGHTS_FILENAME}."
+    )
+
+
 def fetch_model(
     name: str,
     cache: str | os.PathLike[str] | None = None,
     progress: bool = True,
     timeout: float = 30,
+    force: bool = False,
 ) -> tuple[Path, Path]:
     """Return ``(options_path, weights_path)`` of model ``name``, downloading what is missing.
 
     ``cache`` overrides :func:`cache_dir`; files go to ``<cache>/<name>/options.json`` and
-    ``<cache>/<name>/weights.hdf5``. ``timeout`` (seconds) applies to connecting and to each
-    read. Raises :class:`ElmoFastError` for an unknown name and :class:`DownloadError` when a
-    file cannot be fetched (HTTP error, truncated response, network failure).
+    ``<cache>/<name>/weights.hdf5``, their record (size, SHA-256, URL) to ``<cache>/<name>/record.json``
+    (:mod:`.records`): each load checks the sizes, the first after a download the digests too.
+    ``timeout`` (seconds) applies to connecting and to each read; ``force`` downloads the files again.
+    Raises :class:`ElmoFastError` for an unknown name, :class:`DownloadError` when a file cannot be
+    fetched (HTTP error, truncated response, network failure) and :class:`ModelFileError` for a cached
+    file that no longer matches its record.
     """
     options_url, weights_url = model_urls(name)
     root = Path(cache).expanduser() if cache is not None else cache_dir()
     model_dir = root / name
-    targets = [
-        (options_url, model_dir / OPTIONS_FILENAME),
-        (weights_url, model_dir / WEIGHTS_FILENAME),
+    job = Fetch(
+        spec=name,
+        source={"kind": "s3", "name": name, "base_url": base_url()},
+        what=f"ELMo model {name!r}",
+        bar=name,
+        folder=model_dir,
+        lock_root=root,
+        lock_key=f"official-{name}",
+        offline_hint=_offline_hint(model_dir),
+    )
+    files = [
+        Wanted("options", options_url, OPTIONS_FILENAME),
+        Wanted("weights", weights_url, WEIGHTS_FILENAME),
     ]
-    if all(path.is_file() for _, path in targets):
-        return targets[0][1], targets[1][1]
-
-    created_dir = not model_dir.exists()
-    try:
-        model_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DownloadError(
-            f"cannot fetch ELMo model {name!r}: cannot create cache directory {model_dir}: {exc}"
-        ) from exc
-    try:
-        for url, path in targets:
-            if not path.is_file():
-                _download(name, url, path, model_dir, progress=progress, timeout=timeout)
-    except BaseException:
-        if created_dir:
-            try:
-                model_dir.rmdir()  # only succeeds if nothing landed there
-            except OSError:
-                pass
-        raise
-    return targets[0][1], targets[1][1]
+    record = fetch_files(job, files, progress=progress, timeout=timeout, force=force)
+    paths = record.paths()
+    return paths["options"], paths["weights"]
 
 
 def fetch_file(url: str, path: str | os.PathLike[str], label: str, progress: bool = True, timeout: float = 30) -> Path:
@@ -191,88 +189,12 @@ def fetch_file(url: str, path: str | os.PathLike[str], label: str, progress: boo
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DownloadError(f"cannot fetch {url}: cannot create the cache directory {path.parent}: {exc}") from exc
-    _download(label, url, path, path.parent, progress=progress, timeout=timeout)
-    return path
-
-
-def _offline_hint(model_dir: Path) -> str:
-    return (
-        "This machine seems to be offline (or the server cannot be reached). To proceed "
-        "without downloading, pass local files with `--options F --weights F`, or put the "
-        f"model's files into the cache as {model_dir / OPTIONS_FILENAME} and "
-        f"{model_dir / WEIGHTS_FILENAME}."
+    download(
+        url,
+        path,
+        label,
+        progress=progress,
+        timeout=timeout,
+        offline_hint="This machine seems to be offline (or the server cannot be reached).",
     )
-
-
-def _network_error(name: str, url: str, model_dir: Path, reason: object) -> DownloadError:
-    return DownloadError(f"cannot download ELMo model {name!r} from {url}: {reason}. " + _offline_hint(model_dir))
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _download(name: str, url: str, path: Path, model_dir: Path, *, progress: bool, timeout: float) -> None:
-    """Download ``url`` to ``path`` via a temporary file in the same directory."""
-    request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
-    try:
-        response = urllib.request.urlopen(request, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        raise DownloadError(f"cannot download ELMo model {name!r} from {url}: HTTP {exc.code} {exc.reason}") from exc
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, OSError):
-            raise _network_error(name, url, model_dir, _describe(exc.reason)) from exc
-        raise DownloadError(f"cannot download ELMo model {name!r} from {url}: {exc.reason}") from exc
-    except (OSError, http.client.HTTPException) as exc:  # timeout, reset, bad status line
-        raise _network_error(name, url, model_dir, _describe(exc)) from exc
-
-    try:
-        # through the one durable write path: a temporary name beside the file, renamed once whole
-        with response, durable_open(path, "wb") as out:
-            length_header = response.headers.get("Content-Length")
-            try:
-                expected = int(length_header) if length_header is not None else None
-            except ValueError:
-                expected = None
-            received = 0
-            with tqdm(
-                total=expected,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                desc=f"{name}/{path.name}",
-                file=sys.stderr,
-                disable=not progress,
-                leave=True,
-            ) as bar:
-                while True:
-                    try:
-                        chunk = response.read(_CHUNK_SIZE)
-                    except http.client.IncompleteRead as exc:
-                        received += len(exc.partial)
-                        raise DownloadError(
-                            f"cannot download ELMo model {name!r} from {url}: incomplete "
-                            f"response ({received} of {expected} bytes)"
-                        ) from exc
-                    except (OSError, http.client.HTTPException) as exc:
-                        raise _network_error(
-                            name,
-                            url,
-                            model_dir,
-                            f"connection lost after {received} bytes ({_describe(exc)})",
-                        ) from exc
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    received += len(chunk)
-                    bar.update(len(chunk))
-            if expected is not None and received != expected:
-                raise DownloadError(
-                    f"cannot download ELMo model {name!r} from {url}: incomplete response "
-                    f"(received {received} of {expected} bytes announced by Content-Length)"
-                )
-    except WriteError as exc:
-        # a local problem (disk full, permissions) while writing the cache, not the network's
-        raise DownloadError(f"cannot download ELMo model {name!r} from {url}: {exc}") from exc
+    return path

@@ -1,5 +1,6 @@
-"""The model of a Ray actor, given as ``embed`` takes it: a name (``model=``: the bundled ``default``
-or an official model, fetched once into the node's cache), a directory (``model_dir=``, bilm-tf's or
+"""The model of a Ray actor, given as ``embed`` takes it: a name (``model=``: the bundled ``default``,
+an official model, ``hf:OWNER/REPO[@REVISION][/SUBFOLDER]`` or ``URL#sha256=HEX``, fetched once into
+the node's cache: the actors of a node that ask for it at once download it once), a directory (``model_dir=``, bilm-tf's or
 ELMoForManyLangs'), bilm-tf's two files (``options_file=`` + ``weight_file=``), or nothing (the
 bundled model). The arguments travel to the actors as they are; each actor loads the model itself."""
 
@@ -37,12 +38,12 @@ class ModelChoice:
                 " (none: the bundled model)",
             )
         if self.model is not None:
-            from ..pretrained import model_names
+            from ..pretrained import parse_model_spec
 
-            if self.model not in model_names():
-                raise ElmoFastError(
-                    Param("model"), f": unknown model {self.model!r}; valid names: {', '.join(model_names())}"
-                )
+            try:
+                parse_model_spec(self.model)  # no network: a bad name fails where the job is built
+            except ElmoFastError as e:
+                raise ElmoFastError(Param("model"), f": {e}") from None
         if self.model_format is not None and self.model_dir is None:
             raise ElmoFastError(
                 Param("model_format"),
@@ -66,15 +67,15 @@ class ModelChoice:
         return BUNDLED_NAME
 
     def load(self, device: str, backend: str = "auto", precision: str | None = None):
-        """The model in an :class:`~elmo_fast.ElmoEmbedder` (stateless) on ``device``; a named official
-        model is fetched into this node's cache first."""
+        """The model in an :class:`~elmo_fast.ElmoEmbedder` (stateless) on ``device``; a named model is
+        fetched into this node's cache first."""
         from ..embedding.embedder import ElmoEmbedder
 
         if self.model is not None:
-            from ..pretrained import fetch_model
+            from ..pretrained import fetch
 
-            options, weights = fetch_model(self.model, progress=False)
-            return ElmoEmbedder(options, weights, device=device, backend=backend, precision=precision)
+            model = fetch(self.model, progress=False).constructor_args()
+            return ElmoEmbedder(**model, device=device, backend=backend, precision=precision)
         return ElmoEmbedder(
             self.options_file,
             self.weight_file,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ElmoFastError, Param
 from ..serve.batcher import Limits
+from ..serve.protocol import RequestLimits
 from .model_choice import ModelChoice
 
 #: the API key's variable, as ``elmo-fast serve`` reads it; here in each replica's environment
@@ -19,16 +20,17 @@ API_KEY_ENV = "ELMO_FAST_API_KEY"
 @dataclass(frozen=True)
 class ReplicaSettings:
     """``api_key`` None: the replica's ``ELMO_FAST_API_KEY``, if set (so that the key need not travel in
-    the deployment's arguments); no key at all: none needed. ``device`` None: the GPU Ray gave the
-    replica (``ray_actor_options={"num_gpus": 1}``), else the CPU."""
+    the deployment's arguments); no key at all: none needed; never in a repr. ``device`` None: the GPU
+    Ray gave the replica (``ray_actor_options={"num_gpus": 1}``), else the CPU. ``max_connections``:
+    requests in progress in one replica (Ray's proxy holds the sockets)."""
 
     model: ModelChoice = field(default_factory=ModelChoice)
     device: str | None = None
     backend: str = "auto"
     precision: str | None = None
     limits: Limits = field(default_factory=Limits)
-    max_request_tokens: int = 8192
-    api_key: str | None = None
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
+    api_key: str | None = field(default=None, repr=False)
     max_connections: int | None = None
     read_timeout: float | None = 30.0
 
@@ -37,7 +39,10 @@ class ReplicaSettings:
 
         for name in ("max_batch_size", "max_batch_tokens", "max_queue"):
             _at_least_one(name, getattr(self.limits, name))
-        _at_least_one("max_request_tokens", self.max_request_tokens)
+        _at_least_one("max_request_tokens", self.request_limits.max_request_tokens)
+        _at_least_one("max_client_batch_size", self.request_limits.max_client_batch_size)
+        if self.request_limits.payload_limit is not None:
+            _at_least_one("payload_limit", self.request_limits.payload_limit)
         if self.limits.max_wait_ms < 0:
             raise ElmoFastError(Param("max_wait_ms"), f" must be >= 0, got {self.limits.max_wait_ms:g}")
         if self.api_key is not None and not self.api_key.strip():

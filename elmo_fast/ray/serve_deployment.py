@@ -1,7 +1,7 @@
 """``elmo-fast serve`` on Ray Serve: :func:`serve_app` gives an application whose replicas each run the
 server's app (:func:`elmo_fast.serve.composition.compose`: the same routes, ``/embed``,
-``/v1/embeddings``, ``/health``, ``/metrics``, the same dynamic batcher and bad-input answers, the same
-guards), built on the replica (``serve.ingress``'s ``__serve_build_asgi_app__``) with the model loaded
+``/v1/embeddings``, ``/tokenize``, ``/info``, ``/health``, ``/metrics``, ``/openapi.json``, ``/docs``, the same
+dynamic batcher and bad-input answers, the same guards and request ids), built on the replica (``serve.ingress``'s ``__serve_build_asgi_app__``) with the model loaded
 there, on the GPU Ray gave it if any. Ray runs the replicas, routes requests among them and scales
 them (``num_replicas``, ``autoscaling_config``)::
 
@@ -18,8 +18,10 @@ from typing import Any
 
 from ray import serve
 
+from ..serve import defaults
 from ..serve.batcher import Limits
 from ..serve.composition import ServedApp, compose
+from ..serve.protocol import RequestLimits
 from .actor_resources import actor_device, use_assigned_cpus
 from .model_choice import ModelChoice
 from .replica_settings import ReplicaSettings
@@ -53,12 +55,13 @@ class ElmoDeployment:
             s.model.name,
             lambda embedder: embedder.output_dim,
             s.limits,
-            s.max_request_tokens,
+            s.request_limits,
             lambda error: settled.set(),
             settled.set,
             api_key=s.key(),
-            max_connections=s.max_connections,
+            max_in_progress=s.max_connections,
             read_timeout=s.read_timeout,
+            ids_from_proxy=True,  # Ray's proxy passes each request's X-Request-Id and answers with it
         )
         return until_warm(served.app, settled)
 
@@ -85,10 +88,13 @@ def serve_app(
     max_batch_tokens: int = 4096,
     max_wait_ms: float = 5.0,
     max_queue: int = 1024,
-    max_request_tokens: int = 8192,
+    max_request_tokens: int = defaults.MAX_REQUEST_TOKENS,
+    max_client_batch_size: int = defaults.MAX_CLIENT_BATCH_SIZE,
+    auto_truncate: bool = False,
+    payload_limit: int | None = None,
     api_key: str | None = None,
     max_connections: int | None = None,
-    read_timeout: float | None = 30.0,
+    read_timeout: float | None = defaults.READ_TIMEOUT,
     **deployment_options: Any,
 ) -> serve.Application:
     """A Ray Serve application serving ``elmo-fast serve``'s API; ``serve.run(serve_app(...))`` deploys it.
@@ -96,9 +102,11 @@ def serve_app(
     The model as ``embed`` takes it (``model``, ``model_dir`` + ``model_format``, ``options_file`` +
     ``weight_file``; none: the bundled model); ``device`` (None: the replica's GPU if Ray gave it one,
     else the CPU), ``backend``, ``precision``. The server's flags, as parameters: ``max_batch_size``,
-    ``max_batch_tokens``, ``max_wait_ms``, ``max_queue``, ``max_request_tokens``; the guards: ``api_key``
-    (None: each replica's ``ELMO_FAST_API_KEY`` if set), ``max_connections`` (requests in progress per
-    replica), ``read_timeout`` (seconds for each piece of a request's body).
+    ``max_batch_tokens``, ``max_wait_ms``, ``max_queue``, ``max_request_tokens``, ``max_client_batch_size``,
+    ``auto_truncate``, ``payload_limit``; the guards: ``api_key`` (None: each replica's
+    ``ELMO_FAST_API_KEY`` if set), ``max_connections`` (requests in progress per replica: Ray's proxy
+    holds the sockets, and its own settings bound them), ``read_timeout`` (seconds for a request's whole
+    body).
 
     Every other keyword is the deployment's (``num_replicas``, ``autoscaling_config``,
     ``ray_actor_options``, ``max_ongoing_requests`` (default 256), ``max_queued_requests``, ``name``, ...).
@@ -112,7 +120,12 @@ def serve_app(
         backend,
         precision,
         limits,
-        max_request_tokens,
+        RequestLimits(
+            max_request_tokens=max_request_tokens,
+            max_client_batch_size=max_client_batch_size,
+            payload_limit=payload_limit,
+            auto_truncate=auto_truncate,
+        ),
         api_key,
         max_connections,
         read_timeout,

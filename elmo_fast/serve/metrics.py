@@ -73,6 +73,10 @@ class Metrics:
         self.tokens = 0
         self.gauges = dict(gauges or {})
 
+    def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        """A gauge ``elmo_fast_<name>``, read whenever /metrics is rendered."""
+        self.gauges[name] = (help_text, read)
+
     def request(self, endpoint: str, status: int, seconds: float, error_kind: str | None = None) -> None:
         with self._lock:
             key = (endpoint, status)
@@ -132,7 +136,7 @@ class Metrics:
         for name, (help_text, read) in sorted(self.gauges.items()):
             lines += [f"# HELP {p}{name} {help_text}", f"# TYPE {p}{name} gauge", f"{p}{name} {_number(read())}"]
         lines += [
-            f"# HELP {p}op_fallback 1 where the op failed its first-use self-check and runs its reference twin "
+            f"# HELP {p}op_fallback 1 where the op failed its first-use self-check and runs its plain-PyTorch reference "
             "(right, slower), else 0.",
             f"# TYPE {p}op_fallback gauge",
         ]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from ..tokenizer import tokenize
+from . import text
+from .defaults import MAX_CLIENT_BATCH_SIZE, MAX_REQUEST_TOKENS
 
 #: ``"output"`` of /embed -> what each sentence gets: layers x tokens x dim ("all"), tokens x dim
 #: (the mean of the layers, or the top layer), or one vector (the mean over tokens of the layer average)
@@ -23,6 +24,7 @@ DEFAULT_OUTPUT = "all"
 ENCODINGS = ("float", "base64")
 
 _EMBED_FIELDS = ("sentences", "texts", "output")
+_TOKENIZE_FIELDS = ("texts", "inputs")
 
 
 class RequestError(Exception):
@@ -42,13 +44,31 @@ def invalid(message: str) -> RequestError:
 
 
 @dataclass(frozen=True)
+class RequestLimits:
+    """What one request may hold: ``max_request_tokens`` tokens in all (--max-request-tokens),
+    ``max_client_batch_size`` sentences (--max-client-batch-size), ``payload_limit`` bytes of body
+    (--payload-limit; None: :func:`body_limit` of the tokens); ``auto_truncate``: a sentence longer
+    than ``max_request_tokens`` is cut to that many tokens (the answer names it) instead of refused."""
+
+    max_request_tokens: int = MAX_REQUEST_TOKENS
+    max_client_batch_size: int = MAX_CLIENT_BATCH_SIZE
+    payload_limit: int | None = None
+    auto_truncate: bool = False
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.payload_limit if self.payload_limit is not None else body_limit(self.max_request_tokens)
+
+
+@dataclass(frozen=True)
 class EmbedRequest:
     """A checked request: its sentences (each a non-empty list of token strings), what to return
-    for each, and how many tokens they hold."""
+    for each, how many tokens they hold, and which of them were cut to --max-request-tokens."""
 
     sentences: list[list[str]]
     output: str
     tokens: int
+    truncated: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,11 +78,21 @@ class OpenAIRequest:
     sentences: list[list[str]]
     encoding_format: str
     tokens: int
+    truncated: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenizeRequest:
+    """A checked ``/tokenize`` request: its texts, each as ``(token, start, stop)``, and which of them
+    an embedding would cut to --max-request-tokens (``--auto-truncate``)."""
+
+    texts: list[list[tuple[str, int, int]]]
+    truncated: tuple[int, ...] = ()
 
 
 def body_limit(max_request_tokens: int) -> int:
-    """The largest body a request of ``max_request_tokens`` tokens is let send: room for JSON's
-    quoting and long tokens (a token is cut to 50 characters by the character ids anyway)."""
+    """The largest body a request of ``max_request_tokens`` tokens is let send by default: room for
+    JSON's quoting and long tokens (a token is cut to 50 characters by the character ids anyway)."""
     return 65536 + 256 * max_request_tokens
 
 
@@ -102,22 +132,48 @@ def parse_json(body: bytes) -> object:
         raise RequestError(400, "malformed_json", f"the request body is not valid JSON: {e}") from None
 
 
-def _check_tokens(tokens: int, max_request_tokens: int) -> None:
-    if tokens > max_request_tokens:
+def _check_tokens(sentences: list[list], limits: RequestLimits) -> int:
+    """The request's tokens, or a 413 over --max-request-tokens."""
+    tokens = sum(map(len, sentences))
+    if tokens > limits.max_request_tokens:
+        alone = any(len(s) > limits.max_request_tokens for s in sentences)
         raise RequestError(
             413,
             "too_large",
             f"the request holds {tokens} tokens, over this server's limit of "
-            f"{max_request_tokens} (--max-request-tokens): split it into "
-            f"several requests",
+            f"{limits.max_request_tokens} (--max-request-tokens): split it into several requests"
+            + (" (a server started with --auto-truncate cuts a sentence that long)" if alone else ""),
+        )
+    return tokens
+
+
+def _check_count(n: int, field: str, limits: RequestLimits) -> None:
+    if n > limits.max_client_batch_size:
+        raise RequestError(
+            413,
+            "too_large",
+            f"'{field}' holds {n} items, over this server's limit of {limits.max_client_batch_size} "
+            f"(--max-client-batch-size): split it into several requests",
         )
 
 
-def _sentences(value: object) -> list[list[str]]:
+def _truncate(sentences: list, limits: RequestLimits) -> tuple[int, ...]:
+    """With --auto-truncate, each sentence longer than --max-request-tokens cut to that many tokens (in
+    place); the indices of those cut."""
+    if not limits.auto_truncate:
+        return ()
+    cut = tuple(i for i, s in enumerate(sentences) if len(s) > limits.max_request_tokens)
+    for i in cut:
+        sentences[i] = sentences[i][: limits.max_request_tokens]
+    return cut
+
+
+def _sentences(value: object, limits: RequestLimits) -> list[list[str]]:
     if not isinstance(value, list):
         raise invalid(f"'sentences' must be a list of sentences (each a list of token strings), got {_describe(value)}")
     if not value:
         raise invalid("'sentences' is empty: give at least one sentence")
+    _check_count(len(value), "sentences", limits)
     for i, sentence in enumerate(value):
         if not isinstance(sentence, list):
             hint = "; for raw text send 'texts' instead" if isinstance(sentence, str) else ""
@@ -127,11 +183,11 @@ def _sentences(value: object) -> list[list[str]]:
         for j, token in enumerate(sentence):
             if not isinstance(token, str):
                 raise invalid(f"sentences[{i}][{j}] must be a string (a token), got {_describe(token)}")
-    return value
+    return list(value)
 
 
-def _texts(value: object, field: str, plural: bool = True) -> list[list[str]]:
-    """Raw texts -> their tokens (elmo_fast.tokenizer, as ``embed --tokenize``); none may be empty."""
+def _texts(value: object, field: str, limits: RequestLimits, plural: bool = True, split=text.split) -> list[list]:
+    """Raw texts -> their tokens (:mod:`.text`, as ``embed --tokenize``); none may be empty."""
     if isinstance(value, str) and not plural:
         value = [value]
         name = lambda i: f"'{field}'"  # noqa: E731
@@ -142,19 +198,20 @@ def _texts(value: object, field: str, plural: bool = True) -> list[list[str]]:
         name = lambda i: f"{field}[{i}]"  # noqa: E731
     if not value:
         raise invalid(f"'{field}' is empty: give at least one text")
+    _check_count(len(value), field, limits)
     out = []
-    for i, text in enumerate(value):
-        if not isinstance(text, str):
-            ids = " (token ids are not supported: send the text)" if isinstance(text, (int, list)) else ""
-            raise invalid(f"{name(i)} must be a string, got {_describe(text)}{ids}")
-        tokens = tokenize(text)
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            ids = " (token ids are not supported: send the text)" if isinstance(item, (int, list)) else ""
+            raise invalid(f"{name(i)} must be a string, got {_describe(item)}{ids}")
+        tokens = split(item)
         if not tokens:
             raise invalid(f"{name(i)} has no tokens (it is empty or all whitespace)")
         out.append(tokens)
     return out
 
 
-def parse_embed(body: bytes, max_request_tokens: int) -> EmbedRequest:
+def parse_embed(body: bytes, limits: RequestLimits) -> EmbedRequest:
     """The body of ``POST /embed``: ``{"sentences": [[token, ...], ...]}`` or ``{"texts": [str, ...]}``,
     and ``"output"`` (one of OUTPUTS, default DEFAULT_OUTPUT)."""
     data = parse_json(body)
@@ -171,13 +228,16 @@ def parse_embed(body: bytes, max_request_tokens: int) -> EmbedRequest:
     output = data.get("output", DEFAULT_OUTPUT)
     if output not in OUTPUTS:
         raise invalid(f"'output' must be one of {', '.join(map(repr, OUTPUTS))}, got {_describe(output)}")
-    sentences = _sentences(data["sentences"]) if "sentences" in data else _texts(data["texts"], "texts")
-    tokens = sum(map(len, sentences))
-    _check_tokens(tokens, max_request_tokens)
-    return EmbedRequest(sentences, output, tokens)
+    if "sentences" in data:
+        sentences = _sentences(data["sentences"], limits)
+    else:
+        sentences = _texts(data["texts"], "texts", limits)
+    truncated = _truncate(sentences, limits)
+    tokens = _check_tokens(sentences, limits)
+    return EmbedRequest(sentences, output, tokens, truncated)
 
 
-def parse_openai(body: bytes, max_request_tokens: int, dim: int) -> OpenAIRequest:
+def parse_openai(body: bytes, limits: RequestLimits, dim: int) -> OpenAIRequest:
     """The body of ``POST /v1/embeddings`` (OpenAI's embeddings API): ``input`` a string or a list of
     strings; ``encoding_format`` "float" (default) or "base64"; ``dimensions``, if given, must be
     the model's; ``model`` and ``user`` are accepted (one model is served, whatever it is called)."""
@@ -197,7 +257,23 @@ def parse_openai(body: bytes, max_request_tokens: int, dim: int) -> OpenAIReques
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise invalid(f"'model' must be a string, got {_describe(model)}")
-    sentences = _texts(data["input"], "input", plural=False)
-    tokens = sum(map(len, sentences))
-    _check_tokens(tokens, max_request_tokens)
-    return OpenAIRequest(sentences, encoding, tokens)
+    sentences = _texts(data["input"], "input", limits, plural=False)
+    truncated = _truncate(sentences, limits)
+    tokens = _check_tokens(sentences, limits)
+    return OpenAIRequest(sentences, encoding, tokens, truncated)
+
+
+def parse_tokenize(body: bytes, limits: RequestLimits) -> TokenizeRequest:
+    """The body of ``POST /tokenize``: ``{"texts": [str, ...]}`` (as ``/embed`` takes them) or
+    ``{"inputs": str or [str, ...]}`` (text-embeddings-inference's name)."""
+    data = parse_json(body)
+    if not isinstance(data, dict):
+        raise invalid(f"the body must be a JSON object with 'texts' or 'inputs', got {_describe(data)}")
+    unknown = [k for k in data if k not in _TOKENIZE_FIELDS]
+    if unknown:
+        raise invalid(f"unknown field {unknown[0]!r}; the fields are {', '.join(map(repr, _TOKENIZE_FIELDS))}")
+    if ("texts" in data) == ("inputs" in data):
+        raise invalid("give either 'texts' (a list of strings) or 'inputs' (a string or a list of strings)")
+    field = "texts" if "texts" in data else "inputs"
+    texts = _texts(data[field], field, limits, plural=field == "texts", split=text.split_with_offsets)
+    return TokenizeRequest(texts, _truncate(texts, limits))

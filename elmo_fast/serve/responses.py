@@ -21,9 +21,21 @@ NPY = "application/x-npy"
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
-def error_body(message: str, kind: str) -> bytes:
-    """OpenAI's error shape, one line: ``{"error": {"message": ..., "type": kind}}``."""
-    return orjson.dumps({"error": {"message": message, "type": kind}})
+def error_body(message: str, kind: str, request_id: str | None = None, error_id: str | None = None) -> bytes:
+    """OpenAI's error shape, one line: ``{"error": {"message": ..., "type": kind, "request_id": ...}}``;
+    ``error_id``: the id under which the server logged an internal error's details."""
+    error = {"message": message, "type": kind}
+    if error_id is not None:
+        error["id"] = error_id
+    if request_id is not None:
+        error["request_id"] = request_id
+    return orjson.dumps({"error": error})
+
+
+def internal_error_body(error_id: str, request_id: str | None) -> bytes:
+    """A 500's body: nothing of the failure but the id its traceback is logged under."""
+    message = f"internal error: the server's log holds its details under the id {error_id}"
+    return error_body(message, "internal", request_id, error_id)
 
 
 def wants_npy(accept: str | None) -> bool:
@@ -31,9 +43,21 @@ def wants_npy(accept: str | None) -> bool:
     return bool(accept) and NPY in accept
 
 
-def embed_json(vectors: Sequence[np.ndarray], model: str, dim: int) -> bytes:
-    """``{"embeddings": [...], "model": model, "dim": dim}``: one nested list per sentence."""
-    return orjson.dumps({"embeddings": list(vectors), "model": model, "dim": dim}, option=_JSON_OPTIONS)
+def embed_json(vectors: Sequence[np.ndarray], model: str, dim: int, truncated: Sequence[int] = ()) -> bytes:
+    """``{"embeddings": [...], "model": model, "dim": dim}``: one nested list per sentence; ``"truncated"``:
+    the indices of the sentences cut to --max-request-tokens (--auto-truncate), when there are any."""
+    body = {"embeddings": list(vectors), "model": model, "dim": dim}
+    if truncated:
+        body["truncated"] = list(truncated)
+    return orjson.dumps(body, option=_JSON_OPTIONS)
+
+
+def tokenize_json(texts: Sequence[Sequence[tuple[str, int, int]]], truncated: Sequence[int] = ()) -> bytes:
+    """``{"tokens": [[{"text": ..., "start": ..., "stop": ...}, ...], ...]}``, one list per text."""
+    body = {"tokens": [[{"text": t, "start": a, "stop": b} for t, a, b in tokens] for tokens in texts]}
+    if truncated:
+        body["truncated"] = list(truncated)
+    return orjson.dumps(body)
 
 
 def embed_npy(vectors: Sequence[np.ndarray], output: str) -> tuple[bytes, list[int]]:

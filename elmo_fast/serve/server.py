@@ -3,25 +3,32 @@ before any model loads), and a graceful stop on SIGTERM, SIGINT and SIGHUP: stop
 every request already received (its sentences are queued, and the model thread finishes the
 queue), close the socket, and return normally so that the command exits 0.
 
-Exposed on a network: the app runs behind :class:`~.guards.Guards` (API key, connections with a
-request in progress, the body's read deadline: plain ASGI, not uvicorn's), TLS where a certificate
-is given, and a connection that has not sent its first request's headers within the read timeout is
-closed (uvicorn has no deadline there: :func:`_header_deadline`)."""
+Exposed on a network: the app runs behind :class:`~.guards.Guards` (API key, the body's total read
+deadline: plain ASGI), uvicorn's protocol behind :mod:`.connections` (a cap on open sockets, the head's
+total deadline, idle keep-alive), and TLS with the server's own context (:mod:`.tls`), its handshake
+held to the read deadline too."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import signal
 import socket
+import ssl
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import uvicorn
 
 from ..errors import ElmoFastError
 from .batcher import Limits
 from .composition import compose
+from .connections import guarded_protocol
+from .defaults import KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS, READ_TIMEOUT
+from .protocol import RequestLimits
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 
@@ -56,6 +63,21 @@ class _Server(uvicorn.Server):
     through sending its request would otherwise hold the graceful stop for ever)."""
 
     stopped_by: signal.Signals | None = None
+    #: seconds a client has for its TLS handshake (asyncio's default is 60)
+    handshake_timeout: float | None = None
+
+    async def startup(self, sockets=None) -> None:
+        loop = asyncio.get_running_loop()
+        if self.config.ssl is None or self.handshake_timeout is None:
+            await super().startup(sockets=sockets)
+            return
+        # uvicorn passes no handshake timeout to create_server: give the loop's one ours while it listens
+        create_server = loop.create_server
+        loop.create_server = functools.partial(create_server, ssl_handshake_timeout=self.handshake_timeout)
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            del loop.create_server
 
     def capture_signals(self):  # noqa: D102  (a context manager, as in uvicorn)
         import contextlib
@@ -86,41 +108,40 @@ class _Server(uvicorn.Server):
 
 @dataclass(frozen=True)
 class Exposure:
-    """How the server meets its clients: an API key (None: none needed), at most ``max_connections``
-    with a request in progress, ``read_timeout`` seconds for a request's headers and for each piece
-    of its body, and TLS from ``ssl_certfile`` (+ ``ssl_keyfile`` when the key is apart)."""
+    """How the server meets its clients: an API key (None: none needed; never in a repr), at most
+    ``max_connections`` open sockets (None: no cap), ``read_timeout`` seconds in all for each request's
+    head and for its body, ``keep_alive_timeout`` seconds for an idle connection between requests, and
+    TLS with ``ssl_context`` (:func:`~.tls.server_context`; None: plain HTTP)."""
 
-    api_key: str | None = None
-    max_connections: int | None = None
-    read_timeout: float | None = 30.0
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    max_connections: int | None = MAX_CONNECTIONS
+    read_timeout: float | None = READ_TIMEOUT
+    keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT
+    ssl_context: ssl.SSLContext | None = None
 
 
-def _header_deadline(seconds: float) -> type:
-    """uvicorn's HTTP protocol (the one it would pick), closing a connection that has not sent a whole
-    request head within ``seconds`` of opening (uvicorn's keep-alive timeout starts only after a
-    first response)."""
-    try:
-        import httptools  # noqa: F401
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
-    except ImportError:
-        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+class _Config(uvicorn.Config):
+    """uvicorn's settings, with the server's own TLS context (:mod:`.tls`) in place of the one uvicorn
+    would make from files with its version's defaults."""
 
-    class HeaderDeadline(base):  # type: ignore[misc, valid-type]
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            self._head_deadline = self.loop.call_later(seconds, self._head_overdue)
+    def __init__(self, *args, ssl_context: ssl.SSLContext | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._ssl_context = ssl_context
 
-        def _head_overdue(self) -> None:
-            if self.cycle is None and not self.transport.is_closing():  # no request head yet
-                self.transport.close()
+    def load(self) -> None:
+        super().load()
+        self.ssl = self._ssl_context
 
-        def connection_lost(self, exc) -> None:
-            self._head_deadline.cancel()
-            super().connection_lost(exc)
 
-    return HeaderDeadline
+def _show_access_log(log_level: str) -> None:
+    """At --log-level info or debug, the access log (:mod:`.access`) on stderr, as uvicorn's lines look."""
+    logger = logging.getLogger("elmo_fast.serve.access")
+    if logging.getLevelName(log_level.upper()) <= logging.INFO and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 class EmbeddingServer:
@@ -135,13 +156,13 @@ class EmbeddingServer:
         name: str,
         dim_of: Callable[[object], int],
         limits: Limits,
-        max_request_tokens: int,
+        request_limits: RequestLimits,
         log_level: str = "warning",
         exposure: Exposure = Exposure(),
     ) -> None:
         self.sock = sock
         host, port = sock.getsockname()[:2]
-        scheme = "https" if exposure.ssl_certfile else "http"
+        scheme = "https" if exposure.ssl_context is not None else "http"
         self.url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
         self.limits = limits
         served = compose(
@@ -149,28 +170,28 @@ class EmbeddingServer:
             name,
             dim_of,
             limits,
-            max_request_tokens,
+            request_limits,
             self._failed,
             self._ready,
             api_key=exposure.api_key,
-            max_connections=exposure.max_connections,
             read_timeout=exposure.read_timeout,
         )
         self.metrics, self.info, self.batcher = served.metrics, served.info, served.batcher
-        app = served.app
-        http = "auto" if exposure.read_timeout is None else _header_deadline(exposure.read_timeout)
-        config = uvicorn.Config(
-            app,
+        self.exposure = exposure
+        http = guarded_protocol(exposure.max_connections, exposure.read_timeout, served.metrics.error)
+        config = _Config(
+            served.app,
             log_level=log_level,
-            access_log=False,
+            access_log=False,  # the app's own (elmo_fast.serve.access), which carries the request id
             lifespan="on",
             http=http,
             timeout_graceful_shutdown=None,
-            timeout_keep_alive=30,
-            ssl_certfile=exposure.ssl_certfile,
-            ssl_keyfile=exposure.ssl_keyfile,
+            timeout_keep_alive=exposure.keep_alive_timeout,
+            ssl_context=exposure.ssl_context,
         )
+        _show_access_log(log_level)
         self.server = _Server(config)
+        self.server.handshake_timeout = exposure.read_timeout
         self.announce: Callable[[str], None] = lambda line: None
 
     def _failed(self, error: BaseException) -> None:
@@ -205,7 +226,7 @@ def run_server(
     name: str,
     dim_of: Callable[[object], int],
     limits: Limits,
-    max_request_tokens: int,
+    request_limits: RequestLimits,
     host: str,
     port: int,
     log_level: str = "warning",
@@ -215,7 +236,7 @@ def run_server(
     """Listen on host:port (before the model loads: a port in use fails at once), serve until a stop
     signal (see :class:`EmbeddingServer.run`)."""
     sock = listen(host, port)
-    server = EmbeddingServer(sock, load, name, dim_of, limits, max_request_tokens, log_level, exposure)
+    server = EmbeddingServer(sock, load, name, dim_of, limits, request_limits, log_level, exposure)
     server.announce = announce
     announce(f"elmo-fast serve: listening on {server.url}; loading the model")
     return server.run()

@@ -146,7 +146,7 @@ def parse_mode(value: str | None) -> tuple[str | None, bool]:
     if len(words) != 1 or not words <= {"cuda", "all"}:
         raise ValueError(
             f"{ENV_VAR}={value!r}: expected 1 (or cuda): check each CUDA op on its first use and fall "
-            "back to its reference twin if it fails; all: ops on every device; strict (or all,strict): "
+            "back to its plain-PyTorch reference if it fails; all: ops on every device; strict (or all,strict): "
             "a failed check is an error; 0: off"
         )
     return words.pop(), strict

@@ -130,7 +130,9 @@ def _on(device: torch.device, dtype: torch.dtype, *ts: Tensor) -> list[Tensor]:
 
 
 def _pack(w: Tensor) -> Tensor:
-    """ops.pack_weight, or CaseUnavailable saying why this machine cannot pack."""
+    """ops.pack_weight, or CaseUnavailable where this CPU does not run weights packed in w's dtype."""
+    if w.device.type == "cpu" and not ops.packed_gemm_available(w.dtype):
+        raise CaseUnavailable(f"packed {str(w.dtype).replace('torch.', '')} weights: this CPU does not run them")
     try:
         return ops.pack_weight(w)
     except Exception as exc:

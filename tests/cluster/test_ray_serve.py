@@ -1,9 +1,10 @@
 """elmo_fast.ray.serve_app on a local Ray Serve (tests/support/ray_local.py: ray.init(num_cpus=2), once for this
 module; serve.run on a free loopback port): the API of `elmo-fast serve`, answered by the same app
 in the replica (tests/serve/test_serve.py's cases: vectors equal to ElmoEmbedder's sentence by sentence, .npy,
-OpenAI's API, concurrent clients sharing batches, every bad input's answer), under a route prefix
-and an API key; a model that fails to load fails the deployment, naming why; bad settings are one-line
-errors before anything is deployed."""
+OpenAI's API, concurrent clients sharing batches, every bad input's answer, /info, /tokenize, request ids,
+the property-based battery of tests/support/serve_fuzz.py), under a route prefix and an API key; a model that
+fails to load fails the deployment, naming why; bad settings are one-line errors before anything is
+deployed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 from ray_local import local_ray
 from serve_cases import BAD, OPENAI_BAD, TOL, concurrent_clients, expected, random_sentences
+from serve_fuzz import fuzz_every_route
 from serve_process import http_request
 
 from elmo_fast.errors import ElmoFastError
@@ -107,8 +109,16 @@ def test_the_deployment_is_what_was_asked(served, tiny_dir):
     assert code == 200 and json.loads(body) == {"status": "ok", "model": tiny_dir.name, "dim": 32}
 
 
-def test_every_route_but_health_needs_the_key(served):
-    for method, path in (("POST", "/embed"), ("POST", "/v1/embeddings"), ("GET", "/metrics")):
+def test_every_route_but_the_open_ones_needs_the_key(served):
+    for path in ("/health", "/openapi.json", "/docs"):
+        assert served.request("GET", path, key=False)[0] == 200, path
+    for method, path in (
+        ("POST", "/embed"),
+        ("POST", "/v1/embeddings"),
+        ("POST", "/tokenize"),
+        ("GET", "/info"),
+        ("GET", "/metrics"),
+    ):
         code, head, body = served.request(method, path, {"texts": ["a"]} if method == "POST" else None, key=False)
         assert code == 401 and body.count(b"\n") == 0 and json.loads(body)["error"]["type"] == "unauthorized"
         assert head["www-authenticate"] == "Bearer"
@@ -188,6 +198,41 @@ def test_unknown_routes_and_methods(served):
     assert code == 405 and json.loads(body)["error"]["type"] == "method_not_allowed"
 
 
+def test_info_tokenize_and_request_ids(served, tiny_dir):
+    code, head, body = served.request("GET", "/info", headers={"X-Request-Id": "ray-info-1"})
+    info = json.loads(body)
+    assert code == 200 and head["x-request-id"] == "ray-info-1"
+    assert info["model_id"] == tiny_dir.name and info["dim"] == 32 and info["max_request_tokens"] == 300
+    assert set(info["model_files"]) == {"options.json", "weights.hdf5"}
+    code, _, body = served.post("/tokenize", {"inputs": "Dogs bark!"})
+    assert [t["text"] for t in json.loads(body)["tokens"][0]] == ["Dogs", "bark", "!"]
+    code, head, body = served.post("/embed", {"texts": 3}, {"X-Request-Id": "ray-bad-1"})
+    assert code == 400 and json.loads(body)["error"]["request_id"] == "ray-bad-1" == head["x-request-id"]
+
+
+#: generated requests per route: fewer than the server's own battery (each goes through Ray's proxy)
+FUZZ_EXAMPLES = {
+    "POST /embed": 150,
+    "POST /v1/embeddings": 100,
+    "POST /tokenize": 100,
+    "GET /info": 40,
+    "GET /health": 30,
+    "GET /metrics": 30,
+    "GET /openapi.json": 30,
+    "GET /docs": 30,
+}
+
+
+def test_every_route_fuzzed_from_the_description(served):
+    """tests/serve/test_serve_fuzz.py's battery, against the deployment's app behind Ray's proxy."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    sent = fuzz_every_route(f"http://{served.host}:{served.port}{served.prefix}", auth, FUZZ_EXAMPLES)
+    assert sum(sent.values()) >= 500, sent
+    assert served.request("GET", "/health", key=False)[0] == 200
+    code, _, body = served.post("/embed", {"sentences": [["still", "fine"]], "output": "mean"})
+    assert code == 200 and len(json.loads(body)["embeddings"][0]) == 32
+
+
 def test_a_model_that_fails_to_load_fails_the_deployment_naming_why(served, tmp_path):
     from ray import serve
 
@@ -213,6 +258,7 @@ def test_a_model_that_fails_to_load_fails_the_deployment_naming_why(served, tmp_
         (dict(max_batch_size=0), "max_batch_size must be an integer >= 1, got 0"),
         (dict(max_wait_ms=-1), "max_wait_ms must be >= 0, got -1"),
         (dict(max_request_tokens=0), "max_request_tokens must be an integer >= 1, got 0"),
+        (dict(max_client_batch_size=0), "max_client_batch_size must be an integer >= 1, got 0"),
         (dict(api_key=" "), "api_key is empty"),
         (dict(max_connections=0), "max_connections must be an integer >= 1, got 0"),
         (dict(read_timeout=0), "read_timeout must be > 0 seconds or None, got 0"),

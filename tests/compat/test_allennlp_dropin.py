@@ -1,6 +1,6 @@
 """Code written for allennlp's ELMo, run on elmo-fast's names: the module path people use to reset
-states, ``Elmo(..., module=...)``, the errors migrated code catches, and the empty sentence's shape
-(issue 25, part 1). Each behaviour that still differs is in the table of
+states, ``Elmo(..., module=...)``, the errors migrated code catches, and the empty sentence's
+shape. Each behaviour that still differs is in the table of
 docs/elmo-module-and-allennlp.md."""
 
 from __future__ import annotations

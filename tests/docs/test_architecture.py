@@ -148,26 +148,56 @@ ALLOWED = {
     "elmo_fast.bilm.cuda_graphs": set(),
     "elmo_fast.bilm.legacy_keys": set(),
     "elmo_fast.bilm.vocab_cache": {"elmo_fast.errors"},
-    # the CPU kernels' choices: measured through the ops alone; remembered through the one write path;
-    # the orchestration knows the two and nothing of models
-    "elmo_fast.bilm.calibration": {"elmo_fast.bilm.ops"},
-    "elmo_fast.bilm.calibration_store": {
-        "elmo_fast.bilm.calibration",
-        "elmo_fast.durable",
+    # the CPU kernels' choices as the ops take them, and the seam where a model asks for its own (the tuning
+    # room answers, installed by elmo_fast.bilm's package init): the model knows nothing of the tuning room
+    "elmo_fast.bilm.cpu_choices": set(),
+    # the tuning room, beside the core: one owner for its key (key.py) and its state (cpu_tuning.py)
+    "elmo_fast.tuning.environment": {"elmo_fast.errors"},
+    "elmo_fast.tuning.dispatch": {"elmo_fast.bilm.ops", "elmo_fast.tuning.environment"},
+    "elmo_fast.tuning.key": {"elmo_fast.tuning.dispatch"},
+    "elmo_fast.tuning.measure": set(),
+    # measured through the ops, gated by their reference twins and the one table of bounds
+    "elmo_fast.tuning.calibration": {
+        "elmo_fast.bilm.ops",
+        "elmo_fast.bilm.reference",
+        "elmo_fast.verification.tolerances",
+        "elmo_fast.bilm.cpu_choices",
+        "elmo_fast.tuning.measure",
+    },
+    "elmo_fast.tuning.recheck": {
+        "elmo_fast.bilm.ops",
+        "elmo_fast.bilm.cpu_choices",
+        "elmo_fast.tuning.calibration",
+        "elmo_fast.tuning.measure",
+    },
+    # remembered through the one write path, in the one cache directory
+    "elmo_fast.tuning.store": {
+        "elmo_fast.bilm.cpu_choices",
         "elmo_fast.cache_dir",
+        "elmo_fast.durable",
+        "elmo_fast.tuning.calibration",
+        "elmo_fast.tuning.key",
     },
-    "elmo_fast.bilm.cpu_tuning": {
-        "elmo_fast.bilm.calibration",
-        "elmo_fast.bilm.calibration_store",
+    "elmo_fast.tuning.cpu_tuning": {
+        "elmo_fast.bilm.cpu_choices",
         "elmo_fast.run_lock",
+        "elmo_fast.tuning.calibration",
+        "elmo_fast.tuning.dispatch",
+        "elmo_fast.tuning.environment",
+        "elmo_fast.tuning.key",
+        "elmo_fast.tuning.measure",
+        "elmo_fast.tuning.recheck",
+        "elmo_fast.tuning.store",
     },
-    # which model a constructor was given: the formats, and the bundled model's directory
+    # which model a constructor was given: the formats, the bundled model's directory, and a model by name
+    # (model=) made local
     "elmo_fast.model_source": {
         "elmo_fast.errors",
         "elmo_fast.formats.bilm_tf",
         "elmo_fast.formats.manylangs_dir",
         "elmo_fast.formats.model_dir",
         "elmo_fast.pretrained.bundled",
+        "elmo_fast.pretrained.fetch",
     },
     # verification, beside the core: its door loads nothing (elmo_fast.bilm installs the first-use check)
     "elmo_fast.verification": set(),
@@ -271,6 +301,35 @@ def test_importing_elmo_fast_imports_no_ray():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", f"Ray modules imported: {proc.stdout.strip()}"
+
+
+def test_only_the_hub_module_names_huggingface_hub_and_nothing_imports_it_at_once():
+    """huggingface_hub (the [hub] extra) is reached through elmo_fast/pretrained/hf_hub.py alone, which
+    imports it when a Hub model is asked for: a core install has none, and loading a model from files
+    or the pretrained room costs no import of it."""
+    import subprocess
+    import sys
+
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "hf_hub.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            assert not any(n.split(".")[0] == "huggingface_hub" for n in names), f"{path} imports huggingface_hub"
+    code = (
+        "import sys, elmo_fast, elmo_fast.pretrained, elmo_fast.pretrained.hf_hub, elmo_fast.cli.models\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'huggingface_hub'))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"huggingface_hub modules imported: {proc.stdout.strip()}"
 
 
 def test_kernels_know_nothing_of_python():

@@ -102,8 +102,8 @@ def test_every_relative_link_resolves(page):
 
 def test_the_check_can_fail(tmp_path):
     assert (
-        slug("Proteins: SeqVec's shape, from FASTA (`benchmarks/bench_proteins.py`; issue 31)")
-        == "proteins-seqvecs-shape-from-fasta-benchmarksbench_proteinspy-issue-31"
+        slug("Proteins: SeqVec's shape, from FASTA (`benchmarks/bench_proteins.py`; 48 proteins)")
+        == "proteins-seqvecs-shape-from-fasta-benchmarksbench_proteinspy-48-proteins"
     )
     assert slug("Coming from allennlp / simple_elmo") == "coming-from-allennlp--simple_elmo"
     assert slug("[SeqVec](https://example.org) and `embed --fasta`") == "seqvec-and-embed---fasta"

@@ -111,7 +111,7 @@ def test_missing_header_falls_back_with_one_warning(tmp_path, missing):
 
 
 def test_nvcc_wrapper_without_headers_is_the_reported_failure(tmp_path):
-    # Issue 15 item 9: nvcc on PATH is /usr/local/bin/nvcc (a wrapper), so torch's CUDA_HOME is
+    # A reported failure: nvcc on PATH is /usr/local/bin/nvcc (a wrapper), so torch's CUDA_HOME is
     # /usr/local, which has no CUDA headers; the real toolkit is elsewhere and gets suggested.
     wrapper_home = make_toolkit(tmp_path / "usr_local", headers=())
     real = make_toolkit(tmp_path / "cuda-13.0")

@@ -24,6 +24,7 @@ from serve_process import ServerProcess, http_request
 from elmo_fast import ElmoEmbedder
 from elmo_fast.serve.batcher import Batcher, Limits, select_batch
 from elmo_fast.serve.metrics import Metrics
+from elmo_fast.serve.protocol import RequestLimits
 from elmo_fast.tokenizer import tokenize
 
 # ---------------------------------------------------------------------------------------------
@@ -294,7 +295,7 @@ def gated_server(tiny_dir, embedder):
         "gated",
         lambda e: e.output_dim,
         Limits(max_batch_size=1, max_queue=2),
-        8192,
+        RequestLimits(),
     )
     server.host, server.port = server.sock.getsockname()[:2]
     thread = threading.Thread(target=server.run)
@@ -433,7 +434,9 @@ def test_health_is_503_until_the_model_is_warm(tiny_dir, embedder):
         gate.wait(120)
         return ElmoEmbedder(model_dir=tiny_dir)
 
-    server = EmbeddingServer(listen("127.0.0.1", 0), load, "gated", lambda e: e.output_dim, Limits(), 100)
+    server = EmbeddingServer(
+        listen("127.0.0.1", 0), load, "gated", lambda e: e.output_dim, Limits(), RequestLimits(max_request_tokens=100)
+    )
     host, port = server.sock.getsockname()[:2]
     thread = threading.Thread(target=server.run)
     thread.start()

@@ -17,17 +17,9 @@ START_TIMEOUT = 240  # a loaded 2-core CI machine takes seconds to import torch
 
 class ServerProcess:
     def __init__(self, model_dir, *flags) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "elmo_fast",
-            "serve",
-            "--model-dir",
-            str(model_dir),
-            "--port",
-            "0",
-            *map(str, flags),
-        ]
+        """model_dir: the model to serve, or None for one the flags name (``--onnx FILE``)."""
+        model = [] if model_dir is None else ["--model-dir", str(model_dir)]
+        cmd = [sys.executable, "-m", "elmo_fast", "serve", *model, "--port", "0", *map(str, flags)]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._new = queue.Queue()

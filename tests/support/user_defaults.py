@@ -20,10 +20,10 @@ NOT_BEHAVIOUR = {
 
 def effective_defaults() -> dict:
     from elmo_fast import ElmoBiLm, ElmoEmbedder
-    from elmo_fast.bilm import cpu_tuning
     from elmo_fast.bilm.backends import resolve_backend
     from elmo_fast.bilm.precision import resolve_precision
     from elmo_fast.compat.allennlp09.settings import model_settings
+    from elmo_fast.tuning import environment
     from elmo_fast.verification import first_use
 
     stateful = {inspect.signature(cls).parameters["stateful"].default for cls in (ElmoBiLm, ElmoEmbedder)}
@@ -31,7 +31,7 @@ def effective_defaults() -> dict:
         "backend": resolve_backend(inspect.signature(ElmoBiLm).parameters["backend"].default),
         "precision": resolve_precision(None, None).name,
         "state mode": "stateful" if stateful == {True} else "stateless" if stateful == {False} else repr(stateful),
-        "CPU calibration": cpu_tuning.mode(),
+        "CPU calibration": environment.mode(),
         "first-use self-check": first_use.mode(),
         # the allennlp import path's own settings (ELMO_FAST_PRECISION, ELMO_FAST_BACKEND): none by default
         "allennlp import path settings": repr(model_settings()),

@@ -55,6 +55,25 @@ def test_bench_lstm_step():
     assert "| 5 | bf16 packed |" in out and "| 1 | fp32 BLAS |" in out
 
 
+def test_bench_calibration(tmp_path):
+    out = _run(
+        "bench_calibration.py",
+        "--busy-preset",
+        "tiny",
+        "--cost-presets",
+        "tiny",
+        "--seconds",
+        "0.2",
+        "--repeats",
+        "1",
+        "--cache-dir",
+        tmp_path,
+        timeout=600,
+    )
+    assert "| busy | " in out and "| quiet | " in out and "| off (the kernels' defaults) |" in out
+    assert "of the quiet choice's speed (target >= 95%)" in out and "| `tiny` (" in out and "| bf16 |" in out
+
+
 def test_bench_train():
     out = _run(
         "bench_train.py",

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,35 +29,79 @@ prebuilt = _load(ROOT / "scripts" / "prebuilt_extension.py")
 summary = _load(ROOT / "tools" / "gpu_check_summary.py")
 
 
-def _dry_run(tmp_path, **env):
+def _dry_run(tmp_path, *options, **env):
     out = subprocess.run(
-        ["bash", str(SCRIPT)],
+        ["bash", str(SCRIPT), "--dry-run", "--out", str(tmp_path), *options],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
-        env=dict(os.environ, GPU_CHECK_DRY_RUN="1", OUT=str(tmp_path), **env),
+        env=dict(os.environ, **env),
     )
     return out
 
 
-def test_dry_run_lists_the_first_commands_phases_within_8_minutes(tmp_path):
+def _budgets(stdout: str) -> dict[str, int]:
+    return {name: int(b) for name, b in re.findall(r"^=+ (\w+) \(budget (\d+)s\)", stdout, flags=re.M)}
+
+
+def test_dry_run_lists_every_phase_most_telling_first(tmp_path):
     out = _dry_run(tmp_path)
     assert out.returncode == 0, out.stderr
-    budgets = dict(re.findall(r"^=+ (\w+) \(budget (\d+)s\)", out.stdout, flags=re.M))
-    assert list(budgets) == ["device", "extension", "doctor", "kernels", "model", "bench"]
-    assert sum(int(b) for b in budgets.values()) <= 480
+    budgets = _budgets(out.stdout)
+    assert list(budgets) == ["device", "extension", "doctor", "kernels", "model", "bench", "sanitizer", "more_tests"]
+    assert sum(budgets.values()) <= 12 * 60  # each phase's cap, no budget given
     assert "bench_gpu.py --preset original --batches 64,256,1" in out.stdout  # the functions' bodies are shown
-    assert (tmp_path / "summary.txt").read_text().count(" ok ") == 6
+    summary = (tmp_path / "summary.txt").read_text()
+    assert summary.count(" ok ") == 8 and "budget none" in summary
 
 
-def test_dry_run_of_the_second_command(tmp_path):
+def test_a_budget_is_an_option_and_bounds_the_phases(tmp_path):
+    """--budget SECONDS keeps the run within it: each phase capped at what is left less the summary's 10 s,
+    a phase with under 15 s left skipped (a dry run spends no time, so the caps show the arithmetic)."""
+    out = _dry_run(tmp_path, "--budget", "480", "--phases", "device,extension,doctor,kernels,model,bench")
+    assert out.returncode == 0, out.stderr
+    budgets = _budgets(out.stdout)
+    assert list(budgets) == ["device", "extension", "doctor", "kernels", "model", "bench"]
+    assert sum(budgets.values()) <= 480
+    assert "budget 480" in (tmp_path / "summary.txt").read_text()
+    short = _dry_run(tmp_path, "--budget=100", "--phases=bench")
+    assert _budgets(short.stdout) == {"extension": 30, "bench": 90}  # extension always: the others need it
+    none = _dry_run(tmp_path, "--budget", "20")
+    assert none.returncode == 1 and "skipped (out of time)" in (tmp_path / "summary.txt").read_text()
+
+
+def test_a_narrower_run_leaves_out_what_the_core_phases_ran(tmp_path):
     out = _dry_run(tmp_path, GPU_CHECK_PHASES="extension,sanitizer,more_tests", GPU_CHECK_BUDGET="230")
     assert out.returncode == 0, out.stderr
-    budgets = dict(re.findall(r"^=+ (\w+) \(budget (\d+)s\)", out.stdout, flags=re.M))
-    assert list(budgets) == ["extension", "sanitizer", "more_tests"]
-    assert sum(int(b) for b in budgets.values()) <= 230
+    budgets = _budgets(out.stdout)
+    assert list(budgets) == ["extension", "sanitizer", "more_tests"]  # the environment's settings, as the options'
+    assert sum(budgets.values()) <= 230
     assert "--deselect tests/bilm/test_highway_cuda.py::test_highway[" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        (["--budget", "soon"], "--budget: expected whole seconds, got 'soon'"),
+        (["--phases", "device,warp"], "--phases: unknown phase 'warp'"),
+        (["--rehearsal=gpu"], "--rehearsal: expected nothing or =emulated"),
+        (["--bogus"], "unknown option --bogus"),
+        (["--out"], "--out needs a folder"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(tmp_path, options, said):
+    out = _dry_run(tmp_path, *options)
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"gpu_check.sh: {said}") and line.endswith("(--help lists the options)")
+
+
+def test_help_is_the_scripts_header():
+    out = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert out.stdout.startswith("The GPU check: on a machine with an NVIDIA GPU")
+    assert "--budget SECONDS" in out.stdout and "rsync -a prebuilt/" in out.stdout
 
 
 def _selection(name: str) -> list[str]:
@@ -86,7 +131,7 @@ def test_summary_reads_counts_failures_and_the_doctors_verdict(tmp_path):
         "python 3.12.3 (.cpython-312-x86_64-linux-gnu.so), torch 2.11.0+cu130\n"
     )
     (tmp_path / "doctor.log").write_text(
-        "op  twin\nchar_cnn  char_cnn_ref  cuda:0  float32  forward  3.1e-01  1e-05  "
+        "op  reference\nchar_cnn  char_cnn_ref  cuda:0  float32  forward  3.1e-01  1e-05  "
         "inf  FAIL (N=7 L=9)\n\nFAIL: 1 of 40 checks on cuda:0 ...\n"
     )
     (tmp_path / "kernels.log").write_text(
@@ -176,7 +221,51 @@ def test_prebuilt_local_version_tags_alone_fit():
     assert prebuilt.mismatches(dict(built, cxx11_abi=not built["cxx11_abi"]), built)
 
 
+def test_prebuilt_describe_names_what_to_build_for_this_machine(monkeypatch):
+    if torch.version.cuda is None:
+        assert prebuilt.describe().startswith(f"prebuilt: torch {torch.__version__} here is not a CUDA build")
+        monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: [(9, 0), (8, 6)][i])
+    line = prebuilt.describe()
+    assert line.startswith("bash scripts/prepare_gpu_run.sh --torch " + torch.__version__.split("+")[0])
+    assert "--cuda 13.0" in line and '--archs "8.6;9.0"' in line
+    assert f"--python python{sys.version_info[0]}.{sys.version_info[1]}" in line
+
+
 def test_prepare_script_parses_and_says_how_to_run():
-    text = (ROOT / "scripts" / "prepare_gpu_run.sh").read_text()
-    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "prepare_gpu_run.sh")]).returncode == 0
-    assert 'carry:     ["prebuilt"]' in text and "timeout_s: 540" in text
+    script = ROOT / "scripts" / "prepare_gpu_run.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    assert "rsync -a prebuilt/" in text and "bash tools/gpu_check.sh" in text
+    help_ = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert help_.returncode == 0 and "--torch VERSION" in help_.stdout and "describe" in help_.stdout
+    bad = subprocess.run(["bash", str(script), "--python", "pypy"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "expected an interpreter named python3.X" in bad.stderr
+
+
+def test_a_rehearsal_of_the_extension_phase_loads_this_trees_extension(tmp_path):
+    """Not a dry run: the extension phase's own Python, on this machine's CPU, with this tree's extension."""
+    from elmo_fast.bilm import ops
+
+    if not ops.HAS_EXTENSION:
+        pytest.skip("elmo_fast._C is not built here (pip install --no-build-isolation -e .)")
+    out = subprocess.run(
+        [
+            "bash",
+            str(SCRIPT),
+            "--rehearsal",
+            "--phases",
+            "extension",
+            "--python",
+            sys.executable,
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "elmo_fast._C loaded from " in (tmp_path / "extension.log").read_text()

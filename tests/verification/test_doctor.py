@@ -98,7 +98,7 @@ def test_doctor_names_a_broken_forward_and_exits_1(monkeypatch, capsys):
     # in float32 bilstm fails in every schedule too; the doctor says what the first-use check would do with it
     assert all(r[9] == "FAIL" for r in table if r[0] == "bilstm" and r[3] == "float32"), out
     assert re.search(
-        r"where it checks them, these (fall back to their reference twins|raise SelfCheckError): "
+        r"where it checks them, these (run their plain-PyTorch reference instead|raise SelfCheckError): "
         r"bilstm on cpu, bilstm on cpu \(packed float32\), bilstm on cpu \(tuning 0,0,0\), ",
         out,
     ), out
@@ -167,8 +167,8 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    line = capsys.readouterr().out.strip()
-    assert "\n" not in line
+    line, bundled = capsys.readouterr().out.strip().split("\n")  # the build, then the bundled model's terms
+    assert bundled.startswith("bundled model 'default': ")
     assert line.startswith(f"elmo-fast {__version__} (torch {torch.__version__}; ")
     if ops.HAS_EXTENSION:
         assert "; extension: cpu" in line

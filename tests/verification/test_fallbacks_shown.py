@@ -8,7 +8,6 @@ it happens without a GPU)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from types import SimpleNamespace
@@ -56,9 +55,9 @@ def test_the_embed_summary_names_the_op(tmp_path, random_models, char_cnn_fallen
     err = capsys.readouterr().err
     assert code == 0, err
     closing = [line for line in err.splitlines() if line.startswith("elmo-fast: ")][-1]
-    assert closing.endswith("; reference twins for ops that failed their first-use self-check: char_cnn on cpu"), (
-        closing
-    )
+    assert closing.endswith(
+        "; the plain-PyTorch reference for ops that failed their first-use self-check: char_cnn on cpu"
+    ), closing
 
 
 @needs_extension
@@ -66,7 +65,7 @@ def test_the_doctor_names_the_ops_this_process_runs_on_their_twins(char_cnn_fall
     assert main(["doctor", "--device", "cpu", "--no-model"]) == 1  # its own checks run the broken kernel
     out = capsys.readouterr().out
     assert "first-use self-check: ELMO_FAST_SELFCHECK=all" in out
-    assert "this process runs reference twins (failed their first-use check): char_cnn on cpu" in out
+    assert "this process runs the plain-PyTorch reference (failed the first-use check) for: char_cnn on cpu" in out
     assert main(["doctor", "--device", "cpu", "--no-model", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["selfcheck"]["mode"] == "all" and report["selfcheck"]["fallbacks"]["char_cnn"] == ["cpu"]
@@ -76,16 +75,18 @@ def _service():
     pytest.importorskip("starlette", reason="the server needs the [serve] extra: pip install elmo-fast[serve]")
     from elmo_fast.serve.app import ModelInfo, Service
     from elmo_fast.serve.metrics import Metrics
+    from elmo_fast.serve.protocol import RequestLimits
 
     ready = threading.Event()
     ready.set()
     batcher = SimpleNamespace(ready=ready)
-    return Service(batcher, Metrics(), ModelInfo("tiny", 32), 1000)
+    return Service(batcher, Metrics(), ModelInfo("tiny", 32), RequestLimits())
 
 
 def _health(service) -> tuple[int, dict]:
-    response = asyncio.run(service.health(None))
-    return response.status_code, json.loads(response.body)
+    """What GET /health answers: its status and body (Service.health_report, which the route sends)."""
+    status, body = service.health_report()
+    return status, json.loads(json.dumps(body))
 
 
 @needs_extension

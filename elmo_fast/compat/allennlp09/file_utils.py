@@ -3,7 +3,8 @@ allennlp-0.9-era code pass as model files (local paths, or URLs of the official 
 
 A URL of an official model (allennlp's S3 addresses, old and new, of original, small, medium, 5.5B,
 pt and pubmed: :func:`elmo_fast.pretrained.official.model_for_url`) is that model in elmo-fast's
-cache (``elmo-fast models`` lists them; ``ELMO_FAST_CACHE`` moves it). When it is not there yet, a
+cache (``elmo-fast models list`` shows it; ``ELMO_FAST_CACHE`` moves it), its files checked against
+the record kept beside them (:mod:`elmo_fast.pretrained.records`). When it is not there yet, a
 copy that allennlp itself downloaded earlier is used as it is (``~/.allennlp/cache``, or
 ``ALLENNLP_CACHE_ROOT``); failing that, the model is downloaded once into elmo-fast's cache. Any
 other URL is looked for in allennlp's cache, then downloaded once into elmo-fast's cache. Offline,
@@ -53,6 +54,9 @@ def _in_allennlp_cache(url: str, cache_dir: str | os.PathLike | None) -> str | N
 def _official(url: str, name: str, role: str, cache_dir) -> str:
     options, weights = official.cached_files(name)
     target = options if role == "options" else weights
+    if options.is_file() and weights.is_file():  # cached: no request, the files checked against their record
+        fetched = official.fetch_model(name, progress=False)
+        return str(fetched[0] if role == "options" else fetched[1])
     if target.is_file():
         return str(target)
     if (earlier := _in_allennlp_cache(url, cache_dir)) is not None:

@@ -1,4 +1,5 @@
-"""Tests of elmo_fast.pretrained against a local HTTP server (never the internet)."""
+"""Tests of the official models (elmo_fast.pretrained.official) against a local HTTP server (never the
+internet)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from elmo_fast.errors import DownloadError, ElmoFastError
+from elmo_fast.pretrained import http_download
 from elmo_fast.pretrained import official as hub
 
 TIMEOUT = 3
@@ -112,7 +114,10 @@ def remote(tmp_path) -> Path:
 
 
 def _files_under(path: Path) -> list[Path]:
-    return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []
+    """The files under ``path``, the fetch locks (``locks/``) aside."""
+    if not path.exists():
+        return []
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.relative_to(path).parts[0] != "locks")
 
 
 def test_models_table():
@@ -171,7 +176,8 @@ def test_download_lands_at_right_paths(serve, remote, cache, monkeypatch):
     assert weights == cache / "small" / "weights.hdf5"
     assert options.read_bytes() == options_bytes
     assert weights.read_bytes() == weights_bytes
-    assert _files_under(cache) == [options, weights]  # no temp files left behind
+    record = cache / "small" / "record.json"
+    assert _files_under(cache) == [options, record, weights]  # no temp files left behind
     assert len(server.requests) == 2
 
 
@@ -196,7 +202,8 @@ def test_cache_argument_overrides_environment(serve, remote, cache, tmp_path, mo
     options, weights = hub.fetch_model("small", cache=other, progress=False, timeout=TIMEOUT)
     assert options == other / "small" / "options.json" and options.is_file()
     assert weights == other / "small" / "weights.hdf5" and weights.is_file()
-    assert _files_under(cache) == []
+    assert (other / "small" / "record.json").is_file() and (other / "locks").is_dir()
+    assert not cache.exists()
 
 
 def test_only_missing_file_is_downloaded(serve, remote, cache, monkeypatch):
@@ -327,9 +334,9 @@ def test_keyboard_interrupt_cleans_temp_file(serve, remote, cache, monkeypatch):
     _write_model_files(remote, "small", sizes=(300, 50_000))
     server = serve(remote)
     monkeypatch.setenv("ELMO_FAST_BASE_URL", server.url)
-    monkeypatch.setattr(hub, "_CHUNK_SIZE", 1000)
+    monkeypatch.setattr(http_download, "_CHUNK_SIZE", 1000)
 
-    real_tqdm = hub.tqdm
+    real_tqdm = http_download.tqdm
     updates: list[int] = []
 
     class InterruptingBar(real_tqdm):
@@ -344,7 +351,7 @@ def test_keyboard_interrupt_cleans_temp_file(serve, remote, cache, monkeypatch):
                     raise KeyboardInterrupt
             return super().update(n)
 
-    monkeypatch.setattr(hub, "tqdm", InterruptingBar)
+    monkeypatch.setattr(http_download, "tqdm", InterruptingBar)
     with pytest.raises(KeyboardInterrupt):
         hub.fetch_model("small", progress=False, timeout=TIMEOUT)
     assert len(updates) == 3
