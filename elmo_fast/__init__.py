@@ -82,10 +82,15 @@ __all__ = [
 ]
 
 
+#: submodules that act when imported (the allennlp import path): only ``import elmo_fast.as_allennlp``
+#: imports them, never an attribute lookup (``hasattr``, a tool walking the package's attributes)
+_ONLY_BY_IMPORT = frozenset({"as_allennlp"})
+
+
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
-        if name.startswith("_") or importlib.util.find_spec(f"elmo_fast.{name}") is None:
+        if name.startswith("_") or name in _ONLY_BY_IMPORT or importlib.util.find_spec(f"elmo_fast.{name}") is None:
             raise AttributeError(f"module 'elmo_fast' has no attribute {name!r}")
         return importlib.import_module(f"elmo_fast.{name}")  # a room, as if imported (``elmo_fast.durable``)
     value = (

@@ -12,18 +12,42 @@ or, with no code edited (a command line such as ``seqvec -i proteins.fa -o out.h
 (the install puts a ``.pth`` hook in site-packages that imports this module at interpreter start when
 that variable is set, and does nothing otherwise).
 
+Only asking activates it: attribute access (``elmo_fast.as_allennlp``, ``hasattr``, ``dir``) never
+imports it, and a tool that imports every module of the package to read it (pytest's
+``--doctest-modules``, Sphinx, pydoc, ``pkgutil.walk_packages``) gets the module without the stand-in
+(the module is then imported: in such a process, ``activate()`` turns it on).
+
 What it provides, module by module: :data:`elmo_fast.compat.allennlp09.PROVIDED`; anything else under
-``allennlp`` is an ImportError saying so. Without activation nothing named ``allennlp`` exists. A real
-allennlp is never shadowed: when one is installed (or imported), activating says so in one line (a
-:class:`~elmo_fast.compat.allennlp09.finder.RealAllennlpWarning`) and changes nothing.
+``allennlp`` is not there (``find_spec`` answers None). Without activation nothing named ``allennlp``
+exists. A real allennlp is never shadowed: when one is installed (or imported), activating says so in one
+line (a :class:`~elmo_fast.compat.allennlp09.finder.RealAllennlpWarning`) and changes nothing; one that
+becomes importable later is imported instead of the stand-in (see :mod:`elmo_fast.compat.allennlp09.finder`).
 
 ``activate()`` / ``deactivate()`` / ``is_active()`` do the same from code.
 """
 
 from __future__ import annotations
 
+import sys
+
 from .compat.allennlp09.finder import ENV_VAR, RealAllennlpWarning, activate, deactivate, is_active
 
 __all__ = ["ENV_VAR", "RealAllennlpWarning", "activate", "deactivate", "is_active"]
 
-activate()
+#: the modules of tools that import a package's every module to read it, not to use it
+_WALKERS = ("_pytest.", "sphinx.", "pydoc", "pkgutil", "doctest")
+
+
+def _importer() -> str:
+    """The module whose code imports this one (called from its body; the import machinery's frames skipped)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_globals.get("__name__") or ""
+        if not (frame.f_code.co_filename.startswith("<frozen importlib") or name.split(".")[0] == "importlib"):
+            return name
+        frame = frame.f_back
+    return ""
+
+
+if not _importer().startswith(_WALKERS):
+    activate()

@@ -1,6 +1,9 @@
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,22 +20,23 @@ for _path in (TESTS, SUPPORT):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-# The CPU kernels' calibration (elmo_fast.bilm.cpu_tuning) picks kernels by timing them: the suite runs
-# the kernels' defaults, the same in every process and on every machine, and writes nothing under the
-# user's cache. tests/bilm/test_calibration.py turns it on where it tests it; subprocesses inherit this.
-os.environ.setdefault("ELMO_FAST_CALIBRATION", "off")
+# The suite runs what a user runs: no setting a user does not have (tests/docs/test_suite_defaults.py fails
+# otherwise). A test that needs a fixed kernel choice or a strict self-check asks for it itself (the
+# calibration_off and selfcheck_mode fixtures, or a subprocess's environment). Only where files are kept is the
+# suite's own, as it is each user's: a cache folder of this session (the CPU calibration measures and stores
+# there once, as on a fresh machine, and every test and subprocess after it reads it), removed at the end.
+_CACHE = tempfile.mkdtemp(prefix="elmo-fast-test-cache-")
+os.environ["ELMO_FAST_CACHE"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
-# The first-use self-check (elmo_fast.bilm.selfcheck) falls back to an op's reference twin when its kernel
-# fails on a GPU: in the tests, that would let a wrong CUDA kernel pass every test through the twin. Strict
-# here, so that it fails them instead, naming the op (set before any test module imports elmo_fast).
-os.environ.setdefault("ELMO_FAST_SELFCHECK", "strict")
-
-# Fixtures the rooms share, defined beside their helpers (imported after the settings above: they import
+# Fixtures the rooms share, defined beside their helpers (imported after the cache is set: they import
 # elmo_fast): the CUDA kernels' targets ("cuda", "emulated"), the ops run on a target's kernels, allocations
-# poisoned with NaN, the mini biLM of the gradchecks, exported ONNX graphs.
+# poisoned with NaN, the mini biLM of the gradchecks, exported ONNX graphs, the self-check's mode and the
+# calibration off for a test.
 from bilm_cases import mini  # noqa: E402,F401
 from cuda_targets import cuda_target, emulated_target, ops_on, target  # noqa: E402,F401
 from grad_checks import poisoned_allocations  # noqa: E402,F401
+from kernel_settings import calibration_off, selfcheck_mode  # noqa: E402,F401
 from onnx_graphs import onnx_graphs  # noqa: E402,F401
 
 

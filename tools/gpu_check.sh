@@ -177,7 +177,7 @@ MORE_TESTS=(
   tests/bilm/test_ops.py::test_ops_on_cuda_tensors_without_kernels_say_how
   tests/bilm/test_ops.py::test_cuda_backward_follows_the_build
   tests/bilm/test_ops.py::test_training_uses_the_cuda_ops_only_where_built
-  tests/bilm/test_doctor.py::test_fallen_back_ops_give_their_twins_values
+  tests/verification/test_first_use.py::test_fallen_back_ops_give_their_twins_values
 )
 
 declare -a PHASES=()

@@ -18,20 +18,19 @@
 * :mod:`~elmo_fast.bilm.vocab_cache`      allennlp's ``vocab_to_cache``: word ids read against cached vectors
 * :mod:`~elmo_fast.bilm.legacy_keys`      state dicts saved by allennlp and elmo-fast 0.1, loaded
 * :mod:`~elmo_fast.bilm.scalar_mix`       ``ScalarMix``: learned mixes of the layers
-* :mod:`~elmo_fast.bilm.tolerances`       the one table of per-op bounds, fast vs reference (tests, doctor, self-check)
-* :mod:`~elmo_fast.bilm.selfcheck`        each op against its twin on this machine (``elmo-fast doctor``,
-                                          ``ELMO_FAST_SELFCHECK``, on for CUDA ops by default); its inputs in
-                                          ``selfcheck_cases``; an op that failed it runs its twin via ``fallback``
-* :mod:`~elmo_fast.bilm.build_report`     what was built: version, torch, backends, CUDA archs (``--version``)
+
+Each op checked against its twin, and what was built: :mod:`elmo_fast.verification` (``elmo-fast doctor``,
+the first-use self-check ``ELMO_FAST_SELFCHECK``, installed on the ops when this package is imported).
 """
 
 from ..tuning import cpu_tuning as _tuning
-from . import cpu_choices, selfcheck
+from ..verification import first_use
+from . import cpu_choices
 from .char_ids import batch_to_ids
 from .model import ElmoBiLm
 from .scalar_mix import ScalarMix
 
-selfcheck.enable_from_environment()  # ELMO_FAST_SELFCHECK (default: CUDA ops): check each op on its first use
+first_use.enable_from_environment()  # ELMO_FAST_SELFCHECK (default: CUDA ops): check each op on its first use
 cpu_choices.install(_tuning.cpu_tuning)  # the CPU kernels' choices, measured on this machine (elmo_fast.tuning)
 
 __all__ = ["batch_to_ids", "ElmoBiLm", "ScalarMix"]

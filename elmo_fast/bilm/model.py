@@ -540,11 +540,14 @@ class ElmoBiLm(nn.Module):
             or torch.compiler.is_compiling()
         ):
             return DEFAULT_TUNING
+        precision = precision or self.precision.name
+        if precision == "tf32":  # a CPU has no TF32: fp32's kernels, hence fp32's choice (bit for bit the same)
+            precision = "fp32"
         emb = self.token_embedder
         highway = None
         if isinstance(emb, CharTokenEmbedder):
             highway = (emb.highways.weights(), emb.highways.biases(), emb.projection.weight, emb.projection.bias)
-        return cpu_tuning_for(self.encoder.flat_weights(), highway, precision or self.precision.name)
+        return cpu_tuning_for(self.encoder.flat_weights(), highway, precision)
 
     def _token_results(self, distinct: Tensor) -> tuple[Tensor, Tensor]:
         """Token vectors [U, P] and layer-0 gates [U, 2, 4C] on the model's device of the distinct

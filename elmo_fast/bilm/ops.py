@@ -33,17 +33,29 @@ HAS_BACKWARD = HAS_EXTENSION
 HAS_CUDA_BACKWARD = HAS_CUDA_KERNELS and _extension_status.has_kernels("CUDA")
 
 
-#: Called as ``hook(op, tensor)`` (the op's name, its main input) at every op call when set: the
-#: first-use self-check of :mod:`elmo_fast.bilm.selfcheck` (ELMO_FAST_SELFCHECK, on for CUDA ops by
-#: default). It returns None (run the kernel) or, for an op that failed its check on that device, a
-#: callable taking the op's arguments (its reference twin) whose result the op returns instead.
-_first_use_hook: Callable[[str, Tensor], Callable | None] | None = None
+#: Called as ``hook(op, tensor, schedule)`` (the op's name, its main input, :func:`_schedule` of the
+#: call) at every op call when set: the first-use self-check of :mod:`elmo_fast.verification.first_use`
+#: (ELMO_FAST_SELFCHECK, on for CUDA ops by default). It returns None (run the kernel) or, for an op
+#: that failed its check on that device in that schedule, a callable taking the op's arguments (its
+#: reference twin) whose result the op returns instead.
+_first_use_hook: Callable[[str, Tensor, tuple | None], Callable | None] | None = None
 
 
-def set_first_use_hook(hook: Callable[[str, Tensor], Callable | None] | None) -> None:
+def set_first_use_hook(hook: Callable[[str, Tensor, tuple | None], Callable | None] | None) -> None:
     """Install (or, with None, remove) the hook every op calls first (see ``_first_use_hook``)."""
     global _first_use_hook
     _first_use_hook = hook
+
+
+def _schedule(
+    weight: Tensor | None = None, gemv_rows: int | None = None, tuning: list[int] | None = None
+) -> tuple | None:
+    """How a call runs besides its values, as the first-use hook is told it: None for the kernels'
+    defaults, else ``(packed weights' dtype or None, gemv_max_rows, tuning as a tuple or None)``."""
+    packed = weight.dtype if weight is not None and weight.dim() == 4 else None
+    if packed is None and gemv_rows is None and tuning is None:
+        return None
+    return packed, gemv_rows, None if tuning is None else tuple(tuning)
 
 
 def require_extension() -> None:
@@ -82,7 +94,7 @@ def highway_gate(projected: Tensor, x: Tensor) -> Tensor:
     Differentiable (CPU; CUDA where :data:`HAS_CUDA_BACKWARD`): the backward is one fused pass
     (``highway_gate_backward``).
     """
-    if _first_use_hook is not None and (twin := _first_use_hook("highway_gate", x)) is not None:
+    if _first_use_hook is not None and (twin := _first_use_hook("highway_gate", x, None)) is not None:
         return twin(projected, x)
     _require_kernels_for(projected, x)
     return torch.ops.elmo_fast.highway_gate.default(projected, x)
@@ -108,7 +120,10 @@ def highway(
     Differentiable: with gradients needed, the steps run one by one under autograd (the same
     kernels and values), and the gates' backward is one fused pass each.
     """
-    if _first_use_hook is not None and (twin := _first_use_hook("highway", x)) is not None:
+    if (
+        _first_use_hook is not None
+        and (twin := _first_use_hook("highway", x, _schedule(None, gemv_max_rows))) is not None
+    ):
         return twin(x, highway_weights, highway_biases, proj_weight, proj_bias)
     _require_kernels_for(x)
     if torch.is_grad_enabled() and any(
@@ -137,7 +152,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, gemv_max_rows:
     x and bias: a GEMM in the packed weight's dtype with a float32 result (inference only).
     Differentiable (the usual formulas, through ATen).
     """
-    if _first_use_hook is not None and (twin := _first_use_hook("linear", x)) is not None:
+    if (
+        _first_use_hook is not None
+        and (twin := _first_use_hook("linear", x, _schedule(weight, gemv_max_rows))) is not None
+    ):
         return twin(x, weight, bias)
     if x.device.type != "cpu":
         return F.linear(x, weight, bias)
@@ -174,7 +192,10 @@ def layer0_gates_packed(tokens: Tensor, packed: list[Tensor], biases: list[Tenso
 def layer0_gates(tokens: Tensor, weights: list[Tensor], gemv_max_rows: int | None = None) -> Tensor:
     """Layer 0's input gates of distinct tokens, both directions: [U, P] -> [U, 2, 4C] (twin of
     :func:`elmo_fast.bilm.reference.layer0_gates_ref`), each direction one :func:`linear`."""
-    if _first_use_hook is not None and (twin := _first_use_hook("layer0_gates", tokens)) is not None:
+    if (
+        _first_use_hook is not None
+        and (twin := _first_use_hook("layer0_gates", tokens, _schedule(None, gemv_max_rows))) is not None
+    ):
         return twin(tokens, weights)
     return torch.stack([linear(tokens, weights[4 * d], weights[4 * d + 2], gemv_max_rows) for d in range(2)], dim=1)
 
@@ -204,7 +225,7 @@ def char_cnn(
     one takes it; windows that hold the same ids (ELMo's padding) give the same gradient whichever
     takes it, as the reference's amax, which shares it among them.
     """
-    if _first_use_hook is not None and (twin := _first_use_hook("char_cnn", char_embedding)) is not None:
+    if _first_use_hook is not None and (twin := _first_use_hook("char_cnn", char_embedding, None)) is not None:
         return twin(char_ids, char_embedding, conv_weights, conv_biases, activation)
     _require_kernels_for(char_ids, char_embedding)
     return torch.ops.elmo_fast.char_cnn.default(
@@ -250,7 +271,11 @@ def bilstm(
     returns      outputs [L, B, T, 2P] (exactly 0 at t >= lengths[b]), h [L, B, 2P], c [L, B, 2C]
                  (each row's state after its last step; a row of length 0 keeps its initial state).
     """
-    if _first_use_hook is not None and (twin := _first_use_hook("bilstm", xg0)) is not None:
+    if (
+        _first_use_hook is not None
+        and (twin := _first_use_hook("bilstm", xg0, _schedule(weights[1] if len(weights) > 1 else None, None, tuning)))
+        is not None
+    ):
         return twin(xg0, token_index, lengths, weights, cell_clip, proj_clip, h0, c0)
     _require_kernels_for(xg0, token_index)
     return torch.ops.elmo_fast.bilstm.default(
@@ -339,7 +364,10 @@ def lstm_layer(
     The forward keeps what the backward reads (~(6C + P) values per token and direction), also
     under no_grad: for inference, :func:`bilstm` is the fast path.
     """
-    if _first_use_hook is not None and (twin := _first_use_hook("lstm_layer", xg)) is not None:
+    if (
+        _first_use_hook is not None
+        and (twin := _first_use_hook("lstm_layer", xg, _schedule(None, None, tuning))) is not None
+    ):
         return twin(xg, lengths, w_hh, w_proj, cell_clip, proj_clip, h0, c0, token_index)
     _require_training_kernels("lstm_layer", xg, w_hh, w_proj, h0, c0)
     y, h, c, _saved = torch.ops.elmo_fast.lstm_layer_forward.default(
@@ -398,7 +426,10 @@ def bilstm_train(
     returns   outputs [L, B, T, 2P] (0 at padding), h [L, B, 2P], c [L, B, 2C] (each row's state after
               its last step), as :func:`bilstm`.
     """
-    if _first_use_hook is not None and (twin := _first_use_hook("bilstm_train", x)) is not None:
+    if (
+        _first_use_hook is not None
+        and (twin := _first_use_hook("bilstm_train", x, _schedule(None, None, tuning))) is not None
+    ):
         return twin(x, lengths, weights, cell_clip, proj_clip, h0, c0, dropout, training, masks)
     num_layers = len(weights) // 8
     P, C = weights[3].shape

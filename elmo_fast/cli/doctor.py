@@ -1,9 +1,11 @@
 """``elmo-fast doctor``: is this install right? The build (version, torch, the extension's backends,
 CUDA release and archs), then every compiled op against its reference twin on every device, the
-CPU included, and the whole model fast vs reference (:mod:`elmo_fast.bilm.selfcheck`): a table of
+CPU included, and the whole model fast vs reference (:mod:`elmo_fast.verification.selfcheck`): a table of
 max errors against their bounds and a one-line verdict; exit 1 when a check fails. Between the two, the CPU
 kernels' choices this machine measured and stored (:mod:`elmo_fast.tuning`): each one's key, choice and
-margin over the defaults, and the candidates the reference gate left out. ``--json``: the
+margin over the defaults, and the candidates the reference gate left out. After the table, the first-use
+self-check's mode, what it would do with a failure, and the ops this process runs on their references
+(:func:`elmo_fast.verification.first_use.fallbacks`). ``--json``: the
 same as one JSON object. Also ``elmo-fast --version``'s lines. Both name the bundled model and its
 licence terms (:func:`elmo_fast.pretrained.bundled.license_line`): they are not the code's.
 """
@@ -12,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 
 def version_line() -> str:
     """``elmo-fast 0.1.0 (torch 2.13.0+cpu; extension: cpu [built against torch 2.13.0]; cuda: not built)``."""
-    from ..bilm.build_report import build_report
+    from ..verification.build_report import build_report
 
     return build_report().one_line()
 
@@ -44,8 +47,8 @@ class VersionAction(argparse.Action):
 def _build_lines(report, devices) -> list[str]:
     import torch
 
-    from ..bilm.build_report import arch_mismatch
     from ..pretrained.bundled import license_line
+    from ..verification.build_report import arch_mismatch
 
     lines = [report.one_line(), license_line()]
     if report.extension_error:
@@ -67,13 +70,13 @@ def _fmt(x: float | None) -> str:
 
 
 def _table(results) -> list[str]:
-    header = ("op", "reference", "device", "dtype", "check", "max error", "bound", "used", "status")
+    header = ("op", "reference", "device", "dtype", "check", "schedule", "max error", "bound", "used", "status")
     rows = []
     for r in results:
         used = "-" if r.ratio is None else ("inf" if r.ratio == float("inf") else f"{r.ratio:.0%}")
         # a failure names its case (shapes), an error or a skip says why
         status = {"ok": "ok", "FAIL": f"FAIL ({r.detail})"}.get(r.status, f"{r.status}: {r.detail}")
-        rows.append((r.op, r.twin, r.device, r.dtype, r.check, _fmt(r.error), r.bound or "-", used, status))
+        rows.append((r.op, r.twin, r.device, r.dtype, r.check, r.schedule, _fmt(r.error), r.bound or "-", used, status))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header) - 1)]
     return [
         "  ".join(str(c).ljust(w) for c, w in zip(row[:-1], widths)) + "  " + str(row[-1]) for row in [header, *rows]
@@ -121,13 +124,32 @@ def _verdict(results, devices, seconds: float) -> str:
     return f"OK: all {ran} checks passed on {where}{skip} ({seconds:.1f} s)"
 
 
+def _selfcheck_lines(results) -> list[str]:
+    """The first-use self-check: its mode, what it would do with the failures above, and the ops this
+    process already runs on their reference twins (an in-process doctor after a fallback)."""
+    from ..verification import first_use
+
+    mode = first_use.mode()
+    default = " (the default)" if first_use.ENV_VAR not in os.environ else ""
+    lines = [f"first-use self-check: {first_use.ENV_VAR}={mode}{default}"]
+    failed = sorted({(r.op, r.device, r.schedule) for r in results if r.status == "FAIL" and r.check != "model"})
+    if failed and mode != "off":
+        then = "raise SelfCheckError" if mode.endswith("strict") else "run their plain-PyTorch reference instead"
+        names = ", ".join(f"{op} on {d}" + ("" if s == "default" else f" ({s})") for op, d, s in failed)
+        lines.append(f"  where it checks them, these {then}: {names}")
+    now = first_use.fallback_summary()
+    if now:
+        lines.append(f"  this process runs the plain-PyTorch reference (failed the first-use check) for: {now}")
+    return lines
+
+
 def _doctor(args: argparse.Namespace) -> int:
     import torch
 
-    from ..bilm import selfcheck
-    from ..bilm.build_report import build_report
     from ..errors import ModelFileError
     from ..pretrained.bundled import model_info
+    from ..verification import first_use, selfcheck
+    from ..verification.build_report import build_report
 
     start = time.perf_counter()
     devices = selfcheck.available_devices() if not args.device else [_device(d) for d in args.device]
@@ -151,6 +173,7 @@ def _doctor(args: argparse.Namespace) -> int:
                 "torch_threads": torch.get_num_threads(),
                 "results": [r.to_dict() for r in results],
                 "calibration": _calibration_records(),
+                "selfcheck": {"mode": first_use.mode(), "fallbacks": first_use.fallbacks()},
                 "ok": not failed,
                 "verdict": verdict,
                 "seconds": round(seconds, 3),
@@ -166,6 +189,7 @@ def _doctor(args: argparse.Namespace) -> int:
         print()
         print("\n".join(_table(results)))
         print()
+        print("\n".join(_selfcheck_lines(results)))
         print(verdict)
         if failed:
             print(f"(to draw these inputs again: --seed {seed})")

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ElmoFastError
 from ..textio import BOM, TextInput
+from ..verification.first_use import fallbacks
 from .input_guard import DEFAULT_MAX_LINE_LENGTH, bounded_lines
 from .lines import Line
 from .ranks import PROGRESS_EVERY
@@ -197,9 +198,11 @@ def summary_lines(stats: dict, output: str) -> list[str]:
         )
     else:
         rate = f"{stats['tokens_per_s']:,.0f} {tokens}/s in one batch, warm-up included (too few for a steady rate)"
+    twins = ", ".join(f"{op} on {where}" for op, places in stats.get("fallbacks", {}).items() for where in places)
     second = (
         f"elmo-fast: {rate}; backend {stats['backend']}, {'stateful' if stats['stateful'] else 'stateless'}, "
         f"{stats['dtype']}, {stats['device']}{f' x {ranks} ranks' if ranks > 1 else ''}"
+        + (f"; the plain-PyTorch reference for ops that failed their first-use self-check: {twins}" if twins else "")
     )
     return [first, second]
 
@@ -326,6 +329,8 @@ class Progress:
             "output_bytes": output_bytes,
             "ranks": ranks.world if ranks is not None else 1,
             "rank": ranks.rank if ranks is not None else 0,
+            # ops running their reference twins in this process (failed their first-use self-check)
+            "fallbacks": {op: where for op, where in fallbacks().items() if where},
             **info,
         }
         if ranks is not None and ranks.rank == 0 and ranks.world > 1:  # the group's totals

@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..verification.first_use import fallbacks
 from . import api_docs, openapi, responses
 from .access import log_internal, request_id
 from .batcher import Batcher, Job
@@ -172,7 +173,13 @@ class Service:
         ready answers 503. One place to add what the server should report of itself."""
         if not self.batcher.ready.is_set():
             raise RequestError(503, "not_ready", "the model is still loading", retry_after=1)
-        return 200, {"status": "ok", "model": self.info.name, "dim": self.info.dim}
+        # an op that failed its first-use self-check runs its plain-PyTorch reference: right answers, slower;
+        # still 200, "degraded" naming the ops and where (docs/serving.md)
+        fallen_back = {op: where for op, where in fallbacks().items() if where}
+        body = {"status": "degraded" if fallen_back else "ok", "model": self.info.name, "dim": self.info.dim}
+        if fallen_back:
+            body["fallbacks"] = fallen_back
+        return 200, body
 
     async def health(self, request: Request) -> Response:
         async def handle() -> Response:

@@ -9,6 +9,8 @@ import math
 import threading
 from collections.abc import Callable, Iterable
 
+from ..verification.first_use import fallbacks
+
 PREFIX = "elmo_fast_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -133,4 +135,10 @@ class Metrics:
             ]
         for name, (help_text, read) in sorted(self.gauges.items()):
             lines += [f"# HELP {p}{name} {help_text}", f"# TYPE {p}{name} gauge", f"{p}{name} {_number(read())}"]
+        lines += [
+            f"# HELP {p}op_fallback 1 where the op failed its first-use self-check and runs its plain-PyTorch reference "
+            "(right, slower), else 0.",
+            f"# TYPE {p}op_fallback gauge",
+        ]
+        lines += [f"{p}op_fallback{_labels((('op', op),))} {int(bool(where))}" for op, where in fallbacks().items()]
         return "\n".join(lines) + "\n"

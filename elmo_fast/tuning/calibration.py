@@ -18,7 +18,7 @@ own layer-0 weights and fresh random inputs:
 The gate: every candidate's first result is compared with the reference twin's
 (:func:`~elmo_fast.bilm.reference.bilstm_ref`, :func:`~elmo_fast.bilm.reference.highway_ref`: plain
 PyTorch, fp32 inside) on the same inputs (in bf16, the same bf16-rounded weights), elementwise within the
-op's bound of :data:`~elmo_fast.bilm.tolerances.TOL` (its float32 or bfloat16 row: atol + rtol |ref|,
+op's bound of :data:`~elmo_fast.verification.tolerances.TOL` (its float32 or bfloat16 row: atol + rtol |ref|,
 scaled by the output's largest |value| where that exceeds 1). One outside it is left out (the caller
 warns, the store records it) and is never chosen: a wrong GEMV means GEMMs for every row count.
 
@@ -50,7 +50,7 @@ from torch import Tensor
 
 from ..bilm import ops, reference
 from ..bilm.cpu_choices import ALWAYS, DEFAULT, UNSET, CpuTuning
-from ..bilm.tolerances import TOL
+from ..verification.tolerances import TOL
 from .measure import Candidate, Chooser, Timings
 
 #: the row counts measured (rows of an LSTM step); thresholds fall between them

@@ -135,7 +135,9 @@ def test_host_planned_forward_with_vocab_to_cache(random_models, planned_on_host
 
 
 @pytest.fixture
-def stacked_on_cpu(monkeypatch):
+def stacked_on_cpu(monkeypatch, calibration_off):
+    """CUDA's LSTM weights on the CPU: stacked per layer, one dtype for the op; and, as on CUDA, none of the
+    CPU's measured schedules (packed weights take float32 biases, which a stacked list does not hold)."""
     monkeypatch.setattr(derived_weights, "STACKED_LSTM_DEVICES", ("cuda", "cpu"))
 
 

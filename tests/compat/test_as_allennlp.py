@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from peers import PEERS, allennlp_elmo
-from repo_paths import SUPPORT
+from repo_paths import REPO, SUPPORT
 from shim_runs import child_env, last_json, require_no_real_allennlp, run_python
 
 from elmo_fast.compat.allennlp09 import PACKAGES, PROVIDED
@@ -76,7 +76,7 @@ def test_activation_is_light_and_serves_elmos_path(no_real_allennlp):
         from elmo_fast.compat.allennlp09 import PROVIDED
         names = {{m: sorted(n for n in names if not hasattr(importlib.import_module(m), n)) for m, names in PROVIDED.items()}}
         missing = {{m: n for m, n in names.items() if n}}
-        import allennlp
+        import allennlp, importlib.util
         errors = []
         for bad in ('allennlp.models', 'allennlp.training.trainer', 'allennlp.commands.train'):
             try:
@@ -84,6 +84,7 @@ def test_activation_is_light_and_serves_elmos_path(no_real_allennlp):
                 errors.append(None)
             except ModuleNotFoundError as e:
                 errors.append([e.name, str(e)])
+        specs = [importlib.util.find_spec(m) is None for m in ('allennlp.models', 'allennlp.commands.train')]
         try:
             from allennlp.common import Params
             attr = None
@@ -94,16 +95,18 @@ def test_activation_is_light_and_serves_elmos_path(no_real_allennlp):
             attr2 = None
         except AttributeError as e:
             attr2 = str(e)
-        print(json.dumps([light, missing, allennlp.__version__, allennlp.ELMO_FAST_STAND_IN, errors, attr, attr2]))
+        print(json.dumps([light, missing, allennlp.__version__, allennlp.ELMO_FAST_STAND_IN, errors, attr, attr2,
+                          specs]))
     """
     for activate, env in (("import elmo_fast.as_allennlp", child_env()), ("", child_env(ELMO_FAST_AS_ALLENNLP="1"))):
-        light, missing, version, stand_in, errors, attr, attr2 = last_json(
+        light, missing, version, stand_in, errors, attr, attr2, specs = last_json(
             run_python(code.format(activate=activate), env=env)
         )
         assert light and not missing and version == "0.9.0+elmo_fast" and stand_in
+        # a module not provided is not there: find_spec answers None, importing it is the usual error
+        assert specs == [True, True]
         for (name, message), wanted in zip(errors, ("allennlp.models", "allennlp.training", "allennlp.commands.train")):
-            assert name == wanted and "elmo-fast stands in for allennlp" in message
-            assert "allennlp.commands.elmo" in message and "\n" not in message
+            assert name == wanted and message == f"No module named {wanted!r}"
         assert "cannot import name 'Params'" in attr
         assert "check_for_gpu is not provided" in attr2
 
@@ -144,6 +147,144 @@ def test_a_real_allennlp_is_never_shadowed(no_real_allennlp):
     active, origin = proc.stdout.split()
     assert active == "False" and origin.startswith(str(site))
     assert len([line for line in proc.stderr.splitlines() if "RealAllennlpWarning" in line]) == 1
+
+
+def _real_allennlp_site():
+    site = PEERS / "site"
+    if not (site / "allennlp").is_dir():
+        pytest.skip("allennlp 2.10.1 is not in .peers/site: bash tests/install_peers.sh")
+    return site
+
+
+def test_a_real_allennlp_that_becomes_importable_later_wins(no_real_allennlp):
+    """Active with no allennlp around; then a real one becomes importable (a folder put on sys.path, as a
+    notebook's install does): `import allennlp` imports it, with one line saying so, every time the finder
+    is asked (not only at activation)."""
+    site = _real_allennlp_site()
+    code = """
+        import json, sys, warnings
+        sys.path.insert(0, {tests!r})
+        import peers
+        sys.meta_path.append(peers._finder)  # stand-ins for allennlp 2.10's imports off ELMo's path (spaCy, ...)
+        import importlib.util
+        import elmo_fast.as_allennlp as shim
+        active = shim.is_active()
+        sys.path.insert(0, {site!r})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            spec = importlib.util.find_spec('allennlp')
+            import allennlp, allennlp.version
+        print(json.dumps([active, shim.is_active(), spec.origin, getattr(allennlp, 'ELMO_FAST_STAND_IN', False),
+                          allennlp.version.VERSION, [str(w.message) for w in caught]]))
+    """
+    was, still, origin, stand_in, version, caught = last_json(
+        run_python(code.format(tests=str(SUPPORT), site=str(site)))
+    )
+    assert was and still  # the finder stays: it defers to the real one
+    assert origin.startswith(str(site)) and not stand_in and version == "2.10.1"
+    assert len(caught) == 1 and "a real allennlp is importable now" in caught[0] and "it is imported" in caught[0]
+
+
+def test_stand_in_modules_imported_first_stay_until_deactivated(no_real_allennlp):
+    """The stand-in's modules imported, then a real allennlp becomes importable: the imported modules stay
+    the stand-in's for the process (Python keeps imported modules; a real allennlp.commands under the
+    stand-in's package would be worse), one line says so and how to switch; after deactivate(), `import
+    allennlp` is the real one."""
+    site = _real_allennlp_site()
+    code = """
+        import json, sys, warnings
+        sys.path.insert(0, {tests!r})
+        import peers
+        sys.meta_path.append(peers._finder)
+        import elmo_fast.as_allennlp as shim
+        import allennlp
+        sys.path.insert(0, {site!r})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            import allennlp.commands.elmo
+        before = [allennlp.ELMO_FAST_STAND_IN, allennlp.commands.elmo.ELMO_FAST_STAND_IN]
+        shim.deactivate()
+        import allennlp, allennlp.version
+        print(json.dumps([before, getattr(allennlp, 'ELMO_FAST_STAND_IN', False), allennlp.version.VERSION,
+                          [str(w.message) for w in caught]]))
+    """
+    before, stand_in, version, caught = last_json(run_python(code.format(tests=str(SUPPORT), site=str(site))))
+    assert before == [True, True] and not stand_in and version == "2.10.1"
+    assert len(caught) == 1 and "stand-in was imported first in this process: its modules stay" in caught[0]
+    assert "deactivate()" in caught[0]
+
+
+def test_only_asking_activates_it(no_real_allennlp, tmp_path):
+    """hasattr / getattr / dir on elmo_fast, pkgutil.walk_packages and pydoc walking the package, and
+    pytest --doctest-modules importing its every module, leave allennlp unserved; `import
+    elmo_fast.as_allennlp` serves it (after a tool imported the module: activate())."""
+    out = last_json(
+        run_python(
+            """
+        import io, json, pkgutil, pydoc, sys, importlib.util
+        import elmo_fast
+        from elmo_fast.compat.allennlp09.finder import is_active
+        steps = []
+        steps.append(['hasattr', hasattr(elmo_fast, 'as_allennlp'), is_active()])
+        steps.append(['dir', 'as_allennlp' in dir(elmo_fast), is_active()])
+        walked = [m.name for m in pkgutil.walk_packages(elmo_fast.__path__, 'elmo_fast.', onerror=lambda n: None)]
+        steps.append(['walk_packages', 'elmo_fast.as_allennlp' in walked, is_active()])
+        pydoc.render_doc('elmo_fast.as_allennlp')  # imports the module, to read it
+        steps.append(['pydoc', 'elmo_fast.as_allennlp' in sys.modules, is_active()])
+        print(json.dumps([steps, importlib.util.find_spec('allennlp') is None]))
+    """
+        )
+    )
+    steps, no_allennlp = out
+    assert (
+        steps
+        == [
+            ["hasattr", False, False],
+            ["dir", False, False],
+            ["walk_packages", True, False],
+            ["pydoc", True, False],
+        ]
+        and no_allennlp
+    )
+    proc = run_python(
+        "import elmo_fast.as_allennlp as shim, allennlp; print(shim.is_active(), allennlp.ELMO_FAST_STAND_IN)"
+    )
+    assert proc.stdout.split() == ["True", "True"]
+    # pytest --doctest-modules on the package's module: imported, not active
+    (tmp_path / "probe.py").write_text(
+        "import json, os, sys\n"
+        "def pytest_sessionfinish(session):\n"
+        "    from elmo_fast.compat.allennlp09.finder import is_active\n"
+        "    with open(os.environ['PROBE_OUT'], 'w') as f:\n"
+        "        json.dump(['elmo_fast.as_allennlp' in sys.modules, is_active()], f)\n"
+    )
+    env = child_env(PYTHONPATH=str(tmp_path), PROBE_OUT=str(tmp_path / "probe.json"))
+    module = REPO / "elmo_fast" / "as_allennlp.py"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "probe",
+            "-p",
+            "no:cacheprovider",
+            "--doctest-modules",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(tmp_path),
+            str(module),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode in (0, 5), proc.stdout + proc.stderr  # 5: no doctests in it
+    assert json.loads((tmp_path / "probe.json").read_text()) == [True, False]
 
 
 def test_the_pth_hook_is_installed():
@@ -412,8 +553,11 @@ def test_our_embedder_pickles_and_unpickles_with_its_states(random_models):
     ee.embed_batch([["a", "b"], ["c"]])
     copy = pickle.loads(pickle.dumps(ee))
     batch = [["d", "e", "f"], ["g"]]
+    # the states carried (without them the vectors differ by ~0.1); within the fp32 bar, not bitwise: where the
+    # calibration chose BLAS for few rows, its rounding may differ in the last bits from one call to another (its
+    # blocking follows the shapes and the memory it is handed), as tests/bilm/test_properties.py says
     for a, b in zip(ee.embed_batch(batch), copy.embed_batch(batch)):
-        assert np.array_equal(a, b)
+        assert a.shape == b.shape and np.abs(a - b).max() <= TOL
 
 
 def test_oom_reaches_the_caller_as_the_runtime_error_fallbacks_catch(random_models, monkeypatch):

@@ -148,13 +148,15 @@ def test_ids_equal_create_one_batch(variant, variant_dirs):
 
 @pytest.mark.parametrize("variant", ["words+chars", "20 chars, tanh, 3 layers"])
 def test_stateless_whatever_the_batching(variant, variant_dirs):
-    """A sentence's vectors do not depend on batch size, order or batch-mates (beyond fp32 rounding)."""
+    """A sentence's vectors do not depend on batch size, order or batch-mates (beyond fp32 rounding: the
+    rows of a batch decide which of the calibrated kernels runs a GEMM, hence its summation order; the
+    bound of batch invariance is the fp32 bar, as in tests/bilm/test_properties.py)."""
     d = variant_dirs(variant)
     sents = sentences(_words(d))
     one = Embedder(d, batch_size=1).sents2elmo(sents, output_layer=-2)
     many = Embedder(d, batch_size=64).sents2elmo(sents[::-1], output_layer=-2)[::-1]
     for a, b in zip(one, many):
-        assert a.shape == b.shape and (a.size == 0 or np.abs(a - b).max() <= 1e-6)
+        assert a.shape == b.shape and (a.size == 0 or np.abs(a - b).max() <= TOL[torch.float32]["atol"])
 
 
 def test_reset_before_each_batch_is_the_same_comparison(variant_dirs, theirs):

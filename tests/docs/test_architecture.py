@@ -160,7 +160,7 @@ ALLOWED = {
     "elmo_fast.tuning.calibration": {
         "elmo_fast.bilm.ops",
         "elmo_fast.bilm.reference",
-        "elmo_fast.bilm.tolerances",
+        "elmo_fast.verification.tolerances",
         "elmo_fast.bilm.cpu_choices",
         "elmo_fast.tuning.measure",
     },
@@ -199,17 +199,26 @@ ALLOWED = {
         "elmo_fast.pretrained.bundled",
         "elmo_fast.pretrained.fetch",
     },
+    # verification, beside the core: its door loads nothing (elmo_fast.bilm installs the first-use check)
+    "elmo_fast.verification": set(),
     # the one table of bounds: plain numbers, used by the tests and the self-check alike
-    "elmo_fast.bilm.tolerances": set(),
+    "elmo_fast.verification.tolerances": set(),
     # the self-check's inputs: the ops and their twins, nothing else (the CLI's doctor drives them)
-    "elmo_fast.bilm.selfcheck_cases": {"elmo_fast.bilm.ops", "elmo_fast.bilm.reference"},
+    "elmo_fast.verification.selfcheck_cases": {"elmo_fast.bilm.ops", "elmo_fast.bilm.reference"},
+    # the first-use check's state, and the ops' hook: the ops, the checks and the twins (bound when enabled)
+    "elmo_fast.verification.first_use": {
+        "elmo_fast.bilm.ops",
+        "elmo_fast.verification.fallback",
+        "elmo_fast.verification.selfcheck",
+        "elmo_fast.verification.selfcheck_cases",
+    },
     # the opt-in allennlp import path is set up at interpreter start (a .pth hook): its door and finder import
     # nothing of the model (the table of what it provides is plain data; the modules load on first import)
     "elmo_fast.as_allennlp": {"elmo_fast.compat.allennlp09.finder"},
     "elmo_fast.compat.allennlp09.finder": {"elmo_fast.compat.allennlp09"},
     "elmo_fast.compat.allennlp09": set(),
     # an op that failed its first-use self-check: its twin, called as the op is (nothing of the fast path)
-    "elmo_fast.bilm.fallback": {"elmo_fast.bilm.reference"},
+    "elmo_fast.verification.fallback": {"elmo_fast.bilm.reference"},
     # the one cache directory, at the bottom of the house: every room that keeps files between runs asks it
     "elmo_fast.cache_dir": set(),
 }

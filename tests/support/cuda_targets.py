@@ -7,7 +7,8 @@ Two targets run the same tests:
     representative subset runs by default (tests marked @emulated_by_default: every kernel forward and
     backward, odd shapes, bf16); ELMO_FAST_CUDA_EMULATION=1 runs every case. The emulator's build is
     cached across runs (torch's extension cache) and made once per session.
-GPU tests run with TF32 off (the fp32 bar is 1e-5) and compare with the reference on the CPU in
+GPU tests run with the first-use self-check strict (a wrong kernel fails them, never passing through its
+reference twin) and TF32 off (the fp32 bar is 1e-5) and compare with the reference on the CPU in
 float64 (the op's own error) and, where they say so, with the reference on the same device.
 Outputs come from a poisoned allocator: the caching allocator's free blocks are filled with NaN
 first, so an element a kernel fails to write shows up as NaN; the backward passes' tests also run with
@@ -87,11 +88,18 @@ def emulated_target():
     return Target("emulated", torch.device("cpu"), torch.ops.elmo_fast_emu)
 
 
+def _strict_on_the_gpu(request) -> None:
+    """A kernel wrong on the hardware must fail the test that runs it, naming the op, not pass through the
+    reference twin the first-use self-check would fall back to: the GPU's tests ask for its strict mode."""
+    request.getfixturevalue("selfcheck_mode")("cuda,strict")
+
+
 @pytest.fixture(params=["cuda", "emulated"])
 def target(request):
     if request.param == "cuda":
         if not (HAS_GPU and ops.HAS_CUDA_KERNELS):
             pytest.skip(CUDA_SKIP_REASON)
+        _strict_on_the_gpu(request)
         return Target("cuda", torch.device("cuda"), torch.ops.elmo_fast)
     if not (EMULATION_FULL or in_default_emulated_subset(request)):
         pytest.skip("emulated case outside the default subset: ELMO_FAST_CUDA_EMULATION=1 runs every case")
@@ -99,9 +107,10 @@ def target(request):
 
 
 @pytest.fixture
-def cuda_target():
+def cuda_target(request):
     if not (HAS_GPU and ops.HAS_CUDA_KERNELS):
         pytest.skip(CUDA_SKIP_REASON)
+    _strict_on_the_gpu(request)
     return Target("cuda", torch.device("cuda"), torch.ops.elmo_fast)
 
 

@@ -1,5 +1,5 @@
 """The tests' assertions over the project's bounds: per op, the one tolerance table
-:mod:`elmo_fast.bilm.tolerances` (in the package so that ``elmo-fast doctor`` and
+:mod:`elmo_fast.verification.tolerances` (in the package so that ``elmo-fast doctor`` and
 ``ELMO_FAST_SELFCHECK`` hold the installed ops to the same bounds; its docstring says where each
 bound comes from); for the whole model, each precision's stated bound (:mod:`elmo_fast.bilm.precision`).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from elmo_fast.bilm.precision import PRECISIONS
-from elmo_fast.bilm.tolerances import GRAD_RTOL, TOL, max_abs_error
+from elmo_fast.verification.tolerances import GRAD_RTOL, TOL, max_abs_error
 
 __all__ = ["GRAD_RTOL", "MODEL_BF16", "MODEL_BOUNDS", "TOL", "assert_close", "assert_grad_close", "max_abs_error"]
 

@@ -132,3 +132,15 @@ def test_bench_ray(tmp_path):
         tmp_path,
     )
     assert "| Ray Data, 2 actors x 1 thread | " in out and "Ray's run: ray.init " in out
+
+
+def test_bench_selfcheck():
+    out = _run("bench_selfcheck.py", "--repeats", "1", "--preset", "tiny")
+    assert "all ops" in out and "fp32:" in out and "bilstm (" in out and "every later call" in out
+
+
+def test_bench_parity(tmp_path, bilm_tf_tiny):
+    out = _run(
+        "bench_parity.py", "--models", "golden", "--precisions", "fp32", "--fixture", bilm_tf_tiny, "--cache", tmp_path
+    )
+    assert "| golden | fp32 | on |" in out and "| golden | fp32 | off |" in out

@@ -4,8 +4,8 @@ bio_embeddings' ``SeqVecEmbedder`` and allennlp-0.9-era code import, under the n
 real allennlp.
 
 :data:`PROVIDED` is the whole of it: each ``allennlp`` module of ELMo's path, and the elmo-fast
-names it holds (``"module:attribute"``). Every other ``allennlp.*`` module is an ImportError saying
-what is provided and why. The modules beside this one translate allennlp 0.9's signatures and
+names it holds (``"module:attribute"``). Every other ``allennlp.*`` module is not there (its
+``find_spec`` answers None), and a name a provided module lacks is an AttributeError saying what is. The modules beside this one translate allennlp 0.9's signatures and
 behaviour (stateful biLMs, URLs of the official models) onto the core; they hold no model code.
 
 This file and :mod:`.finder` import nothing heavy: the finder can be set up at interpreter start

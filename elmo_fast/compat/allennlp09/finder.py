@@ -1,13 +1,19 @@
 """The import hook behind :mod:`elmo_fast.as_allennlp`: a meta path finder that serves the modules of
-:data:`~elmo_fast.compat.allennlp09.PROVIDED` under the name ``allennlp``, and refuses every other
-``allennlp.*`` module with an ImportError saying why.
+:data:`~elmo_fast.compat.allennlp09.PROVIDED` under the name ``allennlp``, and nothing else under it
+(``importlib.util.find_spec`` answers None for any other ``allennlp.*`` module; importing one is the usual
+ModuleNotFoundError; a name a provided module lacks is an AttributeError saying what is provided).
 
 It also runs post-import hooks (:data:`POST_IMPORT`) on the modules of libraries that need more than
 allennlp from a compatibility front: flair's ``ELMoEmbeddings`` cannot be saved without one
 (:mod:`elmo_fast.compat.flair`).
 
-Never over a real allennlp: :func:`activate` looks for one first (imported already, or importable)
-and, when there is one, says so in one line and changes nothing.
+Never over a real allennlp: :func:`activate` looks for one first (imported already, or importable) and,
+when there is one, says so in one line and changes nothing. Once active, the finder asks the other
+finders for ``allennlp`` every time it is consulted, so that one that becomes importable later (a folder
+put on ``sys.path``, an install from a notebook) is imported instead, with one line saying so. Modules
+of the stand-in imported before that stay for the process (Python keeps imported modules, and mixing
+the two would be worse): the line says so, and :func:`deactivate` drops them, after which ``import
+allennlp`` finds the real one.
 """
 
 from __future__ import annotations
@@ -74,10 +80,34 @@ class AllennlpFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname: str, path=None, target=None):
         if fullname == "allennlp" or fullname.startswith("allennlp."):
-            return importlib.util.spec_from_loader(fullname, self, is_package=fullname in PACKAGES)
+            return self._allennlp_spec(fullname)
         if fullname in POST_IMPORT:
             return self._hooked_spec(fullname, path, target)
         return None
+
+    def _allennlp_spec(self, fullname: str):
+        """The stand-in's spec of ``fullname``, or None: for modules it does not provide, and whenever a
+        real allennlp is imported or, the stand-in's own not yet imported, importable (asked of the other
+        finders at every call)."""
+        top = sys.modules.get("allennlp")
+        if top is not None and not getattr(top, "ELMO_FAST_STAND_IN", False):
+            return None  # a real allennlp is imported: its submodules are its own
+        real = _real_spec()
+        if real is not None:
+            if top is None:
+                _say_once(
+                    f"elmo_fast.as_allennlp: a real allennlp is importable now ({_where(real)}); it is imported, "
+                    "and elmo-fast's stand-in stays out"
+                )
+                return None
+            _say_once(
+                f"elmo_fast.as_allennlp: a real allennlp is importable now ({_where(real)}), but elmo-fast's "
+                "stand-in was imported first in this process: its modules stay (call "
+                "elmo_fast.as_allennlp.deactivate() before importing allennlp again to use the real one)"
+            )
+        if fullname not in PROVIDED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=fullname in PACKAGES)
 
     def _hooked_spec(self, fullname: str, path, target):
         for finder in sys.meta_path:
@@ -134,6 +164,33 @@ def is_active() -> bool:
     return _FINDER in sys.meta_path
 
 
+def _real_spec():
+    """The spec of ``allennlp`` from the finders other than the stand-in's, or None."""
+    for finder in sys.meta_path:
+        if finder is _FINDER or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            spec = finder.find_spec("allennlp", None, None)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def _where(spec) -> str:
+    return spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        warnings.warn(message, RealAllennlpWarning, stacklevel=3)
+
+
 def real_allennlp() -> str | None:
     """Where a real allennlp is (imported already, or importable), or None."""
     module = sys.modules.get("allennlp")
@@ -141,19 +198,8 @@ def real_allennlp() -> str | None:
         return getattr(module, "__file__", None) or repr(module)
     if module is not None:
         return None
-    active = is_active()
-    if active:
-        sys.meta_path.remove(_FINDER)
-    try:
-        spec = importlib.util.find_spec("allennlp")
-    except (ImportError, ValueError):
-        spec = None
-    finally:
-        if active:
-            sys.meta_path.insert(0, _FINDER)
-    if spec is None:
-        return None
-    return spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
+    spec = _real_spec()
+    return None if spec is None else _where(spec)
 
 
 def activate() -> bool:

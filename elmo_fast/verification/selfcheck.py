@@ -1,10 +1,11 @@
 """Every compiled op against its reference twin on this machine's devices: what ``elmo-fast doctor``
-runs, and what ``ELMO_FAST_SELFCHECK`` runs for an op the first time a process uses it.
+runs, and what the first-use self-check (:mod:`elmo_fast.verification.first_use`, ``ELMO_FAST_SELFCHECK``)
+runs for an op the first time a process calls it.
 
 Each op of :mod:`elmo_fast.bilm.ops` that has a twin in :mod:`elmo_fast.bilm.reference` gets fresh
-random inputs of small, awkward shapes (:mod:`elmo_fast.bilm.selfcheck_cases`) and is held to the
-project's bounds (:mod:`elmo_fast.bilm.tolerances`), the twin computing in float64 on the same
-(already rounded) inputs:
+random inputs of small, awkward shapes (:mod:`elmo_fast.verification.selfcheck_cases`) and is held to
+the project's bounds (:mod:`elmo_fast.verification.tolerances`), the twin computing in float64 on the
+same (already rounded) inputs:
 
 * ``forward``    every output, elementwise within ``TOL[dtype]``: float32, and bfloat16 where the
                  op takes it on that device;
@@ -16,50 +17,31 @@ project's bounds (:mod:`elmo_fast.bilm.tolerances`), the twin computing in float
                  small random model, in each precision (fp32, bf16; on CUDA also tf32 and fp16)
                  within its stated bound (:mod:`elmo_fast.bilm.precision`).
 
-``ELMO_FAST_SELFCHECK`` (read when :mod:`elmo_fast.bilm` is imported; :func:`enable` sets it later):
-the first call of each op on each device runs that op's checks above on that device first (a few
-milliseconds of small cases; benchmarks/bench_selfcheck.py measures it). On by default for CUDA ops, until a
-GPU run has verified the kernels on the hardware; an op that fails its check gives ONE warning
-(:class:`SelfCheckWarning`, naming the op, its error and the bound) and runs its reference twin
-(:mod:`elmo_fast.bilm.fallback`: slower, right) on that device for the rest of the process.
+An op's checks run in a :class:`~elmo_fast.verification.selfcheck_cases.Schedule` (the defaults, or
+packed weights, a GEMV threshold, an LSTM tuning): the doctor adds, on the CPU, every schedule the
+calibration can choose; the first-use check, the one the call itself takes.
 
-* unset, ``1`` or ``cuda``: ops on CUDA tensors are checked (the default);
-* ``all``: ops on CPU tensors too;
-* ``strict`` (with ``all``: ``all,strict``): a failed check raises :class:`SelfCheckError`, one line
-  naming the op and its error, at that call and every later one, instead of falling back;
-* ``0`` (``off``): no check; an op call then pays one ``is None`` test.
-
-When on, an op call on a device the mode does not check pays one Python call; on a checked device,
-one set lookup after its first use. The checks themselves (and the doctor's) run the real kernels
-whatever earlier checks decided, never a twin, and check nothing again on the way.
+The checks run the real kernels whatever earlier first-use checks decided, never a twin, and check
+nothing again on the way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
-import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor
 
+from ..bilm import ops
+from ..bilm.precision import FP32, PRECISIONS, Precision, tf32_switch
 from ..durable import scratch_dir
-from . import fallback, ops
-from .precision import FP32, PRECISIONS, Precision, tf32_switch
-from .selfcheck_cases import OPS, Case, OpSpec
+from .selfcheck_cases import OPS, Case, CaseUnavailable, OpSpec, Schedule, doctor_schedules
 from .tolerances import GRAD_RTOL, GRADCHECK, TOL, max_abs_error, tolerance_ratio
-
-ENV_VAR = "ELMO_FAST_SELFCHECK"
-
-
-class SelfCheckError(RuntimeError):
-    """A compiled op gave results outside its bound against its reference twin on this device."""
 
 
 @dataclass
@@ -81,6 +63,8 @@ class Result:
     ratio: float | None = None
     #: the worst case's shape, the exception, or why the check was skipped
     detail: str = ""
+    #: how the op ran besides its values (Schedule.text(): "default", "packed bfloat16", "tuning 0,0,1" ...)
+    schedule: str = "default"
 
     @property
     def failed(self) -> bool:
@@ -88,7 +72,8 @@ class Result:
 
     def one_line(self) -> str:
         """``char_cnn on cuda:0, float32 forward: max abs error 3.1e-01 > 1e-05 (N=7 L=9 ...)``."""
-        where = f"{self.op} on {self.device}, {self.dtype} {self.check}"
+        scheduled = "" if self.schedule == "default" else f" ({self.schedule})"
+        where = f"{self.op} on {self.device}, {self.dtype} {self.check}{scheduled}"
         if self.status == "error":
             return f"{where}: raised {self.detail}"
         used = f" ({self.ratio:.3g}x its bound)" if self.ratio is not None else ""
@@ -139,18 +124,19 @@ def _exact_arithmetic(device: torch.device) -> Iterator[None]:
 
 
 #: per thread: inside a check (check_op, check_model), ops run their real kernels, unchecked
-_local = threading.local()
+#: (``bypass``; the first-use hook reads it)
+local = threading.local()
 
 
 @contextmanager
 def _real_kernels() -> Iterator[None]:
     """Ops called in this block (by this thread) run their kernels: neither checked nor fallen back."""
-    before = getattr(_local, "bypass", False)
-    _local.bypass = True
+    before = getattr(local, "bypass", False)
+    local.bypass = True
     try:
         yield
     finally:
-        _local.bypass = before
+        local.bypass = before
 
 
 # --- the three checks of an op ---------------------------------------------------------------------
@@ -160,18 +146,19 @@ def _tuple(out) -> tuple[Tensor, ...]:
     return out if isinstance(out, tuple) else (out,)
 
 
-def _forward(case: Case, dtype: torch.dtype) -> tuple[float, float]:
-    """(max abs error, ratio to TOL[dtype]) of every output against the twin in float64."""
+def _forward(case: Case, dtype: torch.dtype) -> tuple[float, float, str]:
+    """(max abs error, ratio to TOL[dtype], what) of every output against the twin in float64; outputs
+    of other shapes than the twin's are wrong results too (an infinite error, their shapes said)."""
     with torch.no_grad():
         got = _tuple(case.fast(*case.leaves))
         want = _tuple(case.reference(*[t.double() for t in case.leaves]))
     if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
-        raise SelfCheckError(
-            f"output shapes {[tuple(g.shape) for g in got]} != the twin's {[tuple(w.shape) for w in want]}"
-        )
+        shapes = f"output shapes {[tuple(g.shape) for g in got]} != the twin's {[tuple(w.shape) for w in want]}"
+        return float("inf"), float("inf"), f"{case.what}: {shapes}"
     return (
         max(max_abs_error(g, w) for g, w in zip(got, want)),
         max(tolerance_ratio(g, w, dtype) for g, w in zip(got, want)),
+        case.what,
     )
 
 
@@ -244,8 +231,9 @@ def _skip_reason(spec: OpSpec, device: torch.device, check: str) -> str | None:
     return None
 
 
-def _row(spec: OpSpec, device: torch.device, dtype: torch.dtype, check: str) -> Result:
-    return Result(spec.name, spec.twin, str(device), _dtype_name(dtype), check, "ok")
+def _row(spec: OpSpec, device: torch.device, dtype: torch.dtype, check: str, schedule: Schedule | None) -> Result:
+    text = "default" if schedule is None else schedule.text()
+    return Result(spec.name, spec.twin, str(device), _dtype_name(dtype), check, "ok", schedule=text)
 
 
 def check_op(
@@ -253,35 +241,48 @@ def check_op(
     device: torch.device | str = "cpu",
     seed: int | None = None,
     checks: Sequence[str] = ("forward", "grad", "gradcheck"),
+    schedule: Schedule | None = None,
+    errors: str = "report",
 ) -> list[Result]:
     """The rows of one op on one device: forward in each dtype the op takes there, then (if it is
     differentiable) grad in float32 and gradcheck in float64, each over every shape of its case,
-    the worst shape reported. Fresh random inputs unless ``seed`` is given."""
+    the worst shape reported. Fresh random inputs unless ``seed`` is given. ``schedule``: how the op
+    runs (packed weights, GEMV threshold, LSTM tuning), in shapes that exercise it (forward, and grad
+    unless the weights are packed).
+
+    ``errors``: what an exception raised by the op (or by anything on the way: out of memory, an
+    earlier CUDA error) becomes: "report" (the doctor), a row of status "error" naming it; "raise"
+    (the first-use check), the exception itself, unchanged, and the first FAIL ends the checks. Only a
+    result outside its bound is FAIL."""
+    if errors not in ("report", "raise"):
+        raise ValueError(f"errors={errors!r}: expected 'report' or 'raise'")
     spec = OPS[name]
     device = torch.device(device)
     gen = torch.Generator().manual_seed(fresh_seed() if seed is None else seed)
     plan: list[tuple[str, torch.dtype]] = []
     if "forward" in checks:
-        plan += [("forward", dtype) for dtype in spec.forward.get(device.type, (torch.float32,))]
-    if spec.differentiable:
-        plan += [(c, d) for c, d in (("grad", torch.float32), ("gradcheck", torch.float64)) if c in checks]
+        plan += [("forward", dtype) for dtype in spec.dtypes(device.type, schedule)]
+    if spec.differentiable_with(schedule):
+        # in a schedule, the gradients against the twin's (the backward in that schedule); gradcheck (the
+        # backward against the op's own forward, float64) is the defaults' alone
+        grads = (("grad", torch.float32),) + ((("gradcheck", torch.float64),) if schedule is None else ())
+        plan += [(c, d) for c, d in grads if c in checks]
     results = []
     with _exact_arithmetic(device), _real_kernels():
         for check, dtype in plan:
-            row = _row(spec, device, dtype, check)
+            row = _row(spec, device, dtype, check, schedule)
             results.append(row)
             reason = _skip_reason(spec, device, check)
             if reason is not None:
                 row.status, row.detail = "skip", reason
                 continue
             try:
-                for shape in range(spec.shapes):
-                    case = spec.build(gen, shape, device, dtype)
+                for shape in spec.shapes(schedule):
+                    case = spec.build(gen, shape, device, dtype, schedule)
                     if check == "forward":
-                        err, ratio = _forward(case, dtype)
+                        err, ratio, what = _forward(case, dtype)
                         tol = TOL[dtype]
                         bound = f"{tol['atol']:.0e}" + (f"+{tol['rtol']:.0e}|ref|" if tol["rtol"] else "")
-                        what = case.what
                     elif check == "grad":
                         err, b, ratio, leaf = _grad(case, gen, dtype)
                         bound, what = f"{b:.1e}", f"{case.what}, d/d {leaf}"
@@ -290,11 +291,20 @@ def check_op(
                         bound, what = f"{b:.1e}", case.what
                     if row.ratio is None or ratio >= row.ratio:
                         row.error, row.bound, row.ratio, row.detail = err, bound, ratio, what
-            except Exception as exc:  # noqa: BLE001  (an op that raises is a failed check, reported as such)
-                row.status, row.detail = "error", _first_line(exc)
+            except CaseUnavailable as exc:  # weights this CPU cannot pack: nothing to check here
+                if errors == "raise":  # the packing's own error, as the call would meet it
+                    raise (exc.__cause__ or exc) from None
+                row.status, row.detail, row.error, row.ratio = "skip", str(exc), None, None
+                continue
+            except Exception as exc:
+                if errors == "raise":
+                    raise
+                row.status, row.detail = "error", _first_line(exc)  # the doctor's row: the op raised
                 continue
             if not row.ratio <= 1.0:  # NaN fails too
                 row.status = "FAIL"
+                if errors == "raise":  # the first use needs one wrong result, and its later checks may
+                    break  # trip over it (a gradient of a wrongly shaped output)
     return results
 
 
@@ -348,9 +358,9 @@ def check_model(device: torch.device | str = "cpu", seed: int | None = None) -> 
     """ElmoBiLm fast vs reference (fp32) on a few random sentences of a random 'tiny' model (clips
     exercised), in each of :func:`model_precisions`, per output layer within that precision's stated
     bound (:mod:`elmo_fast.bilm.precision`; fp32's is the tolerance table's 1e-5)."""
+    from ..bilm.char_ids import batch_to_ids
+    from ..bilm.model import ElmoBiLm
     from ..formats.random_models import random_model  # random weights written and read back as a user's model files
-    from .char_ids import batch_to_ids
-    from .model import ElmoBiLm
 
     device = torch.device(device)
     gen = torch.Generator().manual_seed(fresh_seed() if seed is None else seed)
@@ -410,135 +420,17 @@ def available_devices() -> list[torch.device]:
 def run_all(
     devices: Sequence[torch.device | str] | None = None, seed: int | None = None, model: bool = True
 ) -> list[Result]:
-    """Every op's rows on every device (default: :func:`available_devices`), then the model's. With
-    ``seed``, op k on device j draws from ``seed + 1000 * j + k`` (to replay a failure); else fresh."""
+    """Every op's rows on every device (default: :func:`available_devices`), in its defaults and then in
+    each schedule the calibration can choose there (forward; :func:`~.selfcheck_cases.doctor_schedules`),
+    then the model's. With ``seed``, op k on device j draws from ``seed + 1000 * j + k`` (schedule s:
+    ``+ 100 * s``; to replay a failure); else fresh."""
     results = []
     for j, device in enumerate(available_devices() if devices is None else [torch.device(d) for d in devices]):
         for k, name in enumerate(OPS):
             results += check_op(name, device, None if seed is None else seed + 1000 * j + k)
+            for s, schedule in enumerate(doctor_schedules(name, device), start=1):
+                replay = None if seed is None else seed + 1000 * j + k + 100 * s
+                results += check_op(name, device, replay, checks=("forward",), schedule=schedule)
         if model:
             results += check_model(device, None if seed is None else seed + 1000 * j + len(OPS))
     return results
-
-
-# --- the first-use self-check (ELMO_FAST_SELFCHECK) -------------------------------------------------
-
-#: the mode when the variable is unset: CUDA ops checked, a failure falls back (until a GPU run has
-#: verified the kernels on the hardware)
-DEFAULT_MODE = "cuda"
-
-
-class SelfCheckWarning(RuntimeWarning):
-    """An op failed its first-use self-check on a device and runs its reference twin there from now on."""
-
-
-#: (op, device) pairs whose check has begun (and maybe ended)
-_checked: set[tuple[str, str]] = set()
-#: (op, device) pairs whose check passed: the hook's fast path
-_passed: set[tuple[str, str]] = set()
-#: (op, device) -> the one line saying what failed (raised in strict mode, warned once otherwise)
-_failed: dict[tuple[str, str], str] = {}
-_lock = threading.RLock()
-#: None (off), "cuda" or "all": which devices are checked
-_mode: str | None = None
-_strict = False
-
-
-def _failure_line(op: str, device: torch.device, results: list[Result], seconds: float) -> str:
-    failed = [r for r in results if r.failed]
-    setting = f"{ENV_VAR}={_mode}{',strict' if _strict else ''}"  # the mode in effect, however it was set
-    then = (
-        "raising, as strict asks"
-        if _strict
-        else f"elmo_fast.bilm.reference.{failed[0].twin} runs instead on {device} for the rest of this process "
-        f"(right, slower; {ENV_VAR}=strict makes this an error, 0 turns the check off)"
-    )
-    return (
-        f"elmo-fast self-check ({setting}): {op} gives wrong results on {device}: {failed[0].one_line()} "
-        f"(against elmo_fast.bilm.reference.{failed[0].twin}; {len(failed)} of {len(results)} checks failed, "
-        f"{seconds * 1e3:.0f} ms); {then}. Run `elmo-fast doctor` for every op, and report its output"
-    )
-
-
-def _on_first_use(op: str, tensor: Tensor) -> Callable[..., object] | None:
-    """ops' hook, called before each op call with its main input: the first time an op runs on a
-    device the mode checks, runs its checks there; returns None (run the kernel), or, for an op that
-    failed them, the twin to call instead (strict: raises SelfCheckError)."""
-    if tensor.is_cuda:
-        if not ops.HAS_CUDA_KERNELS:  # nothing to check: the op says how to build them
-            return None
-    elif _mode != "all":
-        return None
-    device = tensor.device
-    key = (op, str(device))
-    if key in _passed or getattr(_local, "bypass", False) or device.type not in ("cpu", "cuda"):
-        return None
-    if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        # traced or captured: no check can run now (the eager calls are checked); a failed op falls back
-        return _twin(op, key, tensor)
-    with _lock:
-        if key not in _checked:
-            _checked.add(key)
-            start = time.perf_counter()
-            results = check_op(op, device)
-            if any(r.failed for r in results):
-                _failed[key] = _failure_line(op, device, results, time.perf_counter() - start)
-                if not _strict:
-                    warnings.warn(_failed[key], SelfCheckWarning, stacklevel=3)
-            else:
-                _passed.add(key)
-    return _twin(op, key, tensor)
-
-
-def _twin(op: str, key: tuple[str, str], tensor: Tensor) -> Callable[..., object] | None:
-    if key not in _failed:
-        return None
-    if _strict:
-        raise SelfCheckError(_failed[key])
-    return functools.partial(fallback.call_twin, op, tensor)
-
-
-def parse_mode(value: str | None) -> tuple[str | None, bool]:
-    """(devices: None, "cuda" or "all"; strict) from a value of ELMO_FAST_SELFCHECK: 0/off, 1/cuda,
-    all, strict, or all,strict. None or "" is off (the variable's default is applied by
-    :func:`enable_from_environment`)."""
-    words = {w for w in (value or "").strip().lower().replace("+", ",").replace(" ", ",").split(",") if w}
-    if not words or words <= {"0", "off", "false", "no"}:
-        return None, False
-    strict = "strict" in words
-    words.discard("strict")
-    words = {"cuda" if w in ("1", "on", "true", "yes") else w for w in words} or {"cuda"}
-    if len(words) != 1 or not words <= {"cuda", "all"}:
-        raise ValueError(
-            f"{ENV_VAR}={value!r}: expected 1 (or cuda): check each CUDA op on its first use and fall "
-            "back to its plain-PyTorch reference if it fails; all: ops on every device; strict (or all,strict): "
-            "a failed check is an error; 0: off"
-        )
-    return words.pop(), strict
-
-
-def enable(mode: str | None) -> None:
-    """Set the first-use self-check, as ELMO_FAST_SELFCHECK (:func:`parse_mode`); None, "" or "0":
-    off. Ops already checked in this process are not checked again (:func:`forget_checked`)."""
-    global _mode, _strict
-    _mode, _strict = parse_mode(mode)
-    ops.set_first_use_hook(None if _mode is None else _on_first_use)
-
-
-def enable_from_environment() -> None:
-    """:func:`enable` with ``$ELMO_FAST_SELFCHECK``, DEFAULT_MODE when it is unset (run when
-    elmo_fast.bilm is imported); a value it does not know is said in a warning, and the default applies."""
-    value = os.environ.get(ENV_VAR)
-    try:
-        enable(DEFAULT_MODE if value is None else value)
-    except ValueError as exc:
-        warnings.warn(f"{exc}; the default ({DEFAULT_MODE}) applies", RuntimeWarning, stacklevel=2)
-        enable(DEFAULT_MODE)
-
-
-def forget_checked() -> None:
-    """Check every op again on its next use (for tests)."""
-    with _lock:
-        _checked.clear()
-        _passed.clear()
-        _failed.clear()

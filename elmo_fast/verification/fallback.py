@@ -1,5 +1,5 @@
 """An op's reference twin, called as the op is: the path an op takes for the rest of a process once it
-failed its first-use self-check on a device (:mod:`elmo_fast.bilm.selfcheck`, ``ELMO_FAST_SELFCHECK``).
+failed its first-use self-check on a device (:mod:`elmo_fast.verification.first_use`, ``ELMO_FAST_SELFCHECK``).
 
 The twins of :mod:`elmo_fast.bilm.reference` take the ops' signatures, one floating dtype and one
 device for all their inputs. The ops also take a few forms the twins do not, adapted here:
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import reference
+from ..bilm import reference
 
 
 def _lstm_layer_twin(

@@ -1,6 +1,6 @@
 """The one tolerance table of the project's ops: every comparison of a fast op with its reference twin
 uses it (the tests through tests/support/tolerances.py, ``elmo-fast doctor`` and ``ELMO_FAST_SELFCHECK`` through
-:mod:`elmo_fast.bilm.selfcheck`). The whole model's bound in each precision is
+:mod:`elmo_fast.verification.selfcheck`). The whole model's bound in each precision is
 :mod:`elmo_fast.bilm.precision`'s (fp32's is this table's float32 row).
 
 Tolerances are for outputs of magnitude ~1, checked elementwise as |actual - expected| <=

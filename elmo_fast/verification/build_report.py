@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .. import _extension_info
-from . import ops
+from ..bilm import ops
 
 
 @dataclass(frozen=True)
