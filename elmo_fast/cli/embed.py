@@ -206,6 +206,8 @@ def _run(args: argparse.Namespace) -> int:
         fasta_split_char=args.fasta_split_char,
         fasta_id_field=args.fasta_id_field,
         per_protein=args.per_protein,
+        fasta_stop=args.fasta_stop,
+        fasta_gaps=args.fasta_gaps,
     )
     return 0
 
@@ -246,6 +248,14 @@ def add_parser(sub) -> None:
         const="sum",
         dest="output_format",
         help="the sum of the layers: (T, D) (SeqVec's per-residue default)",
+    )
+    fmt.add_argument(
+        "--mean",
+        action="store_const",
+        const="mean",
+        dest="output_format",
+        help="one vector per sentence: the mean over its tokens of the layers' mean, (D,) (the server's and "
+        "Ray's 'mean')",
     )
     p.add_argument("--options", "--options-file", help="options.json of the model (--options-file: allennlp's name)")
     p.add_argument(
@@ -347,7 +357,8 @@ def add_parser(sub) -> None:
         "--fasta",
         action="store_true",
         help="the input is FASTA (plain or compressed): one record a sequence, one residue a token "
-        "(upper-cased), each dataset named by the record's id (as seqvec and bio_embeddings)",
+        "(upper-cased; U, O, B, Z and X reach the model as themselves, as in SeqVec), each dataset named by "
+        "the record's id (as seqvec and bio_embeddings)",
     )
     fasta.add_argument(
         "--split-char",
@@ -373,6 +384,19 @@ def add_parser(sub) -> None:
         help="one vector per protein, the mean over its residues: instead of the residues' vectors "
         "(alone, or 'only'; seqvec's --protein), or beside them as each dataset's attribute "
         "'per_protein' ('also'). With --sum, bio_embeddings' reduce_per_protein",
+    )
+    fasta.add_argument(
+        "--fasta-stop",
+        choices=["drop", "keep", "refuse"],
+        help="a stop '*' ending a record: dropped (drop, the default, as SeqVec's users strip it), kept as a "
+        "character (keep: every '*', as seqvec's reader passes it) or an error (refuse); a '*' inside a "
+        "sequence is an error unless keep",
+    )
+    fasta.add_argument(
+        "--fasta-gaps",
+        choices=["refuse", "remove"],
+        help="alignment gaps '-' and '.': an error naming the record and position (refuse, the default) or "
+        "removed (remove)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument(

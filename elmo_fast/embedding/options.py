@@ -7,13 +7,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import ElmoFastError, Param
+from ..output_shapes import OUTPUTS, unknown_output
 from .input_guard import DEFAULT_MAX_LINE_LENGTH, check_max_line_length
 
-OUTPUT_FORMATS = ("all", "top", "average", "sum")
+OUTPUT_FORMATS = OUTPUTS  # (elmo_fast.output_shapes: every front's)
 #: a FASTA record's vectors reduced to one per protein (the mean over its residues): instead of its
 #: residues' ("only"), or beside them, as the dataset's attribute ``per_protein`` ("also")
 PER_PROTEIN = ("only", "also")
 ENCODING_ERRORS = ("strict", "replace")
+#: a FASTA record's stop '*' (fasta.ResidueRule): a final one dropped, every one kept, or refused
+STOP_RULES = ("drop", "keep", "refuse")
+#: a FASTA record's alignment gaps '-' and '.' (fasta.ResidueRule): refused, or removed
+GAP_RULES = ("refuse", "remove")
 #: padded tokens (sentences x longest) per batch when bucketing, unless told otherwise: at the
 #: default batch size of 64 it only binds for sentences over 64 tokens, and bounds the memory of a
 #: batch of long ones (the largest activations on `original`: 4096 x 3 x 1024 x 4 bytes = 50 MB)
@@ -25,6 +30,14 @@ DEFAULT_MAX_TOKENS = 4096
 DEFAULT_FASTA_MAX_TOKENS = 15000
 #: sentences read ahead and sorted together; with resume, also the work saved at once
 DEFAULT_WINDOW = 2048
+
+
+def check_residue_rule(stop: str, gaps: str) -> None:
+    """A stop or gap rule that is not one of STOP_RULES / GAP_RULES: an error naming its parameter."""
+    if stop not in STOP_RULES:
+        raise ElmoFastError(Param("fasta_stop"), f" must be one of {', '.join(STOP_RULES)}, got {stop!r}")
+    if gaps not in GAP_RULES:
+        raise ElmoFastError(Param("fasta_gaps"), f" must be one of {', '.join(GAP_RULES)}, got {gaps!r}")
 
 
 @dataclass(frozen=True)
@@ -54,12 +67,12 @@ class EmbedOptions:
     fasta_split_char: str | None = None  # seqvec's id rule (with fasta_id_field); None: the header's first word
     fasta_id_field: int = 1
     per_protein: str | None = None  # None, "only" or "also" (PER_PROTEIN)
+    fasta_stop: str | None = None  # a stop '*' (fasta.ResidueRule.stop); None: "drop" (a final one)
+    fasta_gaps: str | None = None  # gaps '-' '.' (fasta.ResidueRule.gaps); None: "refuse"
 
     def __post_init__(self) -> None:
         if self.output_format not in OUTPUT_FORMATS:
-            raise ElmoFastError(
-                Param("output_format"), f" must be one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}"
-            )
+            raise ElmoFastError(Param("output_format"), " " + unknown_output(self.output_format))
         if self.encoding_errors not in ENCODING_ERRORS:
             raise ElmoFastError(
                 Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, got {self.encoding_errors!r}"
@@ -78,7 +91,12 @@ class EmbedOptions:
             )
         if self.per_protein is False:
             object.__setattr__(self, "per_protein", None)
+        if self.per_protein is not None and self.output_format == "mean":
+            raise ElmoFastError(
+                Param("per_protein"), " averages a record's residues, which the output 'mean' has done already"
+            )
         if self.fasta:
+            check_residue_rule(self.fasta_stop or "drop", self.fasta_gaps or "refuse")
             for name, bad in (
                 ("tokenize", self.tokenize),
                 ("use_sentence_keys", self.use_sentence_keys),
@@ -95,6 +113,8 @@ class EmbedOptions:
             for name, given in (
                 ("per_protein", self.per_protein is not None),
                 ("fasta_split_char", self.fasta_split_char is not None),
+                ("fasta_stop", self.fasta_stop is not None),
+                ("fasta_gaps", self.fasta_gaps is not None),
             ):
                 if given:
                     raise ElmoFastError(Param(name), " needs ", Param("fasta"), ": it is about FASTA records")
