@@ -105,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
+#: sentences per batch unless --batch-size says otherwise (allennlp's `allennlp elmo` default)
+DEFAULT_BATCH_SIZE = 64
+
+
 def _run(args: argparse.Namespace) -> int:
     from ..distributed import launched
     from ..embedding.embedder import ElmoEmbedder
@@ -176,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     embedder = ElmoEmbedder(
         **model,
         device=device,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size if args.batch_size is not None else DEFAULT_BATCH_SIZE,
         stateful=args.stateful,
         backend=args.backend,
         precision=args.precision,
@@ -188,6 +192,7 @@ def _run(args: argparse.Namespace) -> int:
         source,
         args.output,
         output_format=args.output_format,
+        batch_size=args.batch_size,  # None: the embedder's (text), no bound on rows (--fasta: residues bound it)
         forget_sentences=args.forget_sentences,
         use_sentence_keys=args.use_sentence_keys,
         progress=progress,
@@ -281,14 +286,20 @@ def add_parser(sub) -> None:
         f"Face Hub; the [hub] extra), or URL#sha256=HEX (a folder holding options.json and weights.hdf5); "
         f"fetched once into the cache (elmo-fast models list)",
     )
-    p.add_argument("--batch-size", type=int, default=64, help="at most N sentences per batch (default 64)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help=f"at most N sentences per batch (default {DEFAULT_BATCH_SIZE}; with --fasta no bound: the residues "
+        f"per batch bound it, as seqvec's --batchsize)",
+    )
     p.add_argument(
         "--max-tokens-per-batch",
         type=int,
         metavar="N",
         help=f"at most N padded tokens (sentences x longest) per batch (stateless only; default "
-        f"{DEFAULT_MAX_TOKENS}, and {DEFAULT_FASTA_MAX_TOKENS} residues with --fasta, seqvec's "
-        f"--batchsize)",
+        f"{DEFAULT_MAX_TOKENS}); with --fasta at most N residues (their sum, as seqvec's --batchsize; default "
+        f"{DEFAULT_FASTA_MAX_TOKENS})",
     )
     p.add_argument(
         "--window",

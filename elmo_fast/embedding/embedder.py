@@ -246,7 +246,9 @@ class ElmoEmbedder:
         (``-``, ``.``) are refused ("refuse", the default: the error names the record and the position)
         or removed ("remove"). ``per_protein``: the mean over the residues, instead of the
         residues' vectors (``"only"`` or True) or beside them as the dataset's attribute ``per_protein``
-        (``"also"``). Batches are cut by residues (``max_tokens_per_batch``), the records sorted by length.
+        (``"also"``). Batches hold at most ``max_tokens_per_batch`` residues (their sum, as seqvec's
+        ``--batchsize``; default 15,000) of records sorted by length, and no bound on their number unless
+        ``batch_size`` is given (stateless).
 
         The input (a path, or a binary or text stream) is read lazily and results are written as
         their batches finish, so memory stays flat however long the corpus. Stateless (the

@@ -23,10 +23,9 @@ GAP_RULES = ("refuse", "remove")
 #: default batch size of 64 it only binds for sentences over 64 tokens, and bounds the memory of a
 #: batch of long ones (the largest activations on `original`: 4096 x 3 x 1024 x 4 bytes = 50 MB)
 DEFAULT_MAX_TOKENS = 4096
-#: residues per batch for FASTA inputs, unless told otherwise (seqvec's default batch, 15,000 residues):
-#: bigger batches share each weight read among more rows, which proteins (hundreds of residues each)
-#: need; measured in BENCHMARKS.md (proteins): 4,096 / 15,000 / 30,000 gave 524 / 572 / 694 residues/s
-#: fp32 and 1,115 / 1,617 / 1,386 bf16 on `original`, 1.4 GiB peak for a 6,000-residue protein
+#: residues per batch for FASTA inputs (their sum, not padded: batching.batch_cost), unless told otherwise
+#: (seqvec's default batch, 15,000 residues): bigger batches share each weight read among more rows,
+#: which proteins (hundreds of residues each) need; BENCHMARKS.md (proteins) has the measurements
 DEFAULT_FASTA_MAX_TOKENS = 15000
 #: sentences read ahead and sorted together; with resume, also the work saved at once
 DEFAULT_WINDOW = 2048
@@ -48,7 +47,7 @@ class EmbedOptions:
     :meth:`for_model` then resolves what depends on the embedder (its batch size, stateful or not)."""
 
     output_format: str = "all"
-    batch_size: int | None = None  # None: the embedder's
+    batch_size: int | None = None  # None: the embedder's (FASTA, stateless: no bound)
     forget_sentences: bool = False
     use_sentence_keys: bool = False
     progress: bool | str = True  # "log": a line at most every 10 s
@@ -124,7 +123,10 @@ class EmbedOptions:
         ``max_tokens_per_batch`` the bound batches are cut under (None: none). Stateful runs keep
         input order (the LSTM states flow from each batch to the next): bucketing and a token bound
         are refused, and the window is rounded up to whole batches, so a resumed run cuts the same ones."""
-        batch_size = self.batch_size if self.batch_size is not None else batch_size
+        if self.batch_size is not None:
+            batch_size = self.batch_size
+        elif self.fasta and not stateful:
+            batch_size = None  # proteins: the residues per batch bound it (seqvec's --batchsize has no row bound)
         if stateful:
             if self.max_tokens_per_batch is not None or self.bucketing:
                 raise ElmoFastError(
