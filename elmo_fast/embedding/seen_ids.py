@@ -149,11 +149,12 @@ class SeenKeys:
             raise durable.WriteError(path, e) from None
 
     def _spill(self) -> None:
-        items = sorted(self.memory.items())  # in digest order: (hi, lo) as big-endian integers
-        digests = np.frombuffer(b"".join(d for d, _ in items), dtype=">u8").reshape(-1, 2)
-        entries = np.empty(len(items), dtype=_ENTRY)
+        n = len(self.memory)
+        digests = np.frombuffer(b"".join(self.memory), dtype=">u8").reshape(n, 2)  # (hi, lo), big-endian
+        entries = np.empty(n, dtype=_ENTRY)
         entries["hi"], entries["lo"] = digests[:, 0], digests[:, 1]
-        entries["line"] = [line for _, line in items]
+        entries["line"] = np.fromiter(self.memory.values(), dtype=np.int64, count=n)
+        entries = entries[np.lexsort((entries["lo"], entries["hi"]))]  # in digest order
         writer = self._writer()
         try:
             writer.write(entries)
