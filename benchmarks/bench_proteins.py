@@ -9,8 +9,6 @@ way a user can embed it, in a fresh process each:
 * ``embed-reference``     ``elmo-fast embed --fasta --sum --backend reference`` (allennlp's algorithm in plain
                           PyTorch: elmo-fast's reference path)
 * ``embed-fast``          ``elmo-fast embed --fasta --sum`` fp32 and bf16 (``--max-tokens-per-batch`` as given)
-* ``embed-padded``        (only with ``--ways``) the same, its batches cut by padded tokens (proteins x the
-                          longest) as before they counted residues, to show what that change is worth
 
     python benchmarks/bench_proteins.py                   # 48 proteins, lengths 50-1500 (median ~330)
     python benchmarks/bench_proteins.py --quick           # 8 proteins, a smoke run
@@ -129,26 +127,7 @@ def ways(model: Path, budget: int, tmp: Path) -> dict[str, tuple[list[str], dict
     out["embed-reference fp32"] = (embed + ["--backend", "reference"], _env())
     out["embed-fast fp32"] = (embed, _env())
     out["embed-fast bf16"] = (embed + ["--precision", "bf16"], _env())
-    # what embed --fasta did before its batches counted residues (padded tokens: sentences x longest); only
-    # when asked for with --ways, to show what the change is worth
-    padded = [sys.executable, "-c", _PADDED, *embed[3:]]
-    out["embed-padded fp32"] = (padded, _env())
-    out["embed-padded bf16"] = (padded + ["--precision", "bf16"], _env())
     return out
-
-
-_PADDED = """
-import sys
-from elmo_fast.embedding import batching, pipeline
-from elmo_fast.cli import main
-
-def padded(lines, batch_size, budget, by_length=True, by_residues=False):
-    return batching.batches(lines, batch_size, budget, by_length, by_residues=False)
-
-pipeline.batches = padded
-sys.exit(main(sys.argv[1:]))
-"""
-ON_REQUEST = ("embed-padded fp32", "embed-padded bf16")
 
 
 def command(way: str, spec, fasta: Path, output: Path, model: Path, tmp: Path) -> list[str]:
@@ -229,11 +208,7 @@ def main() -> None:
     print("| way | proteins/s | residues/s | x allennlp 0.9 | embed s | start-up s | residues/CPU-s | load avg |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|")
     chosen = [w.strip() for w in args.ways.split(",") if w.strip()]
-    table = {
-        way: spec
-        for way, spec in ways(model, args.budget, tmp).items()
-        if way in chosen or (not chosen and way not in ON_REQUEST)
-    }
+    table = {way: spec for way, spec in ways(model, args.budget, tmp).items() if not chosen or way in chosen}
     if args.threads:
         for _, env in table.values():
             env["OMP_NUM_THREADS"] = str(args.threads)

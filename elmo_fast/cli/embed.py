@@ -290,16 +290,16 @@ def add_parser(sub) -> None:
         "--batch-size",
         type=int,
         metavar="N",
-        help=f"at most N sentences per batch (default {DEFAULT_BATCH_SIZE}; with --fasta no bound: the residues "
-        f"per batch bound it, as seqvec's --batchsize)",
+        help=f"at most N sentences per batch (default {DEFAULT_BATCH_SIZE}; with --fasta no bound: "
+        f"--max-tokens-per-batch bounds it, as seqvec's --batchsize bounds its batches)",
     )
     p.add_argument(
         "--max-tokens-per-batch",
         type=int,
         metavar="N",
         help=f"at most N padded tokens (sentences x longest) per batch (stateless only; default "
-        f"{DEFAULT_MAX_TOKENS}); with --fasta at most N residues (their sum, as seqvec's --batchsize; default "
-        f"{DEFAULT_FASTA_MAX_TOKENS})",
+        f"{DEFAULT_MAX_TOKENS}, and {DEFAULT_FASTA_MAX_TOKENS} residues with --fasta, seqvec's "
+        f"--batchsize)",
     )
     p.add_argument(
         "--window",

@@ -13,7 +13,6 @@ import torch
 from ..bilm.model import ElmoBiLm
 from ..errors import InputError, Param
 from ..output_shapes import shape_output
-from .batching import batch_cost
 from .lines import Line
 from .onnx_backend import OnnxBiLm
 
@@ -44,14 +43,11 @@ def _is_out_of_memory(e: BaseException) -> bool:
 class BatchRunner:
     """Embeds a batch of lines, halving it on out-of-memory until the halves fit."""
 
-    def __init__(
-        self, embedder: Embedder, output_format: str, max_tokens: int | None, by_residues: bool = False
-    ) -> None:
+    def __init__(self, embedder: Embedder, output_format: str, max_tokens: int | None) -> None:
         self.embedder = embedder
         self.stateful = embedder.elmo_bilm.stateful
         self.output_format = output_format
         self.max_tokens = max_tokens
-        self.by_residues = by_residues  # the budget counts residues (batching.batch_cost), not padded tokens
         self.oom_splits = 0
 
     def budget(self) -> int | None:
@@ -94,7 +90,6 @@ class BatchRunner:
             )
         self.oom_splits += 1
         # later batches stay under what failed, instead of failing and splitting again one by one
-        cost = batch_cost([len(line.tokens) for line in batch], self.by_residues)
-        self.max_tokens = min(self.max_tokens or cost, max(1, cost // 2))
+        self.max_tokens = min(self.max_tokens or padded, max(1, padded // 2))
         mid = len(batch) // 2
         return self.embed(batch[:mid]) + self.embed(batch[mid:])

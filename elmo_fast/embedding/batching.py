@@ -81,41 +81,24 @@ def windows(
         k += 1
 
 
-def batch_cost(lengths: Sequence[int], by_residues: bool) -> int:
-    """What a batch of sentences of these lengths counts against the budget: its padded tokens (sentences x
-    longest), or with ``by_residues`` (FASTA records) the sum of its lengths, as seqvec's ``--batchsize``."""
-    if by_residues:
-        return sum(max(n, 1) for n in lengths)
-    return len(lengths) * max((max(n, 1) for n in lengths), default=0)
-
-
 def batches(
-    lines: Sequence[Line],
-    batch_size: int | None,
-    budget: Callable[[], int | None],
-    by_length: bool = True,
-    by_residues: bool = False,
+    lines: Sequence[Line], batch_size: int, budget: Callable[[], int | None], by_length: bool = True
 ) -> Iterator[list[Line]]:
-    """Batches of at most ``batch_size`` sentences (None: no bound) and at most ``budget()`` tokens (None:
-    no bound), of ``lines`` sorted by length (``by_length``, ties in input order) or in input order. The
-    tokens a batch counts (:func:`batch_cost`): padded (sentences x longest), or with ``by_residues`` the
-    sum of the lengths: the compiled LSTM steps only the rows still running, so a FASTA batch of sorted
-    proteins costs its residues, and the larger batches share each weight read among more rows. A
-    sentence longer than the budget gets a batch of its own. The budget is read batch by batch: after an
-    out-of-memory it shrinks for the rest of the window."""
+    """Batches of at most ``batch_size`` sentences and at most ``budget()`` padded tokens (sentences x
+    longest; None: no bound), of ``lines`` sorted by length (``by_length``, ties in input order) or in
+    input order. A sentence longer than the budget gets a batch of its own. The budget is read batch
+    by batch: after an out-of-memory it shrinks for the rest of the window."""
     order = sorted(lines, key=lambda line: (len(line.tokens), line.index)) if by_length else lines
     batch: list[Line] = []
-    longest = total = 0
+    longest = 0
     for line in order:
         n = max(len(line.tokens), 1)
         max_tokens = budget()
-        cost = total + n if by_residues else (len(batch) + 1) * max(longest, n)
-        over_budget = max_tokens is not None and cost > max_tokens
+        over_budget = max_tokens is not None and (len(batch) + 1) * max(longest, n) > max_tokens
         if batch and (len(batch) == batch_size or over_budget):
             yield batch
-            batch, longest, total = [], 0, 0
+            batch, longest = [], 0
         batch.append(line)
         longest = max(longest, n)
-        total += n
     if batch:
         yield batch

@@ -246,9 +246,10 @@ class ElmoEmbedder:
         (``-``, ``.``) are refused ("refuse", the default: the error names the record and the position)
         or removed ("remove"). ``per_protein``: the mean over the residues, instead of the
         residues' vectors (``"only"`` or True) or beside them as the dataset's attribute ``per_protein``
-        (``"also"``). Batches hold at most ``max_tokens_per_batch`` residues (their sum, as seqvec's
-        ``--batchsize``; default 15,000) of records sorted by length, and no bound on their number unless
-        ``batch_size`` is given (stateless).
+        (``"also"``). Batches hold at most ``max_tokens_per_batch`` padded residues (records x the longest;
+        default 15,000, seqvec's ``--batchsize``) of records sorted by length, and no bound on the number
+        of records unless ``batch_size`` is given (stateless): many short proteins make one batch, as in
+        seqvec, instead of batches of 64.
 
         The input (a path, or a binary or text stream) is read lazily and results are written as
         their batches finish, so memory stays flat however long the corpus. Stateless (the

@@ -23,9 +23,9 @@ GAP_RULES = ("refuse", "remove")
 #: default batch size of 64 it only binds for sentences over 64 tokens, and bounds the memory of a
 #: batch of long ones (the largest activations on `original`: 4096 x 3 x 1024 x 4 bytes = 50 MB)
 DEFAULT_MAX_TOKENS = 4096
-#: residues per batch for FASTA inputs (their sum, not padded: batching.batch_cost), unless told otherwise
-#: (seqvec's default batch, 15,000 residues): bigger batches share each weight read among more rows,
-#: which proteins (hundreds of residues each) need; BENCHMARKS.md (proteins) has the measurements
+#: padded residues (records x longest) per batch for FASTA inputs, unless told otherwise (seqvec's default
+#: batch, 15,000 residues): bigger batches share each weight read among more rows, which proteins
+#: (hundreds of residues each) need; BENCHMARKS.md (proteins) has the measurements
 DEFAULT_FASTA_MAX_TOKENS = 15000
 #: sentences read ahead and sorted together; with resume, also the work saved at once
 DEFAULT_WINDOW = 2048
@@ -126,7 +126,7 @@ class EmbedOptions:
         if self.batch_size is not None:
             batch_size = self.batch_size
         elif self.fasta and not stateful:
-            batch_size = None  # proteins: the residues per batch bound it (seqvec's --batchsize has no row bound)
+            batch_size = None  # proteins: the residues per batch bound it (seqvec bounds no number of records)
         if stateful:
             if self.max_tokens_per_batch is not None or self.bucketing:
                 raise ElmoFastError(

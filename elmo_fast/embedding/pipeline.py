@@ -204,7 +204,7 @@ class CorpusRun:
                 self.lines = self.sentences()  # from the start again, if it was read
             if self.bilm.stateful:
                 self._restore_states(self.writer)
-        self.runner = BatchRunner(self.embedder, o.output_format, o.max_tokens_per_batch, by_residues=o.fasta)
+        self.runner = BatchRunner(self.embedder, o.output_format, o.max_tokens_per_batch)
         counter = (
             TokenCount(self.name, o.tokenize, o.max_line_length, fasta=o.fasta)
             if self.rereadable and o.progress and os.path.isfile(self.name)
@@ -241,7 +241,7 @@ class CorpusRun:
 
     def batches(self, window: Window) -> Iterator[list[Line]]:
         o = self.options
-        return batches(window.lines, o.batch_size, self.runner.budget, by_length=o.bucketing, by_residues=o.fasta)
+        return batches(window.lines, o.batch_size, self.runner.budget, by_length=o.bucketing)
 
     def states(self):
         """The LSTM states after the last batch (stateful runs; a resume continues from them)."""

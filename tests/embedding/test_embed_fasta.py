@@ -226,58 +226,30 @@ def proteins():
     return random_proteins(random.Random(31), 23, 1, 90)
 
 
-def test_batches_of_proteins_count_residues_with_no_bound_on_records(model, tmp_path, monkeypatch):
-    """--fasta cuts batches by the sum of residues (seqvec's --batchsize), not padded tokens, with no bound on
-    the records in a batch unless batch_size is given; text keeps its padded-token budget and 64 sentences."""
+def test_batches_of_proteins_have_no_bound_on_records(model, tmp_path, monkeypatch):
+    """--fasta cuts batches by padded residues (records x longest) alone, as seqvec cuts them by residues: many
+    short proteins make one batch (text's 64 sentences would make three), unless batch_size is given."""
     from elmo_fast.embedding import batch_runner
-    from elmo_fast.embedding.batching import batch_cost, batches
-    from elmo_fast.embedding.lines import Line
 
-    lines = [Line(i, "M" * n, list("M" * n)) for i, n in enumerate([5, 1, 9, 3, 9, 2])]
-    assert batch_cost([5, 1, 9], by_residues=True) == 15 and batch_cost([5, 1, 9], by_residues=False) == 27
-    cut = lambda **kw: [[len(x.tokens) for x in b] for b in batches(lines, None, lambda: 12, **kw)]  # noqa: E731
-    assert cut(by_residues=True) == [[1, 2, 3, 5], [9], [9]]
-    assert cut(by_residues=False) == [[1, 2, 3], [5], [9], [9]]
     sizes = []
     real = batch_runner.BatchRunner.embed
     monkeypatch.setattr(batch_runner.BatchRunner, "embed", lambda self, b: (sizes.append(len(b)), real(self, b))[1])
     fasta = write_fasta(tmp_path / "short.fasta", [(f"p{i}", "MKTAYIAKQR") for i in range(150)])
     embedder = ElmoEmbedder(*model)
+    assert embedder.batch_size == 64
     embedder.embed_file(fasta, tmp_path / "a.h5", "top", fasta=True, progress=False)
-    assert sizes == [150]  # 1,500 residues: one batch (text would cut it at 64 sentences)
+    assert sizes == [150]  # 1,500 residues: one batch
     sizes.clear()
     embedder.embed_file(fasta, tmp_path / "b.h5", "top", fasta=True, max_tokens_per_batch=1000, progress=False)
     assert sizes == [100, 50]
     sizes.clear()
     embedder.embed_file(fasta, tmp_path / "c.h5", "top", fasta=True, batch_size=64, progress=False)
     assert sizes == [64, 64, 22]
-
-
-def test_out_of_memory_halves_a_batch_of_proteins_by_residues(model, tmp_path, monkeypatch):
-    """After a batch of proteins runs out of memory, later batches hold at most half its residues (not half its
-    padded tokens, which would let them fail again), and the output is the one of a run without failures."""
-    import torch
-
-    recs = [(f"p{i}", "MKTAYIAKQRQISFVKSH"[: 2 if i % 2 else 18]) for i in range(100)]
-    fasta = write_fasta(tmp_path / "p.fasta", recs)
-    embedder = ElmoEmbedder(*model)
-    embedder.embed_file(fasta, tmp_path / "ok.h5", "all", fasta=True, window=50, progress=False)
-    real, seen = ElmoEmbedder.embed_batch, []
-
-    def embed_batch(self, batch):
-        seen.append(sum(map(len, batch)))
-        if seen[-1] > 480:
-            raise torch.OutOfMemoryError("CUDA out of memory.")
-        return real(self, batch)
-
-    monkeypatch.setattr(ElmoEmbedder, "embed_batch", embed_batch)
-    stats = embedder.embed_file(fasta, tmp_path / "split.h5", "all", fasta=True, window=50, progress=False)
-    # the first window: 500 residues fail, halved (50 + 450); the next window's batches hold at most half the
-    # failure's residues, 250 (half its padded tokens, 50 x 18 / 2 = 450, would not have kept them smaller)
-    assert stats["oom_splits"] == 1 and seen[:3] == [500, 50, 450] and max(seen[3:]) <= 250
-    with h5py.File(tmp_path / "ok.h5", "r") as a, h5py.File(tmp_path / "split.h5", "r") as b:
-        for key in a:
-            assert np.abs(a[key][...] - b[key][...]).max() <= 1e-5
+    sizes.clear()
+    text = tmp_path / "short.txt"
+    text.write_text("M K T A Y I A K Q R\n" * 150)
+    embedder.embed_file(text, tmp_path / "d.h5", "top", progress=False)
+    assert sizes == [64, 64, 22]  # text keeps the embedder's 64
 
 
 def test_each_protein_alone_whatever_the_batches(model, proteins, tmp_path):
