@@ -65,14 +65,10 @@ def _token(token: Any, where: str) -> str:
 def as_tokens(value: Any, where: str) -> list[str]:
     """A 1-D sequence of str tokens, as a new list of plain str; ``where`` names it in errors."""
     if isinstance(value, str):
-        from .tokenizer import split_text
-
-        example = split_text(value[:200], tokenize=True)[:4]
         raise SentenceTypeError(
             f"{where}: expected a sequence of tokens ({_SEQUENCE} of str), found a string "
             f"{value!r:.50}; split it first: elmo_fast.tokenizer.split_text(text, tokenize=True) for raw text "
-            f"(as embed --tokenize and the server split it), e.g. {example!r}, or text.split() for text "
-            f"tokenized already"
+            f"(as embed --tokenize and the server split it), or text.split() for text tokenized already"
         )
     items = _items(value, where, f"a sequence of tokens ({_SEQUENCE} of str)")
     return [_token(t, f"{where}[{i}]") for i, t in enumerate(items)]

@@ -47,11 +47,12 @@ def digest(key: str) -> bytes:
 
 
 class _Run:
-    """One sorted run on disk: ``n`` entries, every :data:`_BLOCK`-th ``hi`` in ``fences``."""
+    """One sorted run on disk: ``n`` entries, every :data:`_BLOCK`-th ``hi`` in ``fences``; ``writer`` the
+    scratch file's (its ``abort`` removes it)."""
 
-    def __init__(self, path: str, n: int, fences: np.ndarray) -> None:
-        self.path, self.n, self.fences = path, n, fences
-        self.fd = os.open(path, os.O_RDONLY)
+    def __init__(self, writer: durable.FileWriter, n: int, fences: np.ndarray) -> None:
+        self.writer, self.path, self.n, self.fences = writer, writer.temp, n, fences
+        self.fd = os.open(self.path, os.O_RDONLY)
 
     def read(self, start: int, count: int) -> np.ndarray:
         count = max(0, min(count, self.n - start))
@@ -73,27 +74,30 @@ class _Run:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
-        durable.remove_quietly(self.path)
+        self.writer.abort()
 
 
 class _RunWriter:
-    """A run written in key order, chunk by chunk, its fences taken as it goes."""
+    """A run written in key order, chunk by chunk, its fences taken as it goes: a scratch file of
+    :mod:`elmo_fast.durable` beside ``beside`` (a failed write is a WriteError naming it)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.file = open(path, "xb")  # noqa: SIM115  (closed in finish, or by the caller's cleanup)
+    def __init__(self, beside: str) -> None:
+        self.writer = durable.FileWriter(beside, "wb", encoding=None, tag="ids")
         self.n = 0
         self.fences: list[np.ndarray] = []
 
     def write(self, entries: np.ndarray) -> None:
         self.fences.append(entries["hi"][(-self.n) % _BLOCK :: _BLOCK].copy())
-        self.file.write(entries.tobytes())
+        self.writer.write(entries.tobytes())
         self.n += len(entries)
 
     def finish(self) -> _Run:
-        self.file.close()
+        self.writer.close()
         fences = np.concatenate(self.fences) if self.fences else np.zeros(0, dtype=np.uint64)
-        return _Run(self.path, self.n, fences)
+        return _Run(self.writer, self.n, fences)
+
+    def abort(self) -> None:
+        self.writer.abort()
 
 
 class SeenKeys:
@@ -134,19 +138,10 @@ class SeenKeys:
         """The runs' files on disk now."""
         return [run.path for _, run in self.runs]
 
-    def _new_path(self) -> str:
-        beside = self.beside
-        if beside is None:
-            beside = os.path.join(self.scratch.enter_context(durable.scratch_dir("elmo-fast-ids-")), "ids")
-            self.beside = beside
-        return durable.temp_path(beside, tag="ids")
-
     def _writer(self) -> _RunWriter:
-        path = self._new_path()
-        try:
-            return _RunWriter(path)
-        except OSError as e:
-            raise durable.WriteError(path, e) from None
+        if self.beside is None:
+            self.beside = os.path.join(self.scratch.enter_context(durable.scratch_dir("elmo-fast-ids-")), "ids")
+        return _RunWriter(self.beside)
 
     def _spill(self) -> None:
         n = len(self.memory)
@@ -159,10 +154,9 @@ class SeenKeys:
         try:
             writer.write(entries)
             run = writer.finish()
-        except OSError as e:
-            writer.file.close()
-            durable.remove_quietly(writer.path)
-            raise durable.WriteError(writer.path, e) from None
+        except BaseException:
+            writer.abort()
+            raise
         if self.filter is None:
             self.filter = bytearray(1 << (64 - _FILTER_SHIFT - 3))
         index = entries["hi"] >> np.uint64(_FILTER_SHIFT)
@@ -210,10 +204,9 @@ class SeenKeys:
                 if len(block):
                     writer.write(block)
             return writer.finish()
-        except OSError as e:
-            writer.file.close()
-            durable.remove_quietly(writer.path)
-            raise durable.WriteError(writer.path, e) from None
+        except BaseException:
+            writer.abort()
+            raise
 
     def close(self) -> None:
         """Forget everything, and remove the runs (if any were made)."""

@@ -70,7 +70,7 @@ def test_the_same_texts_give_the_same_vectors_on_every_front(tmp_path, model, em
             assert np.abs(f[str(i)][...] - alone).max() <= 1e-5
             assert np.abs(rows[i] - alone).max() <= 1e-5
     protocol = _server_protocol()
-    request = protocol.parse_embed(json.dumps({"texts": TEXTS}).encode(), 10_000)
+    request = protocol.parse_embed(json.dumps({"texts": TEXTS}).encode(), protocol.RequestLimits())
     assert request.sentences == [split_text(t, tokenize=True) for t in TEXTS]
 
 
@@ -85,7 +85,9 @@ def test_every_front_takes_every_output_and_refuses_others_alike(tmp_path, model
         embedder.embed_file(corpus, out, output, progress=False)
         ray = ElmoBatchEmbedder(options_file=str(model[0]), weight_file=str(model[1]), output=output)
         column = ray({"text": np.array(TEXTS, dtype=object)})["embedding" if output == "mean" else "embeddings"]
-        request = protocol.parse_embed(json.dumps({"texts": TEXTS, "output": output}).encode(), 10_000)
+        request = protocol.parse_embed(
+            json.dumps({"texts": TEXTS, "output": output}).encode(), protocol.RequestLimits()
+        )
         assert request.output == output
         with h5py.File(out, "r") as f:
             for i, text in enumerate(TEXTS):
@@ -101,7 +103,7 @@ def test_every_front_takes_every_output_and_refuses_others_alike(tmp_path, model
         ElmoBatchEmbedder(options_file=str(model[0]), weight_file=str(model[1]), output="first")
     assert str(e.value) == f"output {words}"
     with pytest.raises(protocol.RequestError) as e:
-        protocol.parse_embed(b'{"texts": ["a"], "output": "first"}', 100)
+        protocol.parse_embed(b'{"texts": ["a"], "output": "first"}', protocol.RequestLimits())
     assert e.value.message == f"'output' {words}"
 
 

@@ -85,8 +85,8 @@ BAD_SENTENCES = {
         "The cat sat.",
         r"^sentence: expected a sequence of tokens \(a list, a tuple or a 1-D numpy array of "
         r"str\), found a string 'The cat sat.'; split it first: elmo_fast.tokenizer.split_text\(text, "
-        r"tokenize=True\) for raw text \(as embed --tokenize and the server split it\), e.g. "
-        r"\['The', 'cat', 'sat', '.'\], or text.split\(\) for text tokenized already$",
+        r"tokenize=True\) for raw text \(as embed --tokenize and the server split it\), or text.split\(\) for "
+        r"text tokenized already$",
     ),
     "int tokens": ([1, 2], r"^sentence\[0\]: expected a str, found int 1$"),
     "None token": (["a", None], r"^sentence\[1\]: expected a str, found NoneType None$"),
