@@ -1,10 +1,21 @@
-"""What a caller asks of one sentence's activations, the one rule for ``embed``'s output formats and
-the server's (and any front that serves them): "all", "top", "average", "sum" (SeqVec's per-residue
-default), and the server's "mean"."""
+"""What a caller asks of one sentence's activations, the one rule for every front's outputs: ``embed``'s
+flags (``--all``, ``--top``, ``--average``, ``--sum``, ``--mean``) and ``embed_file``'s ``output_format``,
+the server's ``"output"``, Ray's ``output``: "all", "top", "average", "sum" (SeqVec's per-residue
+default) and "mean" (one vector per sentence). Each front accepts all of :data:`OUTPUTS`, and refuses
+anything else with :func:`unknown_output`'s words."""
 
 from __future__ import annotations
 
 import numpy as np
+
+#: every output a front accepts, in the order messages list them
+OUTPUTS = ("all", "top", "average", "sum", "mean")
+
+
+def unknown_output(output: object) -> str:
+    """What every front says of an output that is not one of :data:`OUTPUTS` (after the name of its
+    parameter: ``output_format``, ``--output``'s field ``'output'``, ...)."""
+    return f"must be one of {', '.join(map(repr, OUTPUTS))}, got {output!r}"
 
 
 def shape_output(activations: np.ndarray, output: str) -> np.ndarray:

@@ -65,10 +65,10 @@ def _token(token: Any, where: str) -> str:
 def as_tokens(value: Any, where: str) -> list[str]:
     """A 1-D sequence of str tokens, as a new list of plain str; ``where`` names it in errors."""
     if isinstance(value, str):
-        example = value.split()[:3]
         raise SentenceTypeError(
             f"{where}: expected a sequence of tokens ({_SEQUENCE} of str), found a string "
-            f"{value!r:.50}; split it first, e.g. {example!r}"
+            f"{value!r:.50}; split it first: elmo_fast.tokenizer.split_text(text, tokenize=True) for raw text "
+            f"(as embed --tokenize and the server split it), or text.split() for text tokenized already"
         )
     items = _items(value, where, f"a sequence of tokens ({_SEQUENCE} of str)")
     return [_token(t, f"{where}[{i}]") for i, t in enumerate(items)]

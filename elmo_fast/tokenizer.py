@@ -250,6 +250,40 @@ def tokenize_line(line: str) -> list[str]:
     return tokenize(line)
 
 
+_tokenize = tokenize  # (split_text's parameter takes the name)
+
+
+def split_text(text: str, tokenize: bool) -> list[str]:
+    """Raw text into tokens, the one rule of every front that takes text: ``tokenize`` True, the tokens of
+    :func:`tokenize` (punctuation and clitics apart, as the bundled model's training text); False, the
+    text split at whitespace (text tokenized already, allennlp's format).
+
+    Each front says which it does (the same text gives the same tokens everywhere for the same choice):
+
+    ======================================== ================================ ==========================
+    front                                    default                          otherwise
+    ======================================== ================================ ==========================
+    ``elmo-fast embed`` / ``embed_file``     whitespace: a file of tokenized  ``--tokenize`` /
+    (one sentence a line)                    lines, as ``allennlp elmo`` read ``tokenize=True``
+    Ray's ``ElmoBatchEmbedder``              whitespace: the same files,      ``tokenize=True``
+    (``text_column``)                        read by ``ray.data.read_text``
+    ``elmo-fast serve``: ``texts``,          tokenized: these fields are raw  send ``sentences``
+    ``/v1/embeddings``' ``input``            text by name (OpenAI's clients)  (lists of tokens)
+    ======================================== ================================ ==========================
+
+    The defaults differ on purpose and stay: files of one tokenized sentence a line are allennlp's
+    format, which ``embed`` and its users' pipelines rely on, while a field named for raw text is
+    tokenized. The Python API takes tokens (``embed_sentence``, ``embed_batch``); a string given there is
+    an error suggesting this function.
+
+    >>> split_text("The cat's on the mat.", tokenize=True)
+    ['The', 'cat', "'s", 'on', 'the', 'mat', '.']
+    >>> split_text("The cat 's on the mat .", tokenize=False)
+    ['The', 'cat', "'s", 'on', 'the', 'mat', '.']
+    """
+    return _tokenize(text) if tokenize else text.split()
+
+
 # ---- sentences ---------------------------------------------------------------------------------
 
 _OPENERS = "\"'\u201c\u2018([{\u00ab"

@@ -105,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
+#: sentences per batch unless --batch-size says otherwise (allennlp's `allennlp elmo` default)
+DEFAULT_BATCH_SIZE = 64
+
+
 def _run(args: argparse.Namespace) -> int:
     from ..distributed import launched
     from ..embedding.embedder import ElmoEmbedder
@@ -176,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     embedder = ElmoEmbedder(
         **model,
         device=device,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size if args.batch_size is not None else DEFAULT_BATCH_SIZE,
         stateful=args.stateful,
         backend=args.backend,
         precision=args.precision,
@@ -188,6 +192,7 @@ def _run(args: argparse.Namespace) -> int:
         source,
         args.output,
         output_format=args.output_format,
+        batch_size=args.batch_size,  # None: the embedder's (text), no bound on rows (--fasta: residues bound it)
         forget_sentences=args.forget_sentences,
         use_sentence_keys=args.use_sentence_keys,
         progress=progress,
@@ -206,6 +211,8 @@ def _run(args: argparse.Namespace) -> int:
         fasta_split_char=args.fasta_split_char,
         fasta_id_field=args.fasta_id_field,
         per_protein=args.per_protein,
+        fasta_stop=args.fasta_stop,
+        fasta_gaps=args.fasta_gaps,
     )
     return 0
 
@@ -247,6 +254,14 @@ def add_parser(sub) -> None:
         dest="output_format",
         help="the sum of the layers: (T, D) (SeqVec's per-residue default)",
     )
+    fmt.add_argument(
+        "--mean",
+        action="store_const",
+        const="mean",
+        dest="output_format",
+        help="one vector per sentence: the mean over its tokens of the layers' mean, (D,) (the server's and "
+        "Ray's 'mean')",
+    )
     p.add_argument("--options", "--options-file", help="options.json of the model (--options-file: allennlp's name)")
     p.add_argument(
         "--weights", "--weight-file", help="weights.hdf5 of the model, bilm-tf layout (--weight-file: allennlp's name)"
@@ -271,7 +286,13 @@ def add_parser(sub) -> None:
         f"Face Hub; the [hub] extra), or URL#sha256=HEX (a folder holding options.json and weights.hdf5); "
         f"fetched once into the cache (elmo-fast models list)",
     )
-    p.add_argument("--batch-size", type=int, default=64, help="at most N sentences per batch (default 64)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help=f"at most N sentences per batch (default {DEFAULT_BATCH_SIZE}; with --fasta no bound: "
+        f"--max-tokens-per-batch bounds it, as seqvec's --batchsize bounds its batches)",
+    )
     p.add_argument(
         "--max-tokens-per-batch",
         type=int,
@@ -347,7 +368,8 @@ def add_parser(sub) -> None:
         "--fasta",
         action="store_true",
         help="the input is FASTA (plain or compressed): one record a sequence, one residue a token "
-        "(upper-cased), each dataset named by the record's id (as seqvec and bio_embeddings)",
+        "(upper-cased; U, O, B, Z and X reach the model as themselves, as in SeqVec), each dataset named by "
+        "the record's id (as seqvec and bio_embeddings)",
     )
     fasta.add_argument(
         "--split-char",
@@ -373,6 +395,19 @@ def add_parser(sub) -> None:
         help="one vector per protein, the mean over its residues: instead of the residues' vectors "
         "(alone, or 'only'; seqvec's --protein), or beside them as each dataset's attribute "
         "'per_protein' ('also'). With --sum, bio_embeddings' reduce_per_protein",
+    )
+    fasta.add_argument(
+        "--fasta-stop",
+        choices=["drop", "keep", "refuse"],
+        help="a stop '*' ending a record: dropped (drop, the default, as SeqVec's users strip it), kept as a "
+        "character (keep: every '*', as seqvec's reader passes it) or an error (refuse); a '*' inside a "
+        "sequence is an error unless keep",
+    )
+    fasta.add_argument(
+        "--fasta-gaps",
+        choices=["refuse", "remove"],
+        help="alignment gaps '-' and '.': an error naming the record and position (refuse, the default) or "
+        "removed (remove)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument(

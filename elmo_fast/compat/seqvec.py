@@ -13,7 +13,11 @@ The same constructor (``weights_file`` + ``options_file``, or ``model_directory`
 ``embed_batch``, ``embed_many(sequences, batch_size=residues)``, ``reduce_per_protein``), attributes
 (``name``, ``embedding_dimension``, ``number_of_layers``) and fallbacks: on a GPU, a batch that raises a
 ``RuntimeError`` (out of memory) is retried one sequence at a time, and a sequence that still fails is
-embedded on the CPU by a second model loaded then. The model is allennlp 0.9's stateful
+embedded on the CPU by a second model loaded then. Unlike bio_embeddings, which keeps that second model
+(a full copy of the weights in host memory) for the rest of the run, it is freed as soon as a whole
+batch runs on the GPU again; its LSTM states (a few KB) are kept, so that a later fallback loads the
+model again and continues from them: the vectors are those of a CPU model kept all along. The model is
+allennlp 0.9's stateful
 ``ElmoEmbedder`` (:mod:`elmo_fast.compat.allennlp09`), warmed up as bio_embeddings warms it, so the
 vectors are bio_embeddings' own for the same calls (tested against its source).
 
@@ -80,6 +84,8 @@ class SeqVecEmbedder:
             weight_file=self._weights_file, options_file=self._options_file, cuda_device=cuda_device
         )
         self._model_fallback: ElmoEmbedder | None = None
+        #: the CPU model's LSTM states while it is freed (see the module docstring)
+        self._fallback_states: tuple[torch.Tensor, torch.Tensor] | None = None
         self.warmup_rounds = warmup_rounds
         for _ in range(warmup_rounds):  # bio_embeddings' work-around for ELMo's states, kept for its numbers
             self.embed(WARMUP_SEQUENCE)
@@ -97,6 +103,7 @@ class SeqVecEmbedder:
             return
         try:
             yield from self._embed_batch_impl(batch, self._model)
+            self._release_fallback_model()  # the GPU works again
         except RuntimeError as e:
             if len(batch) == 1:
                 logger.error(
@@ -151,12 +158,23 @@ class SeqVecEmbedder:
     def _get_fallback_model(self) -> ElmoEmbedder:
         if self._model_fallback is None:
             logger.warning("Loading model for CPU into RAM. Embedding on the CPU is slower")
-            self._model_fallback = ElmoEmbedder(
-                weight_file=self._weights_file, options_file=self._options_file, cuda_device=-1
-            )
-            for _ in range(self.warmup_rounds):
-                self._model_fallback.embed_sentence(list(WARMUP_SEQUENCE))
+            model = ElmoEmbedder(weight_file=self._weights_file, options_file=self._options_file, cuda_device=-1)
+            if self._fallback_states is None:
+                for _ in range(self.warmup_rounds):
+                    model.embed_sentence(list(WARMUP_SEQUENCE))
+            else:  # loaded before, and freed: it continues from where it was
+                model.elmo_bilm.set_states(self._fallback_states)
+                self._fallback_states = None
+            self._model_fallback = model
         return self._model_fallback
+
+    def _release_fallback_model(self) -> None:
+        """Free the CPU model (a full copy of the weights), keeping its LSTM states for a later fallback."""
+        if self._model_fallback is not None:
+            states = self._model_fallback.elmo_bilm.get_states()
+            self._fallback_states = None if states is None else (states[0].clone(), states[1].clone())
+            self._model_fallback = None
+            logger.info("The GPU works again: the CPU model is freed")
 
     def __repr__(self) -> str:
         return f"SeqVecEmbedder(weights_file={self._weights_file!r}, device={str(self._device)!r})"

@@ -222,6 +222,8 @@ class ElmoEmbedder:
         fasta_split_char: str | None = None,
         fasta_id_field: int = 1,
         per_protein: str | bool | None = None,
+        fasta_stop: str | None = None,
+        fasta_gaps: str | None = None,
     ) -> dict[str, Any]:
         """Embed a file of whitespace-tokenized sentences (one per line) into allennlp's HDF5 layout.
 
@@ -238,9 +240,16 @@ class ElmoEmbedder:
         ``fasta=True`` reads proteins instead (:mod:`elmo_fast.embedding.fasta`): one FASTA record a
         sequence, one residue a token, each dataset named by the record's id (its header's first word, or
         seqvec's rule: field ``fasta_id_field`` of the header split at ``fasta_split_char``); a malformed
-        file is an error naming the line. ``per_protein``: the mean over the residues, instead of the
+        file is an error naming the line. Residues are upper-cased; ``fasta_stop``: a stop ``*`` ending a
+        record is dropped ("drop", the default), kept as a character ("keep": every ``*``) or refused
+        ("refuse"), and one inside a sequence is refused unless "keep"; ``fasta_gaps``: alignment gaps
+        (``-``, ``.``) are refused ("refuse", the default: the error names the record and the position)
+        or removed ("remove"). ``per_protein``: the mean over the residues, instead of the
         residues' vectors (``"only"`` or True) or beside them as the dataset's attribute ``per_protein``
-        (``"also"``). Batches are cut by residues (``max_tokens_per_batch``), the records sorted by length.
+        (``"also"``). Batches hold at most ``max_tokens_per_batch`` padded residues (records x the longest;
+        default 15,000, seqvec's ``--batchsize``) of records sorted by length, and no bound on the number
+        of records unless ``batch_size`` is given (stateless): many short proteins make one batch, as in
+        seqvec, instead of batches of 64.
 
         The input (a path, or a binary or text stream) is read lazily and results are written as
         their batches finish, so memory stays flat however long the corpus. Stateless (the
@@ -315,5 +324,7 @@ class ElmoEmbedder:
             fasta_split_char=fasta_split_char,
             fasta_id_field=fasta_id_field,
             per_protein=per_protein,
+            fasta_stop=fasta_stop,
+            fasta_gaps=fasta_gaps,
         )
         return embed_corpus(self, input_file, output_file_path, options)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -84,9 +84,9 @@ def read_sentences(
     A line that is not UTF-8 is an error naming it (``encoding_errors="replace"`` reads bad bytes
     as U+FFFD instead), as is a line holding a NUL byte (binary data, not text); so is an empty or
     all-whitespace line, unless ``skip_empty``, which skips it and keeps the line numbers of the
-    others (their keys). An input with no sentence is an error. Tokens are the line split at
-    whitespace, or with ``tokenize`` the tokens of :func:`elmo_fast.tokenizer.tokenize_line` (raw
-    text, tokenized as the bundled model's training corpus was); the line's text stays its key.
+    others (their keys). An input with no sentence is an error. Tokens are the line split by
+    :func:`elmo_fast.tokenizer.split_text`, every front's rule: at whitespace, or with ``tokenize`` as
+    raw text, tokenized as the bundled model's training corpus was; the line's text stays its key.
     A line longer than ``max_line_length`` characters is an error naming it, raised before the
     line is held whole (None: no bound; :mod:`.input_guard`).
     """
@@ -105,10 +105,9 @@ def _iter_lines(
     tokenize: bool = False,
     max_line_length: int | None = DEFAULT_MAX_LINE_LENGTH,
 ) -> Iterator[Line]:
+    from ..tokenizer import split_text
+
     name, kind = source.name, source.compression
-    split: Callable[[str], list[str]] = str.split
-    if tokenize:
-        from ..tokenizer import tokenize_line as split
     count = 0
     index = -1
     try:
@@ -145,7 +144,7 @@ def _iter_lines(
                     " skips such lines)",
                 )
             count += 1
-            yield Line(index, text, split(text))
+            yield Line(index, text, split_text(text, tokenize))
         if count == 0:
             raise InputError(f"{name}: the input holds no sentences")
     finally:
@@ -154,19 +153,24 @@ def _iter_lines(
 
 def refuse_duplicates(lines: Iterable[Line], output: str) -> Iterator[Line]:
     """With sentence keys a repeated sentence would need one key twice: an error naming both lines.
-    Holds a 16-byte digest per sentence seen, not the sentences."""
-    seen: dict[bytes, int] = {}
-    for line in lines:
-        digest = hashlib.blake2b(line.text.encode("utf-8"), digest_size=16).digest()
-        first = seen.setdefault(digest, line.index)
-        if first != line.index:
-            raise InputError(
-                f"line {line.index + 1} repeats the sentence of line {first + 1}; its key would exist "
-                f"twice in {output}: do not pass ",
-                Param("use_sentence_keys"),
-                " to encode duplicate sentences",
-            )
-        yield line
+    Holds a 16-byte digest per sentence seen, not the sentences, in bounded memory (:mod:`.seen_ids`:
+    beyond a few hundred thousand, on disk beside ``output``)."""
+    from .seen_ids import SeenKeys
+
+    seen = SeenKeys(output)
+    try:
+        for line in lines:
+            first = seen.first_line(line.text, line.index)
+            if first is not None:
+                raise InputError(
+                    f"line {line.index + 1} repeats the sentence of line {first + 1}; its key would exist "
+                    f"twice in {output}: do not pass ",
+                    Param("use_sentence_keys"),
+                    " to encode duplicate sentences",
+                )
+            yield line
+    finally:
+        seen.close()
 
 
 def lines_digest(lines: Iterable[Line]) -> str:

@@ -7,24 +7,36 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import ElmoFastError, Param
+from ..output_shapes import OUTPUTS, unknown_output
 from .input_guard import DEFAULT_MAX_LINE_LENGTH, check_max_line_length
 
-OUTPUT_FORMATS = ("all", "top", "average", "sum")
+OUTPUT_FORMATS = OUTPUTS  # (elmo_fast.output_shapes: every front's)
 #: a FASTA record's vectors reduced to one per protein (the mean over its residues): instead of its
 #: residues' ("only"), or beside them, as the dataset's attribute ``per_protein`` ("also")
 PER_PROTEIN = ("only", "also")
 ENCODING_ERRORS = ("strict", "replace")
+#: a FASTA record's stop '*' (fasta.ResidueRule): a final one dropped, every one kept, or refused
+STOP_RULES = ("drop", "keep", "refuse")
+#: a FASTA record's alignment gaps '-' and '.' (fasta.ResidueRule): refused, or removed
+GAP_RULES = ("refuse", "remove")
 #: padded tokens (sentences x longest) per batch when bucketing, unless told otherwise: at the
 #: default batch size of 64 it only binds for sentences over 64 tokens, and bounds the memory of a
 #: batch of long ones (the largest activations on `original`: 4096 x 3 x 1024 x 4 bytes = 50 MB)
 DEFAULT_MAX_TOKENS = 4096
-#: residues per batch for FASTA inputs, unless told otherwise (seqvec's default batch, 15,000 residues):
-#: bigger batches share each weight read among more rows, which proteins (hundreds of residues each)
-#: need; measured in BENCHMARKS.md (proteins): 4,096 / 15,000 / 30,000 gave 524 / 572 / 694 residues/s
-#: fp32 and 1,115 / 1,617 / 1,386 bf16 on `original`, 1.4 GiB peak for a 6,000-residue protein
+#: padded residues (records x longest) per batch for FASTA inputs, unless told otherwise (seqvec's default
+#: batch, 15,000 residues): bigger batches share each weight read among more rows, which proteins
+#: (hundreds of residues each) need; BENCHMARKS.md (proteins) has the measurements
 DEFAULT_FASTA_MAX_TOKENS = 15000
 #: sentences read ahead and sorted together; with resume, also the work saved at once
 DEFAULT_WINDOW = 2048
+
+
+def check_residue_rule(stop: str, gaps: str) -> None:
+    """A stop or gap rule that is not one of STOP_RULES / GAP_RULES: an error naming its parameter."""
+    if stop not in STOP_RULES:
+        raise ElmoFastError(Param("fasta_stop"), f" must be one of {', '.join(STOP_RULES)}, got {stop!r}")
+    if gaps not in GAP_RULES:
+        raise ElmoFastError(Param("fasta_gaps"), f" must be one of {', '.join(GAP_RULES)}, got {gaps!r}")
 
 
 @dataclass(frozen=True)
@@ -35,7 +47,7 @@ class EmbedOptions:
     :meth:`for_model` then resolves what depends on the embedder (its batch size, stateful or not)."""
 
     output_format: str = "all"
-    batch_size: int | None = None  # None: the embedder's
+    batch_size: int | None = None  # None: the embedder's (FASTA, stateless: no bound)
     forget_sentences: bool = False
     use_sentence_keys: bool = False
     progress: bool | str = True  # "log": a line at most every 10 s
@@ -54,12 +66,12 @@ class EmbedOptions:
     fasta_split_char: str | None = None  # seqvec's id rule (with fasta_id_field); None: the header's first word
     fasta_id_field: int = 1
     per_protein: str | None = None  # None, "only" or "also" (PER_PROTEIN)
+    fasta_stop: str | None = None  # a stop '*' (fasta.ResidueRule.stop); None: "drop" (a final one)
+    fasta_gaps: str | None = None  # gaps '-' '.' (fasta.ResidueRule.gaps); None: "refuse"
 
     def __post_init__(self) -> None:
         if self.output_format not in OUTPUT_FORMATS:
-            raise ElmoFastError(
-                Param("output_format"), f" must be one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}"
-            )
+            raise ElmoFastError(Param("output_format"), " " + unknown_output(self.output_format))
         if self.encoding_errors not in ENCODING_ERRORS:
             raise ElmoFastError(
                 Param("encoding_errors"), f" must be one of {', '.join(ENCODING_ERRORS)}, got {self.encoding_errors!r}"
@@ -78,7 +90,12 @@ class EmbedOptions:
             )
         if self.per_protein is False:
             object.__setattr__(self, "per_protein", None)
+        if self.per_protein is not None and self.output_format == "mean":
+            raise ElmoFastError(
+                Param("per_protein"), " averages a record's residues, which the output 'mean' has done already"
+            )
         if self.fasta:
+            check_residue_rule(self.fasta_stop or "drop", self.fasta_gaps or "refuse")
             for name, bad in (
                 ("tokenize", self.tokenize),
                 ("use_sentence_keys", self.use_sentence_keys),
@@ -95,6 +112,8 @@ class EmbedOptions:
             for name, given in (
                 ("per_protein", self.per_protein is not None),
                 ("fasta_split_char", self.fasta_split_char is not None),
+                ("fasta_stop", self.fasta_stop is not None),
+                ("fasta_gaps", self.fasta_gaps is not None),
             ):
                 if given:
                     raise ElmoFastError(Param(name), " needs ", Param("fasta"), ": it is about FASTA records")
@@ -104,7 +123,10 @@ class EmbedOptions:
         ``max_tokens_per_batch`` the bound batches are cut under (None: none). Stateful runs keep
         input order (the LSTM states flow from each batch to the next): bucketing and a token bound
         are refused, and the window is rounded up to whole batches, so a resumed run cuts the same ones."""
-        batch_size = self.batch_size if self.batch_size is not None else batch_size
+        if self.batch_size is not None:
+            batch_size = self.batch_size
+        elif self.fasta and not stateful:
+            batch_size = None  # proteins: the residues per batch bound it (seqvec bounds no number of records)
         if stateful:
             if self.max_tokens_per_batch is not None or self.bucketing:
                 raise ElmoFastError(

@@ -33,7 +33,7 @@ from ..errors import ElmoFastError, Param
 from . import ranks as group
 from .batch_runner import BatchRunner, Embedder
 from .batching import Window, batches, windows
-from .fasta import IdRule, read_fasta
+from .fasta import IdRule, ResidueRule, read_fasta
 from .input_guard import kind_of, rereadable
 from .layout import per_protein
 from .leftovers import stale_temp_files
@@ -169,7 +169,8 @@ class CorpusRun:
         """The input's sentences, from its start (a path is opened again)."""
         o = self.options
         if o.fasta:
-            return read_fasta(self.input_file, self.id_rule, o.max_line_length)
+            rule = ResidueRule(o.fasta_stop or "drop", o.fasta_gaps or "refuse")
+            return read_fasta(self.input_file, self.id_rule, o.max_line_length, rule, self.output)
         lines = read_sentences(self.input_file, o.encoding_errors, o.skip_empty, o.tokenize, o.max_line_length)
         return refuse_duplicates(lines, self.output) if o.use_sentence_keys else lines
 

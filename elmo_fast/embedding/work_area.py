@@ -77,6 +77,12 @@ def new_manifest(embedder: Embedder, name: str, options: EmbedOptions) -> dict:
                 "fasta": True,
                 "fasta_id_rule": [options.fasta_split_char, options.fasta_id_field],
                 "per_protein": options.per_protein,
+                # (absent with the default rules: older work areas resume)
+                **(
+                    {"fasta_residue_rule": [options.fasta_stop, options.fasta_gaps]}
+                    if (options.fasta_stop, options.fasta_gaps) != (None, None)
+                    else {}
+                ),
             }
             if options.fasta
             else {}

@@ -25,6 +25,7 @@ from ..embedding.batch_runner import BatchRunner
 from ..embedding.batching import batches
 from ..embedding.options import DEFAULT_MAX_TOKENS
 from ..errors import ElmoFastError, Param
+from ..output_shapes import OUTPUTS, unknown_output
 from ..textio import DEFAULT_MAX_LINE_LENGTH, check_max_line_length
 from .actor_resources import actor_device, use_assigned_cpus
 from .model_choice import ModelChoice
@@ -32,13 +33,7 @@ from .rows import Row, columns_of, text_rows, token_rows
 
 #: ``output`` -> the column it fills: one vector per row ("mean": the mean over tokens of the layer
 #: average, as the server's), [tokens, D] ("average", "top", "sum") or [layers, tokens, D] ("all")
-OUTPUT_COLUMNS = {
-    "mean": "embedding",
-    "average": "embeddings",
-    "top": "embeddings",
-    "sum": "embeddings",
-    "all": "embeddings",
-}
+OUTPUT_COLUMNS = {output: "embedding" if output == "mean" else "embeddings" for output in OUTPUTS}
 
 
 class ElmoBatchEmbedder:
@@ -83,9 +78,7 @@ class ElmoBatchEmbedder:
         max_batch_tokens: int | None = DEFAULT_MAX_TOKENS,
     ) -> None:
         if output not in OUTPUT_COLUMNS:
-            raise ElmoFastError(
-                Param("output"), f" must be one of {', '.join(map(repr, OUTPUT_COLUMNS))}, got {output!r}"
-            )
+            raise ElmoFastError(Param("output"), " " + unknown_output(output))
         if tokens_column is not None and text_column is not None:
             raise ElmoFastError(
                 "give ", Param("text_column"), " (raw text) or ", Param("tokens_column"), " (lists of tokens), not both"

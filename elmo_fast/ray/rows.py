@@ -95,11 +95,10 @@ def _labels(batch: Any, column: str, n: int) -> Callable[[int], str]:
 
 
 def text_rows(batch: Any, column: str, parameter: str, tokenize: bool, max_line_length: int | None) -> list[Row]:
-    """The rows of a text column: tokens split at whitespace, or with ``tokenize`` by
-    :func:`elmo_fast.tokenizer.tokenize` (``embed --tokenize``'s); at most ``max_line_length`` characters."""
-    split: Callable[[str], list[str]] = str.split
-    if tokenize:
-        from ..tokenizer import tokenize as split
+    """The rows of a text column, split by :func:`elmo_fast.tokenizer.split_text` (every front's rule: at
+    whitespace, or with ``tokenize`` as ``embed --tokenize``); at most ``max_line_length`` characters."""
+    from ..tokenizer import split_text
+
     values = column_values(batch, column, parameter)
     label = _labels(batch, column, len(values))
     rows = []
@@ -112,7 +111,7 @@ def text_rows(batch: Any, column: str, parameter: str, tokenize: bool, max_line_
                 f"{label(i)}: its text has {len(value):,} characters, over max_line_length="
                 f"{max_line_length:,} (starts {_short(value)})"
             )
-        tokens = split(value)
+        tokens = split_text(value, tokenize)
         if not tokens:
             raise InputError(
                 f"{label(i)}: the text {_short(value)} is empty or all whitespace; every row needs "

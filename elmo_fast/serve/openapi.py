@@ -121,7 +121,7 @@ SCHEMAS: dict[str, Any] = {
             "output": {
                 "enum": list(OUTPUTS),
                 "default": "all",
-                "description": "all: layers x tokens x dim; average, top: tokens x dim; mean: one vector",
+                "description": "all: layers x tokens x dim; average, sum, top: tokens x dim; mean: one vector",
             },
         },
         "oneOf": [{"required": ["sentences"]}, {"required": ["texts"]}],

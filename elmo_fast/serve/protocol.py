@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import orjson
 
+from ..output_shapes import OUTPUTS, unknown_output
 from . import text
 from .defaults import MAX_CLIENT_BATCH_SIZE, MAX_REQUEST_TOKENS
 
-#: ``"output"`` of /embed -> what each sentence gets: layers x tokens x dim ("all"), tokens x dim
-#: (the mean of the layers, or the top layer), or one vector (the mean over tokens of the layer average)
-OUTPUTS = ("all", "average", "top", "mean")
+# ``"output"`` of /embed: one of OUTPUTS, every front's (elmo_fast.output_shapes): layers x tokens x dim
+# ("all"), tokens x dim (the mean or the sum of the layers, or the top layer), or one vector ("mean")
 DEFAULT_OUTPUT = "all"
 #: ``encoding_format`` of /v1/embeddings: a list of floats, or base64 of the little-endian float32 bytes
 #: (what OpenAI's Python client asks for by default)
@@ -227,7 +227,7 @@ def parse_embed(body: bytes, limits: RequestLimits) -> EmbedRequest:
         )
     output = data.get("output", DEFAULT_OUTPUT)
     if output not in OUTPUTS:
-        raise invalid(f"'output' must be one of {', '.join(map(repr, OUTPUTS))}, got {_describe(output)}")
+        raise invalid(f"'output' {unknown_output(output)}")
     if "sentences" in data:
         sentences = _sentences(data["sentences"], limits)
     else:

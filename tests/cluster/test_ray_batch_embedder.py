@@ -155,7 +155,7 @@ def test_the_model_as_embed_takes_it(tiny, tmp_path):
         (dict(model="default", model_dir="x"), "give one of model (a name), model_dir or options_file + weight_file"),
         (dict(options_file="o.json"), "give options_file and weight_file"),
         (dict(model_format="bilm-tf"), "model_format picks the model of a model_dir"),
-        (dict(output="first"), "output must be one of 'mean', 'average', 'top', 'sum', 'all', got 'first'"),
+        (dict(output="first"), "output must be one of 'all', 'top', 'average', 'sum', 'mean', got 'first'"),
         (dict(text_column="a", tokens_column="b"), "give text_column (raw text) or tokens_column"),
         (dict(tokens_column="b", tokenize=True), "tokenize splits the text of text_column"),
         (dict(max_batch_size=0), "max_batch_size must be an integer >= 1, got 0"),

@@ -89,7 +89,7 @@ _TAGGED = [
 def test_a_tagger_over_elmo_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_models):
     """A SequenceTagger over StackedEmbeddings([ELMoEmbeddings, OneHotEmbeddings]) trains for a few steps, is
     saved with flair's save, loads with flair's load in a fresh process and predicts the same tags, with the
-    same scores (the embedder's LSTM states set as a fresh one's: stateful as allennlp 0.9, they hold the past)."""
+    same scores, as the saving process right after the save (the embedder's LSTM states travel with it)."""
     options, weights = random_models("small")
     model = tmp_path / "tagger.pt"
     train = f"""
@@ -127,10 +127,6 @@ def test_a_tagger_over_elmo_trains_saves_and_loads_in_a_fresh_process(tmp_path, 
             store_embeddings(sentences, "cpu")  # as flair's trainer: static vectors kept, the others dropped
         tagger.save({str(model)!r})
         tagger.eval()
-        # the embedder's LSTM states as a fresh ELMoEmbeddings has them (after its dummy sentence), so that the
-        # fresh process below sees the same vectors (stateful as allennlp 0.9, its states depend on the past)
-        elmo.ee.elmo_bilm.reset_states()
-        elmo.ee.embed_sentence(["hello"])
         test = [Sentence(text.split()) for text, _ in data]
         tagger.predict(test)
         print(json.dumps([losses[0], losses[-1], [[t.get_label("pos").value for t in s] for s in test],
@@ -183,3 +179,94 @@ def test_a_flair_model_saved_with_allennlp_09_loads_and_predicts_as_there(tmp_pa
     )
     assert tags == theirs["s0_tags"].tolist()
     assert np.abs(np.array(scores) - theirs["s0_scores"]).max() <= TOL
+
+
+_PROBE = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "bark"]]
+
+
+def _embed_probe(model_path: str, load: bool, before: list | None = None, files: tuple = ()) -> str:
+    """Child code: (load the tagger at ``model_path``, or build one over ELMoEmbeddings, embed ``before`` in
+    batches of growing and shrinking size, and save it there), then embed _PROBE at once and print its
+    token vectors (and the largest batch the embedder's states cover)."""
+    head = (
+        f"""
+        tagger = SequenceTagger.load({model_path!r})
+        elmo = tagger.embeddings
+        """
+        if load
+        else f"""
+        elmo = ELMoEmbeddings(options_file={files[0]!r}, weight_file={files[1]!r}, embedding_mode="all")
+        tags = Dictionary(add_unk=False)
+        for tag in ("A", "B"):
+            tags.add_item(tag)
+        tagger = SequenceTagger(hidden_size=8, embeddings=elmo, tag_dictionary=tags, tag_type="pos", use_crf=False)
+        for batch in {before!r}:
+            elmo.embed([Sentence(tokens) for tokens in batch])
+        tagger.save({model_path!r})
+        """
+    )
+    return (
+        """
+        import elmo_fast.as_allennlp
+        import json, torch
+        from flair.data import Dictionary, Sentence
+        from flair.embeddings import ELMoEmbeddings
+        from flair.models import SequenceTagger
+        """
+        + head
+        + f"""
+        probe = [Sentence(tokens) for tokens in {_PROBE!r}]
+        elmo.embed(probe)
+        rows = elmo.ee.elmo_bilm.get_states()[0].shape[1]
+        print(json.dumps([rows, [torch.stack([t.get_embedding() for t in s]).tolist() for s in probe]]))
+        """
+    )
+
+
+def test_a_saved_elmo_model_continues_where_it_was_saved(tmp_path, tiny_files):
+    """flair's pickles before 0.12 held allennlp 0.9's ElmoEmbedder whole, its LSTM states included, so a
+    loaded model went on from where it was saved. The same now: ``to_params`` carries the states (for every
+    batch row seen) and ``from_params`` puts them back after flair's dummy sentence, so the same call right
+    after ``save`` and right after ``load`` in a fresh process gives the same vectors (a fresh embedder's
+    states differ from the saved ones by up to 0.19 on this model)."""
+    options, weights = map(str, tiny_files)
+    model = str(tmp_path / "tagger.pt")
+    before = [SENTENCES, SENTENCES[:2], [["Zürich", "is", "cold"]]]  # 4 rows of states, then fewer in use
+    saved_rows, saved = last_json(run_python(_embed_probe(model, load=False, before=before, files=(options, weights))))
+    loaded_rows, loaded = last_json(run_python(_embed_probe(model, load=True)))
+    assert saved_rows == loaded_rows == len(SENTENCES)
+    for a, b in zip(saved, loaded):
+        assert np.abs(np.array(a) - np.array(b)).max() <= 1e-6
+    # what a loaded model gave before the states were saved (a fresh embedder's): the vectors differ
+    fresh_rows, fresh = last_json(
+        run_python(_embed_probe(str(tmp_path / "fresh.pt"), load=False, before=[], files=(options, weights)))
+    )
+    assert fresh_rows == len(_PROBE)
+    assert max(np.abs(np.array(a) - np.array(b)).max() for a, b in zip(saved, fresh)) > 1e-3
+
+
+def test_a_model_saved_without_states_loads_as_before(tmp_path, tiny_files):
+    """Parameters saved by an earlier elmo-fast hold no LSTM states: such a model loads, its embedder as a
+    fresh one (the states its constructor's dummy sentence leaves); states that do not fit the model are a
+    one-line error naming the model."""
+    import torch
+
+    options, weights = map(str, tiny_files)
+    model = tmp_path / "tagger.pt"
+    _, fresh = last_json(
+        run_python(_embed_probe(str(tmp_path / "fresh.pt"), load=False, before=[], files=(options, weights)))
+    )
+    last_json(run_python(_embed_probe(str(model), load=False, before=[SENTENCES], files=(options, weights))))
+    state = torch.load(model, weights_only=False)
+    assert set(state["embeddings"]["lstm_states"]) == {"h", "c"}
+    old, bad = dict(state), dict(state)
+    old["embeddings"] = {k: v for k, v in state["embeddings"].items() if k != "lstm_states"}
+    bad["embeddings"] = {**state["embeddings"], "lstm_states": {"h": torch.zeros(1, 2, 3), "c": torch.zeros(1, 2, 3)}}
+    torch.save(old, tmp_path / "old.pt")
+    torch.save(bad, tmp_path / "bad.pt")
+    _, loaded = last_json(run_python(_embed_probe(str(tmp_path / "old.pt"), load=True)))
+    for a, b in zip(fresh, loaded):
+        assert np.abs(np.array(a) - np.array(b)).max() <= 1e-6
+    proc = run_python(_embed_probe(str(tmp_path / "bad.pt"), load=True), check=False)
+    assert proc.returncode != 0
+    assert "LSTM states do not fit the model it names" in proc.stderr and options in proc.stderr

@@ -393,6 +393,44 @@ def test_seqvec_embedder_falls_back_as_bio_embeddings(seqvec_small, monkeypatch)
     assert e._model_fallback is not None
 
 
+def test_seqvec_embedder_frees_its_cpu_model_when_the_gpu_works_again(seqvec_small, monkeypatch):
+    """The CPU model a fallback loads (a second full copy of the weights) is freed once a whole batch runs on
+    the GPU again; its LSTM states are kept, so a later fallback loads it again and continues from them: the
+    same vectors as a CPU model kept all along, as bio_embeddings keeps it (simulated CUDA out-of-memory)."""
+    from elmo_fast.compat import seqvec as module
+
+    real = module.SeqVecEmbedder._embed_batch_impl
+
+    def impl(self, batch, model):
+        if model is self._model and (len(batch) > 1 and PROTEINS[3] in batch or batch == [PROTEINS[3]]):
+            raise __import__("torch").OutOfMemoryError("CUDA out of memory")
+        yield from real(self, batch, model)
+
+    monkeypatch.setattr(module.SeqVecEmbedder, "_embed_batch_impl", impl)
+    calls = [PROTEINS[2:5], PROTEINS[:2], PROTEINS[3:4], PROTEINS[1:4]]
+
+    def run(keep: bool):
+        if keep:  # bio_embeddings' way: the CPU model stays
+            monkeypatch.setattr(module.SeqVecEmbedder, "_release_fallback_model", lambda self: None)
+        e = module.SeqVecEmbedder(weights_file=seqvec_small[1], options_file=seqvec_small[0], device="cpu")
+        e._device = __import__("torch").device("cuda")  # the fallbacks are for GPUs
+        loaded, out = [], []
+        for batch in calls:
+            out += list(e.embed_batch(batch))
+            loaded.append(e._model_fallback is not None)
+        monkeypatch.undo() if keep else None
+        return loaded, out
+
+    loaded, ours = run(keep=False)
+    assert loaded == [True, False, True, True]  # freed after the GPU's whole batch (the second call)
+    monkeypatch.setattr(module.SeqVecEmbedder, "_embed_batch_impl", impl)
+    kept_loaded, theirs = run(keep=True)
+    assert kept_loaded == [True, True, True, True]
+    assert len(ours) == len(theirs) == sum(map(len, calls))
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6
+
+
 def test_seqvec_embedder_needs_its_files(tmp_path):
     from elmo_fast.compat.seqvec import SeqVecEmbedder
 

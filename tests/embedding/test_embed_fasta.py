@@ -17,7 +17,7 @@ import pytest
 
 from elmo_fast import ElmoEmbedder
 from elmo_fast.cli import main
-from elmo_fast.embedding.fasta import IdRule, read_fasta
+from elmo_fast.embedding.fasta import IdRule, ResidueRule, read_fasta
 from elmo_fast.errors import ElmoFastError, InputError
 
 AMINO = "ACDEFGHIKLMNPQRSTVWYXUBZ"
@@ -92,9 +92,17 @@ def test_compressed_and_windows_files(tmp_path, how):
         (">a\nMK\n>b\nMM\n>a\nMT\n", "line 5: the id 'a' was the id of line 1 too"),
         (">a\n>b\nMK\n", "line 1: record 'a' has no residues"),
         (">a\nMK\n>b\n\n", "line 3: record 'b' has no residues"),
-        (">a\nMK1T\n", "line 2, column 3: '1' is not a residue letter"),
-        (">a\nMKT*\n", r"line 2, column 4: '\*' is not a residue letter \(A-Z\) \(a stop codon: remove it\)"),
-        (">a\nMK-T\n", "line 2, column 3: '-' is not a residue letter"),
+        (">a\nMK1T\n", "line 2, column 3: record 'a', position 3 of its sequence: '1' is not a residue letter"),
+        (
+            ">a\nMK\u00e9T\n",
+            r"line 2, column 3: record 'a', position 3 of its sequence: 'é' is not a residue letter \(A-Z\) \(U\+00E9\)",
+        ),
+        (">a\nMK*T\n", r"line 2, column 3: record 'a', position 3 of its sequence: a stop '\*' inside the sequence"),
+        (">a\nMKT*\nMK\n", r"line 2, column 4: record 'a', position 4 of its sequence: a stop '\*' inside"),
+        (">a\nMK**\n", r"line 2, column 3: record 'a', position 3 of its sequence: a stop '\*' inside"),
+        (">a\nMK\n>b\nMK T-T\n", r"line 4, column 5: record 'b', position 4 of its sequence: '-' is an alignment gap"),
+        (">a\nMKT\n.MK\n", r"line 3, column 1: record 'a', position 4 of its sequence: '\.' is an alignment gap"),
+        (">a\n*\n", "line 1: record 'a' has no residues"),
         (">\nMK\n", "line 1: the header '>' gives no id"),
         (">a/./b\nMK\n", "line 1: the id 'a/./b' cannot key a dataset"),
         ("", "holds no FASTA records"),
@@ -107,6 +115,95 @@ def test_malformed_files_are_errors_naming_the_line(tmp_path, text, message):
     with pytest.raises(InputError, match=message) as e:
         records(p)
     assert "\n" not in str(e.value) and str(p) in str(e.value)
+
+
+def test_stops_gaps_lowercase_and_rare_residues(tmp_path):
+    """A final '*' is dropped (however the record's lines are cut); lower case is upper-cased; U, O, B, Z and X
+    pass as themselves (SeqVec reads characters); "keep" keeps every '*' as a character, "refuse" refuses a
+    final one; gaps are removed on request, before the end is looked at."""
+    p = tmp_path / "a.fasta"
+    p.write_text(">a\nmkt\nUOBZX*\n\n>b\nMK\n*\n>c\nAC\n")
+    assert records(p) == [("a", "MKTUOBZX", 1), ("b", "MK", 5), ("c", "AC", 8)]
+    assert [r[1] for r in records(p, residue_rule=ResidueRule(stop="keep"))] == ["MKTUOBZX*", "MK*", "AC"]
+    with pytest.raises(
+        InputError, match=r"line 3, column 6: record 'a', position 9 of its sequence: the sequence ends with a stop"
+    ):
+        records(p, residue_rule=ResidueRule(stop="refuse"))
+    inner = tmp_path / "inner.fasta"
+    inner.write_text(">a\nMK*T\n")
+    assert [r[1] for r in records(inner, residue_rule=ResidueRule(stop="keep"))] == ["MK*T"]
+    with pytest.raises(InputError, match="inside the sequence"):
+        records(inner, residue_rule=ResidueRule(stop="refuse"))
+    gapped = tmp_path / "gapped.fasta"
+    gapped.write_text(">a\n-MK.T-\n>b\nM-K*-\n--\n")
+    with pytest.raises(
+        InputError, match=r"line 2, column 1: record 'a', position 1 of its sequence: '-' is an alignment gap"
+    ):
+        records(gapped)
+    assert records(gapped, residue_rule=ResidueRule(gaps="remove")) == [("a", "MKT", 1), ("b", "MK", 3)]
+    with pytest.raises(ElmoFastError, match="fasta_stop must be one of drop, keep, refuse, got 'strip'"):
+        ResidueRule(stop="strip")
+    with pytest.raises(ElmoFastError, match="fasta_gaps must be one of refuse, remove, got 'keep'"):
+        ResidueRule(gaps="keep")
+
+
+def test_duplicate_ids_are_found_past_what_memory_holds(tmp_path, monkeypatch):
+    """Ids outgrow memory into a scratch table beside the output (tiny here): a repeat is still found, with the
+    line it was first seen on, and the scratch table is gone once the input is read (or refused)."""
+    from elmo_fast.embedding import seen_ids
+
+    monkeypatch.setattr(seen_ids, "MEMORY_ENTRIES", 8)
+    recs = [(f"id{i}", "MK") for i in range(100)]
+    p = write_fasta(tmp_path / "many.fasta", recs)
+    out = tmp_path / "out" / "o.h5"
+    out.parent.mkdir()
+    made = []
+    real = seen_ids.SeenKeys._spill
+    monkeypatch.setattr(seen_ids.SeenKeys, "_spill", lambda self: (real(self), made.append(self.paths)))
+    assert [r.key for r in read_fasta(p, scratch_beside=out)] == [k for k, _ in recs]
+    # 12 spills of 8, merged four at a time: 1, 2, 3, then one run of 32 (and so on)
+    assert [len(paths) for paths in made] == [1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3]
+    assert all(os.path.dirname(p) == str(out.parent) for paths in made for p in paths)
+    assert os.listdir(out.parent) == []
+    dup = write_fasta(tmp_path / "dup.fasta", recs + [("id3", "MK")])
+    with pytest.raises(InputError, match=r"line 201: the id 'id3' was the id of line 7 too"):
+        list(read_fasta(dup, scratch_beside=out))
+    assert os.listdir(out.parent) == []
+
+
+@pytest.mark.parametrize("chunk,block", [(4, 2), (7, 3), (1 << 16, 256)])
+def test_seen_keys_in_memory_and_on_disk(tmp_path, monkeypatch, chunk, block):
+    """SeenKeys answers the same whether a key is in memory or in runs on disk, merged (read a few entries at a
+    time here, so that merges cross many chunk boundaries); nothing on disk below the bound; every merged run
+    holds its runs' entries in key order."""
+    import numpy as np
+
+    from elmo_fast.embedding import seen_ids
+    from elmo_fast.embedding.seen_ids import SeenKeys
+
+    monkeypatch.setattr(seen_ids, "_CHUNK", chunk)
+    monkeypatch.setattr(seen_ids, "_BLOCK", block)
+    real_merge = SeenKeys._merge
+
+    def merge(self, runs):
+        merged = real_merge(self, runs)
+        got = merged.read(0, merged.n)
+        want = np.sort(np.concatenate([r.read(0, r.n) for r in runs]), order=["hi", "lo"])
+        assert merged.n == sum(r.n for r in runs) and np.array_equal(got, want)
+        assert np.array_equal(merged.fences, got["hi"][::block])
+        return merged
+
+    monkeypatch.setattr(SeenKeys, "_merge", merge)
+    rng = random.Random(5)
+    keys = [f"k{rng.randrange(2000)}" for _ in range(3000)]  # about a third seen before
+    for entries in (4, 64, 10**6):
+        seen, first = SeenKeys(tmp_path / "o.h5", memory_entries=entries), {}
+        for i, key in enumerate(keys):
+            assert seen.first_line(key, i) == first.get(key)
+            first.setdefault(key, i)
+        assert (not seen.paths) == (entries == 10**6)
+        seen.close()
+        assert os.listdir(tmp_path) == []
 
 
 def test_a_line_too_long_stops_before_it_is_held(tmp_path):
@@ -127,6 +224,32 @@ def model(random_models):
 @pytest.fixture(scope="module")
 def proteins():
     return random_proteins(random.Random(31), 23, 1, 90)
+
+
+def test_batches_of_proteins_have_no_bound_on_records(model, tmp_path, monkeypatch):
+    """--fasta cuts batches by padded residues (records x longest) alone, as seqvec cuts them by residues: many
+    short proteins make one batch (text's 64 sentences would make three), unless batch_size is given."""
+    from elmo_fast.embedding import batch_runner
+
+    sizes = []
+    real = batch_runner.BatchRunner.embed
+    monkeypatch.setattr(batch_runner.BatchRunner, "embed", lambda self, b: (sizes.append(len(b)), real(self, b))[1])
+    fasta = write_fasta(tmp_path / "short.fasta", [(f"p{i}", "MKTAYIAKQR") for i in range(150)])
+    embedder = ElmoEmbedder(*model)
+    assert embedder.batch_size == 64
+    embedder.embed_file(fasta, tmp_path / "a.h5", "top", fasta=True, progress=False)
+    assert sizes == [150]  # 1,500 residues: one batch
+    sizes.clear()
+    embedder.embed_file(fasta, tmp_path / "b.h5", "top", fasta=True, max_tokens_per_batch=1000, progress=False)
+    assert sizes == [100, 50]
+    sizes.clear()
+    embedder.embed_file(fasta, tmp_path / "c.h5", "top", fasta=True, batch_size=64, progress=False)
+    assert sizes == [64, 64, 22]
+    sizes.clear()
+    text = tmp_path / "short.txt"
+    text.write_text("M K T A Y I A K Q R\n" * 150)
+    embedder.embed_file(text, tmp_path / "d.h5", "top", progress=False)
+    assert sizes == [64, 64, 22]  # text keeps the embedder's 64
 
 
 def test_each_protein_alone_whatever_the_batches(model, proteins, tmp_path):
@@ -158,6 +281,36 @@ def test_each_protein_alone_whatever_the_batches(model, proteins, tmp_path):
             assert reduced.shape == (want.shape[1],) and np.abs(reduced - want.mean(axis=0)).max() <= 1e-5
             # bio_embeddings' reduce_per_protein: the layers summed, the mean over the residues
             assert np.abs(o[key.split("|")[1]][...] - alone[key].sum(0).mean(0)).max() <= 1e-5
+
+
+def test_stops_and_gaps_on_the_command_line(model, proteins, tmp_path, capsys):
+    """`--fasta` drops final stops by default and refuses gaps with one line naming the record and position;
+    `--fasta-gaps remove` gives the unaligned file's output; `--fasta-stop keep` embeds '*' as a character."""
+    plain = write_fasta(tmp_path / "plain.fasta", proteins[:6])
+    marked = [(h, f"-{s[:1]}.{s[1:]}*") for h, s in proteins[:6]]
+    gapped = write_fasta(tmp_path / "gapped.fasta", marked, width=7)
+    flags = ["--all", "--options", str(model[0]), "--weights", str(model[1]), "--quiet"]
+    assert main(["embed", "--fasta", str(plain), str(tmp_path / "plain.h5"), *flags]) == 0
+    assert main(["embed", "--fasta", str(gapped), str(tmp_path / "refused.h5"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        "\n" not in err and "record 'sp|P00000|PROT0_HUMAN', position 1 of its sequence: '-' is an alignment gap" in err
+    )
+    assert "--fasta-gaps remove" in err and not (tmp_path / "refused.h5").exists()
+    out = tmp_path / "removed.h5"
+    assert main(["embed", "--fasta", str(gapped), str(out), "--fasta-gaps", "remove", *flags]) == 0
+    with h5py.File(tmp_path / "plain.h5", "r") as a, h5py.File(out, "r") as b:
+        assert sorted(a) == sorted(b)
+        for key in a:
+            assert np.array_equal(a[key][...], b[key][...])
+    kept = tmp_path / "kept.h5"
+    args = ["embed", "--fasta", str(gapped), str(kept), "--fasta-gaps", "remove", "--fasta-stop", "keep", *flags]
+    assert main(args) == 0
+    embedder = ElmoEmbedder(*model)
+    with h5py.File(kept, "r") as f:
+        for header, seq in proteins[:6]:
+            want = embedder.embed_sentence(list(seq) + ["*"])
+            assert np.abs(f[header.split()[0]][...] - want).max() <= 1e-5
 
 
 def test_resume_gives_the_plain_runs_file(model, proteins, tmp_path):
@@ -209,6 +362,8 @@ def test_options_that_belong_to_text_or_fasta_are_refused(model, tmp_path, capsy
         (["--fasta", "--use-sentence-keys"], "--use-sentence-keys is for text"),
         (["--per-protein"], "--per-protein needs --fasta"),
         (["--split-char", "|"], "--split-char needs --fasta"),
+        (["--fasta-gaps", "remove"], "--fasta-gaps needs --fasta"),
+        (["--fasta-stop", "keep"], "--fasta-stop needs --fasta"),
     ):
         code = main(
             [

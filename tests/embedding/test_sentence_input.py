@@ -82,9 +82,11 @@ def test_a_rectangular_2d_array_is_a_batch_of_its_rows(embedder):
 
 BAD_SENTENCES = {
     "a string": (
-        "The cat sat",
+        "The cat sat.",
         r"^sentence: expected a sequence of tokens \(a list, a tuple or a 1-D numpy array of "
-        r"str\), found a string 'The cat sat'; split it first, e.g. \['The', 'cat', 'sat'\]$",
+        r"str\), found a string 'The cat sat.'; split it first: elmo_fast.tokenizer.split_text\(text, "
+        r"tokenize=True\) for raw text \(as embed --tokenize and the server split it\), or text.split\(\) for "
+        r"text tokenized already$",
     ),
     "int tokens": ([1, 2], r"^sentence\[0\]: expected a str, found int 1$"),
     "None token": (["a", None], r"^sentence\[1\]: expected a str, found NoneType None$"),

@@ -84,7 +84,7 @@ def server_model_name(server) -> str:
     return re.search(r"model '([^']+)'", "".join(server.lines)).group(1)
 
 
-@pytest.mark.parametrize("output", ["all", "average", "top", "mean"])
+@pytest.mark.parametrize("output", ["all", "average", "sum", "top", "mean"])
 def test_embed_equals_the_embedder_sentence_by_sentence(server, embedder, output):
     rng = np.random.default_rng(1)
     sentences = random_sentences(rng, [7, 1, 19, 2, 33, 5])  # one batch, mixed lengths

@@ -18,7 +18,13 @@ def random_sentences(rng, lengths) -> list[list[str]]:
 
 def expected(embedder, sentence, output):
     a = embedder.embed_sentence(sentence)  # alone: no other sentence in its batch
-    return {"all": a, "average": a.mean(axis=0), "top": a[-1], "mean": a.mean(axis=0).mean(axis=0)}[output]
+    return {
+        "all": a,
+        "average": a.mean(axis=0),
+        "sum": a.sum(axis=0),
+        "top": a[-1],
+        "mean": a.mean(axis=0).mean(axis=0),
+    }[output]
 
 
 BAD = [
