@@ -805,3 +805,100 @@ def test_a_write_that_fails_exits_1_naming_the_file_and_leaves_nothing(tmp_path,
         f"elmo-fast: error: cannot write {tmp_path / 'o.h5'}: No space left on device (ENOSPC)"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+# --- exit codes: 2 for what is known before any work starts, 1 for a failure during the run ---------------
+
+#: command -> its arguments, with OUT standing for where it writes (a file, or a folder for train/random-model)
+WRITERS = {
+    "embed": ["embed", "IN", "OUT", "--top", "--quiet", "MODEL"],
+    "embed --fasta": ["embed", "--fasta", "FASTA", "OUT", "--sum", "--quiet", "MODEL"],
+    "vocab": ["vocab", "IN", "--out", "OUT"],
+    "train": ["train", "--train", "IN", "--vocab", "VOCAB", "--out", "OUT", "--preset", "tiny", "--max-steps", "1"],
+    "random-model": ["random-model", "tiny", "OUT"],
+    "convert": ["convert", "SRC", "OUT"],
+}
+#: what each command's output is: "file" (OUT names a file) or "folder" (OUT names a folder it fills)
+OUTPUT_KIND = {"train": "folder", "random-model": "folder", "convert": "folder"}
+
+
+def _writer_args(command, tmp_path, random_models, out):
+    options, weights = random_models("tiny")
+    (tmp_path / "in.txt").write_text("the cat sat .\na dog ran .\n", encoding="utf-8")
+    (tmp_path / "p.fasta").write_text(">p1\nMKV\n>p2\nAGW\n", encoding="utf-8")
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\ncat\nsat\n.\na\ndog\nran\n", encoding="utf-8")
+    values = {
+        "IN": str(tmp_path / "in.txt"),
+        "FASTA": str(tmp_path / "p.fasta"),
+        "VOCAB": str(tmp_path / "vocab.txt"),
+        "SRC": str(Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoints" / "bilm_tf_run"),
+        "OUT": str(out),
+    }
+    args = []
+    for arg in WRITERS[command]:
+        args += ["--options", str(options), "--weights", str(weights)] if arg == "MODEL" else [values.get(arg, arg)]
+    return args
+
+
+#: where the output cannot go, found before any work: (how, the message's end). A command that writes a folder
+#: makes it and its missing parents, so that a missing folder, or a folder there, is no error for it.
+UNWRITABLE = {
+    "its folder missing": ("missing/OUT", r"does not exist$"),
+    "under a file": ("a_file/OUT", r"a_file is not a folder$"),
+    "a folder (for a file)": ("a_folder", r"is a folder$"),
+    "a name too long": ("x" * 300, r"file name too long \(300 bytes; at most \d+ here\)$"),
+}
+UNWRITABLE_CASES = [
+    (command, where)
+    for command in WRITERS
+    for where in UNWRITABLE
+    if OUTPUT_KIND.get(command) != "folder" or where in ("under a file", "a name too long")
+]
+
+
+@pytest.mark.parametrize("command,where", UNWRITABLE_CASES)
+def test_an_output_that_cannot_be_written_exits_2_before_any_work(command, where, tmp_path, random_models, capsys):
+    """The output's place is an argument like any other: a missing folder, a file in the way, a folder where
+    a file goes, a name the filesystem refuses are refused before the model loads or the corpus is read, with
+    exit status 2 (docs/embedding.md, Exit codes), and nothing is written."""
+    import re
+
+    from elmo_fast.cli import main
+
+    how, message = UNWRITABLE[where]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a_file").write_text("not a folder")
+    (work / "a_folder").mkdir()
+    out = work / how.replace("OUT", "out.h5" if OUTPUT_KIND.get(command) != "folder" else "model")
+    args = _writer_args(command, tmp_path, random_models, out)
+    before = sorted(p.relative_to(work) for p in work.rglob("*"))
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("elmo-fast: error: cannot write "), err
+    assert re.search(message, err.strip()), err
+    assert sorted(p.relative_to(work) for p in work.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", ["embed", "vocab", "random-model"])
+def test_a_write_that_fails_during_the_run_exits_1(command, tmp_path, random_models, monkeypatch, capsys):
+    """The same commands, their arguments fine, and the disk full when the finished output is fsync'ed (a
+    delayed write's ENOSPC): a failure during the run, exit status 1, one line naming the file, nothing left."""
+    import errno
+
+    from elmo_fast.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "work" / ("model" if OUTPUT_KIND.get(command) == "folder" else "out.h5")
+    out.parent.mkdir()
+    args = _writer_args(command, tmp_path, random_models, out)
+    monkeypatch.setattr(os, "fsync", full)
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert len(err.splitlines()) == 1 and err.startswith("elmo-fast: error: cannot write "), err
+    assert err.strip().endswith("No space left on device (ENOSPC)"), err
+    assert [p for p in out.parent.rglob("*") if p.is_file()] == []

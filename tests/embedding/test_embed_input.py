@@ -350,16 +350,16 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
         start = time.perf_counter()
         code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1])
         elapsed = time.perf_counter() - start
-        assert code == 1, err
+        assert code == 2, err
         assert err.count("\n") == 1 and err.startswith(f"elmo-fast: error: cannot write {out}: file name too long ("), (
             err
         )
         assert elapsed < 0.5, elapsed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
     code, err = cli("embed", inp, tmp_path, "--all", "--options", tiny[0], "--weights", tiny[1])
-    assert code == 1 and err == f"elmo-fast: error: cannot write {tmp_path}: the output is a folder\n", err
+    assert code == 2 and err == f"elmo-fast: error: cannot write {tmp_path}: the output is a folder\n", err
     code, err = cli("embed", inp, tmp_path / "missing" / "o.h5", "--all", "--options", tiny[0], "--weights", tiny[1])
-    assert code == 1 and err == (
+    assert code == 2 and err == (
         f"elmo-fast: error: cannot write {tmp_path / 'missing' / 'o.h5'}: its folder "
         f"{tmp_path / 'missing'} does not exist\n"
     ), err
@@ -368,7 +368,7 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
         ro.mkdir()
         ro.chmod(0o500)
         code, err = cli("embed", inp, ro / "o.h5", "--all", "--options", tiny[0], "--weights", tiny[1])
-        assert code == 1 and "Permission denied (EACCES)" in err, err
+        assert code == 2 and "Permission denied (EACCES)" in err, err
 
 
 # --- line ends ---------------------------------------------------------------------------------------

@@ -279,6 +279,6 @@ def test_vocab_checks_its_output_path_before_counting(inputs, tmp_path, capsys):
     from elmo_fast.cli import main
 
     target = tmp_path / "missing" / "vocab.txt"
-    assert main(["vocab", inputs["train"], "--out", str(target)]) == 1
+    assert main(["vocab", inputs["train"], "--out", str(target)]) == 2  # bad input, known before any work
     err = capsys.readouterr().err
     assert err == f"elmo-fast: error: cannot write {target}: its folder {target.parent} does not exist\n"
