@@ -59,6 +59,8 @@ SERVE_REQUIRES = ["starlette>=0.40", "uvicorn>=0.30", "httptools>=0.6", "orjson>
 RAY_REQUIRES = ["ray[data,serve]>=2.60.0", *SERVE_REQUIRES]
 RAY_TESTED = "ray[data,serve]==2.60.0"
 BUILD_INFO = "_build_info.py"
+# [test]'s linters, pinned: another release formats some lines differently (.ci/run runs both; CONTRIBUTING.md)
+LINT_TOOLS = ["ruff==0.17.6", "clang-format==23.1.5"]
 
 
 def sources(pattern):
@@ -231,7 +233,7 @@ setup(
     extras_require={
         "serve": SERVE_REQUIRES,
         "ray": RAY_REQUIRES,
-        "test": ["pytest", "hypothesis", *SERVE_REQUIRES, RAY_TESTED],
+        "test": ["pytest", "pytest-timeout", "hypothesis", *SERVE_REQUIRES, RAY_TESTED, *LINT_TOOLS],
     },
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},
     ext_modules=[cpu_extension()] if torch is not None else [],

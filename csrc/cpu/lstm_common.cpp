@@ -6,8 +6,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/mm.h>
-#include <c10/util/accumulate.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -48,7 +48,8 @@ at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) 
     const char* env = std::getenv("ELMO_FAST_HUGE_PAGES");  // =0: plain at::empty, for benchmarking
     return env != nullptr && std::string(env) == "0";
   }();
-  if (!disabled && bytes >= 2 * kHuge && !(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory())) {
+  if (!disabled && bytes >= 2 * kHuge &&
+      !(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory())) {
     void* data = nullptr;
     const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
     if (posix_memalign(&data, kHuge, rounded) == 0) {
@@ -63,8 +64,8 @@ at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) 
 void linear_nt(at::Tensor& out, const at::Tensor& a, const Weight& w, int64_t gemv_max_rows) {
   if (is_packed_weight(w.w)) {  // float32 packed (bf16 packed weights take bilstm's own step)
     TORCH_INTERNAL_ASSERT(w.w.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat && a.stride(1) == 1);
-    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), out.stride(0), a.const_data_ptr<float>(), a.stride(0),
-                        a.size(0), w.w);
+    cpu_gemm::packed_mm(out.mutable_data_ptr<float>(), out.stride(0), a.const_data_ptr<float>(), a.stride(0), a.size(0),
+                        w.w);
     return;
   }
   const int64_t n = a.size(0);

@@ -22,9 +22,7 @@ constexpr int64_t kRowBlock = 32;
 
 // The widest block of output columns dividing N that AMX's kernels take (16, 32, 48 or 64; 48 only
 // when nothing else divides N is never needed: N a multiple of 16 has one of 64, 32, 16).
-int64_t column_block(int64_t N) {
-  return N % 64 == 0 ? 64 : N % 32 == 0 ? 32 : 16;
-}
+int64_t column_block(int64_t N) { return N % 64 == 0 ? 64 : N % 32 == 0 ? 32 : 16; }
 
 }  // namespace
 
@@ -81,6 +79,4 @@ void packed_mm(float* out, int64_t ldo, const float* a, int64_t lda, int64_t n, 
 }  // namespace cpu_gemm
 }  // namespace elmo_fast
 
-TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
-  m.impl("pack_weight", &elmo_fast::cpu_gemm::pack_weight);
-}
+TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) { m.impl("pack_weight", &elmo_fast::cpu_gemm::pack_weight); }
