@@ -34,6 +34,11 @@ from bilm_cases import mini  # noqa: E402,F401
 from cuda_targets import cuda_target, emulated_target, ops_on, target  # noqa: E402,F401
 from grad_checks import poisoned_allocations  # noqa: E402,F401
 
+# The run's one local Ray (tests/cluster, docs/ray.md's examples), and the markers that fixtures and parameters
+# imply (cuda, emulator, cluster: tests/support/markers.py; pyproject.toml registers every marker).
+from markers import pytest_collection_modifyitems  # noqa: E402,F401
+from ray_local import ray_cluster, ray_workdir  # noqa: E402,F401
+
 #: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
 #: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).
 FIXTURE_DIR = Path(

@@ -314,6 +314,7 @@ def test_a_store_that_cannot_be_written_costs_nothing_but_a_note(calibrating, mo
     assert "could not store the CPU calibration" in caplog.text
 
 
+@pytest.mark.slow
 def test_one_process_measures_while_the_others_wait_for_its_result(calibrating, monkeypatch):
     import threading
 
@@ -374,6 +375,7 @@ def test_an_unknown_mode_is_said_and_taken_as_on(calibrating, monkeypatch):
 
 @needs_extension
 @pytest.mark.parametrize("packed", ["0", "1"])
+@pytest.mark.slow
 def test_model_with_a_real_calibration_stays_within_its_bounds(random_models, monkeypatch, tmp_path, packed):
     monkeypatch.setenv("ELMO_FAST_CALIBRATION", "refresh")
     monkeypatch.setenv("ELMO_FAST_CALIBRATION_BUDGET", "120")  # a busy machine: complete, hence stored

@@ -60,6 +60,7 @@ def test_every_op_with_a_twin_is_checked():
 
 
 @needs_extension
+@pytest.mark.slow
 def test_doctor_on_a_healthy_install(capsys):
     rng = torch.get_rng_state()
     assert main(["doctor", "--device", "cpu"]) == 0
@@ -82,6 +83,7 @@ def test_doctor_on_a_healthy_install(capsys):
 
 
 @needs_extension
+@pytest.mark.slow
 def test_doctor_names_a_broken_forward_and_exits_1(monkeypatch, capsys):
     # the fused biLSTM off by 1e-4 (ten times the fp32 bound) on every output: the op's rows and the model's fail
     break_kernel(monkeypatch, "bilstm", lambda real, *a: tuple(t + 1e-4 for t in real(*a)))
@@ -100,6 +102,7 @@ def test_doctor_names_a_broken_forward_and_exits_1(monkeypatch, capsys):
 
 
 @needs_extension
+@pytest.mark.slow
 def test_doctor_catches_a_wrong_backward(monkeypatch, capsys):
     # forward values right, the fused gate's backward 1% off: only gradient rows fail
     break_kernel(monkeypatch, "highway_gate_backward", lambda real, *a: tuple(g * 1.01 for g in real(*a)))
@@ -113,6 +116,7 @@ def test_doctor_catches_a_wrong_backward(monkeypatch, capsys):
 
 
 @needs_extension
+@pytest.mark.slow
 def test_doctor_reports_an_op_that_raises(monkeypatch, capsys):
     def crash(real, *a):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -125,6 +129,7 @@ def test_doctor_reports_an_op_that_raises(monkeypatch, capsys):
 
 
 @needs_extension
+@pytest.mark.slow
 def test_doctor_json(capsys):
     assert main(["doctor", "--device", "cpu", "--json", "--no-model", "--seed", "3"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -338,6 +343,7 @@ def _mode_in_a_fresh_process(value):
     return out.stdout.strip(), out.stderr
 
 
+@pytest.mark.slow
 def test_unset_variable_checks_cuda_ops_and_falls_back():
     """On by default, until a GPU run has verified the kernels: CUDA ops, falling back."""
     assert _mode_in_a_fresh_process(None)[0] == "cuda False True"
@@ -345,6 +351,7 @@ def test_unset_variable_checks_cuda_ops_and_falls_back():
     assert _mode_in_a_fresh_process("all,strict")[0] == "all True True"
 
 
+@pytest.mark.slow
 def test_unknown_value_warns_and_the_default_applies():
     mode, stderr = _mode_in_a_fresh_process("sometimes")
     assert mode == "cuda False True"
@@ -352,6 +359,7 @@ def test_unknown_value_warns_and_the_default_applies():
 
 
 @needs_extension
+@pytest.mark.slow
 def test_variable_read_at_import():
     code = (
         "import torch; from elmo_fast.bilm import ops, selfcheck; "
@@ -423,6 +431,7 @@ def test_fallen_back_lstm_layer_reads_packed_gates(first_use):
 
 @needs_extension
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.slow
 def test_fallen_back_ops_take_packed_weights(first_use, dtype):
     """linear and bilstm with weights packed for the CPU's BRGeMM (ops.pack_weight, what the calibration
     may choose): their twins unpack them, and give the kernels' values."""

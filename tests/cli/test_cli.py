@@ -23,6 +23,7 @@ def run_cli(*args, stdin=None, env=None):
     )
 
 
+@pytest.mark.slow
 def test_embed_all_matches_bilm_tf(tmp_path, bilm_tf_tiny, tiny_files, fixture_sentences):
     """`embed --all` on the fixture model: allennlp's layout, bilm-tf's numbers (stateful, batches of 3)."""
     order = [fixture_sentences[k][i] for i in range(10) for k in range(3)]
@@ -56,6 +57,7 @@ def test_embed_all_matches_bilm_tf(tmp_path, bilm_tf_tiny, tiny_files, fixture_s
             assert np.abs(ds[2] - expected[k][i]).max() <= 1e-5
 
 
+@pytest.mark.slow
 def test_embed_stdin_top_and_errors(tmp_path, random_models):
     options, weights = random_models("tiny")
     out = tmp_path / "out.hdf5"
@@ -109,6 +111,7 @@ def test_embed_stdin_top_and_errors(tmp_path, random_models):
     assert r.returncode == 2  # argparse: one of --all/--top/--average is required
 
 
+@pytest.mark.slow
 def test_random_model_command_warns(tmp_path):
     r = run_cli("random-model", "tiny", tmp_path / "m", "--seed", 3)
     assert r.returncode == 0, r.stderr
@@ -116,6 +119,7 @@ def test_random_model_command_warns(tmp_path):
     assert (tmp_path / "m" / "options.json").exists() and (tmp_path / "m" / "weights.hdf5").exists()
 
 
+@pytest.mark.slow
 def test_embed_by_model_name_from_local_server(tmp_path, random_models):
     """--model NAME downloads once into $ELMO_FAST_CACHE (served from 127.0.0.1, never the internet)."""
     import functools
@@ -272,6 +276,7 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, random_models, caps
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before  # nothing written or left
 
 
+@pytest.mark.slow
 def test_bad_line_mid_stream_in_a_real_process(tmp_path, random_models):
     """Exit code and stderr of a real process: the bar, then one error line; no traceback, no output."""
     options, weights = random_models("tiny")
@@ -402,6 +407,7 @@ def _signal_mid_run(tmp_path, args, lines, signum, ready):
 
 
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+@pytest.mark.slow
 def test_a_terminated_plain_run_leaves_nothing(tmp_path, random_models, signame):
     import signal
 
@@ -420,6 +426,7 @@ def test_a_terminated_plain_run_leaves_nothing(tmp_path, random_models, signame)
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_terminated_resume_run_leaves_a_work_area_that_resume_completes(tmp_path, random_models):
     import signal
 
@@ -464,6 +471,7 @@ def test_a_terminated_resume_run_leaves_a_work_area_that_resume_completes(tmp_pa
                 np.testing.assert_allclose(got[key][...], want[key][...], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, random_models):
     """kill -9 runs no cleanup: the next run for the same output finds the files by their exact name and
     removes them, as their process is gone, and says so."""
@@ -497,6 +505,7 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, ran
 # --- allennlp's command line, flags in messages, swapped files, the closing lines --------------------
 
 
+@pytest.mark.slow
 def test_an_allennlp_elmo_command_line_works(tmp_path, random_models):
     """`allennlp elmo ...` with `allennlp elmo` replaced by `elmo-fast embed`: allennlp 0.9's flags
     (--cuda-device -1 is the CPU; --include-package and --vocab-path are accepted, and ignored)."""
@@ -611,6 +620,7 @@ def test_cli_errors_name_flags(tmp_path, random_models, capsys, args, message):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+@pytest.mark.slow
 def test_the_closing_lines_say_what_the_run_did(tmp_path, random_models):
     options, weights = random_models("tiny")
     inp = tmp_path / "in.txt"
@@ -639,6 +649,7 @@ def test_the_closing_lines_say_what_the_run_did(tmp_path, random_models):
     ), second
 
 
+@pytest.mark.slow
 def test_random_model_refuses_to_replace_a_model(tmp_path):
     d = tmp_path / "m"
     r = run_cli("random-model", "tiny", d, "--seed", 1)
@@ -703,6 +714,7 @@ def test_errors_name_parameters_as_the_api_or_the_cli_spells_them():
 
 
 @pytest.mark.parametrize("kind", ["gzip", "xz"])
+@pytest.mark.slow
 def test_compressed_stdin(tmp_path, random_models, kind):
     """`zcat`-less pipes: compressed bytes on stdin are recognised by their first bytes."""
     import gzip

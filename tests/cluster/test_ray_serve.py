@@ -1,5 +1,5 @@
-"""elmo_fast.ray.serve_app on a local Ray Serve (tests/support/ray_local.py: ray.init(num_cpus=2), once for this
-module; serve.run on a free loopback port): the API of `elmo-fast serve`, answered by the same app
+"""elmo_fast.ray.serve_app on a local Ray Serve (tests/support/ray_local.py: ray.init(num_cpus=2), once for the
+test run; serve.run on a free loopback port): the API of `elmo-fast serve`, answered by the same app
 in the replica (tests/serve/test_serve.py's cases: vectors equal to ElmoEmbedder's sentence by sentence, .npy,
 OpenAI's API, concurrent clients sharing batches, every bad input's answer), under a route prefix
 and an API key; a model that fails to load fails the deployment, naming why; bad settings are one-line
@@ -15,7 +15,6 @@ import socket
 
 import numpy as np
 import pytest
-from ray_local import local_ray
 from serve_cases import BAD, OPENAI_BAD, TOL, concurrent_clients, expected, random_sentences
 from serve_process import http_request
 
@@ -54,8 +53,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def ray():
-    yield from local_ray()
+def ray(ray_cluster):
+    return ray_cluster
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +96,7 @@ def served(ray, tiny_dir):
         serve.shutdown()
 
 
+@pytest.mark.slow
 def test_the_deployment_is_what_was_asked(served, tiny_dir):
     from ray import serve
 
@@ -188,6 +188,7 @@ def test_unknown_routes_and_methods(served):
     assert code == 405 and json.loads(body)["error"]["type"] == "method_not_allowed"
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_to_load_fails_the_deployment_naming_why(served, tmp_path):
     from ray import serve
 

@@ -385,6 +385,7 @@ print(json.dumps({"total": total, "tried": tried, "bad": bad}))
 """
 
 
+@pytest.mark.slow
 def test_every_injected_failure_point_gives_an_error_and_no_partial_file(tmp_path):
     """Each write/fsync/ftruncate/close of an HDF5 file, a JSON file and a torch checkpoint fails in
     turn (ENOSPC for the rest of the run, as a full disk; EIO once): every one is a one-line

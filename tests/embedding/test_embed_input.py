@@ -105,6 +105,7 @@ def test_what_can_be_read_twice(tmp_path):
 
 
 @needs_fifo
+@pytest.mark.slow
 def test_resume_from_a_fifo_reads_it_once_and_skips_nothing(embedder, tmp_path, monkeypatch):
     """A FIFO (as `<(zcat corpus.gz)` gives one) was opened twice by a resumed run: the second open
     lost what the first had read ahead, or waited forever for a writer."""
@@ -141,6 +142,7 @@ def test_resume_from_a_fifo_reads_it_once_and_skips_nothing(embedder, tmp_path, 
     feeder.close()
 
 
+@pytest.mark.slow
 def test_resume_from_stdin_after_kill_9_skips_nothing(tiny, tmp_path):
     """`... | elmo-fast embed - OUT --resume`, SIGKILLed with two windows saved, then the same command
     again: the saved windows are checked against stdin's lines as they pass, the rest embedded."""
@@ -225,6 +227,7 @@ _DEV_ZERO = textwrap.dedent("""
     reason="needs /dev/zero and /proc/self/status (Linux)",
 )
 @pytest.mark.parametrize("limit", [1_000_000, 10_000_000])
+@pytest.mark.slow
 def test_dev_zero_is_an_error_naming_the_line_fast_and_in_little_memory(limit):
     r = subprocess.run(
         [sys.executable, "-c", _DEV_ZERO, "/dev/zero", str(limit)], capture_output=True, text=True, timeout=120, env=ENV

@@ -152,6 +152,7 @@ def guarded(model_dir):
     assert KEY not in "".join(server.lines)  # never logged
 
 
+@pytest.mark.slow
 def test_an_api_key_is_needed_on_every_route_but_health(guarded):
     status, _, body = guarded.request("GET", "/health")
     assert status == 200, body
@@ -173,6 +174,7 @@ def test_an_api_key_is_needed_on_every_route_but_health(guarded):
     assert guarded.request("POST", "/v1/embeddings", {"input": "a b"}, auth)[0] == 200
 
 
+@pytest.mark.slow
 def test_connections_beyond_the_bound_get_503_and_stalled_bodies_408(guarded):
     auth = {"Authorization": f"Bearer {KEY}"}
     held = [stalled_request(guarded) for _ in range(2)]  # the two slots of --max-connections 2
@@ -190,6 +192,7 @@ def test_connections_beyond_the_bound_get_503_and_stalled_bodies_408(guarded):
     assert status == 200, data  # the slots are free again
 
 
+@pytest.mark.slow
 def test_a_connection_that_sends_no_whole_request_head_is_closed(guarded):
     silent = socket.create_connection((guarded.host, guarded.port), timeout=30)
     half = socket.create_connection((guarded.host, guarded.port), timeout=30)
@@ -201,6 +204,7 @@ def test_a_connection_that_sends_no_whole_request_head_is_closed(guarded):
     assert guarded.request("GET", "/health")[0] == 200
 
 
+@pytest.mark.slow
 def test_many_stalled_clients_hold_nothing_past_the_read_timeout(guarded):
     """Hundreds of clients that send their headers and stall (3,000 used to stay open for ever)."""
     import resource
@@ -288,6 +292,7 @@ def self_signed(tmp_path) -> tuple[str, str]:
     return str(cert), str(key)
 
 
+@pytest.mark.slow
 def test_tls_with_a_certificate_and_its_key(model_dir, tmp_path):
     import http.client
 

@@ -71,6 +71,7 @@ def test_a_changed_vocabulary_is_refused_naming_it_and_the_override(inputs, tmp_
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_changed_corpus_is_refused_and_a_moved_one_is_not(inputs, tmp_path):
     out = tmp_path / "out"
     _train(inputs, out, max_steps=1)
@@ -142,6 +143,7 @@ def test_a_checkpoint_from_before_the_digests_resumes_with_a_note(inputs, tmp_pa
 # ---- unreadable checkpoints -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_when_no_checkpoint_reads_resume_refuses_naming_each(inputs, tmp_path):
     """Today's alternative was a silent start from step 0, throwing the run away."""
     out = tmp_path / "out"
