@@ -70,6 +70,8 @@ HUB_TESTED = "huggingface_hub==0.36.2"
 # onnxruntime 1.32 and onnxscript 0.7 on torch 2.13.
 ONNX_REQUIRES = ["onnx", "onnxruntime", "onnxscript"]
 BUILD_INFO = "_build_info.py"
+# [test]'s linters, pinned: another release formats some lines differently (.ci/run runs both; CONTRIBUTING.md)
+LINT_TOOLS = ["ruff==0.17.6", "clang-format==23.1.5"]
 
 # The code's licence: Apache-2.0, the text in LICENSE (shipped in sdists and wheels). The bundled model's
 # weights (elmo_fast/pretrained/default/) are under other terms: its MODEL_CARD.md and MODEL_INFO.json say
@@ -267,6 +269,7 @@ setup(
         # schemathesis: the servers fuzzed from their OpenAPI description; cryptography: test certificates
         "test": [
             "pytest",
+            "pytest-timeout",
             "hypothesis",
             "schemathesis>=4.0",
             "cryptography",
@@ -274,6 +277,7 @@ setup(
             RAY_TESTED,
             HUB_TESTED,
             *ONNX_REQUIRES,
+            *LINT_TOOLS,
         ],
     },
     entry_points={"console_scripts": ["elmo-fast=elmo_fast.cli:main"]},

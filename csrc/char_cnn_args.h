@@ -66,10 +66,10 @@ inline CharCnnDims check_char_cnn_args(const char* kOp, const at::Tensor& char_i
                dtype_name(dtype), "), got ", dtype_name(w.scalar_type()));
     ELMO_CHECK(b.scalar_type() == dtype, "conv_biases[", k, "] must have the dtype of char_embedding (",
                dtype_name(dtype), "), got ", dtype_name(b.scalar_type()));
-    ELMO_CHECK(w.device() == char_ids.device(), "conv_weights[", k, "] must be on char_ids' device ",
-               char_ids.device(), ", got ", w.device());
-    ELMO_CHECK(b.device() == char_ids.device(), "conv_biases[", k, "] must be on char_ids' device ",
-               char_ids.device(), ", got ", b.device());
+    ELMO_CHECK(w.device() == char_ids.device(), "conv_weights[", k, "] must be on char_ids' device ", char_ids.device(),
+               ", got ", w.device());
+    ELMO_CHECK(b.device() == char_ids.device(), "conv_biases[", k, "] must be on char_ids' device ", char_ids.device(),
+               ", got ", b.device());
     cols += w.size(0);
   }
   ELMO_CHECK(cols <= std::numeric_limits<int32_t>::max(), "conv_weights have ", cols,

@@ -41,40 +41,30 @@ inline const char* dtype_name(at::ScalarType t) {
 // Generic check with the op-name prefix: ELMO_CHECK(cond, "x must ...", value, ...).
 #define ELMO_CHECK(cond, ...) TORCH_CHECK((cond), kOp, ": ", __VA_ARGS__)
 
-#define ELMO_CHECK_DIM(x, n)                                                            \
-  TORCH_CHECK((x).dim() == (n), kOp, ": ", #x " must have ", (n), " dims, got ", (x).dim())
+#define ELMO_CHECK_DIM(x, n) TORCH_CHECK((x).dim() == (n), kOp, ": ", #x " must have ", (n), " dims, got ", (x).dim())
 
 // The expected sizes are int64_t expressions: ELMO_CHECK_SHAPE(projected, n, 2 * h).
-#define ELMO_CHECK_SHAPE(x, ...)                                                         \
-  TORCH_CHECK((x).sizes() == at::IntArrayRef(std::initializer_list<int64_t>{__VA_ARGS__}), \
-              kOp, ": ", #x " expected shape ",                                          \
-              at::IntArrayRef(std::initializer_list<int64_t>{__VA_ARGS__}), ", got ",     \
+#define ELMO_CHECK_SHAPE(x, ...)                                                                             \
+  TORCH_CHECK((x).sizes() == at::IntArrayRef(std::initializer_list<int64_t>{__VA_ARGS__}), kOp, ": ",        \
+              #x " expected shape ", at::IntArrayRef(std::initializer_list<int64_t>{__VA_ARGS__}), ", got ", \
               (x).sizes())
 
-#define ELMO_CHECK_DTYPE(x, dtype)                                                        \
-  TORCH_CHECK((x).scalar_type() == (dtype), kOp, ": ", #x " must have dtype ",           \
-              ::elmo_fast::dtype_name(dtype), ", got ",                                   \
-              ::elmo_fast::dtype_name((x).scalar_type()))
+#define ELMO_CHECK_DTYPE(x, dtype)                                                                             \
+  TORCH_CHECK((x).scalar_type() == (dtype), kOp, ": ", #x " must have dtype ", ::elmo_fast::dtype_name(dtype), \
+              ", got ", ::elmo_fast::dtype_name((x).scalar_type()))
 
-#define ELMO_CHECK_SAME_DTYPE(x, y)                                                       \
-  TORCH_CHECK((x).scalar_type() == (y).scalar_type(), kOp, ": ",                          \
-              #x " and " #y " must have the same dtype, got ",                            \
-              ::elmo_fast::dtype_name((x).scalar_type()), " and ",                        \
-              ::elmo_fast::dtype_name((y).scalar_type()))
+#define ELMO_CHECK_SAME_DTYPE(x, y)                                                                               \
+  TORCH_CHECK((x).scalar_type() == (y).scalar_type(), kOp, ": ", #x " and " #y " must have the same dtype, got ", \
+              ::elmo_fast::dtype_name((x).scalar_type()), " and ", ::elmo_fast::dtype_name((y).scalar_type()))
 
-#define ELMO_CHECK_SAME_DEVICE(x, y)                                                      \
-  TORCH_CHECK((x).device() == (y).device(), kOp, ": ",                                    \
-              #x " and " #y " must be on the same device, got ", (x).device(), " and ",   \
-              (y).device())
+#define ELMO_CHECK_SAME_DEVICE(x, y)                                                                      \
+  TORCH_CHECK((x).device() == (y).device(), kOp, ": ", #x " and " #y " must be on the same device, got ", \
+              (x).device(), " and ", (y).device())
 
-#define ELMO_CHECK_CPU(x)                                                                 \
-  TORCH_CHECK((x).device().is_cpu(), kOp, ": ", #x " must be a CPU tensor, got ",         \
-              (x).device())
+#define ELMO_CHECK_CPU(x) TORCH_CHECK((x).device().is_cpu(), kOp, ": ", #x " must be a CPU tensor, got ", (x).device())
 
-#define ELMO_CHECK_CUDA(x)                                                                \
-  TORCH_CHECK((x).device().is_cuda(), kOp, ": ", #x " must be a CUDA tensor, got ",       \
-              (x).device())
+#define ELMO_CHECK_CUDA(x) \
+  TORCH_CHECK((x).device().is_cuda(), kOp, ": ", #x " must be a CUDA tensor, got ", (x).device())
 
-#define ELMO_CHECK_CONTIGUOUS(x)                                                          \
-  TORCH_CHECK((x).is_contiguous(), kOp, ": ", #x " must be contiguous, got strides ",     \
-              (x).strides())
+#define ELMO_CHECK_CONTIGUOUS(x) \
+  TORCH_CHECK((x).is_contiguous(), kOp, ": ", #x " must be contiguous, got strides ", (x).strides())

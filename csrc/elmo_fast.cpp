@@ -39,6 +39,4 @@ PyMODINIT_FUNC PyInit__C(void) {
 }
 }
 
-TORCH_LIBRARY(elmo_fast, m) {
-  elmo_fast::define_ops(m);
-}
+TORCH_LIBRARY(elmo_fast, m) { elmo_fast::define_ops(m); }

@@ -26,8 +26,7 @@ inline void check_highway_gate_args(const at::Tensor& projected, const at::Tenso
 }
 
 // grad: [N, H], projected: [N, 2H], x: [N, H], of one dtype on one device: `highway_gate_backward`'s.
-inline void check_highway_gate_backward_args(const at::Tensor& grad, const at::Tensor& projected,
-                                             const at::Tensor& x) {
+inline void check_highway_gate_backward_args(const at::Tensor& grad, const at::Tensor& projected, const at::Tensor& x) {
   static constexpr char kOp[] = "highway_gate_backward";
   ELMO_CHECK_DIM(projected, 2);
   ELMO_CHECK_DIM(x, 2);
@@ -47,18 +46,18 @@ inline void check_highway_args(const at::Tensor& x, at::TensorList highway_weigh
                                const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
   static constexpr char kOp[] = "highway";
   const int64_t f = x.size(1);
-  ELMO_CHECK(highway_weights.size() == highway_biases.size(), "highway_weights and highway_biases must have the "
-             "same length, got ", highway_weights.size(), " and ", highway_biases.size());
+  ELMO_CHECK(highway_weights.size() == highway_biases.size(),
+             "highway_weights and highway_biases must have the "
+             "same length, got ",
+             highway_weights.size(), " and ", highway_biases.size());
   for (size_t k = 0; k < highway_weights.size(); ++k) {
-    ELMO_CHECK(highway_weights[k].dim() == 2 && highway_weights[k].size(0) == 2 * f &&
-                   highway_weights[k].size(1) == f,
+    ELMO_CHECK(highway_weights[k].dim() == 2 && highway_weights[k].size(0) == 2 * f && highway_weights[k].size(1) == f,
                "highway_weights[", k, "] must have shape [", 2 * f, ", ", f, "], got ", highway_weights[k].sizes());
     ELMO_CHECK(highway_biases[k].dim() == 1 && highway_biases[k].size(0) == 2 * f, "highway_biases[", k,
                "] must have shape [", 2 * f, "], got ", highway_biases[k].sizes());
-    ELMO_CHECK(highway_weights[k].scalar_type() == x.scalar_type() &&
-                   highway_biases[k].scalar_type() == x.scalar_type(),
-               "highway_weights[", k, "] and highway_biases[", k, "] must have x's dtype ",
-               dtype_name(x.scalar_type()));
+    ELMO_CHECK(
+        highway_weights[k].scalar_type() == x.scalar_type() && highway_biases[k].scalar_type() == x.scalar_type(),
+        "highway_weights[", k, "] and highway_biases[", k, "] must have x's dtype ", dtype_name(x.scalar_type()));
     ELMO_CHECK(highway_weights[k].device() == x.device() && highway_biases[k].device() == x.device(),
                "highway_weights[", k, "] and highway_biases[", k, "] must be on x's device ", x.device());
   }

@@ -69,8 +69,8 @@ inline void check_token_rows(const char* kOp, const int64_t* index, const int64_
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < lengths[b]; ++t) {
       const int64_t u = index[b * T + t];
-      ELMO_CHECK(u >= 0 && u < rows, "token_index[", b, ", ", t, "] = ", u, " is out of range for ", xg, " with ",
-                 rows, " rows (positions before lengths[", b, "] = ", lengths[b], " must index ", xg, ")");
+      ELMO_CHECK(u >= 0 && u < rows, "token_index[", b, ", ", t, "] = ", u, " is out of range for ", xg, " with ", rows,
+                 " rows (positions before lengths[", b, "] = ", lengths[b], " must index ", xg, ")");
     }
   }
 }
@@ -91,12 +91,17 @@ inline BilstmDims bilstm_dims(const at::Tensor& xg0, const at::Tensor& token_ind
   static constexpr char kOp[] = "bilstm";
   ELMO_CHECK(!weights.empty() && weights.size() % 8 == 0,
              "weights must hold 8 tensors per layer (w_ih, w_hh, bias, w_proj of the forward, then "
-             "the backward direction), got ", weights.size());
+             "the backward direction), got ",
+             weights.size());
   const std::vector<int64_t> proj = weight_sizes(weights[3]);  // a packed weight's [P, C] too
   ELMO_CHECK(proj.size() == 2, "weights[3] (w_proj of layer 0, forward) must have 2 dims, got ", weights[3].dim());
   ELMO_CHECK_DIM(xg0, 3);
   ELMO_CHECK_DIM(token_index, 2);
-  return BilstmDims{static_cast<int64_t>(weights.size()) / 8, proj[0], proj[1], xg0.size(0), token_index.size(0),
+  return BilstmDims{static_cast<int64_t>(weights.size()) / 8,
+                    proj[0],
+                    proj[1],
+                    xg0.size(0),
+                    token_index.size(0),
                     token_index.size(1)};
 }
 
@@ -133,7 +138,7 @@ inline void check_bilstm_args(const BilstmDims& dims, const at::Tensor& xg0, con
         }
         const int64_t i = 4 * (2 * l + d) + k;
         const at::Tensor& w = weights[i];
-        const std::vector<int64_t> want = k == 2 ? std::vector<int64_t>{4 * C}
+        const std::vector<int64_t> want = k == 2   ? std::vector<int64_t>{4 * C}
                                           : k == 3 ? std::vector<int64_t>{P, C}
                                                    : std::vector<int64_t>{4 * C, P};
         const char* dir = d == 0 ? "forward" : "backward";
@@ -260,8 +265,8 @@ inline LstmLayerDims check_lstm_layer_weights(const char* kOp, const GateRows& g
         std::tuple<const char*, const std::optional<at::Tensor>*, int64_t>{"c0", &c0_opt, C}}) {
     if (state->has_value()) {
       const at::Tensor& x = **state;
-      ELMO_CHECK(x.sizes() == at::IntArrayRef({2, B, width}), name, " expected shape ",
-                 at::IntArrayRef({2, B, width}), ", got ", x.sizes());
+      ELMO_CHECK(x.sizes() == at::IntArrayRef({2, B, width}), name, " expected shape ", at::IntArrayRef({2, B, width}),
+                 ", got ", x.sizes());
       ELMO_CHECK(x.scalar_type() == dtype && x.device() == device, name, " must have dtype ", dtype_name(dtype),
                  " and device ", device, ", got ", dtype_name(x.scalar_type()), " on ", x.device());
     }
@@ -277,14 +282,16 @@ inline void check_lstm_layer_grads(const char* kOp, const LstmLayerDims& dims, c
                                    at::ScalarType dtype, at::Device device) {
   const int64_t B = dims.B, T = dims.T, P = dims.P, C = dims.C;
   for (const auto& [name, g, shape] :
-       {std::tuple<const char*, const std::optional<at::Tensor>*, std::vector<int64_t>>{"grad_y", &grad_y, {2, B, T, P}},
+       {std::tuple<const char*, const std::optional<at::Tensor>*, std::vector<int64_t>>{
+            "grad_y", &grad_y, {2, B, T, P}},
         std::tuple<const char*, const std::optional<at::Tensor>*, std::vector<int64_t>>{"grad_h", &grad_h, {2, B, P}},
-        std::tuple<const char*, const std::optional<at::Tensor>*, std::vector<int64_t>>{"grad_c", &grad_c, {2, B, C}}}) {
+        std::tuple<const char*, const std::optional<at::Tensor>*, std::vector<int64_t>>{
+            "grad_c", &grad_c, {2, B, C}}}) {
     if (g->has_value()) {
       ELMO_CHECK((*g)->sizes() == at::IntArrayRef(shape), name, " expected shape ", at::IntArrayRef(shape), ", got ",
                  (*g)->sizes());
-      ELMO_CHECK((*g)->scalar_type() == dtype && (*g)->device() == device, name, " must have dtype ",
-                 dtype_name(dtype), " on ", device);
+      ELMO_CHECK((*g)->scalar_type() == dtype && (*g)->device() == device, name, " must have dtype ", dtype_name(dtype),
+                 " on ", device);
     }
   }
 }

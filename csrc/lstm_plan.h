@@ -61,8 +61,7 @@ inline LstmPlan make_lstm_plan(const int64_t* lengths, int64_t batch, int64_t ti
   plan.time = time;
   plan.order.resize(batch);
   std::iota(plan.order.begin(), plan.order.end(), int64_t{0});
-  std::stable_sort(plan.order.begin(), plan.order.end(),
-                   [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+  std::stable_sort(plan.order.begin(), plan.order.end(), [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
   plan.rank.resize(batch);
   plan.length.resize(batch);
   for (int64_t i = 0; i < batch; ++i) {

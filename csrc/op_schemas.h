@@ -53,9 +53,8 @@ inline void define_ops(torch::Library& m) {
   //   tuning: CPU: [gemv_rows_in_turn, gemv_rows_concurrent, concurrent_min_rows] (csrc/cpu/tuning.h),
   //           -1 or None for the defaults; other devices ignore it
   //   -> outputs [L, B, T, 2P] (0 at padding), h [L, B, 2P], c [L, B, 2C] (after each row's last step)
-  m.def(
-      "bilstm(Tensor xg0, Tensor token_index, Tensor lengths, Tensor[] weights, float? cell_clip, "
-      "float? proj_clip, Tensor? h0, Tensor? c0, int[]? tuning=None) -> (Tensor, Tensor, Tensor)");
+  m.def("bilstm(Tensor xg0, Tensor token_index, Tensor lengths, Tensor[] weights, float? cell_clip, "
+        "float? proj_clip, Tensor? h0, Tensor? c0, int[]? tuning=None) -> (Tensor, Tensor, Tensor)");
   // One projected LSTM layer, both directions, trainable (oracle: reference.lstm_layer_pair_ref;
   // Python entry: elmo_fast.bilm.ops.lstm_layer, which returns (y, h, c)):
   //   xg: [2, B, T, 4C] input gates x W_ih^T + bias (forget-gate bias already +1), gates i, f, g, o,

@@ -20,8 +20,8 @@
 namespace elmo_fast {
 
 inline bool is_packed_weight(const at::Tensor& w) {
-  return w.dim() == 4 && ((w.scalar_type() == at::kBFloat16 && w.size(3) == 2) ||
-                          (w.scalar_type() == at::kFloat && w.size(3) == 1));
+  return w.dim() == 4 &&
+         ((w.scalar_type() == at::kBFloat16 && w.size(3) == 2) || (w.scalar_type() == at::kFloat && w.size(3) == 1));
 }
 
 // The logical [N, K] of a packed weight; any other tensor's own sizes.

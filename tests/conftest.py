@@ -46,6 +46,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: minutes on a small machine; deselect with -m 'not slow'")
 
 
+# The run's one local Ray (tests/cluster, docs/ray.md's examples), and the markers that fixtures and parameters
+# imply (cuda, emulator, cluster: tests/support/markers.py; pyproject.toml registers every marker).
+from markers import pytest_collection_modifyitems  # noqa: E402,F401
+from ray_local import ray_cluster, ray_workdir  # noqa: E402,F401
+
 #: The real tiny biLM trained by bilm-tf, with its outputs (read from ../shared, never copied here;
 #: ELMO_FAST_FIXTURE_DIR points elsewhere, e.g. on a GPU machine that gets only the repository).
 FIXTURE_DIR = Path(

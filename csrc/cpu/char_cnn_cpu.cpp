@@ -34,18 +34,18 @@
 namespace elmo_fast {
 namespace {
 
-using char_cnn::CharCnnParams;
-using char_cnn::CharConv;
 using char_cnn::char_cnn_histograms;
 using char_cnn::char_cnn_kernel;
+using char_cnn::CharCnnParams;
+using char_cnn::CharConv;
 
-// Checks char_cnn's arguments (op name kOp) and returns the sizes they imply: the shared rules (char_cnn_args.h: char_ids [N, L] int64 with L >= 1, allennlp's and bilm-tf's L is 50,
-// ELMoForManyLangs' its config's max_characters_per_token; char_embedding [V, D]; conv_weights[k]
-// [n_k, D, w_k] with w_k <= L; conv_biases[k] [n_k]; one dtype, one device), then the CPU op's own:
-// CPU tensors, float32 or float64, and ids in [0, V).
+// Checks char_cnn's arguments (op name kOp) and returns the sizes they imply: the shared rules (char_cnn_args.h:
+// char_ids [N, L] int64 with L >= 1, allennlp's and bilm-tf's L is 50, ELMoForManyLangs' its config's
+// max_characters_per_token; char_embedding [V, D]; conv_weights[k] [n_k, D, w_k] with w_k <= L; conv_biases[k] [n_k];
+// one dtype, one device), then the CPU op's own: CPU tensors, float32 or float64, and ids in [0, V).
 CharCnnDims check_char_cnn_cpu_args(const char* kOp, const at::Tensor& char_ids, const at::Tensor& char_embedding,
-                                at::TensorList conv_weights, at::TensorList conv_biases,
-                                c10::string_view activation) {
+                                    at::TensorList conv_weights, at::TensorList conv_biases,
+                                    c10::string_view activation) {
   ELMO_CHECK_CPU(char_ids);
   const at::ScalarType dtype = char_embedding.scalar_type();
   ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble, "char_embedding has dtype ", dtype_name(dtype),
@@ -98,9 +98,8 @@ CharCnnParams<scalar_t> make_params(const at::Tensor& char_ids, const at::Tensor
 
 // char_ids [N, L] int64 (L >= 1), char_embedding [V, D], conv_weights[k] [n_k, D, w_k] (w_k <= L),
 // conv_biases[k] [n_k] -> [N, sum n_k] (float32 or float64, all the same), on CPU.
-at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embedding,
-                        at::TensorList conv_weights, at::TensorList conv_biases,
-                        c10::string_view activation) {
+at::Tensor char_cnn_cpu(const at::Tensor& char_ids, const at::Tensor& char_embedding, at::TensorList conv_weights,
+                        at::TensorList conv_biases, c10::string_view activation) {
   const int64_t out_cols =
       check_char_cnn_cpu_args("char_cnn", char_ids, char_embedding, conv_weights, conv_biases, activation).cols;
   const int64_t n = char_ids.size(0);

@@ -1,5 +1,5 @@
-// CPU kernels of the character CNN (its binding: char_cnn_cpu.cpp): for every token (a row of L character ids; ELMo's L is 50) and every
-// convolution k (n_k filters of width w_k over D-dim character embeddings),
+// CPU kernels of the character CNN (its binding: char_cnn_cpu.cpp): for every token (a row of L character ids; ELMo's L
+// is 50) and every convolution k (n_k filters of width w_k over D-dim character embeddings),
 //   out[t, off_k + f] = act(max_p (b_k[f] + sum_{j<w_k} sum_d E[ids[t, p + j], d] W_k[f, d, j])),
 // p over the L - w_k + 1 valid windows. Oracle: elmo_fast.bilm.reference.char_cnn_ref.
 //
@@ -56,38 +56,38 @@ constexpr int64_t kPrefetchTokens = 4;
 // One convolution. Its weight and bias may have any strides (read once, by the fold).
 template <typename scalar_t>
 struct CharConv {
-  const scalar_t* weight;   // [num, D, width], strides below
-  const scalar_t* bias;     // [num], stride bias_stride
-  int64_t num;              // n_k filters
-  int64_t width;            // w_k, 1 <= w_k <= L
+  const scalar_t* weight;  // [num, D, width], strides below
+  const scalar_t* bias;    // [num], stride bias_stride
+  int64_t num;             // n_k filters
+  int64_t width;           // w_k, 1 <= w_k <= L
   int64_t weight_stride[3];
   int64_t bias_stride;
 };
 
 template <typename scalar_t>
 struct CharCnnParams {
-  const int64_t* char_ids;           // [N, L], values in [0, V) (the binding checked them)
-  int64_t ids_stride[2];             // any strides
-  const scalar_t* embedding;         // [V, D]
-  int64_t embedding_stride[2];       // any strides
-  const CharConv<scalar_t>* convs;   // K convolutions
-  int64_t num_convs;                 // K >= 1
-  scalar_t* out;                     // [N, sum n_k], contiguous
-  int64_t n;                         // N tokens
-  int64_t length;                    // L >= 1 characters per token (ELMo's 50)
-  int64_t vocab;                     // V rows of the embedding
-  int64_t dim;                       // D
-  bool relu;                         // relu, else tanh (after the max)
+  const int64_t* char_ids;          // [N, L], values in [0, V) (the binding checked them)
+  int64_t ids_stride[2];            // any strides
+  const scalar_t* embedding;        // [V, D]
+  int64_t embedding_stride[2];      // any strides
+  const CharConv<scalar_t>* convs;  // K convolutions
+  int64_t num_convs;                // K >= 1
+  scalar_t* out;                    // [N, sum n_k], contiguous
+  int64_t n;                        // N tokens
+  int64_t length;                   // L >= 1 characters per token (ELMo's 50)
+  int64_t vocab;                    // V rows of the embedding
+  int64_t dim;                      // D
+  bool relu;                        // relu, else tanh (after the max)
 };
 
 // One slice of one convolution: `lanes` filters of conv k starting at filter `first`.
 struct Slice {
   int64_t conv;
-  int64_t first;      // first filter (within conv k)
-  int64_t lanes;      // valid filters, <= block; the table pads the rest with zeros
-  int64_t out_col;    // its first output column
-  int64_t table_at;   // offset of its table [T: w][U][block] + [S: w][U][block], in elements
-  int64_t work;       // relative cost (w_k): the most costly slices are handed out first
+  int64_t first;     // first filter (within conv k)
+  int64_t lanes;     // valid filters, <= block; the table pads the rest with zeros
+  int64_t out_col;   // its first output column
+  int64_t table_at;  // offset of its table [T: w][U][block] + [S: w][U][block], in elements
+  int64_t work;      // relative cost (w_k): the most costly slices are handed out first
 };
 
 // One slice's fold, for every used id u:
@@ -99,9 +99,8 @@ struct Slice {
 constexpr int64_t kFoldIds = 4;
 
 template <typename scalar_t, int kVecBytes>
-C10_ALWAYS_INLINE bool fold_slice_impl(const scalar_t* e, const scalar_t* wt, const scalar_t* bias,
-                                       int64_t num_used, int64_t dim, int64_t width, scalar_t limit,
-                                       scalar_t* table) {
+C10_ALWAYS_INLINE bool fold_slice_impl(const scalar_t* e, const scalar_t* wt, const scalar_t* bias, int64_t num_used,
+                                       int64_t dim, int64_t width, scalar_t limit, scalar_t* table) {
   typedef scalar_t vec __attribute__((vector_size(kVecBytes)));
   typedef scalar_t vec_io __attribute__((vector_size(kVecBytes), aligned(sizeof(scalar_t)), may_alias));
   constexpr int64_t lanes = kVecBytes / sizeof(scalar_t);
@@ -188,8 +187,8 @@ bool fold_slice_rows(const scalar_t* e, const scalar_t* wt, const scalar_t* bias
 // Gathers a slice's filters and bias (any strides) into zero-padded scratch, then folds. Returns
 // whether all of the slice's table and bias are at most `limit` in magnitude.
 template <typename scalar_t>
-bool fold_slice(const CharCnnParams<scalar_t>& p, const Slice& s, const scalar_t* e, int64_t num_used,
-                scalar_t limit, scalar_t* table, scalar_t* bias, std::vector<scalar_t>& wt) {
+bool fold_slice(const CharCnnParams<scalar_t>& p, const Slice& s, const scalar_t* e, int64_t num_used, scalar_t limit,
+                scalar_t* table, scalar_t* bias, std::vector<scalar_t>& wt) {
   constexpr int64_t block = kBlockBytes / sizeof(scalar_t);
   const CharConv<scalar_t>& conv = p.convs[s.conv];
   const int64_t dim = p.dim, width = conv.width;
@@ -213,17 +212,17 @@ bool fold_slice(const CharCnnParams<scalar_t>& p, const Slice& s, const scalar_t
 // A slice over a chunk of tokens: everything the hot loop reads.
 template <typename scalar_t>
 struct SliceTask {
-  const scalar_t* table;    // [T: w][U][block] then [S: w][U][block] of this slice
-  const scalar_t* bias;     // [block], padded with zeros
-  const int32_t* cids;      // [tokens][L] compact ids (rows of the table)
-  const int32_t* runs;      // [tokens] start of each token's trailing run of one repeated id
-  scalar_t* out;            // first output column of the slice, row 0 of the chunk
+  const scalar_t* table;  // [T: w][U][block] then [S: w][U][block] of this slice
+  const scalar_t* bias;   // [block], padded with zeros
+  const int32_t* cids;    // [tokens][L] compact ids (rows of the table)
+  const int32_t* runs;    // [tokens] start of each token's trailing run of one repeated id
+  scalar_t* out;          // first output column of the slice, row 0 of the chunk
   int64_t tokens;
-  int64_t length;           // L
-  int64_t width;            // w
-  int64_t num_used;         // U
-  int64_t out_stride;       // sum n_k
-  int64_t lanes;            // valid filters (columns to write), <= block
+  int64_t length;      // L
+  int64_t width;       // w
+  int64_t num_used;    // U
+  int64_t out_stride;  // sum n_k
+  int64_t lanes;       // valid filters (columns to write), <= block
 };
 
 // The hot loop, written once with GCC/Clang vector extensions: per token, per pass of 4 vectors
@@ -236,7 +235,7 @@ C10_ALWAYS_INLINE void slice_tokens_impl(const SliceTask<scalar_t>& a) {
   typedef scalar_t vec_io __attribute__((vector_size(kVecBytes), aligned(sizeof(scalar_t)), may_alias));
   constexpr int64_t lanes = kVecBytes / sizeof(scalar_t);
   constexpr int64_t block = kBlockBytes / sizeof(scalar_t);
-  constexpr int64_t pass = 4 * lanes;  // elements per pass
+  constexpr int64_t pass = 4 * lanes;                   // elements per pass
   constexpr int shift = sizeof(scalar_t) == 4 ? 6 : 5;  // log2(block)
   static_assert((int64_t{1} << shift) == block, "block is a power of two");
 #define ELMO_ROW(ptr, v) (reinterpret_cast<const vec_io*>(ptr)[v])
@@ -364,19 +363,19 @@ void slice_tokens(const SliceTask<scalar_t>& a, bool propagate_nan, bool relu) {
 // weights are unspecified.
 template <typename scalar_t>
 struct SliceGradTask {
-  const scalar_t* table;    // [T: w][U][block] then [S: w][U][block] of this slice
-  const scalar_t* bias;     // [block], padded with zeros
-  const int32_t* cids;      // [tokens][L] compact ids
-  const int32_t* runs;      // [tokens] start of each token's trailing run
-  const scalar_t* grad;     // the output gradient at the slice's first column, token 0
-  int64_t grad_stride;      // its row stride
-  scalar_t* hist;           // [lanes][w][U] accumulated (zeroed by the caller)
-  scalar_t* bias_grad;      // [lanes] accumulated (zeroed by the caller)
+  const scalar_t* table;  // [T: w][U][block] then [S: w][U][block] of this slice
+  const scalar_t* bias;   // [block], padded with zeros
+  const int32_t* cids;    // [tokens][L] compact ids
+  const int32_t* runs;    // [tokens] start of each token's trailing run
+  const scalar_t* grad;   // the output gradient at the slice's first column, token 0
+  int64_t grad_stride;    // its row stride
+  scalar_t* hist;         // [lanes][w][U] accumulated (zeroed by the caller)
+  scalar_t* bias_grad;    // [lanes] accumulated (zeroed by the caller)
   int64_t tokens;
-  int64_t length;           // L
-  int64_t width;            // w
-  int64_t num_used;         // U
-  int64_t lanes;            // valid filters, <= block
+  int64_t length;    // L
+  int64_t width;     // w
+  int64_t num_used;  // U
+  int64_t lanes;     // valid filters, <= block
 };
 
 template <typename scalar_t, int kVecBytes, bool kRelu>
@@ -494,15 +493,15 @@ void slice_grad_isa(const SliceGradTask<scalar_t>& a) {
 // What the forward's windows and the backward read, built once per call (steps 1 and 2 below).
 template <typename scalar_t>
 struct Prepared {
-  std::vector<int64_t> used;        // [U] the distinct ids of the call, increasing: table row u is id used[u]
+  std::vector<int64_t> used;  // [U] the distinct ids of the call, increasing: table row u is id used[u]
   std::vector<Slice> slices;
-  std::vector<int64_t> order;       // slice indices, the widest (most costly per token) first
-  cpu::AlignedArray<scalar_t> table;     // every slice's T and S tables
-  cpu::AlignedArray<scalar_t> biases;    // [slices][block], zero padded
-  cpu::AlignedArray<int32_t> cids;       // [N][L] every token's compact ids (table rows)
-  cpu::AlignedArray<int32_t> runs;       // [N] start of each token's trailing run of one repeated id
-  bool propagate_nan = false;       // some table or bias entry is non-finite or huge
-  int64_t out_cols = 0;             // sum n_k
+  std::vector<int64_t> order;          // slice indices, the widest (most costly per token) first
+  cpu::AlignedArray<scalar_t> table;   // every slice's T and S tables
+  cpu::AlignedArray<scalar_t> biases;  // [slices][block], zero padded
+  cpu::AlignedArray<int32_t> cids;     // [N][L] every token's compact ids (table rows)
+  cpu::AlignedArray<int32_t> runs;     // [N] start of each token's trailing run of one repeated id
+  bool propagate_nan = false;          // some table or bias entry is non-finite or huge
+  int64_t out_cols = 0;                // sum n_k
 };
 
 // Steps 1 and 2: the distinct ids, the slices and their folded tables, every token's compact ids.
@@ -560,8 +559,7 @@ bool prepare(const CharCnnParams<scalar_t>& p, Prepared<scalar_t>& pr) {
   for (size_t i = 0; i < order.size(); ++i) {
     order[i] = static_cast<int64_t>(i);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t x, int64_t y) { return slices[x].work > slices[y].work; });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return slices[x].work > slices[y].work; });
   const int64_t num_slices = static_cast<int64_t>(slices.size());
   // Rows past U are zero: the fold reads whole groups of kFoldIds.
   const int64_t used_rows_padded = (num_used + kFoldIds - 1) / kFoldIds * kFoldIds;
@@ -578,7 +576,8 @@ bool prepare(const CharCnnParams<scalar_t>& p, Prepared<scalar_t>& pr) {
   for (int64_t k = 0; k < p.num_convs; ++k) {
     widest = std::max(widest, p.convs[k].width);
   }
-  const scalar_t limit = std::numeric_limits<scalar_t>::max() / static_cast<scalar_t>(std::max<int64_t>(64, widest + 2));
+  const scalar_t limit =
+      std::numeric_limits<scalar_t>::max() / static_cast<scalar_t>(std::max<int64_t>(64, widest + 2));
   std::vector<uint8_t> slice_small(slices.size(), 0);
   // Every token's compact ids (the table rows) and the start of its trailing run.
   pr.cids = cpu::AlignedArray<int32_t>(n * length);
@@ -696,7 +695,6 @@ std::vector<int64_t> char_cnn_histograms(const CharCnnParams<scalar_t>& p, const
   });
   return pr.used;
 }
-
 
 }  // namespace char_cnn
 }  // namespace elmo_fast

@@ -18,10 +18,10 @@
 #include <tuple>
 
 #include "checks.h"
-#include "highway_args.h"
 #include "cpu/lstm_common.h"  // linear_nt: the GEMV of few rows
 #include "cpu/tuning.h"
 #include "cpu/vec_math.h"
+#include "highway_args.h"
 
 namespace elmo_fast {
 namespace {
@@ -38,7 +38,6 @@ struct HighwayGateParams {
   int64_t projected_row_stride;  // >= 2H unless N <= 1
   int64_t x_row_stride;          // >= H unless N <= 1
 };
-
 
 template <typename scalar_t>
 void highway_gate_rows(const HighwayGateParams<scalar_t>& p, int64_t row_begin, int64_t row_end) {
@@ -64,9 +63,7 @@ void highway_gate_kernel(const HighwayGateParams<scalar_t>& p) {
   // At least ATen's GRAIN_SIZE (32768) elements per task: small inputs stay on one thread.
   constexpr int64_t kGrainElements = 32768;
   const int64_t grain_rows = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(p.h, 1));
-  at::parallel_for(0, p.n, grain_rows, [&](int64_t begin, int64_t end) {
-    highway_gate_rows(p, begin, end);
-  });
+  at::parallel_for(0, p.n, grain_rows, [&](int64_t begin, int64_t end) { highway_gate_rows(p, begin, end); });
 }
 
 // The kernel wants unit stride along the feature dim; any other layout is copied once here.
@@ -82,8 +79,8 @@ at::Tensor highway_gate_cpu(const at::Tensor& projected, const at::Tensor& x) {
   const int64_t n = x.size(0);
   const int64_t h = x.size(1);
   const at::ScalarType dtype = x.scalar_type();
-  ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16,
-             "x has dtype ", dtype_name(dtype), "; supported: float32, float64, bfloat16");
+  ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16, "x has dtype ", dtype_name(dtype),
+             "; supported: float32, float64, bfloat16");
 
   const at::Tensor projected_c = with_contiguous_rows(projected);
   const at::Tensor x_c = with_contiguous_rows(x);
@@ -107,13 +104,13 @@ at::Tensor highway_gate_cpu(const at::Tensor& projected, const at::Tensor& x) {
 //   grad_transform = grad (1 - g) [t > 0],  grad_gate = grad (x - relu(t)) g (1 - g),  grad_x = grad g.
 template <typename scalar_t>
 struct HighwayGateGradParams {
-  const scalar_t* grad;          // [N, H], rows grad_row_stride apart
-  const scalar_t* projected;     // [N, 2H]: [transform | gate], rows projected_row_stride apart
-  const scalar_t* x;             // [N, H], rows x_row_stride apart
-  scalar_t* grad_projected;      // [N, 2H] out, contiguous
-  scalar_t* grad_x;              // [N, H] out, contiguous
-  int64_t n;                     // N rows
-  int64_t h;                     // H features
+  const scalar_t* grad;       // [N, H], rows grad_row_stride apart
+  const scalar_t* projected;  // [N, 2H]: [transform | gate], rows projected_row_stride apart
+  const scalar_t* x;          // [N, H], rows x_row_stride apart
+  scalar_t* grad_projected;   // [N, 2H] out, contiguous
+  scalar_t* grad_x;           // [N, H] out, contiguous
+  int64_t n;                  // N rows
+  int64_t h;                  // H features
   int64_t grad_row_stride;
   int64_t projected_row_stride;
   int64_t x_row_stride;
@@ -159,8 +156,8 @@ std::tuple<at::Tensor, at::Tensor> highway_gate_backward_cpu(const at::Tensor& g
   const int64_t n = x.size(0);
   const int64_t h = x.size(1);
   const at::ScalarType dtype = x.scalar_type();
-  ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16,
-             "x has dtype ", dtype_name(dtype), "; supported: float32, float64, bfloat16");
+  ELMO_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16, "x has dtype ", dtype_name(dtype),
+             "; supported: float32, float64, bfloat16");
   // Expanded gradients (stride 0) and column-major layouts are copied once.
   const at::Tensor grad_c = with_contiguous_rows(grad);
   const at::Tensor projected_c = with_contiguous_rows(projected);
@@ -209,7 +206,8 @@ void affine_cpu(at::Tensor& out, const at::Tensor& bias, const at::Tensor& x, co
 // proj_bias: [P] -> [N, P]. One [N, 2F] buffer serves every layer's GEMM output.
 // gemv_max_rows: for every GEMM; None: each GEMM's default for its weight's size.
 at::Tensor highway_cpu(const at::Tensor& x, at::TensorList highway_weights, at::TensorList highway_biases,
-                       const at::Tensor& proj_weight, const at::Tensor& proj_bias, std::optional<int64_t> gemv_max_rows) {
+                       const at::Tensor& proj_weight, const at::Tensor& proj_bias,
+                       std::optional<int64_t> gemv_max_rows) {
   static constexpr char kOp[] = "highway";
   ELMO_CHECK_DIM(x, 2);
   ELMO_CHECK_CPU(x);

@@ -74,12 +74,9 @@ template <typename Kernel, typename... Args>
 auto dispatch_isa(const Args&... args) {
 #if ELMO_X86_DISPATCH
   switch (cpu_isa()) {
-    case Isa::kAvx512:
-      return run_avx512<Kernel>(args...);
-    case Isa::kAvx2:
-      return run_avx2<Kernel>(args...);
-    case Isa::kBase:
-      break;
+    case Isa::kAvx512: return run_avx512<Kernel>(args...);
+    case Isa::kAvx2: return run_avx2<Kernel>(args...);
+    case Isa::kBase: break;
   }
 #endif
   return Kernel::template run<16>(args...);

@@ -90,6 +90,4 @@ at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight, const std::
 }  // namespace
 }  // namespace elmo_fast
 
-TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
-  m.impl("linear", &elmo_fast::linear_cpu);
-}
+TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) { m.impl("linear", &elmo_fast::linear_cpu); }

@@ -36,18 +36,16 @@ Isa kernel_isa();
 
 // name(params, begin, end) running kernel(params, begin, end) built for the CPU's ISA level.
 #ifdef ELMO_FAST_HAVE_ISA_VARIANTS
-#define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel)                                          \
-  ELMO_FAST_TARGET_AVX512 void name##_avx512(const Params& p, int64_t b, int64_t e) {           \
-    kernel(p, b, e);                                                                            \
-  }                                                                                             \
-  ELMO_FAST_TARGET_AVX2 void name##_avx2(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); } \
-  void name##_base(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }                  \
-  void name(const Params& p, int64_t b, int64_t e) {                                            \
-    switch (::elmo_fast::lstm_cpu::kernel_isa()) {                                              \
-      case ::elmo_fast::lstm_cpu::Isa::kAvx512: return name##_avx512(p, b, e);                  \
-      case ::elmo_fast::lstm_cpu::Isa::kAvx2: return name##_avx2(p, b, e);                      \
-      default: return name##_base(p, b, e);                                                     \
-    }                                                                                           \
+#define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel)                                                   \
+  ELMO_FAST_TARGET_AVX512 void name##_avx512(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); } \
+  ELMO_FAST_TARGET_AVX2 void name##_avx2(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }     \
+  void name##_base(const Params& p, int64_t b, int64_t e) { kernel(p, b, e); }                           \
+  void name(const Params& p, int64_t b, int64_t e) {                                                     \
+    switch (::elmo_fast::lstm_cpu::kernel_isa()) {                                                       \
+      case ::elmo_fast::lstm_cpu::Isa::kAvx512: return name##_avx512(p, b, e);                           \
+      case ::elmo_fast::lstm_cpu::Isa::kAvx2: return name##_avx2(p, b, e);                               \
+      default: return name##_base(p, b, e);                                                              \
+    }                                                                                                    \
   }
 #else
 #define ELMO_FAST_ISA_DISPATCHED(name, Params, kernel) \

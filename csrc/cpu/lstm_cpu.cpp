@@ -64,10 +64,10 @@ using namespace lstm_cpu;  // Weight, linear_nt, the tuning: shared with lstm_la
 
 // The float cell passes: <states, input gates, recurrent gates, hc>, bf16 as raw bits.
 using CellF32 = lstm::CellParams<float>;
-using CellBf16Rec = lstm::CellParams<float, float, uint16_t, uint16_t>;       // layer 0, oneDNN step
-using CellBf16 = lstm::CellParams<float, uint16_t, uint16_t, uint16_t>;       // layers >= 1, oneDNN step
-using CellBf16Gates = lstm::CellParams<float, uint16_t, float, float>;        // layers >= 1, gemv_nt step
-using CellPacked = lstm::CellParams<float, float, float, uint16_t>;           // packed weights
+using CellBf16Rec = lstm::CellParams<float, float, uint16_t, uint16_t>;  // layer 0, oneDNN step
+using CellBf16 = lstm::CellParams<float, uint16_t, uint16_t, uint16_t>;  // layers >= 1, oneDNN step
+using CellBf16Gates = lstm::CellParams<float, uint16_t, float, float>;   // layers >= 1, gemv_nt step
+using CellPacked = lstm::CellParams<float, float, float, uint16_t>;      // packed weights
 using ProjF32 = lstm::ProjParams<float>;
 using ProjBf16 = lstm::ProjParams<float, uint16_t>;
 ELMO_FAST_ISA_DISPATCHED(cell_rows_f32, CellF32, lstm::cell_rows)
@@ -92,30 +92,30 @@ void proj_elems_any(const lstm::ProjParams<double>& p, int64_t b, int64_t e) { l
 template <typename scalar_t>
 struct Problem {
   const LstmPlan* plan;
-  int64_t layers, proj, cell;                  // L, P, C
-  const scalar_t* xg0;                         // [U, 2, 4C], rows 4C contiguous
-  const int64_t* xg0_offset;                   // [2, packed rows]: element offset of each packed row's gates
-  std::vector<Weight> w_ih, w_hh, w_proj;      // [2L]: [4C, P], [4C, P], [P, C] (w_ih undefined for l = 0)
-  std::vector<at::Tensor> bias;                // [2L]: [4C] in scalar_t (undefined for l = 0)
-  const scalar_t* zeros;                       // [4C] the bias of gates that already hold theirs
-  int64_t gemv_max_rows;                       // GEMMs of at most this many rows use gemv_nt
-  bool packed16;                               // the GEMM weights are packed bf16 (float states)
-  const scalar_t* h0;                          // [L, B, 2P] contiguous, or nullptr (zeros)
-  const scalar_t* c0;                          // [L, B, 2C] contiguous, or nullptr (zeros)
-  scalar_t cell_clip, proj_clip;               // +inf: none
-  scalar_t* out;                               // [L, B, T, 2P]
-  scalar_t* h_out;                             // [L, B, 2P]
-  scalar_t* c_out;                             // [L, B, 2C]
+  int64_t layers, proj, cell;              // L, P, C
+  const scalar_t* xg0;                     // [U, 2, 4C], rows 4C contiguous
+  const int64_t* xg0_offset;               // [2, packed rows]: element offset of each packed row's gates
+  std::vector<Weight> w_ih, w_hh, w_proj;  // [2L]: [4C, P], [4C, P], [P, C] (w_ih undefined for l = 0)
+  std::vector<at::Tensor> bias;            // [2L]: [4C] in scalar_t (undefined for l = 0)
+  const scalar_t* zeros;                   // [4C] the bias of gates that already hold theirs
+  int64_t gemv_max_rows;                   // GEMMs of at most this many rows use gemv_nt
+  bool packed16;                           // the GEMM weights are packed bf16 (float states)
+  const scalar_t* h0;                      // [L, B, 2P] contiguous, or nullptr (zeros)
+  const scalar_t* c0;                      // [L, B, 2C] contiguous, or nullptr (zeros)
+  scalar_t cell_clip, proj_clip;           // +inf: none
+  scalar_t* out;                           // [L, B, T, 2P]
+  scalar_t* h_out;                         // [L, B, 2P]
+  scalar_t* c_out;                         // [L, B, 2C]
 };
 
 // One direction's buffers, allocated once per call and reused by every layer and step.
 struct Workspace {
-  at::Tensor x;     // [packed rows, P] the layer's output (its input before; the skip adds in place)
-  at::Tensor gates; // [packed rows, 4C] input gates x W_ih^T + bias of layers >= 1 (L > 1, not bf16)
-  at::Tensor rec;   // [n_0, 4C] recurrent gates of one step
-  at::Tensor hc;    // [n_0, C] sig(o) * tanh(c) of one step
-  at::Tensor h;     // [B, P] state, sorted rows; rows past n_s keep their final value
-  at::Tensor c;     // [B, C] state, likewise
+  at::Tensor x;      // [packed rows, P] the layer's output (its input before; the skip adds in place)
+  at::Tensor gates;  // [packed rows, 4C] input gates x W_ih^T + bias of layers >= 1 (L > 1, not bf16)
+  at::Tensor rec;    // [n_0, 4C] recurrent gates of one step
+  at::Tensor hc;     // [n_0, C] sig(o) * tanh(c) of one step
+  at::Tensor h;      // [B, P] state, sorted rows; rows past n_s keep their final value
+  at::Tensor c;      // [B, C] state, likewise
   // bfloat16 weights only: the GEMM operands and results of the oneDNN path, flat so that any
   // [rows, cols] prefix view is contiguous.
   at::Tensor in16;     // [n_0 * max(P, C)] a GEMM's input rounded to bf16
@@ -126,9 +126,7 @@ struct Workspace {
 };
 
 // uint16_t view of a bf16 tensor's data, for the kernels (which know bf16 as raw bits).
-uint16_t* bf16_bits(const at::Tensor& t) {
-  return reinterpret_cast<uint16_t*>(t.mutable_data_ptr<at::BFloat16>());
-}
+uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.mutable_data_ptr<at::BFloat16>()); }
 
 template <typename scalar_t>
 void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
@@ -267,8 +265,7 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
 
     // Outputs of this layer and direction, back in input order and time order; zero at padding.
     scalar_t* out = pb.out + l * B * T * 2 * P + d * P;
-    at::parallel_for(0, B, std::max<int64_t>(1, kElemGrain / std::max<int64_t>(T * P, 1)),
-                     [&](int64_t b0, int64_t b1) {
+    at::parallel_for(0, B, std::max<int64_t>(1, kElemGrain / std::max<int64_t>(T * P, 1)), [&](int64_t b0, int64_t b1) {
       for (const auto b : c10::irange(b0, b1)) {
         const int64_t j = sc.rank[b];
         const int64_t len = sc.length[j];
@@ -297,10 +294,9 @@ void run_bilstm(const Problem<scalar_t>& pb, Workspace* ws, bool concurrent_dire
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
-    const at::Tensor& xg0, const at::Tensor& token_index, const at::Tensor& lengths,
-    at::TensorList weights, std::optional<double> cell_clip, std::optional<double> proj_clip,
-    const std::optional<at::Tensor>& h0_opt, const std::optional<at::Tensor>& c0_opt,
-    std::optional<at::IntArrayRef> tuning_opt) {
+    const at::Tensor& xg0, const at::Tensor& token_index, const at::Tensor& lengths, at::TensorList weights,
+    std::optional<double> cell_clip, std::optional<double> proj_clip, const std::optional<at::Tensor>& h0_opt,
+    const std::optional<at::Tensor>& c0_opt, std::optional<at::IntArrayRef> tuning_opt) {
   static constexpr char kOp[] = "bilstm";
   const BilstmDims dims = bilstm_dims(xg0, token_index, weights);
   const int64_t L = dims.L, P = dims.P, C = dims.C, U = dims.U, B = dims.B, T = dims.T;
@@ -429,6 +425,4 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cpu(
 }  // namespace
 }  // namespace elmo_fast
 
-TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
-  m.impl("bilstm", &elmo_fast::bilstm_cpu);
-}
+TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) { m.impl("bilstm", &elmo_fast::bilstm_cpu); }

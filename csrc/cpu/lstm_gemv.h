@@ -31,12 +31,12 @@ template <typename w_t>
 struct GemvParams {
   const float* a;  // [n, K], rows lda apart, K contiguous
   int64_t lda;
-  const w_t* w;    // [N, K], rows ldw apart, K contiguous (float, or bfloat16 bits)
+  const w_t* w;  // [N, K], rows ldw apart, K contiguous (float, or bfloat16 bits)
   int64_t ldw;
-  float* out;      // [n, N], rows ldo apart
+  float* out;  // [n, N], rows ldo apart
   int64_t ldo;
-  int64_t n;       // rows of a (small)
-  int64_t k;       // K
+  int64_t n;  // rows of a (small)
+  int64_t k;  // K
 };
 
 // out[r0:r0+4, g:g+4]: four weight rows against four rows of a, 16 sums (8 loads per 16 FMAs).
@@ -57,6 +57,7 @@ C10_ALWAYS_INLINE void gemv_block4x4(const GemvParams<w_t>& p, int64_t r0, int64
   for (int64_t k = 0; k < K; ++k) {
     const float v0 = widen(w0[k]), v1 = widen(w1[k]), v2 = widen(w2[k]), v3 = widen(w3[k]);
     const float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+    // clang-format off: the 4x4 block reads as a matrix
     s00 += x0 * v0; s01 += x0 * v1; s02 += x0 * v2; s03 += x0 * v3;
     s10 += x1 * v0; s11 += x1 * v1; s12 += x1 * v2; s13 += x1 * v3;
     s20 += x2 * v0; s21 += x2 * v1; s22 += x2 * v2; s23 += x2 * v3;
@@ -70,6 +71,7 @@ C10_ALWAYS_INLINE void gemv_block4x4(const GemvParams<w_t>& p, int64_t r0, int64
   o[0] = s20; o[1] = s21; o[2] = s22; o[3] = s23;
   o += p.ldo;
   o[0] = s30; o[1] = s31; o[2] = s32; o[3] = s33;
+  // clang-format on
 }
 
 // out[r, g:g+4]: four weight rows against one row of a.
@@ -133,10 +135,10 @@ struct GemvPairsParams {
   const float* a_split;  // [n, K]: row r's even elements a[r, 0::2] in [0, K/2), odd ones after
   const uint32_t* w;     // [N, K/2] words, rows ldw words apart: weights 2j (low) and 2j + 1 (high)
   int64_t ldw;
-  float* out;            // [n, N], rows ldo apart
+  float* out;  // [n, N], rows ldo apart
   int64_t ldo;
   int64_t n;
-  int64_t k;             // K (even)
+  int64_t k;  // K (even)
 };
 
 // dst[r] = a[r, 0::2] then a[r, 1::2], for rows [r_begin, r_end) of a [n, K] (rows lda apart).
@@ -188,6 +190,7 @@ C10_ALWAYS_INLINE void gemv_pairs_block4x4(const GemvPairsParams& p, int64_t r0,
     const float u0 = high_bf16(w0[j]), u1 = high_bf16(w1[j]), u2 = high_bf16(w2[j]), u3 = high_bf16(w3[j]);
     const float x0 = e0[j], x1 = e1[j], x2 = e2[j], x3 = e3[j];
     const float y0 = e0[h + j], y1 = e1[h + j], y2 = e2[h + j], y3 = e3[h + j];
+    // clang-format off: the 4x4 block reads as a matrix
     s00 += x0 * l0 + y0 * u0; s01 += x0 * l1 + y0 * u1; s02 += x0 * l2 + y0 * u2; s03 += x0 * l3 + y0 * u3;
     s10 += x1 * l0 + y1 * u0; s11 += x1 * l1 + y1 * u1; s12 += x1 * l2 + y1 * u2; s13 += x1 * l3 + y1 * u3;
     s20 += x2 * l0 + y2 * u0; s21 += x2 * l1 + y2 * u1; s22 += x2 * l2 + y2 * u2; s23 += x2 * l3 + y2 * u3;
@@ -201,6 +204,7 @@ C10_ALWAYS_INLINE void gemv_pairs_block4x4(const GemvPairsParams& p, int64_t r0,
   o[0] = s20; o[1] = s21; o[2] = s22; o[3] = s23;
   o += p.ldo;
   o[0] = s30; o[1] = s31; o[2] = s32; o[3] = s33;
+  // clang-format on
 }
 
 // out[r, g:g+4].

@@ -111,9 +111,7 @@ void zero_padding(scalar_t* base, const LstmPlan& sc, int64_t d, int64_t width) 
 }
 
 // A [rows, cols] tensor with unit stride along cols (copied only when it has not).
-at::Tensor unit_last_stride(const at::Tensor& t) {
-  return (t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous();
-}
+at::Tensor unit_last_stride(const at::Tensor& t) { return (t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous(); }
 
 // xg: [2, B, T, 4C], or [2, U, 4C] with token_index [B, T] int64 (position (b, t) reads row
 // token_index[b, t]); last dim unit stride, else copied once. lengths: [B] int64, w_hh: [2, 4C, P],
@@ -246,9 +244,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
     std::optional<at::IntArrayRef> tuning_opt) {
   static constexpr char kOp[] = "lstm_layer_backward";
   ELMO_CHECK_CPU(saved);
-  const LstmLayerArgs args = check_lstm_layer_backward_args(grad_y_opt, grad_h_opt, grad_c_opt, saved, lengths,
-                                                            token_index, xg_size, w_hh, w_proj, cell_clip, proj_clip,
-                                                            h0_opt, c0_opt);
+  const LstmLayerArgs args =
+      check_lstm_layer_backward_args(grad_y_opt, grad_h_opt, grad_c_opt, saved, lengths, token_index, xg_size, w_hh,
+                                     w_proj, cell_clip, proj_clip, h0_opt, c0_opt);
   const GateRows& gr = args.rows;
   const LstmLayerDims& dims = args.dims;
   const at::ScalarType dtype = saved.scalar_type();

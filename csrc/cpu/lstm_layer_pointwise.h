@@ -33,8 +33,8 @@ struct CellSaveParams {
 
 template <typename scalar_t>
 C10_ALWAYS_INLINE void cell_save_row(const scalar_t* C10_RESTRICT xg, scalar_t* C10_RESTRICT act,
-                                     scalar_t* C10_RESTRICT c, scalar_t* C10_RESTRICT c_raw,
-                                     scalar_t* C10_RESTRICT m, int64_t C, scalar_t clip) {
+                                     scalar_t* C10_RESTRICT c, scalar_t* C10_RESTRICT c_raw, scalar_t* C10_RESTRICT m,
+                                     int64_t C, scalar_t clip) {
   for (int64_t k = 0; k < C; ++k) {
     const scalar_t i = sigmoid_fast(xg[k] + act[k]);
     const scalar_t f = sigmoid_fast(xg[C + k] + act[C + k]);
@@ -56,8 +56,7 @@ template <typename scalar_t>
 C10_ALWAYS_INLINE void cell_save_rows(const CellSaveParams<scalar_t>& p, int64_t row_begin, int64_t row_end) {
   const int64_t C = p.cell;
   for (int64_t j = row_begin; j < row_end; ++j) {
-    cell_save_row(p.xg + p.xg_offset[j], p.act + j * 4 * C, p.c + j * C, p.c_raw + j * C, p.m + j * C, C,
-                  p.cell_clip);
+    cell_save_row(p.xg + p.xg_offset[j], p.act + j * 4 * C, p.c + j * C, p.c_raw + j * C, p.m + j * C, C, p.cell_clip);
   }
 }
 
@@ -92,13 +91,13 @@ C10_ALWAYS_INLINE void proj_save_rows(const ProjSaveParams<scalar_t>& p, int64_t
 // recurrent gradient of h, masked where the projection clip bound.
 template <typename scalar_t>
 struct ProjGradParams {
-  const scalar_t* grad_y;     // row j's output gradient at grad_y + grad_y_offset[j], or nullptr (none)
+  const scalar_t* grad_y;  // row j's output gradient at grad_y + grad_y_offset[j], or nullptr (none)
   const int64_t* grad_y_offset;
-  const scalar_t* dh;         // [n, P] gradient of h from the steps after (or of the final h)
-  const scalar_t* p_raw;      // [n, P] saved
-  scalar_t* dp;               // [n, P] out: gradient of p_raw
-  int64_t proj;               // P
-  scalar_t proj_clip;         // +inf: none
+  const scalar_t* dh;     // [n, P] gradient of h from the steps after (or of the final h)
+  const scalar_t* p_raw;  // [n, P] saved
+  scalar_t* dp;           // [n, P] out: gradient of p_raw
+  int64_t proj;           // P
+  scalar_t proj_clip;     // +inf: none
 };
 
 template <typename scalar_t>
@@ -126,18 +125,18 @@ C10_ALWAYS_INLINE void proj_grad_rows(const ProjGradParams<scalar_t>& p, int64_t
 // step, the gradients of the four gate pre-activations and of the cell before the step.
 template <typename scalar_t>
 struct CellGradParams {
-  const scalar_t* act;         // [n, 4C] saved i, f, g, o
-  const scalar_t* c_raw;       // [n, C] saved unclipped cell of this step
-  const scalar_t* c_prev;      // [n, C] the cell before the step, clipped to c_prev_clip when read
-  scalar_t c_prev_clip;        // cell_clip when c_prev is the previous step's c_raw, +inf for c0
-  const scalar_t* dm;          // [n, C] gradient of m
-  scalar_t* dc;                // [n, C] in: gradient of the clipped cell after the step; out: of c_prev
-  scalar_t* dgates;            // [n, 4C] out: gradient of z (packed)
-  scalar_t* dxg;               // out: row j also at dxg + dxg_offset[j] (4C contiguous) ...
-  const int64_t* dxg_offset;   // [n]
-  bool accumulate;             // ... added to what is there (rows that several positions read)
-  int64_t cell;                // C
-  scalar_t cell_clip;          // +inf: none
+  const scalar_t* act;        // [n, 4C] saved i, f, g, o
+  const scalar_t* c_raw;      // [n, C] saved unclipped cell of this step
+  const scalar_t* c_prev;     // [n, C] the cell before the step, clipped to c_prev_clip when read
+  scalar_t c_prev_clip;       // cell_clip when c_prev is the previous step's c_raw, +inf for c0
+  const scalar_t* dm;         // [n, C] gradient of m
+  scalar_t* dc;               // [n, C] in: gradient of the clipped cell after the step; out: of c_prev
+  scalar_t* dgates;           // [n, 4C] out: gradient of z (packed)
+  scalar_t* dxg;              // out: row j also at dxg + dxg_offset[j] (4C contiguous) ...
+  const int64_t* dxg_offset;  // [n]
+  bool accumulate;            // ... added to what is there (rows that several positions read)
+  int64_t cell;               // C
+  scalar_t cell_clip;         // +inf: none
 };
 
 // kAccumulate is a template parameter: a branch on it inside the loop (conditional stores) kept GCC
@@ -151,8 +150,8 @@ C10_ALWAYS_INLINE void cell_grad_row(const scalar_t* C10_RESTRICT act_i, const s
                                      scalar_t* C10_RESTRICT dg_i, scalar_t* C10_RESTRICT dg_f,
                                      scalar_t* C10_RESTRICT dg_g, scalar_t* C10_RESTRICT dg_o,
                                      scalar_t* C10_RESTRICT dx_i, scalar_t* C10_RESTRICT dx_f,
-                                     scalar_t* C10_RESTRICT dx_g, scalar_t* C10_RESTRICT dx_o, int64_t C,
-                                     scalar_t clip, scalar_t prev_clip) {
+                                     scalar_t* C10_RESTRICT dx_g, scalar_t* C10_RESTRICT dx_o, int64_t C, scalar_t clip,
+                                     scalar_t prev_clip) {
   for (int64_t k = 0; k < C; ++k) {
     const scalar_t i = act_i[k], f = act_f[k], g = act_g[k], o = act_o[k];
     const scalar_t raw = c_raw[k];
@@ -194,9 +193,9 @@ C10_ALWAYS_INLINE void cell_grad_rows(const CellGradParams<scalar_t>& p, int64_t
     scalar_t* dg = p.dgates + j * 4 * C;
     scalar_t* dx = p.dxg + p.dxg_offset[j];
     if (p.accumulate) {
-      cell_grad_row<true>(a, a + C, a + 2 * C, a + 3 * C, p.c_raw + j * C, p.c_prev + j * C, p.dm + j * C,
-                          p.dc + j * C, dg, dg + C, dg + 2 * C, dg + 3 * C, dx, dx + C, dx + 2 * C, dx + 3 * C, C,
-                          p.cell_clip, p.c_prev_clip);
+      cell_grad_row<true>(a, a + C, a + 2 * C, a + 3 * C, p.c_raw + j * C, p.c_prev + j * C, p.dm + j * C, p.dc + j * C,
+                          dg, dg + C, dg + 2 * C, dg + 3 * C, dx, dx + C, dx + 2 * C, dx + 3 * C, C, p.cell_clip,
+                          p.c_prev_clip);
     } else {
       cell_grad_row<false>(a, a + C, a + 2 * C, a + 3 * C, p.c_raw + j * C, p.c_prev + j * C, p.dm + j * C,
                            p.dc + j * C, dg, dg + C, dg + 2 * C, dg + 3 * C, dx, dx + C, dx + 2 * C, dx + 3 * C, C,

@@ -110,8 +110,8 @@ struct CellParams {
 // One row: 4C gates in (input + bias + recurrent), C cells updated, C values of sig(o) * tanh(c) out.
 template <typename scalar_t, typename xg_t, typename rec_t, typename hc_t>
 C10_ALWAYS_INLINE void cell_row(const xg_t* C10_RESTRICT xg, const scalar_t* C10_RESTRICT bias,
-                                const rec_t* C10_RESTRICT rec, scalar_t* C10_RESTRICT c,
-                                hc_t* C10_RESTRICT hc, int64_t C, scalar_t clip) {
+                                const rec_t* C10_RESTRICT rec, scalar_t* C10_RESTRICT c, hc_t* C10_RESTRICT hc,
+                                int64_t C, scalar_t clip) {
   for (int64_t k = 0; k < C; ++k) {
     const scalar_t i = sigmoid_fast(widen(xg[k]) + bias[k] + widen(rec[k]));
     const scalar_t f = sigmoid_fast(widen(xg[C + k]) + bias[C + k] + widen(rec[C + k]));
@@ -124,12 +124,11 @@ C10_ALWAYS_INLINE void cell_row(const xg_t* C10_RESTRICT xg, const scalar_t* C10
 }
 
 template <typename scalar_t, typename xg_t, typename rec_t, typename hc_t>
-C10_ALWAYS_INLINE void cell_rows(const CellParams<scalar_t, xg_t, rec_t, hc_t>& p, int64_t row_begin,
-                                 int64_t row_end) {
+C10_ALWAYS_INLINE void cell_rows(const CellParams<scalar_t, xg_t, rec_t, hc_t>& p, int64_t row_begin, int64_t row_end) {
   const int64_t C = p.cell;
   for (int64_t j = row_begin; j < row_end; ++j) {
-    cell_row(p.xg + (p.xg_offset ? p.xg_offset[j] : j * 4 * C), p.bias, p.rec + j * 4 * C, p.c + j * C,
-             p.hc + j * C, C, p.cell_clip);
+    cell_row(p.xg + (p.xg_offset ? p.xg_offset[j] : j * 4 * C), p.bias, p.rec + j * 4 * C, p.c + j * C, p.hc + j * C, C,
+             p.cell_clip);
   }
 }
 
@@ -137,12 +136,12 @@ C10_ALWAYS_INLINE void cell_rows(const CellParams<scalar_t, xg_t, rec_t, hc_t>& 
 // output (with the skip connection from layers >= 1 on). All [n, P] contiguous: one flat loop.
 template <typename scalar_t, typename in_t = scalar_t>
 struct ProjParams {
-  const in_t* in;       // [n, P] the projection GEMM's result; may be h itself
-  scalar_t* h;          // [n, P] out: clipped h
-  scalar_t* x;          // [n, P] the layer's output rows (packed), overwritten or accumulated
-  int64_t numel;        // n * P
-  bool skip;            // x += h (layers >= 1) instead of x = h
-  scalar_t proj_clip;   // +inf: none
+  const in_t* in;           // [n, P] the projection GEMM's result; may be h itself
+  scalar_t* h;              // [n, P] out: clipped h
+  scalar_t* x;              // [n, P] the layer's output rows (packed), overwritten or accumulated
+  int64_t numel;            // n * P
+  bool skip;                // x += h (layers >= 1) instead of x = h
+  scalar_t proj_clip;       // +inf: none
   uint16_t* h16 = nullptr;  // [n, P] out, or nullptr: h in bf16, the next step's GEMM input (packed weights)
 };
 

@@ -71,17 +71,17 @@ std::optional<int64_t> threads_override(const char* kOp) {
 
 }  // namespace
 
-int64_t default_gemv_rows(int64_t weight_bytes) {
-  return weight_bytes >= (int64_t{16} << 20) ? 128 : 32;
-}
+int64_t default_gemv_rows(int64_t weight_bytes) { return weight_bytes >= (int64_t{16} << 20) ? 128 : 32; }
 
 LstmTuning lstm_tuning(const char* kOp, std::optional<at::IntArrayRef> tuning, bool bf16_weights,
                        int64_t recurrent_weight_bytes) {
   LstmTuning t = default_lstm_tuning(bf16_weights, recurrent_weight_bytes);
   if (tuning.has_value()) {
     const at::IntArrayRef v = *tuning;
-    ELMO_CHECK(v.size() == 3, "tuning must hold 3 values [gemv_rows_in_turn, gemv_rows_concurrent, "
-               "concurrent_min_rows] or be None, got ", v.size(), " values");
+    ELMO_CHECK(v.size() == 3,
+               "tuning must hold 3 values [gemv_rows_in_turn, gemv_rows_concurrent, "
+               "concurrent_min_rows] or be None, got ",
+               v.size(), " values");
     for (const int64_t x : v) {
       ELMO_CHECK(x >= -1, "tuning values must be >= 0, or -1 for the default, got ", v);
     }

@@ -53,7 +53,9 @@ inline float tanh(float x) {
   const float s = xs * xs;
   const float poly =
       ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s + 1.33314422036e-1f) * s -
-       3.33332819422e-1f) * s * xs + xs;
+       3.33332819422e-1f) *
+          s * xs +
+      xs;
   const float big = std::copysign(1.f - 2.f / (vec_math::exp(2.f * z) + 1.f), x);
   const float w = z < 0.625f ? 1.f : 0.f;
   const float r = w * poly + (1.f - w) * big;

@@ -13,8 +13,8 @@
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
-#include <torch/library.h>
 #include <cuda_runtime_api.h>
+#include <torch/library.h>
 
 #include <cstdint>
 #include <limits>
@@ -70,7 +70,7 @@ class DeviceGuard {
 inline cudaStream_t current_stream() { return nullptr; }
 inline at::TensorOptions host_staging(at::ScalarType dtype) {
   TORCH_CHECK(!stream_is_capturing(), "emulated CUDA: pinned host memory allocated while a CUDA graph is captured "
-              "(cudaHostAlloc is not permitted during a capture)");
+                                      "(cudaHostAlloc is not permitted during a capture)");
   return at::TensorOptions().dtype(dtype);
 }
 // The copy happens now (a clone: the "device" tensor never aliases the host buffer); then the host
@@ -93,17 +93,16 @@ inline at::Tensor to_device_async(const at::Tensor& host, c10::Device device) {
 }  // namespace elmo_fast
 #define ELMO_GPU_LAUNCH_CHECK() ((void)0)
 // The emulated GPU's tensors are CPU tensors; the message is CUDA's.
-#define ELMO_CHECK_GPU(x)                                                                          \
-  TORCH_CHECK((x).device().is_cpu(), kOp, ": ", #x " must be a CUDA tensor (emulated: cpu), got ", \
-              (x).device())
+#define ELMO_CHECK_GPU(x) \
+  TORCH_CHECK((x).device().is_cpu(), kOp, ": ", #x " must be a CUDA tensor (emulated: cpu), got ", (x).device())
 // ELMO_GPU_REGISTER(m) { m.impl(...); }: the bindings' registration, here on the CPU key of the
 // emulator's library, and on the Meta key too, so that an input on `meta` (the tests' stand-in for "not
 // on the GPU": the emulated GPU is the CPU) reaches the binding and its device checks, as a CPU tensor
 // reaches a CUDA binding.
-#define ELMO_GPU_REGISTER(m)                                                            \
-  static void register_gpu_kernels(torch::Library& m);                                  \
-  TORCH_LIBRARY_IMPL(elmo_fast_emu, CPU, library) { register_gpu_kernels(library); }    \
-  TORCH_LIBRARY_IMPL(elmo_fast_emu, Meta, library) { register_gpu_kernels(library); }   \
+#define ELMO_GPU_REGISTER(m)                                                          \
+  static void register_gpu_kernels(torch::Library& m);                                \
+  TORCH_LIBRARY_IMPL(elmo_fast_emu, CPU, library) { register_gpu_kernels(library); }  \
+  TORCH_LIBRARY_IMPL(elmo_fast_emu, Meta, library) { register_gpu_kernels(library); } \
   static void register_gpu_kernels(torch::Library& m)
 
 #else

@@ -38,7 +38,6 @@ inline at::Tensor with_unit_col_stride(const at::Tensor& t) {
 }  // namespace gpu
 }  // namespace elmo_fast
 
-#define ELMO_CHECK_CUDA_DTYPE(x)                                                              \
-  TORCH_CHECK(::elmo_fast::gpu::is_supported_dtype((x).scalar_type()), kOp, ": ",            \
-              #x " has dtype ", ::elmo_fast::dtype_name((x).scalar_type()),                  \
-              "; supported on CUDA: float32, float64, bfloat16, float16")
+#define ELMO_CHECK_CUDA_DTYPE(x)                                                                    \
+  TORCH_CHECK(::elmo_fast::gpu::is_supported_dtype((x).scalar_type()), kOp, ": ", #x " has dtype ", \
+              ::elmo_fast::dtype_name((x).scalar_type()), "; supported on CUDA: float32, float64, bfloat16, float16")

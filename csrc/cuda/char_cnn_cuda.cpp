@@ -36,7 +36,7 @@ struct CharCnnCall {
   gpu::CharCnnParams p{};
   std::vector<at::Tensor> weights, biases;  // contiguous copies, alive as long as the call
   at::Tensor ids, embedding, table;
-  int64_t cols = 0;                         // F = sum n_k
+  int64_t cols = 0;  // F = sum n_k
 };
 
 // char_ids: [N, W] int64 (any W >= 1; ELMo: 50); char_embedding: [V, D]; conv_weights: K x [n_k, D, w_k]
@@ -118,8 +118,8 @@ at::Tensor char_cnn_cuda(const at::Tensor& char_ids, const at::Tensor& char_embe
   const CharCnnDims dims = check_cuda_args("char_cnn", char_ids, char_embedding, conv_weights, conv_biases, activation);
   const gpu::DeviceGuard guard(char_ids.device());
   CharCnnCall call = prepare(dims, char_ids, char_embedding, conv_weights, conv_biases, activation);
-  at::Tensor out = at::empty({char_ids.size(0), call.cols},
-                             char_embedding.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out =
+      at::empty({char_ids.size(0), call.cols}, char_embedding.options().memory_format(at::MemoryFormat::Contiguous));
   call.p.out = out.mutable_data_ptr();
   gpu::char_cnn_launch(call.p, gpu::current_stream());
   ELMO_GPU_LAUNCH_CHECK();
@@ -148,8 +148,8 @@ int64_t hist_budget_bytes() {
 HistPlan plan_histograms(int64_t n, int64_t taps, int64_t vocab, int64_t elem_bytes, int64_t budget) {
   const int64_t per_id = std::max<int64_t>(1, taps * elem_bytes);  // one chunk's bytes per vocabulary id
   const int64_t slice = std::clamp<int64_t>(budget / per_id, 1, std::max<int64_t>(vocab, 1));
-  const int64_t chunks = std::clamp<int64_t>(
-      std::min((n + kHistChunkTokens - 1) / kHistChunkTokens, budget / (per_id * slice)), 1, 65535);
+  const int64_t chunks =
+      std::clamp<int64_t>(std::min((n + kHistChunkTokens - 1) / kHistChunkTokens, budget / (per_id * slice)), 1, 65535);
   return {slice, chunks};
 }
 
@@ -223,7 +223,8 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     at::Tensor grad_emb_slice = grad_emb.narrow(0, v0, count);
     for (int k = 0; k < K; ++k) {
       const int64_t num = call.p.filters[k], width = call.p.widths[k];
-      const at::Tensor hist_k = hist.narrow(0, hp.tap_offset[k] * count, num * width * count).view({num * width, count});
+      const at::Tensor hist_k =
+          hist.narrow(0, hp.tap_offset[k] * count, num * width * count).view({num * width, count});
       // [n w, count] @ [count, D] -> [n, w, D]
       grad_w[k].view({num * width, D}).addmm_(hist_k, emb_slice);
       grad_emb_slice.addmm_(hist_k.t(), call.weights[k].to(math).transpose(1, 2).reshape({num * width, D}));
@@ -233,8 +234,9 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   std::vector<at::Tensor> grad_weights(K), grad_biases(K);
   for (int k = 0; k < K; ++k) {
     grad_weights[k] = grad_w[k].transpose(1, 2).contiguous().to(dtype);  // stored as W's [n, D, w]
-    grad_biases[k] = bias_grad.narrow(0, call.p.col_offset[k], call.p.filters[k]).to(dtype, /*non_blocking=*/false,
-                                                                                     /*copy=*/true);
+    grad_biases[k] = bias_grad.narrow(0, call.p.col_offset[k], call.p.filters[k])
+                         .to(dtype, /*non_blocking=*/false,
+                             /*copy=*/true);
   }
   return {grad_emb.to(dtype), grad_weights, grad_biases};
 }

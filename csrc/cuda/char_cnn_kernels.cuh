@@ -19,9 +19,9 @@ namespace gpu {
 namespace {
 
 constexpr int kTableThreads = 256;
-constexpr int kThreads = 128;     // filters (output columns) per block
-constexpr int kTokens = 8;        // tokens whose ids a block stages at once, at most
-constexpr int kStageInts = 512;   // ids a block stages in shared memory: 8 rows of up to 64 ids, ...
+constexpr int kThreads = 128;    // filters (output columns) per block
+constexpr int kTokens = 8;       // tokens whose ids a block stages at once, at most
+constexpr int kStageInts = 512;  // ids a block stages in shared memory: 8 rows of up to 64 ids, ...
 
 // Tokens a block takes at once for rows of W ids: as many rows as the staging buffer holds (at most
 // kTokens); one for rows longer than the buffer, whose ids the threads read from global memory.
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) char_cnn_kernel(const __grid_constan
        tok0 += static_cast<int64_t>(gridDim.y) * group) {
     const int count = static_cast<int>(p.n - tok0 < group ? p.n - tok0 : group);
     const int64_t* g_ids = p.char_ids + tok0 * W;  // the group's rows in global memory
-    __syncthreads();  // the previous group's ids are no longer read
+    __syncthreads();                               // the previous group's ids are no longer read
     if (staged) {
       for (int e = threadIdx.x; e < count * W; e += kThreads) {
         const int64_t id = g_ids[e];

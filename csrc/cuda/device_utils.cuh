@@ -38,13 +38,21 @@ __device__ __forceinline__ float to_math(__half x) { return __half2float(x); }
 template <typename T>
 __device__ __forceinline__ T from_math(math_t<T> x);
 template <>
-__device__ __forceinline__ float from_math<float>(float x) { return x; }
+__device__ __forceinline__ float from_math<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ double from_math<double>(double x) { return x; }
+__device__ __forceinline__ double from_math<double>(double x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_math<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_math<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half from_math<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_math<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 // The accurate libdevice functions (no --use_fast_math anywhere): the fp32 bar is 1e-5.
 __device__ __forceinline__ float exp_math(float x) { return expf(x); }
@@ -220,18 +228,10 @@ void launch_rows_vectorized(const char* name, Kernels kernels, const Params& par
 template <typename F>
 void dispatch_dtype(Dtype dtype, F&& f) {
   switch (dtype) {
-    case Dtype::kFloat32:
-      f(float{});
-      return;
-    case Dtype::kFloat64:
-      f(double{});
-      return;
-    case Dtype::kBFloat16:
-      f(__nv_bfloat16{});
-      return;
-    case Dtype::kFloat16:
-      f(__half{});
-      return;
+    case Dtype::kFloat32: f(float{}); return;
+    case Dtype::kFloat64: f(double{}); return;
+    case Dtype::kBFloat16: f(__nv_bfloat16{}); return;
+    case Dtype::kFloat16: f(__half{}); return;
   }
 }
 

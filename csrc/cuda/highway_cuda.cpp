@@ -9,10 +9,10 @@
 #include <tuple>
 
 #include "checks.h"
-#include "highway_args.h"
 #include "cuda/backend.h"
 #include "cuda/binding_utils.h"
 #include "cuda/highway.h"
+#include "highway_args.h"
 
 namespace elmo_fast {
 namespace {

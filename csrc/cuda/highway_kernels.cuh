@@ -84,18 +84,17 @@ void highway_gate_launch(const HighwayGateParams& params, cudaStream_t stream) {
     const bool vectorized = vector_ok(kVec<T>, sizeof(T), params.h, {params.projected, params.x, params.out},
                                       {params.projected_row_stride, params.x_row_stride});
     launch_rows_vectorized<kThreads, T>(
-        "highway_gate_kernel", [](auto v) { return highway_gate_kernel<T, decltype(v)::value>; }, params,
-        vectorized, params.h, params.n, stream);
+        "highway_gate_kernel", [](auto v) { return highway_gate_kernel<T, decltype(v)::value>; }, params, vectorized,
+        params.h, params.n, stream);
   });
 }
 
 void highway_gate_grad_launch(const HighwayGateGradParams& params, cudaStream_t stream) {
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const bool vectorized =
-        vector_ok(kVec<T>, sizeof(T), params.h,
-                  {params.grad, params.projected, params.x, params.grad_projected, params.grad_x},
-                  {params.grad_row_stride, params.projected_row_stride, params.x_row_stride});
+    const bool vectorized = vector_ok(kVec<T>, sizeof(T), params.h,
+                                      {params.grad, params.projected, params.x, params.grad_projected, params.grad_x},
+                                      {params.grad_row_stride, params.projected_row_stride, params.x_row_stride});
     launch_rows_vectorized<kThreads, T>(
         "highway_gate_grad_kernel", [](auto v) { return highway_gate_grad_kernel<T, decltype(v)::value>; }, params,
         vectorized, params.h, params.n, stream);

@@ -43,8 +43,7 @@ namespace {
 // lies at a constant positive offset after the forward one in the same storage (a model that keeps
 // its weights stacked passes such views); otherwise a stacked copy.
 at::Tensor stack_pair(const at::Tensor& forward, const at::Tensor& backward) {
-  if (forward.sizes() == backward.sizes() && forward.strides() == backward.strides() &&
-      forward.is_alias_of(backward)) {
+  if (forward.sizes() == backward.sizes() && forward.strides() == backward.strides() && forward.is_alias_of(backward)) {
     const int64_t delta = backward.storage_offset() - forward.storage_offset();
     if (delta > 0) {
       return at::as_strided(forward, {2, forward.size(0), forward.size(1)},
@@ -98,7 +97,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
   std::copy(plan.order.begin(), plan.order.end(), host.begin());
   std::copy(plan.rank.begin(), plan.rank.end(), host.begin() + B);
   for (int64_t d = 0; d < 2; ++d) {
-    plan.for_each_position(d, [&](int64_t r, int64_t, int64_t b, int64_t t) { host[2 * B + d * total + r] = b * T + t; });
+    plan.for_each_position(d,
+                           [&](int64_t r, int64_t, int64_t b, int64_t t) { host[2 * B + d * total + r] = b * T + t; });
   }
   const at::Tensor plan_dev = gpu::plan_to_device(host, xg0.device());
   const at::Tensor order = plan_dev.narrow(0, 0, B);
@@ -123,7 +123,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
   const gpu::Dtype gdtype = gpu::to_gpu_dtype(dtype);
 
   for (int64_t l = 0; l < L; ++l) {
-    const at::Tensor* w = weights.data() + 8 * l;  // forward: w[0..3], backward: w[4..7]
+    const at::Tensor* w = weights.data() + 8 * l;                        // forward: w[0..3], backward: w[4..7]
     const at::Tensor w_hh_t = stack_pair(w[1], w[5]).transpose(1, 2);    // [2, P, 4C]
     const at::Tensor w_proj_t = stack_pair(w[3], w[7]).transpose(1, 2);  // [2, C, P]
     if (l > 0) {  // input gates of every packed position: y_{l-1} W_ih^T + bias, one GEMM per direction
@@ -198,6 +198,4 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bilstm_cuda(
 }  // namespace
 }  // namespace elmo_fast
 
-ELMO_GPU_REGISTER(m) {
-  m.impl("bilstm", &elmo_fast::bilstm_cuda);
-}
+ELMO_GPU_REGISTER(m) { m.impl("bilstm", &elmo_fast::bilstm_cuda); }

@@ -122,7 +122,8 @@ void lstm_output_launch(const LstmOutputParams& params, cudaStream_t stream) {
   dispatch_dtype(params.dtype, [&](auto tag) {
     using T = decltype(tag);
     // Rows are P apart (out: 2P, and each direction's half at P): P % V covers every row start.
-    const bool vectorized = vector_ok(kVec<T>, sizeof(T), params.proj, {params.hproj, params.h, params.y, params.out}, {});
+    const bool vectorized =
+        vector_ok(kVec<T>, sizeof(T), params.proj, {params.hproj, params.h, params.y, params.out}, {});
     launch_rows_vectorized<kThreads, T>(
         "lstm_output_kernel", [](auto v) { return lstm_output_kernel<T, decltype(v)::value>; }, params, vectorized,
         params.proj, 2 * params.n, stream);

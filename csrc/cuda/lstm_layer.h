@@ -45,34 +45,34 @@ inline ELMO_HOST_DEVICE LstmSavedLayout lstm_saved_layout(int64_t total, int64_t
 // Forward, after the recurrent GEMM wrote h_prev W_hh^T into the step's ACT rows: the gates, the cell
 // (state updated, C_RAW and M saved), ACT overwritten with the activations.
 struct LstmCellSaveParams {
-  const void* xg;          // [2, R, 4C] contiguous input gates (x W_ih^T + bias)
-  const int64_t* xg_row;   // [2, N] the row of xg (within its direction) of each packed position
-  void* saved;             // [2, N, 6C + P] (layout above)
-  void* c;                 // [2, B, C] contiguous cell state of the sorted rows; rows i < n updated
-  int64_t n;               // running rows n_s >= 1
-  int64_t batch;           // B
-  int64_t rows;            // R, rows of xg per direction
-  int64_t total;           // N, packed positions per direction
-  int64_t offset;          // offset_s
-  int64_t cell;            // C
-  int64_t proj;            // P
-  double cell_clip;        // +inf: no clip
-  Dtype dtype;             // kFloat32 or kFloat64, of every tensor
+  const void* xg;         // [2, R, 4C] contiguous input gates (x W_ih^T + bias)
+  const int64_t* xg_row;  // [2, N] the row of xg (within its direction) of each packed position
+  void* saved;            // [2, N, 6C + P] (layout above)
+  void* c;                // [2, B, C] contiguous cell state of the sorted rows; rows i < n updated
+  int64_t n;              // running rows n_s >= 1
+  int64_t batch;          // B
+  int64_t rows;           // R, rows of xg per direction
+  int64_t total;          // N, packed positions per direction
+  int64_t offset;         // offset_s
+  int64_t cell;           // C
+  int64_t proj;           // P
+  double cell_clip;       // +inf: no clip
+  Dtype dtype;            // kFloat32 or kFloat64, of every tensor
 };
 
 // Forward, after the projection GEMM wrote m W_proj^T into the step's P_RAW rows: h = clip(p_raw)
 // into the packed h (the next step's h_prev) and the output.
 struct LstmProjSaveParams {
-  const void* saved;       // [2, N, 6C + P]: P_RAW read
-  void* h;                 // [2, N, P] contiguous packed h; rows offset..offset + n written
-  void* y;                 // [2, B, T, P] contiguous output
-  const int64_t* y_offset; // [2, N] element offset in y of each packed position's row
+  const void* saved;        // [2, N, 6C + P]: P_RAW read
+  void* h;                  // [2, N, P] contiguous packed h; rows offset..offset + n written
+  void* y;                  // [2, B, T, P] contiguous output
+  const int64_t* y_offset;  // [2, N] element offset in y of each packed position's row
   int64_t n;
   int64_t total;
   int64_t offset;
   int64_t cell;
   int64_t proj;
-  double proj_clip;        // +inf: no clip
+  double proj_clip;  // +inf: no clip
   Dtype dtype;
 };
 
@@ -97,17 +97,17 @@ struct LstmProjGradParams {
 // Backward cell pass of a step: from dm = dp W_proj and the cell's gradient after the step, the
 // gradients of the gate pre-activations (packed) and of the cell before the step.
 struct LstmCellGradParams {
-  const void* saved;       // ACT and C_RAW read
-  const void* c0;          // [2, B, C] contiguous sorted initial cell: step 0's c_prev (not clipped)
-  const void* dm;          // [2, n, C] contiguous
-  void* dc;                // [2, B, C] contiguous; rows i < n: in the gradient of the clipped cell
-                           //   after the step, out that of the cell before it
-  void* dgates;            // [2, N, 4C] contiguous; rows offset..offset + n written
+  const void* saved;  // ACT and C_RAW read
+  const void* c0;     // [2, B, C] contiguous sorted initial cell: step 0's c_prev (not clipped)
+  const void* dm;     // [2, n, C] contiguous
+  void* dc;           // [2, B, C] contiguous; rows i < n: in the gradient of the clipped cell
+                      //   after the step, out that of the cell before it
+  void* dgates;       // [2, N, 4C] contiguous; rows offset..offset + n written
   int64_t n;
   int64_t batch;
   int64_t total;
   int64_t offset;
-  int64_t prev_offset;     // offset_{s-1}: c_prev is that step's C_RAW, clipped; -1 at step 0 (c0)
+  int64_t prev_offset;  // offset_{s-1}: c_prev is that step's C_RAW, clipped; -1 at step 0 (c0)
   int64_t cell;
   int64_t proj;
   double cell_clip;

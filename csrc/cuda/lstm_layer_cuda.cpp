@@ -43,8 +43,8 @@ namespace {
 
 // [2, rows, cols] view of direction-strided rows inside `saved`: direction d's matrix starts at
 // element `at` of its direction, rows from `first`.
-at::Tensor saved_rows(const at::Tensor& saved, const gpu::LstmSavedLayout& lay, int64_t at, int64_t first,
-                      int64_t rows, int64_t cols) {
+at::Tensor saved_rows(const at::Tensor& saved, const gpu::LstmSavedLayout& lay, int64_t at, int64_t first, int64_t rows,
+                      int64_t cols) {
   return saved.as_strided({2, rows, cols}, {lay.direction, cols, 1}, saved.storage_offset() + at + first * cols);
 }
 
@@ -171,9 +171,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
   static constexpr char kOp[] = "lstm_layer_backward";
   ELMO_CHECK_GPU(saved);
   gpu::check_host_plan_under_capture(kOp, "lengths", lengths);
-  const LstmLayerArgs args = check_lstm_layer_backward_args(grad_y_opt, grad_h_opt, grad_c_opt, saved, lengths,
-                                                            token_index, xg_size, w_hh, w_proj, cell_clip, proj_clip,
-                                                            h0_opt, c0_opt);
+  const LstmLayerArgs args =
+      check_lstm_layer_backward_args(grad_y_opt, grad_h_opt, grad_c_opt, saved, lengths, token_index, xg_size, w_hh,
+                                     w_proj, cell_clip, proj_clip, h0_opt, c0_opt);
   const GateRows& gr = args.rows;
   const LstmLayerDims& dims = args.dims;
   const at::ScalarType dtype = saved.scalar_type();
@@ -186,9 +186,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_laye
   check_saved(kOp, saved, N, dims);
   const gpu::LstmSavedLayout lay = gpu::lstm_saved_layout(N, C, P);
   // Output gradients are read as rows of P contiguous elements (an expanded one is materialized).
-  const at::Tensor grad_y = !grad_y_opt.has_value()                                 ? at::Tensor()
+  const at::Tensor grad_y = !grad_y_opt.has_value()                  ? at::Tensor()
                             : (P <= 1 || grad_y_opt->stride(3) == 1) ? *grad_y_opt
-                                                                                    : grad_y_opt->contiguous();
+                                                                     : grad_y_opt->contiguous();
 
   // One upload: [order (B) | rank (B) | prev_row (N) | xg_flat_row (2N) | grad_y_offset (2N)]: prev_row[r],
   // the row of [h0 sorted (B rows) | clip(P_RAW) (N rows)] holding packed position r's h_prev (the same

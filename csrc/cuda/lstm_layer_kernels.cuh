@@ -173,23 +173,27 @@ void launch_layer_pass(const char* name, Kernels kernels, const Params& params, 
 }
 
 void lstm_cell_save_launch(const LstmCellSaveParams& params, cudaStream_t stream) {
-  launch_layer_pass("lstm_cell_save_kernel", [](auto tag) { return lstm_cell_save_kernel<decltype(tag)>; }, params,
-                    params.cell, stream);
+  launch_layer_pass(
+      "lstm_cell_save_kernel", [](auto tag) { return lstm_cell_save_kernel<decltype(tag)>; }, params, params.cell,
+      stream);
 }
 
 void lstm_proj_save_launch(const LstmProjSaveParams& params, cudaStream_t stream) {
-  launch_layer_pass("lstm_proj_save_kernel", [](auto tag) { return lstm_proj_save_kernel<decltype(tag)>; }, params,
-                    params.proj, stream);
+  launch_layer_pass(
+      "lstm_proj_save_kernel", [](auto tag) { return lstm_proj_save_kernel<decltype(tag)>; }, params, params.proj,
+      stream);
 }
 
 void lstm_proj_grad_launch(const LstmProjGradParams& params, cudaStream_t stream) {
-  launch_layer_pass("lstm_proj_grad_kernel", [](auto tag) { return lstm_proj_grad_kernel<decltype(tag)>; }, params,
-                    params.proj, stream);
+  launch_layer_pass(
+      "lstm_proj_grad_kernel", [](auto tag) { return lstm_proj_grad_kernel<decltype(tag)>; }, params, params.proj,
+      stream);
 }
 
 void lstm_cell_grad_launch(const LstmCellGradParams& params, cudaStream_t stream) {
-  launch_layer_pass("lstm_cell_grad_kernel", [](auto tag) { return lstm_cell_grad_kernel<decltype(tag)>; }, params,
-                    params.cell, stream);
+  launch_layer_pass(
+      "lstm_cell_grad_kernel", [](auto tag) { return lstm_cell_grad_kernel<decltype(tag)>; }, params, params.cell,
+      stream);
 }
 
 }  // namespace gpu

@@ -42,7 +42,8 @@ inline at::Tensor plan_to_device(const std::vector<int64_t>& host, c10::Device d
 inline void check_host_plan_under_capture(const char* kOp, const char* name, const at::Tensor& t) {
   ELMO_CHECK(t.device().is_cpu() || !stream_is_capturing(), name,
              " must be a CPU tensor while a CUDA graph is captured (reading it from the device would wait for "
-             "the device), got ", t.device());
+             "the device), got ",
+             t.device());
 }
 
 }  // namespace gpu

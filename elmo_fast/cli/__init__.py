@@ -9,12 +9,15 @@
 * :mod:`~elmo_fast.cli.export`  ``export onnx`` (the ``[onnx]`` extra)
 * :mod:`~elmo_fast.cli.serve`   ``serve`` (the ``[serve]`` extra)
 
-Every command ends with one line and an exit status: 0 done; 2 a problem with the input, the
-model or the flags (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags); 1 the
-environment (disk full, permissions: an OSError, or :class:`~elmo_fast.durable.WriteError` naming
-the file); 130 Ctrl-C; 128 + N a termination signal N (143 SIGTERM, 129 SIGHUP), which unwinds
-through the same cleanup as Ctrl-C. ``serve`` is the exception: a stop signal is how a server is
-meant to end, so it answers what it received and exits 0 (a second signal stops it at once: 128 + N).
+Every command ends with one line and an exit status (the table: docs/embedding.md, "Exit codes"):
+0 done; 2 a problem known before any work starts: the input, the model, the flags or where the output
+goes (:class:`~elmo_fast.errors.ElmoFastError`, its parameters named as flags, and
+:class:`~elmo_fast.durable.OutputPathError`: its folder missing, the output a folder, a name too long,
+no permission to create files there); 1 a failure during the run (disk full, an I/O error: an OSError,
+or :class:`~elmo_fast.durable.WriteError` naming the file); 130 Ctrl-C; 128 + N a termination signal N
+(143 SIGTERM, 129 SIGHUP), which unwinds through the same cleanup as Ctrl-C. ``serve`` is the
+exception: a stop signal is how a server is meant to end, so it answers what it received and exits 0
+(a second signal stops it at once: 128 + N).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..durable import WriteError
+from ..durable import OutputPathError, WriteError
 from ..errors import ElmoFastError
 from .common import Terminated, process_start, signals_as_exceptions
 
@@ -58,6 +61,9 @@ def _stopped(args: argparse.Namespace, why: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
+    except OutputPathError as e:  # where the output goes, refused before any work: the arguments' problem
+        print(f"elmo-fast: error: {e}", file=sys.stderr)
+        return USAGE_ERROR
     except WriteError as e:  # the environment (a full disk, permissions), said in one line naming the file
         print(f"elmo-fast: error: {e}", file=sys.stderr)
         return 1

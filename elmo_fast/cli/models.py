@@ -11,6 +11,7 @@ from .common import param_flags
 
 
 def _random_model(args: argparse.Namespace) -> int:
+    from ..durable import check_writable, make_dirs
     from ..errors import ElmoFastError
     from ..formats.random_models import random_model
 
@@ -21,6 +22,9 @@ def _random_model(args: argparse.Namespace) -> int:
             path = os.path.join(args.directory, name)
             if os.path.lexists(path):  # it may be a real model's: never replaced unasked
                 raise ElmoFastError(f"{path} already exists; pass --overwrite to replace it")
+    make_dirs(args.directory, "model directory")  # before the weights are drawn: a bad path fails now
+    for name in ("options.json", "weights.hdf5"):
+        check_writable(os.path.join(args.directory, name), name)
     options, weights = random_model(args.preset, args.directory, seed=args.seed, exercise_clips=args.exercise_clips)
     print(f"wrote {options} and {weights}", file=sys.stderr)
     print(

@@ -21,9 +21,9 @@ def _vocab(args: argparse.Namespace) -> int:
     from ..training.vocab import build_vocabulary
 
     files = expand_corpus(args.corpus, "corpus")
+    check_writable(args.out, "vocabulary")  # before counting: a bad path fails now, not after the work
     if os.path.exists(args.out) and not args.overwrite:
         raise InputError(f"--out {args.out}: exists; pass --overwrite to replace it")
-    check_writable(args.out, "vocabulary")  # before counting: a bad path fails now, not after the work
     vocab, stats = build_vocabulary(files, args.min_count, args.max_size, _tokenizer(args), args.max_line_length)
     vocab.save(args.out)
     print(

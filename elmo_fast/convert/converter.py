@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..durable import check_writable, durable_hdf5, durable_open, write_json
+from ..durable import check_creatable, durable_hdf5, durable_open, write_json
 from ..errors import ModelFileError, Param
 from ..formats.bilm_tf import SOFTMAX_B, SOFTMAX_W
 from ..formats.tf_checkpoint import TensorBundle
@@ -63,7 +63,7 @@ def _options_content(converted: Converted, source: Source) -> dict[str, Any]:
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):  # (os.path: a name too long is said below)
         raise ModelFileError(f"{out_dir}: is a file; give the folder to write options.json and weights.hdf5 in")
     if not overwrite:
         for name in OUTPUT_FILES:
@@ -71,8 +71,7 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
                 raise ModelFileError(
                     f"{out_dir / name} already exists; pass ", Param("overwrite", True), " to replace it"
                 )
-    parent = out_dir if out_dir.is_dir() else next((p for p in out_dir.parents if p.exists()), Path("."))
-    check_writable(parent / "options.json", "model directory")
+    check_creatable(out_dir, "model directory")  # made after the checkpoint is read: nothing is made before
 
 
 def _load_vocab(path: str, softmax_rows: int | None) -> Vocabulary:

@@ -68,11 +68,12 @@ from .temp_names import (
     temp_files,
     temp_path,
 )
-from .writable import check_writable
-from .write_error import WriteError, describe_os_error
+from .writable import check_creatable, check_writable, make_dirs
+from .write_error import OutputPathError, WriteError, describe_os_error
 
 __all__ = [
     "WriteError",
+    "OutputPathError",
     "TEMP_SUFFIX",
     "NAME_MAX",
     "fitting_stem",
@@ -82,6 +83,8 @@ __all__ = [
     "temp_files",
     "sweep_temp_files",
     "check_writable",
+    "check_creatable",
+    "make_dirs",
     "durable_path",
     "durable_open",
     "durable_hdf5",

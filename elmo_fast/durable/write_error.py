@@ -20,11 +20,18 @@ class WriteError(ElmoFastError):
         super().__init__(f"cannot write {self.path}: {describe_os_error(cause)}")
 
     def __reduce__(self):
-        return _rebuild_write_error, (str(self), self.path, self.errno)
+        return _rebuild_write_error, (str(self), self.path, self.errno, type(self))
 
 
-def _rebuild_write_error(message: str, path: str, err: int | None) -> WriteError:
-    e = WriteError.__new__(WriteError)
+class OutputPathError(WriteError):
+    """A file cannot be written where it was asked for, found before any work: its folder missing or not a
+    folder, the target itself a folder, its name too long for the filesystem, no permission to create files
+    there. The caller's argument is wrong, as with any bad input (the command line exits 2 for it, and 1
+    for a :class:`WriteError` during a run)."""
+
+
+def _rebuild_write_error(message: str, path: str, err: int | None, cls: type = WriteError) -> WriteError:
+    e = cls.__new__(cls)
     ElmoFastError.__init__(e, message)
     e.path, e.errno = path, err
     return e

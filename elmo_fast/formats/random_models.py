@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..durable import together
+from ..durable import make_dirs, together
 from .bilm_tf import FILE_CHAR_ROWS, ElmoOptions, LstmWeights, expected_datasets
 from .manylangs_dir import ManyLangsConfig, ManyLangsWeights, save_manylangs
 
@@ -124,8 +124,8 @@ def write_model(
     name, and renamed into place only when both are whole on disk, so that a failed or interrupted
     write leaves the directory as it was, never new weights beside old options.
     """
+    make_dirs(directory, "model directory")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     options_path, weights_path = directory / options_name, directory / weights_name
     with together() as files:
         weights_file = files.hdf5(weights_path)

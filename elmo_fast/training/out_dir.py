@@ -12,10 +12,11 @@ is never swept, and is taken and removed by the next run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..durable import WriteError, sweep_temp_files
+from ..durable import make_dirs, sweep_temp_files
 from ..errors import InputError, Param
 from ..run_lock import RunLock
 from .checkpoints import CHECKPOINTS, checkpoint_files
@@ -26,12 +27,9 @@ LOCK = ".elmo-fast.lock"
 
 def lock_out_dir(out: Path) -> RunLock:
     """Create ``out`` and take its lock (held until ``release()``); RunLocked when another run holds it."""
-    if out.exists() and not out.is_dir():
+    if os.path.exists(out) and not os.path.isdir(out):  # (os.path: a name too long is make_dirs' to say)
         raise InputError(Param("out"), f" {out}: exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise WriteError(out, e) from e
+    make_dirs(out, "output directory")
     return RunLock(out / LOCK, f"output directory {out}", remove=True).acquire()
 
 

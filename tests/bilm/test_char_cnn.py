@@ -24,7 +24,7 @@ needs_extension = pytest.mark.skipif(
     not ops.HAS_EXTENSION, reason="elmo_fast._C not built: pip install --no-build-isolation -e ."
 )
 
-NS = [0, 1, 7, 333]
+NS = [0, 1, 7, pytest.param(333, marks=pytest.mark.slow)]  # (333 tokens: seconds a case, measured)
 DTYPES = [torch.float32, torch.float64]
 ACTIVATIONS = ["relu", "tanh"]
 
@@ -82,6 +82,7 @@ def test_uniform_random_ids_match_reference(n, activation, dtype):
 @needs_extension
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.slow
 def test_every_trailing_run_start_matches_reference(activation, dtype):
     # Widths 1..7 against runs starting anywhere: windows inside the run, reaching into it, or none.
     emb, ws, bs = random_cnn(ELMO_FILTERS, 16, dtype, seed=5)
@@ -116,6 +117,7 @@ def test_tiny_fixture_weights(tiny_files, fixture_sentences, dtype, activation):
 
 @needs_extension
 @pytest.mark.parametrize("n", NS)
+@pytest.mark.slow
 def test_small_preset_weights_through_the_loader(random_models, n):
     # Random weights of the small model's shapes, written in the bilm-tf layout and read back.
     options_path, weights_path = random_models("small")
@@ -130,7 +132,7 @@ def test_small_preset_weights_through_the_loader(random_models, n):
 @needs_extension
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["sliced", "strided_rows", "transposed"])
-@pytest.mark.parametrize("n", [1, 7, 150])
+@pytest.mark.parametrize("n", [1, 7, pytest.param(150, marks=pytest.mark.slow)])
 def test_non_contiguous_inputs(n, layout, dtype):
     gen = torch.Generator().manual_seed(n)
     emb, ws, bs = random_cnn(ELMO_FILTERS, 16, dtype, seed=200 + n)
@@ -161,6 +163,7 @@ def test_non_contiguous_inputs(n, layout, dtype):
     dtype=st.sampled_from(DTYPES),
     few_ids=st.booleans(),
 )
+@pytest.mark.slow
 def test_random_shapes(n, dim, vocab, filters, seed, activation, dtype, few_ids):
     # Awkward widths (up to 50: a single window), filter counts that do not fill a slice, any V.
     emb, ws, bs = random_cnn(filters, dim, dtype, seed, vocab=vocab)
@@ -204,6 +207,7 @@ def test_nan_and_huge_values_propagate_like_the_reference(activation):
 
 
 @needs_extension
+@pytest.mark.slow
 def test_many_chunks_and_threads_give_identical_results():
     # More tokens than one chunk (512) of staged ids; slices are split across threads, and each
     # output element is computed the same way whatever the split: bitwise equal to one thread.
@@ -231,6 +235,7 @@ torch.save([ops.char_cnn(*case) for case in cases], sys.argv[2])
 
 @needs_extension
 @pytest.mark.parametrize("isa", ["avx2", "base"])
+@pytest.mark.slow
 def test_narrower_isa_variants_match_reference(isa, tmp_path):
     # The kernel picks its AVX-512, AVX2 or baseline (SSE2/NEON) variant once per process; a
     # subprocess capped by ELMO_FAST_CPU_ISA runs the narrower ones on this machine.
@@ -277,6 +282,7 @@ def test_opcheck(n, activation, dtype):
 
 @needs_extension
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch internals
+@pytest.mark.slow
 def test_torch_compile_fullgraph():
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=1)
 
@@ -293,6 +299,7 @@ def test_torch_compile_fullgraph():
 @needs_extension
 @pytest.mark.parametrize("length", [5, 7, 20, 49, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.slow
 def test_other_lengths_and_large_tables(length, dtype):
     """Rows of another length than allennlp's 50 (ELMoForManyLangs' max_characters_per_token) over a
     table of thousands of characters, as its models have: the same windows, L - w + 1 per width."""
@@ -315,6 +322,7 @@ def backends():
 
 @needs_extension
 @pytest.mark.parametrize("length", [1, 2, 7, 49, 50, 64, 65, 200, 700])
+@pytest.mark.slow
 def test_token_lengths_pass_opcheck_on_every_backend(length):
     """One rule for the op on every backend and its fake: any L >= 1 ids per token, widths
     1 <= w_k <= L. opcheck runs the kernel against the fake (shapes, dtypes, strides, autograd)."""
@@ -478,6 +486,7 @@ def check_char_cnn_grads(ids, emb, ws, bs, activation, what, seed=0):
 @needs_extension
 @poisoned
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.slow
 def test_char_cnn_gradcheck(activation):
     # Small filters in float64, ELMo-like ids (trailing padding runs, a "no token" row) and random ones.
     emb, ws, bs = random_cnn([(1, 3), (2, 5), (3, 4), (7, 2)], 3, torch.float64, seed=1, vocab=40)
@@ -494,6 +503,7 @@ def test_char_cnn_gradcheck(activation):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 @pytest.mark.parametrize("n", [1, 2, 37, 300])
+@pytest.mark.slow
 def test_char_cnn_grads_match_reference(n, activation, dtype):
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, dtype, seed=n)
     ids = torch.cat([elmo_ids(n, seed=n), torch.randint(0, 262, (1, 50), generator=torch.Generator().manual_seed(n))])
@@ -503,6 +513,7 @@ def test_char_cnn_grads_match_reference(n, activation, dtype):
 @needs_extension
 @poisoned
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.slow
 def test_char_cnn_grads_elmo_filters(dtype):
     # The small/original models' 2048 filters (32 fp32 slices of up to width 7), D = 16.
     emb, ws, bs = random_cnn(ELMO_FILTERS, 16, dtype, seed=5)
@@ -512,6 +523,7 @@ def test_char_cnn_grads_elmo_filters(dtype):
 @needs_extension
 @poisoned
 @pytest.mark.parametrize("layout", ["sliced", "transposed"])
+@pytest.mark.slow
 def test_char_cnn_grads_non_contiguous(layout):
     gen = torch.Generator().manual_seed(9)
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float64, seed=9)
@@ -529,7 +541,9 @@ def test_char_cnn_grads_non_contiguous(layout):
 @needs_extension
 @poisoned
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-@pytest.mark.parametrize("length", [1, 7, 20, 49, 70])
+@pytest.mark.parametrize(
+    "length", [1, 7, 20, pytest.param(49, marks=pytest.mark.slow), pytest.param(70, marks=pytest.mark.slow)]
+)
 def test_char_cnn_grads_other_lengths(length, dtype):
     """Rows of another length than 50 (ELMoForManyLangs' max_characters_per_token) over a table of
     thousands of characters: the backward recomputes each filter's max window over L - w + 1 of them.
@@ -565,6 +579,7 @@ def test_char_cnn_grads_of_unused_rows_and_no_tokens():
 
 @needs_extension
 @poisoned
+@pytest.mark.slow
 def test_char_cnn_expanded_gradient():
     # out.sum()'s gradient is an expanded tensor (stride 0): the backward reads it as rows.
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float64, seed=3)
@@ -579,6 +594,7 @@ def test_char_cnn_expanded_gradient():
 # --- the reference's own gradients, under gradcheck in float64 ------------------------------------
 
 
+@pytest.mark.slow
 def test_gradcheck_char_cnn(mini):
     ids = batch_to_ids([["ab", "über", "x", "a" * 60]])[0]
     ids = torch.cat([ids, torch.zeros(1, 50, dtype=torch.long)])  # and a "no token" row

@@ -183,5 +183,6 @@ _tokens = st.one_of(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(_tokens, max_size=8), max_size=6))
+@pytest.mark.slow
 def test_property_matches_spec(batch):
     check(batch)

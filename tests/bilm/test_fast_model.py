@@ -40,11 +40,13 @@ def _compare(files, batches, stateful=False):
 
 
 @pytest.mark.parametrize("preset,n", [("tiny", 9), ("small", 9), ("original", 3)])
+@pytest.mark.slow
 def test_fast_matches_reference_with_clips(random_models, preset, n):
     worst = _compare(random_models(preset, exercise_clips=True), [_batch(n, n)])
     assert worst <= FP32, f"{preset}: max abs error {worst:.3g}"
 
 
+@pytest.mark.slow
 def test_fast_matches_reference_stateful_across_batches(random_models):
     files = random_models("tiny", exercise_clips=True)
     s = _batch(5, 12)
@@ -52,6 +54,7 @@ def test_fast_matches_reference_stateful_across_batches(random_models):
     assert _compare(files, [s[:3], s[3:8], s[8:10], s[10:12] + s[:3]], stateful=True) <= FP32
 
 
+@pytest.mark.slow
 def test_fast_golden_bilm_tf_stateful(bilm_tf_tiny, tiny_files, fixture_sentences):
     expected = expected_top_layers(bilm_tf_tiny)
     emb = ElmoEmbedder(*tiny_files, batch_size=3, stateful=True, backend="fast")
@@ -75,6 +78,7 @@ def test_token_cache_changes_nothing(random_models):
     assert cache.hits > 0 and 0 < len(cache) <= cache.max_entries
 
 
+@pytest.mark.slow
 def test_empty_and_tiny_batches(random_models):
     files = random_models("tiny")
     fast = ElmoEmbedder(*files, backend="fast")
@@ -85,6 +89,7 @@ def test_empty_and_tiny_batches(random_models):
             np.testing.assert_allclose(x, y, atol=FP32, rtol=0)
 
 
+@pytest.mark.slow
 def test_whole_forward_compiles_fullgraph(random_models):
     files = random_models("tiny", exercise_clips=True)
     bilm = ElmoBiLm(*files, backend="fast").eval()
@@ -109,6 +114,7 @@ BF16_MAX_REL, BF16_RMS_REL = MODEL_BF16["max_rel"], MODEL_BF16["rms_rel"]
 
 
 @pytest.mark.parametrize("preset,exercise_clips", [("tiny", True), ("small", False), ("small", True)])
+@pytest.mark.slow
 def test_bf16_error_bound(random_models, preset, exercise_clips):
     files = random_models(preset, exercise_clips=exercise_clips)
     ids = batch_to_ids(_batch(11, 8))

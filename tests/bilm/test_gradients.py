@@ -19,6 +19,7 @@ HAS_FAST = ops.HAS_EXTENSION and all(hasattr(ops, n) for n in ("char_cnn", "high
 GRAD_RTOL = 1e-4  # fast vs reference gradients: max |difference| <= 1e-4 * max |reference gradient|
 
 
+@pytest.mark.slow
 def test_gradcheck_whole_bilm(mini):
     ids = batch_to_ids(MINI_WORDS)
     tensors = leaves(mini.tensors())
@@ -35,6 +36,7 @@ def test_gradcheck_whole_bilm(mini):
 
 
 @pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
+@pytest.mark.slow
 def test_gradcheck_whole_bilm_on_the_fast_ops(mini):
     ids = batch_to_ids(MINI_WORDS)
     tensors = leaves(mini.tensors())
@@ -48,6 +50,7 @@ def test_gradcheck_whole_bilm_on_the_fast_ops(mini):
 
 @pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
 @pytest.mark.parametrize("preset", ["mini", "tiny"])
+@pytest.mark.slow
 def test_whole_bilm_fast_training_equals_the_reference(preset, mini, random_models):
     # float64: the fast path's gradients of every biLM weight match bilm_ref's autograd to rounding.
     if preset == "mini":
@@ -157,6 +160,7 @@ def _assert_grads_close(got, want, what):
     [pytest.param("fast", marks=pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")), "reference"],
 )
 @pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.slow
 def test_fine_tuning_gradients_equal_the_reference(random_models, spies, layer_norm, backend):
     files = random_models("tiny", exercise_clips=True)
     elmo = _elmo(files, requires_grad=True, do_layer_norm=layer_norm, backend=backend)
@@ -184,6 +188,7 @@ def test_fine_tuning_gradients_equal_the_reference(random_models, spies, layer_n
     assert all(p.grad.abs().sum() > 0 for p in bilm_params)  # every weight trains
 
 
+@pytest.mark.slow
 def test_fine_tuning_through_the_vocab_cache(random_models):
     """requires_grad with word_inputs: the cached words' char ids run through the reference, so the
     char CNN still gets its gradients, equal to the char path's."""
@@ -203,6 +208,7 @@ def test_fine_tuning_through_the_vocab_cache(random_models):
 
 @pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
 @pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.slow
 def test_frozen_bilm_trains_its_mixes_on_the_fast_path(random_models, spies, layer_norm):
     files = random_models("tiny", exercise_clips=True)
     ids = batch_to_ids(_sentences(np.random.default_rng(3), 5, 1, 12))

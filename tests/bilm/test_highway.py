@@ -168,6 +168,7 @@ def test_highway_gate_opcheck(n, h, layout, dtype):
 
 @needs_extension
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch internals
+@pytest.mark.slow
 def test_highway_gate_torch_compile_fullgraph():
     def f(projected, x):
         return ops.highway_gate(projected * 0.5, x) + 1.0

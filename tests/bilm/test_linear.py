@@ -51,6 +51,7 @@ def test_linear_matches_reference(n, K, N, bias, layout):
 
 
 @pytest.mark.parametrize("n", [1, 27, 128, 129])
+@pytest.mark.slow
 def test_linear_large_weights(n):
     # 'original' layer 0's shape per direction: W_ih [4C, P] = [16384, 512], 32 MB
     x, w, b = linear_case(n, 512, 16384, torch.float32, seed=n)

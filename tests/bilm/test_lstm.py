@@ -145,6 +145,7 @@ def test_bilstm_lengths_and_layouts(pattern, layout, dtype):
 
 
 @needs_extension
+@pytest.mark.slow
 def test_bilstm_clips_are_applied_and_zero_means_none():
     case = lstm_case(5, 19, 2, 16, 64, torch.float32, seed=3, lengths=[19, 4, 19, 0, 11])
     (out, _, c), (want_out, _, want_c) = check_bilstm(case, CLIP, CLIP, "bilstm clips 3.0")
@@ -173,6 +174,7 @@ def test_bilstm_rows_of_length_zero_keep_their_state():
 
 
 @needs_extension
+@pytest.mark.slow
 def test_bilstm_realistic_small_preset_fp32():
     # ELMo 'small' shapes: long GEMM reductions (K = 1024 in the projection) at the 1e-5 bar.
     B, T, L, P, C = 16, 30, 2, 128, 1024
@@ -202,6 +204,7 @@ def test_bilstm_thread_schedules(schedule, threads, monkeypatch):
 @needs_extension
 @pytest.mark.parametrize("gemv_rows", ["0", "1000"])
 @pytest.mark.parametrize("P,C", [(3, 5), (16, 64), (37, 50)])
+@pytest.mark.slow
 def test_bilstm_gemm_paths(P, C, gemv_rows, monkeypatch):
     # Steps with few active rows use the op's own GEMV, the others BLAS (float32): force each one
     # for every step (ELMO_FAST_BILSTM_GEMV_ROWS), on sizes that leave remainders everywhere.
@@ -212,6 +215,7 @@ def test_bilstm_gemm_paths(P, C, gemv_rows, monkeypatch):
 
 @needs_extension
 @pytest.mark.parametrize("capability", ["default", "avx2"])
+@pytest.mark.slow
 def test_bilstm_other_isa_levels(capability):
     # The float kernels exist per ISA level, picked once per process from ATen's CPU capability:
     # run the lower levels in a fresh process (ATEN_CPU_CAPABILITY caps the level).
@@ -234,6 +238,7 @@ def test_bilstm_other_isa_levels(capability):
 
 
 @needs_extension
+@pytest.mark.slow
 def test_bilstm_inference_mode_and_parameters():
     # The directions run on two threads: the second must see the caller's inference mode, or
     # writing to the workspace (inference tensors) fails. Weights that require grad work too.
@@ -289,6 +294,7 @@ def test_bilstm_opcheck(B, T, L, P, C, state, clip, dtype):
 
 
 @needs_extension
+@pytest.mark.slow
 def test_bilstm_opcheck_bf16_weights():
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(5, 7, 2, 16, 64, seed=8)
     torch.library.opcheck(torch.ops.elmo_fast.bilstm.default, (xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0))
@@ -368,6 +374,7 @@ def test_bilstm_bf16_gemv_is_fp32_accurate(B, P, C, misaligned, monkeypatch):
 @needs_extension
 @pytest.mark.parametrize("gemv_rows", ["0", "8"])  # oneDNN for every step / the default
 @pytest.mark.parametrize("B,T,L,P,C", [(16, 30, 2, 128, 1024), (11, 13, 2, 16, 64), (11, 13, 3, 16, 64)])
+@pytest.mark.slow
 def test_bilstm_bf16_stack_no_worse_than_pytorch_bf16(B, T, L, P, C, gemv_rows, monkeypatch):
     monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
     lengths = torch.randint(1, T + 1, (B,), generator=torch.Generator().manual_seed(B + L))
@@ -444,6 +451,7 @@ def test_bilstm_packed_float32_weights(B, T, L, P, C, tuning):
 @needs_extension
 @pytest.mark.parametrize("tuning", [None, [0, 0, 0], [0, 0, 1], [-1, -1, -1]])
 @pytest.mark.parametrize("B,T,L,P,C", [(1, 1, 1, 16, 4), (5, 7, 1, 48, 20), (37, 9, 2, 16, 64), (3, 19, 3, 32, 8)])
+@pytest.mark.slow
 def test_bilstm_packed_weights(B, T, L, P, C, tuning):
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(B, T, L, P, C, seed=3 * B + T, bias_dtype=torch.float32)
     got = ops.bilstm(xg0, token_index, lengths, packed(weights), CLIP, CLIP, h0, c0, tuning)
@@ -648,6 +656,7 @@ def clips_bind(case, cell_clip, proj_clip):
 @poisoned
 @pytest.mark.parametrize("layout", ["contiguous", "sliced", "feature_major"])
 @pytest.mark.parametrize("B,T,P,C,lengths", GRADCHECK_CASES)
+@pytest.mark.slow
 def test_lstm_layer_gradcheck(B, T, P, C, lengths, layout):
     case = layer_case(B, T, P, C, torch.float64, seed=B * T + P, lengths=lengths, layout=layout, junk=1e30)
     if layout != "contiguous":
@@ -660,6 +669,7 @@ def test_lstm_layer_gradcheck(B, T, P, C, lengths, layout):
 
 @needs_extension
 @poisoned
+@pytest.mark.slow
 def test_lstm_layer_gradcheck_zero_state_no_clips():
     case = layer_case(4, 5, 3, 4, torch.float64, seed=2, lengths=[5, 2, 4, 0], state=False, junk=1e30)
     fast, _ = layer_fns(case[1], None, None, state=False)
@@ -670,7 +680,9 @@ def test_lstm_layer_gradcheck_zero_state_no_clips():
 @poisoned
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("state", [True, False], ids=["state", "zeros"])
-@pytest.mark.parametrize("B,T,P,C", [(1, 1, 3, 5), (5, 7, 3, 5), (9, 19, 16, 64), (6, 13, 37, 50)])
+@pytest.mark.parametrize(
+    "B,T,P,C", [(1, 1, 3, 5), (5, 7, 3, 5), pytest.param(9, 19, 16, 64, marks=pytest.mark.slow), (6, 13, 37, 50)]
+)
 def test_lstm_layer_grads_match_reference(B, T, P, C, state, dtype):
     case = layer_case(B, T, P, C, dtype, seed=100 * B + T, state=state)
     fast, ref = layer_fns(case[1], 3.0, 3.0, state)
@@ -691,6 +703,7 @@ def test_lstm_layer_grads_non_contiguous(layout):
 @needs_extension
 @poisoned
 @pytest.mark.parametrize("poisoned", [True, False], ids=["poisoned", "huge_pages"])
+@pytest.mark.slow
 def test_lstm_layer_small_preset_fp32(poisoned):
     # 'small' shapes (P = 128, C = 1024): long sums in the weight gradients, clips at 3 binding.
     # Unpoisoned, the op's large buffers (saved, grad_xg: > 4 MB here) come from its huge-page
@@ -732,6 +745,7 @@ def test_lstm_layer_grads_of_some_outputs(used):
 @poisoned
 @pytest.mark.parametrize("gemv_rows", ["0", "1000"])  # BLAS for every step / the op's GEMV for every step
 @pytest.mark.parametrize("schedule,threads", [("directions", 2), ("sequential", 2), ("sequential", 1)])
+@pytest.mark.slow
 def test_lstm_layer_gemm_paths_and_schedules(gemv_rows, schedule, threads, monkeypatch):
     monkeypatch.setenv("ELMO_FAST_BILSTM_GEMV_ROWS", gemv_rows)
     monkeypatch.setenv("ELMO_FAST_BILSTM_THREADS", schedule)
@@ -747,6 +761,7 @@ def test_lstm_layer_gemm_paths_and_schedules(gemv_rows, schedule, threads, monke
 
 @needs_extension
 @poisoned
+@pytest.mark.slow
 def test_lstm_layer_tuning_is_the_environments_choice(monkeypatch):
     # tuning [gemv rows, gemv rows, concurrent from] runs what the environment's forcing runs, forward and
     # backward (the autograd formula passes it on), bit for bit.
@@ -799,6 +814,7 @@ def test_lstm_layer_token_index(mode, lengths, dtype):
 
 @needs_extension
 @poisoned
+@pytest.mark.slow
 def test_lstm_layer_token_index_gradcheck():
     case = layer_case(5, 6, 3, 4, torch.float64, seed=23, lengths=[6, 0, 3, 1, 5], junk=1e30)
     xg, lengths, w_hh, w_proj, h0, c0, index = indexed_case(case, "repeated", seed=24)
@@ -889,6 +905,7 @@ def test_lstm_layer_errors_name_the_argument():
         (3, 4, 16, 24, [2, 4, 3], None, False, torch.float64),
     ],
 )
+@pytest.mark.slow
 def test_lstm_layer_opcheck(B, T, P, C, lengths, clip, state, dtype):
     xg, lengths, w_hh, w_proj, h0, c0 = layer_case(
         B, T, P, C, dtype, seed=B + T, lengths=lengths, state=state, junk=0.0
@@ -938,6 +955,7 @@ def stack_fns(lengths, masks, clip):
 
 @needs_extension
 @poisoned
+@pytest.mark.slow
 def test_bilstm_train_gradcheck():
     x, lengths, weights, h0, c0, masks = stack_case(
         4, 5, 2, 3, 4, torch.float64, seed=1, lengths=[5, 0, 2, 3], dropout=0.3
@@ -956,6 +974,7 @@ def test_bilstm_train_gradcheck():
         (16, 25, 2, 128, 1024, 3.0),  # 'small' shapes
     ],
 )
+@pytest.mark.slow
 def test_bilstm_train_matches_reference_fp32(B, T, L, P, C, clip):
     gen = torch.Generator().manual_seed(B + T)
     lengths = torch.randint(0, T + 1, (B,), generator=gen)
@@ -987,6 +1006,7 @@ def test_bilstm_train_residual_adds_the_dropped_input():
 
 @needs_extension
 @poisoned
+@pytest.mark.slow
 def test_bilstm_train_without_dropout_is_bilstm():
     # training=False (or no dropout): the inference op's stack, layer 0's gates from the same x.
     x, lengths, weights, h0, c0, masks = stack_case(9, 13, 2, 16, 64, torch.float32, seed=4)
@@ -1043,6 +1063,7 @@ def test_bilstm_train_per_direction_inputs():
 # --- the reference's own gradients, under gradcheck in float64 ------------------------------------
 
 
+@pytest.mark.slow
 def test_gradcheck_bilstm_with_clips(mini):
     torch.manual_seed(1)
     B, T, P, C = 3, 5, MINI.projection_dim, MINI.cell_dim

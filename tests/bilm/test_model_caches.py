@@ -97,6 +97,7 @@ def planned_on_host(monkeypatch):
 
 @needs_fast
 @pytest.mark.parametrize("stateful,cache", [(False, 0), (True, 0), (False, 1000)], ids=["plain", "stateful", "cache"])
+@pytest.mark.slow
 def test_host_planned_forward_matches_the_reference(random_models, planned_on_host, stateful, cache):
     files = random_models("tiny", exercise_clips=True)
     ref = ElmoBiLm(*files, backend="reference", stateful=stateful)
@@ -197,6 +198,7 @@ def _change_in_place(bilm, other):
 @needs_fast
 @pytest.mark.parametrize("change", [_change_load_state_dict, _change_in_place], ids=["load_state_dict", "in_place"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.slow
 def test_stacked_lstm_weights_follow_changed_weights(random_models, stacked_on_cpu, change, dtype):
     files, other_files = random_models("tiny", seed=0), random_models("tiny", seed=1)
     bilm = ElmoBiLm(*files, backend="fast", dtype=dtype)
@@ -212,6 +214,7 @@ def test_stacked_lstm_weights_follow_changed_weights(random_models, stacked_on_c
 
 
 @needs_fast
+@pytest.mark.slow
 def test_stacked_lstm_weights_follow_an_optimizer_step(random_models, stacked_on_cpu):
     files = random_models("tiny")
     bilm = ElmoBiLm(*files, backend="fast", requires_grad=True)
@@ -277,6 +280,7 @@ def graphs_on_cpu(monkeypatch, planned_on_host):
 
 
 @needs_fast
+@pytest.mark.slow
 def test_cuda_graph_buckets(random_models, graphs_on_cpu):
     files = random_models("tiny", exercise_clips=True)
     graphed = ElmoBiLm(*files, backend="fast", cuda_graphs=2)
@@ -348,6 +352,7 @@ def test_cuda_graphs_only_where_only_the_data_varies(random_models, graphs_on_cp
 
 @needs_fast
 @pytest.mark.parametrize("variant", ["words+chars", "20 chars, tanh, 3 layers"])
+@pytest.mark.slow
 def test_host_planned_forward_and_graphs_of_a_manylangs_model(tmp_path, planned_on_host, graphs_on_cpu, variant):
     """An ELMoForManyLangs model (its own rows of ids: a word id and L characters) through the
     host-planned forward and its CUDA graph buckets, against the reference."""

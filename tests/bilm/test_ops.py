@@ -140,6 +140,7 @@ def test_training_uses_the_cuda_ops_only_where_built():
 @needs_extension
 @poisoned
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.slow
 def test_char_cnn_and_highway_opcheck_with_gradients(activation):
     emb, ws, bs = random_cnn(TINY_FILTERS, 4, torch.float32, seed=1)
     ids = elmo_ids(9, seed=1)
@@ -163,6 +164,7 @@ def test_char_cnn_and_highway_opcheck_with_gradients(activation):
 @poisoned
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch internals
 @pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.slow
 def test_torch_compile_forward_and_backward(dynamic):
     torch._dynamo.reset()
     case = layer_case(5, 7, 4, 6, torch.float32, seed=6, lengths=[7, 0, 3, 1, 6], junk=0.0)

@@ -91,6 +91,7 @@ def _layers_within(got, ref, bound, what):
 
 
 @needs_fast
+@pytest.mark.slow
 def test_bf16_by_either_name_within_its_bound(random_models):
     files = random_models("tiny", exercise_clips=True)
     ids = batch_to_ids(_sentences(np.random.default_rng(3), 9, 1, 13))
@@ -227,6 +228,7 @@ def test_training_precision(tmp_path):
 
 
 @needs_fast
+@pytest.mark.slow
 def test_bf16_training_steps_run_and_track_fp32(tmp_path):
     # bf16 training (the forward under autocast: its GEMMs in bf16, weights and Adagrad fp32) on the fast
     # CPU ops: the highway's gate and the LSTM's recurrence take autocast's bf16 GEMM results in their
@@ -278,6 +280,7 @@ def test_bf16_training_steps_run_and_track_fp32(tmp_path):
 
 
 @needs_fast
+@pytest.mark.slow
 def test_embed_precision_flag(tmp_path, random_models, capsys):
     import h5py
 

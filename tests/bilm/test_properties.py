@@ -145,6 +145,7 @@ def _assert_same(got: list[np.ndarray], want: list[np.ndarray], what: str) -> No
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches(), data=st.data())
+@pytest.mark.slow
 def test_stateless_outputs_do_not_depend_on_the_batch(embedder, batch, data):
     embedder, threads = embedder
     with torch_threads(threads):
@@ -180,6 +181,7 @@ def cache_variants(random_models):
 @needs_fast
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches(), seed=st.integers(0, 2**16))
+@pytest.mark.slow
 def test_token_cache_does_not_change_results(cache_variants, batch, seed):
     plain, small, large = cache_variants
     # the cache serves results computed in earlier batches: warm it with the same tokens in other contexts
@@ -208,6 +210,7 @@ def clip_models(random_models):
 @needs_fast
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches(max_sentences=9, max_len=16))
+@pytest.mark.slow
 def test_fast_matches_reference(clip_models, batch):
     fast, ref = clip_models
     ids = batch_to_ids(batch)

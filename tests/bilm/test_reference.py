@@ -24,6 +24,7 @@ from elmo_fast.bilm.reference import (
 FP32 = TOL[torch.float32]["atol"]
 
 
+@pytest.mark.slow
 def test_golden_lm_embeddings_stateful(bilm_tf_tiny, tiny_files, fixture_sentences):
     # bilm-tf ran batch i = [sentences[0][i], sentences[1][i], sentences[2][i]] for i = 0..9 in order,
     # each row carrying its LSTM state into the next batch (see the fixture's NOTICE).
@@ -41,6 +42,7 @@ def test_golden_lm_embeddings_stateful(bilm_tf_tiny, tiny_files, fixture_sentenc
     assert worst <= FP32, f"max abs error vs bilm-tf {worst:.3g}"
 
 
+@pytest.mark.slow
 def test_golden_lm_embeddings_need_state(bilm_tf_tiny, tiny_files, fixture_sentences):
     """The fixture really exercises the carried state: stateless outputs differ after batch 0."""
     expected = expected_top_layers(bilm_tf_tiny)
@@ -50,6 +52,7 @@ def test_golden_lm_embeddings_need_state(bilm_tf_tiny, tiny_files, fixture_sente
     assert np.abs(top[0, 2, : len(batch[0])].numpy() - expected[0][1]).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_golden_token_embeddings(bilm_tf_tiny, tiny_files):
     words = (bilm_tf_tiny / "vocab_test.txt").read_text().strip().split("\n")
     with h5py.File(bilm_tf_tiny / "elmo_token_embeddings.hdf5", "r") as f:
@@ -72,6 +75,7 @@ def test_golden_token_embeddings(bilm_tf_tiny, tiny_files):
     assert np.abs(layer0[:, 16:] - expected).max() <= FP32
 
 
+@pytest.mark.slow
 def test_golden_through_embedder_stateful(bilm_tf_tiny, tiny_files, fixture_sentences):
     expected = expected_top_layers(bilm_tf_tiny)
     emb = ElmoEmbedder(*tiny_files, batch_size=3, stateful=True, backend="reference")
@@ -84,6 +88,7 @@ def test_golden_through_embedder_stateful(bilm_tf_tiny, tiny_files, fixture_sent
 # --- allennlp's stateful rules -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_stateful_rules_for_growing_and_shrinking_batches(random_models):
     """Row i starts from row i's last state; new rows from zero; unused rows keep their state."""
     options, weights = random_models("tiny", exercise_clips=True)
@@ -130,6 +135,7 @@ def test_states_can_be_saved_and_restored(random_models):
 
 
 @pytest.mark.parametrize("backend", ["reference", "auto"])
+@pytest.mark.slow
 def test_stateless_vectors_do_not_depend_on_batching(random_models, backend):
     options, weights = random_models("tiny", exercise_clips=True)
     emb = ElmoEmbedder(options, weights, batch_size=4, backend=backend)
@@ -205,6 +211,7 @@ def _allennlp_style_layer(x, lengths, w, cell_clip, proj_clip, go_forward):
     return out, h, c
 
 
+@pytest.mark.slow
 def test_bilstm_matches_allennlp_loop_with_clips(random_models):
     options, weights = random_models("tiny", exercise_clips=True)
     w = load_weights(weights, load_options(options))
@@ -274,6 +281,7 @@ def test_sentence_boundaries_roundtrip():
 
 
 @pytest.mark.parametrize("exercise_clips", [False, True])
+@pytest.mark.slow
 def test_random_models_have_realistic_scales(random_models, exercise_clips):
     options, weights = random_models("small", exercise_clips=exercise_clips)
     emb = ElmoEmbedder(options, weights, backend="reference")

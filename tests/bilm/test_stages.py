@@ -74,6 +74,7 @@ def test_backend_reaches_every_stage(random_models):
 
 @needs_ext
 @pytest.mark.parametrize("preset", ["tiny", "small"])
+@pytest.mark.slow
 def test_each_stage_fast_equals_reference(random_models, preset):
     """Each stage's forward, under either backend, on fresh random inputs (awkward sizes)."""
     bilm = ElmoBiLm(*random_models(preset, exercise_clips=True), backend="fast")
@@ -139,6 +140,7 @@ def test_a_state_dict_round_trips(random_models):
     _assert_same_weights(target, source)
 
 
+@pytest.mark.peers
 def test_loads_allennlp_state_dicts_and_gives_allennlp_outputs(random_models):
     """allennlp's own _ElmoBiLm (2.10.1) and Elmo: their state dicts load into ours (module names
     translated), and both compute the same activations."""

@@ -23,6 +23,7 @@ def run_cli(*args, stdin=None, env=None):
     )
 
 
+@pytest.mark.slow
 def test_embed_all_matches_bilm_tf(tmp_path, bilm_tf_tiny, tiny_files, fixture_sentences):
     """`embed --all` on the fixture model: allennlp's layout, bilm-tf's numbers (stateful, batches of 3)."""
     order = [fixture_sentences[k][i] for i in range(10) for k in range(3)]
@@ -56,6 +57,7 @@ def test_embed_all_matches_bilm_tf(tmp_path, bilm_tf_tiny, tiny_files, fixture_s
             assert np.abs(ds[2] - expected[k][i]).max() <= 1e-5
 
 
+@pytest.mark.slow
 def test_embed_stdin_top_and_errors(tmp_path, random_models):
     options, weights = random_models("tiny")
     out = tmp_path / "out.hdf5"
@@ -109,6 +111,7 @@ def test_embed_stdin_top_and_errors(tmp_path, random_models):
     assert r.returncode == 2  # argparse: one of --all/--top/--average is required
 
 
+@pytest.mark.slow
 def test_random_model_command_warns(tmp_path):
     r = run_cli("random-model", "tiny", tmp_path / "m", "--seed", 3)
     assert r.returncode == 0, r.stderr
@@ -116,6 +119,7 @@ def test_random_model_command_warns(tmp_path):
     assert (tmp_path / "m" / "options.json").exists() and (tmp_path / "m" / "weights.hdf5").exists()
 
 
+@pytest.mark.slow
 def test_embed_by_model_name_from_local_server(tmp_path, random_models):
     """--model NAME downloads once into $ELMO_FAST_CACHE (served from 127.0.0.1, never the internet)."""
     import functools
@@ -273,6 +277,7 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, random_models, caps
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before  # nothing written or left
 
 
+@pytest.mark.slow
 def test_bad_line_mid_stream_in_a_real_process(tmp_path, random_models):
     """Exit code and stderr of a real process: the bar, then one error line; no traceback, no output."""
     options, weights = random_models("tiny")
@@ -403,6 +408,7 @@ def _signal_mid_run(tmp_path, args, lines, signum, ready):
 
 
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+@pytest.mark.slow
 def test_a_terminated_plain_run_leaves_nothing(tmp_path, random_models, signame):
     import signal
 
@@ -421,6 +427,7 @@ def test_a_terminated_plain_run_leaves_nothing(tmp_path, random_models, signame)
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_terminated_resume_run_leaves_a_work_area_that_resume_completes(tmp_path, random_models):
     import signal
 
@@ -465,6 +472,7 @@ def test_a_terminated_resume_run_leaves_a_work_area_that_resume_completes(tmp_pa
                 np.testing.assert_allclose(got[key][...], want[key][...], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, random_models):
     """kill -9 runs no cleanup: the next run for the same output finds the files by their exact name and
     removes them, as their process is gone, and says so."""
@@ -498,6 +506,7 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path, ran
 # --- allennlp's command line, flags in messages, swapped files, the closing lines --------------------
 
 
+@pytest.mark.slow
 def test_an_allennlp_elmo_command_line_works(tmp_path, random_models):
     """`allennlp elmo ...` with `allennlp elmo` replaced by `elmo-fast embed`: allennlp 0.9's flags
     (--cuda-device -1 is the CPU; --include-package and --vocab-path are accepted, and ignored)."""
@@ -612,6 +621,7 @@ def test_cli_errors_name_flags(tmp_path, random_models, capsys, args, message):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+@pytest.mark.slow
 def test_the_closing_lines_say_what_the_run_did(tmp_path, random_models):
     options, weights = random_models("tiny")
     inp = tmp_path / "in.txt"
@@ -640,6 +650,7 @@ def test_the_closing_lines_say_what_the_run_did(tmp_path, random_models):
     ), second
 
 
+@pytest.mark.slow
 def test_random_model_refuses_to_replace_a_model(tmp_path):
     d = tmp_path / "m"
     r = run_cli("random-model", "tiny", d, "--seed", 1)
@@ -703,19 +714,28 @@ def test_errors_name_parameters_as_the_api_or_the_cli_spells_them():
     }
 
 
+@pytest.fixture(scope="module")
+def plain_stdin_case(random_models, tmp_path_factory):
+    """(text with a byte-order mark, embed's flags, the output of the same text from a plain file), made once
+    for both kinds of compression."""
+    options, weights = random_models("tiny")
+    text = ("\ufeff" + "\n".join(_sentences(30, 7)) + "\n").encode("utf-8")
+    d = tmp_path_factory.mktemp("plain_stdin")
+    (d / "in.txt").write_bytes(text[3:])  # without the byte-order mark: the same output
+    common = ["--average", "--options", str(options), "--weights", str(weights), "--quiet"]
+    r = run_cli("embed", d / "in.txt", d / "want.h5", *common)
+    assert r.returncode == 0, r.stderr
+    return text, common, d / "want.h5"
+
+
 @pytest.mark.parametrize("kind", ["gzip", "xz"])
-def test_compressed_stdin(tmp_path, random_models, kind):
+@pytest.mark.slow
+def test_compressed_stdin(tmp_path, plain_stdin_case, kind):
     """`zcat`-less pipes: compressed bytes on stdin are recognised by their first bytes."""
     import gzip
     import lzma
 
-    options, weights = random_models("tiny")
-    text = ("\ufeff" + "\n".join(_sentences(30, 7)) + "\n").encode("utf-8")
-    plain = tmp_path / "in.txt"
-    plain.write_bytes(text[3:])  # without the byte-order mark: the same output
-    common = ["--average", "--options", str(options), "--weights", str(weights), "--quiet"]
-    r = run_cli("embed", plain, tmp_path / "want.h5", *common)
-    assert r.returncode == 0, r.stderr
+    text, common, want_h5 = plain_stdin_case
     packed = (gzip.compress if kind == "gzip" else lzma.compress)(text)
     r = subprocess.run(
         [sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "o.h5"), *common],
@@ -724,7 +744,7 @@ def test_compressed_stdin(tmp_path, random_models, kind):
         timeout=300,
     )
     assert r.returncode == 0, r.stderr.decode()
-    with h5py.File(tmp_path / "o.h5", "r") as got, h5py.File(tmp_path / "want.h5", "r") as want:
+    with h5py.File(tmp_path / "o.h5", "r") as got, h5py.File(want_h5, "r") as want:
         assert sorted(got) == sorted(want) and got["sentence_to_index"][0] == want["sentence_to_index"][0]
         for key in want:
             if key != "sentence_to_index":
@@ -738,7 +758,7 @@ def test_compressed_stdin(tmp_path, random_models, kind):
     err = r.stderr.decode()
     assert r.returncode == 2 and len(err.splitlines()) == 1, err
     assert f"<stdin>: the {kind} data is corrupt or truncated after line" in err and "replace" not in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "o.h5", "want.h5"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.h5"]
 
 
 def test_a_signal_that_lands_in_a_weakref_callback_is_delivered_again():
@@ -806,3 +826,100 @@ def test_a_write_that_fails_exits_1_naming_the_file_and_leaves_nothing(tmp_path,
         f"elmo-fast: error: cannot write {tmp_path / 'o.h5'}: No space left on device (ENOSPC)"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+# --- exit codes: 2 for what is known before any work starts, 1 for a failure during the run ---------------
+
+#: command -> its arguments, with OUT standing for where it writes (a file, or a folder for train/random-model)
+WRITERS = {
+    "embed": ["embed", "IN", "OUT", "--top", "--quiet", "MODEL"],
+    "embed --fasta": ["embed", "--fasta", "FASTA", "OUT", "--sum", "--quiet", "MODEL"],
+    "vocab": ["vocab", "IN", "--out", "OUT"],
+    "train": ["train", "--train", "IN", "--vocab", "VOCAB", "--out", "OUT", "--preset", "tiny", "--max-steps", "1"],
+    "random-model": ["random-model", "tiny", "OUT"],
+    "convert": ["convert", "SRC", "OUT"],
+}
+#: what each command's output is: "file" (OUT names a file) or "folder" (OUT names a folder it fills)
+OUTPUT_KIND = {"train": "folder", "random-model": "folder", "convert": "folder"}
+
+
+def _writer_args(command, tmp_path, random_models, out):
+    options, weights = random_models("tiny")
+    (tmp_path / "in.txt").write_text("the cat sat .\na dog ran .\n", encoding="utf-8")
+    (tmp_path / "p.fasta").write_text(">p1\nMKV\n>p2\nAGW\n", encoding="utf-8")
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\ncat\nsat\n.\na\ndog\nran\n", encoding="utf-8")
+    values = {
+        "IN": str(tmp_path / "in.txt"),
+        "FASTA": str(tmp_path / "p.fasta"),
+        "VOCAB": str(tmp_path / "vocab.txt"),
+        "SRC": str(Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoints" / "bilm_tf_run"),
+        "OUT": str(out),
+    }
+    args = []
+    for arg in WRITERS[command]:
+        args += ["--options", str(options), "--weights", str(weights)] if arg == "MODEL" else [values.get(arg, arg)]
+    return args
+
+
+#: where the output cannot go, found before any work: (how, the message's end). A command that writes a folder
+#: makes it and its missing parents, so that a missing folder, or a folder there, is no error for it.
+UNWRITABLE = {
+    "its folder missing": ("missing/OUT", r"does not exist$"),
+    "under a file": ("a_file/OUT", r"a_file is not a folder$"),
+    "a folder (for a file)": ("a_folder", r"is a folder$"),
+    "a name too long": ("x" * 300, r"file name too long \(300 bytes; at most \d+ here\)$"),
+}
+UNWRITABLE_CASES = [
+    (command, where)
+    for command in WRITERS
+    for where in UNWRITABLE
+    if OUTPUT_KIND.get(command) != "folder" or where in ("under a file", "a name too long")
+]
+
+
+@pytest.mark.parametrize("command,where", UNWRITABLE_CASES)
+def test_an_output_that_cannot_be_written_exits_2_before_any_work(command, where, tmp_path, random_models, capsys):
+    """The output's place is an argument like any other: a missing folder, a file in the way, a folder where
+    a file goes, a name the filesystem refuses are refused before the model loads or the corpus is read, with
+    exit status 2 (docs/embedding.md, Exit codes), and nothing is written."""
+    import re
+
+    from elmo_fast.cli import main
+
+    how, message = UNWRITABLE[where]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a_file").write_text("not a folder")
+    (work / "a_folder").mkdir()
+    out = work / how.replace("OUT", "out.h5" if OUTPUT_KIND.get(command) != "folder" else "model")
+    args = _writer_args(command, tmp_path, random_models, out)
+    before = sorted(p.relative_to(work) for p in work.rglob("*"))
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("elmo-fast: error: cannot write "), err
+    assert re.search(message, err.strip()), err
+    assert sorted(p.relative_to(work) for p in work.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", ["embed", "vocab", "random-model"])
+def test_a_write_that_fails_during_the_run_exits_1(command, tmp_path, random_models, monkeypatch, capsys):
+    """The same commands, their arguments fine, and the disk full when the finished output is fsync'ed (a
+    delayed write's ENOSPC): a failure during the run, exit status 1, one line naming the file, nothing left."""
+    import errno
+
+    from elmo_fast.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "work" / ("model" if OUTPUT_KIND.get(command) == "folder" else "out.h5")
+    out.parent.mkdir()
+    args = _writer_args(command, tmp_path, random_models, out)
+    monkeypatch.setattr(os, "fsync", full)
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert len(err.splitlines()) == 1 and err.startswith("elmo-fast: error: cannot write "), err
+    assert err.strip().endswith("No space left on device (ENOSPC)"), err
+    assert [p for p in out.parent.rglob("*") if p.is_file()] == []

@@ -79,6 +79,7 @@ def alone(reference):
 
 
 @pytest.mark.parametrize("output", ["mean", "average", "top", "all", "sum"])
+@pytest.mark.slow
 def test_every_row_equals_its_sentence_alone_whatever_the_batches(output, tiny, reference, alone):
     options, weights = tiny
     texts = _sentences(19, seed=5)
@@ -105,6 +106,7 @@ def test_every_row_equals_its_sentence_alone_whatever_the_batches(output, tiny, 
         start += size
 
 
+@pytest.mark.slow
 def test_tokens_column_and_the_tokenizer(tiny, reference):
     from elmo_fast.tokenizer import tokenize
 
@@ -134,6 +136,7 @@ def test_pandas_batches(tiny, reference):
         np.testing.assert_allclose(got, reference.embed_sentence(text.split()).mean(axis=(0, 1)), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_the_model_as_embed_takes_it(tiny, tmp_path):
     options, weights = tiny
     from_files = ElmoBatchEmbedder(options_file=str(options), weight_file=str(weights), output="all")

@@ -1,4 +1,4 @@
-"""ElmoBatchEmbedder on a local Ray (tests/support/ray_local.py: ray.init(num_cpus=2), once for this module): text
+"""ElmoBatchEmbedder on a local Ray (tests/support/ray_local.py: ray.init(num_cpus=2), once for the test run): text
 files and parquet through ``map_batches`` with one and two actors and other partitionings, every row
 equal to ElmoEmbedder's vectors of its sentence alone; vectors written to parquet and read back; a bad
 row's one-line error reaching the driver. (tests/cluster/test_ray_batch_embedder.py checks the class without Ray.)"""
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ray_local import local_ray
 
 from elmo_fast import ElmoEmbedder
 from elmo_fast.output_shapes import shape_output
@@ -30,8 +29,8 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def ray():
-    yield from local_ray()
+def ray(ray_cluster):
+    return ray_cluster
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +62,7 @@ def _check(rows, alone, output):
 
 
 @pytest.mark.parametrize("output,actors,batch_size,blocks", [("all", 1, 5, 1), ("mean", 2, 3, 4)])
+@pytest.mark.slow
 def test_read_text_map_batches_equals_each_sentence_alone(
     ray, model, alone, corpus, output, actors, batch_size, blocks
 ):
@@ -82,6 +82,7 @@ def test_read_text_map_batches_equals_each_sentence_alone(
     _check(out.take_all(), alone, output)
 
 
+@pytest.mark.slow
 def test_parquet_in_and_out(ray, model, alone, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -104,6 +105,7 @@ def test_parquet_in_and_out(ray, model, alone, tmp_path):
     _check([{"text": r["sentence"], "embeddings": r["embeddings"]} for r in rows], alone, "average")
 
 
+@pytest.mark.slow
 def test_a_bad_row_is_a_one_line_error_at_the_driver(ray, model):
     options, weights = model
     ds = ray.data.from_items([{"text": t, "id": i} for i, t in enumerate(["fine", "also fine", "   ", "ok"])])

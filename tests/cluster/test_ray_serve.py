@@ -1,5 +1,5 @@
-"""elmo_fast.ray.serve_app on a local Ray Serve (tests/support/ray_local.py: ray.init(num_cpus=2), once for this
-module; serve.run on a free loopback port): the API of `elmo-fast serve`, answered by the same app
+"""elmo_fast.ray.serve_app on a local Ray Serve (tests/support/ray_local.py: ray.init(num_cpus=2), once for the
+test run; serve.run on a free loopback port): the API of `elmo-fast serve`, answered by the same app
 in the replica (tests/serve/test_serve.py's cases: vectors equal to ElmoEmbedder's sentence by sentence, .npy,
 OpenAI's API, concurrent clients sharing batches, every bad input's answer, /info, /tokenize, request ids,
 the property-based battery of tests/support/serve_fuzz.py), under a route prefix and an API key; a model that
@@ -16,7 +16,6 @@ import socket
 
 import numpy as np
 import pytest
-from ray_local import local_ray
 from serve_cases import BAD, OPENAI_BAD, TOL, concurrent_clients, expected, random_sentences
 from serve_fuzz import fuzz_every_route
 from serve_process import http_request
@@ -56,8 +55,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def ray():
-    yield from local_ray()
+def ray(ray_cluster):
+    return ray_cluster
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +98,7 @@ def served(ray, tiny_dir):
         serve.shutdown()
 
 
+@pytest.mark.slow
 def test_the_deployment_is_what_was_asked(served, tiny_dir):
     from ray import serve
 
@@ -233,6 +233,7 @@ def test_every_route_fuzzed_from_the_description(served):
     assert code == 200 and len(json.loads(body)["embeddings"][0]) == 32
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_to_load_fails_the_deployment_naming_why(served, tmp_path):
     from ray import serve
 

@@ -43,6 +43,7 @@ def test_allennlp_names_along_the_whole_path(random_models):
 
 
 @pytest.mark.parametrize("backend", ["reference", "auto"])
+@pytest.mark.slow
 def test_reset_states_through_allennlps_path(random_models, backend):
     """The idiom of public model code: reset ELMo's states between documents. After it, a stateful
     Elmo gives what a fresh one gives."""
@@ -162,6 +163,7 @@ def test_a_compatible_module_that_is_not_an_elmobilm(random_models):
         elmo.save_bilm("unused")
 
 
+@pytest.mark.peers
 def test_allennlps_own_bilm_as_the_module(random_models):
     """allennlp's ``_ElmoBiLm`` itself passed as ``module=``: elmo-fast's mixes over its activations."""
     elmo_module = allennlp_elmo()

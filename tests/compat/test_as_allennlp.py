@@ -40,6 +40,7 @@ def no_real_allennlp():
 # ---- opt-in, and never over a real allennlp ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_nothing_named_allennlp_without_activation(no_real_allennlp):
     out = last_json(
         run_python("""
@@ -65,6 +66,7 @@ def test_the_variable_set_to_nothing_or_0_activates_nothing(no_real_allennlp, va
     assert proc.returncode == 1 and "No module named 'allennlp'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_activation_is_light_and_serves_elmos_path(no_real_allennlp):
     """Both ways (the import line, and the variable through the .pth hook) set it up without importing torch;
     every provided module imports and holds its names; the rest of allennlp is an ImportError saying why."""
@@ -111,6 +113,7 @@ def test_activation_is_light_and_serves_elmos_path(no_real_allennlp):
         assert "check_for_gpu is not provided" in attr2
 
 
+@pytest.mark.peers
 def test_a_real_allennlp_is_never_shadowed(no_real_allennlp):
     """With allennlp 2.10.1 importable, activating says so in one line and changes nothing; the same when it
     was imported first."""
@@ -475,6 +478,7 @@ def _compare(ours: dict, theirs: dict) -> float:
 
 
 @pytest.mark.parametrize("preset,clips", [("tiny", False), ("small", True)])
+@pytest.mark.peers
 def test_stateful_sequence_gives_allennlp_09s_numbers(tmp_path, random_models, preset, clips):
     options, weights = random_models(preset, exercise_clips=clips)
     steps = _sequence(seed=hash(preset) % 1000)
@@ -483,6 +487,7 @@ def test_stateful_sequence_gives_allennlp_09s_numbers(tmp_path, random_models, p
     assert _compare(ours, theirs) <= TOL
 
 
+@pytest.mark.peers
 def test_embed_file_gives_allennlp_09s_file(tmp_path, random_models):
     """0.9's embed_file: input order, batches of batch_size, the states flowing through: the same datasets."""
     import h5py
@@ -505,6 +510,7 @@ def test_embed_file_gives_allennlp_09s_file(tmp_path, random_models):
                 assert np.abs(theirs[key][...] - ours[key][...]).max() <= TOL
 
 
+@pytest.mark.peers
 def test_an_embedder_allennlp_09_pickled_unpickles_and_carries_on(tmp_path, random_models, no_real_allennlp):
     """A pickle of allennlp 0.9's ElmoEmbedder (what a flair model saved before flair 0.12 holds) loads into
     elmo-fast's, its weights and carried states included: the calls after it give 0.9's numbers."""
@@ -576,6 +582,7 @@ def test_oom_reaches_the_caller_as_the_runtime_error_fallbacks_catch(random_mode
 # ---- the other classes of ELMo's path, against allennlp 2.10.1's (the same code as 0.9's) -------------
 
 
+@pytest.mark.peers
 def test_character_mapper_and_indexer_match_allennlp():
     allennlp_elmo()
     from allennlp.data.token_indexers import elmo_indexer as theirs
@@ -597,6 +604,7 @@ def test_character_mapper_and_indexer_match_allennlp():
     assert pickle.loads(pickle.dumps(indexer)) == indexer
 
 
+@pytest.mark.peers
 def test_sentence_boundaries_match_allennlp():
     allennlp_elmo()
     from allennlp.nn import util as theirs
@@ -616,6 +624,7 @@ def test_sentence_boundaries_match_allennlp():
         assert torch.equal(back, tensor) and torch.equal(back_mask, mask)
 
 
+@pytest.mark.peers
 def test_character_encoder_matches_allennlp(random_models):
     module = allennlp_elmo()
     options, weights = random_models("small", exercise_clips=True)

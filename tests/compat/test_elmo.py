@@ -75,6 +75,7 @@ MIXES = [([0.3, -1.2, 0.9], 0.7), ([-0.5, 0.4, 1.1], 1.6)]
 
 @pytest.mark.parametrize("layer_norm", [False, True])
 @pytest.mark.parametrize("keep", [False, True])
+@pytest.mark.slow
 def test_small_with_clips_two_representations(small_clips, layer_norm, keep):
     files, ids, layers, mask = small_clips
     backend = "fast" if HAS_FAST else "reference"
@@ -97,6 +98,7 @@ def test_small_with_clips_two_representations(small_clips, layer_norm, keep):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_fixed_scalar_mix_parameters(small_clips, backend):
     files, ids, layers, mask = small_clips
     w = [-9e10, 1.0, -9e10]  # allennlp's example: layer 1 alone
@@ -131,6 +133,7 @@ def test_allennlp_state_dict_names(random_models):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_golden_bilm_tf_mixed_by_hand_stateful(bilm_tf_tiny, tiny_files, fixture_sentences, backend):
     """The fixture's layer 0 (token embeddings) and top layer (stateful lm_embeddings) mixed by hand;
     layer 1, which bilm-tf did not dump, gets weight exp(-9e10) = 0. Once from char ids, once from
@@ -172,6 +175,7 @@ def test_golden_bilm_tf_mixed_by_hand_stateful(bilm_tf_tiny, tiny_files, fixture
 # --- dropout, shapes, awkward batches --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dropout_train_and_eval(random_models):
     p = 0.3
     elmo = Elmo(*random_models("tiny", exercise_clips=True), 2, dropout=p)
@@ -197,6 +201,7 @@ def test_dropout_train_and_eval(random_models):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("keep", [False, True])
+@pytest.mark.slow
 def test_rank4_inputs_equal_the_flattened_batch(random_models, backend, keep):
     files = random_models("tiny", exercise_clips=True)
     vocab = ["@@PADDING@@"] + "the a cat sat on mat dog ran quickly home , . ! über 東京".split()
@@ -284,6 +289,7 @@ def test_vocab_cache_equals_char_path(random_models, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_vocab_cache_backs_off_to_chars_for_ids_outside(random_models, backend):
     files = random_models("tiny", exercise_clips=True)
     small_vocab = VOCAB[:6]  # "sat" and later words are outside

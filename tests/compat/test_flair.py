@@ -18,6 +18,7 @@ from peers import PEERS
 from repo_paths import SUPPORT
 from shim_runs import child_env, last_json, require, require_no_real_allennlp, run_python
 
+pytestmark = pytest.mark.peers  # flair on elmo-fast's allennlp import path, against allennlp 0.9
 TOL = 1e-5
 SENTENCES = [
     ["The", "cat", "sat", "on", "the", "mat", "."],

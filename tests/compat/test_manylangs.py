@@ -83,6 +83,7 @@ def theirs(variant_dirs):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.peers
 def test_sents2elmo_equals_elmoformanylangs(variant, backend, variant_dirs, theirs):
     sents, expected = theirs(variant)
     ours = Embedder(variant_dirs(variant), backend=backend)
@@ -96,6 +97,7 @@ def test_sents2elmo_equals_elmoformanylangs(variant, backend, variant_dirs, thei
             assert err <= ATOL, f"{variant} {backend} output_layer={k} sentence {i}: max abs error {err:.3e}"
 
 
+@pytest.mark.slow
 def test_the_variants_are_what_they_say(variant_dirs):
     """Clips that bite, word embeddings present or not, legacy pickles tagged cuda:0."""
     w = load_manylangs(variant_dirs("words+chars"))
@@ -122,6 +124,7 @@ def test_the_variants_are_what_they_say(variant_dirs):
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.peers
 def test_ids_equal_create_one_batch(variant, variant_dirs):
     """The front end's rows are ELMoForManyLangs' read_list + create_one_batch, id for id (each + 1)."""
     manylangs()
@@ -159,6 +162,7 @@ def test_stateless_whatever_the_batching(variant, variant_dirs):
         assert a.shape == b.shape and (a.size == 0 or np.abs(a - b).max() <= TOL[torch.float32]["atol"])
 
 
+@pytest.mark.peers
 def test_reset_before_each_batch_is_the_same_comparison(variant_dirs, theirs):
     sents, expected = theirs("words+chars")
     ref = manylangs_embedder(variant_dirs("words+chars"), batch_size=1)
@@ -167,6 +171,7 @@ def test_reset_before_each_batch_is_the_same_comparison(variant_dirs, theirs):
         assert np.array_equal(ref.sents2elmo([sents[i]], output_layer=-2)[0], expected[-2][i])
 
 
+@pytest.mark.peers
 def test_elmoformanylangs_own_batches_carry_state(variant_dirs, theirs):
     """Why the comparison resets its states: ELMoForManyLangs run as users run it (batches of several
     sentences, states carried across them in a random order) gives other vectors."""
@@ -213,6 +218,7 @@ def test_output_layer_and_input_errors(variant_dirs):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_embedder_elmobilm_and_elmo_take_the_directory(backend, variant_dirs):
     """ElmoEmbedder, ElmoBiLm and Elmo take a model directory (first argument or model_dir=) and agree."""
     d = variant_dirs("words+chars")
@@ -271,6 +277,7 @@ def test_downstream_training_on_a_manylangs_biLM(variant_dirs):
 
 
 @pytest.mark.parametrize("variant", ["words+chars", "words only"])
+@pytest.mark.slow
 def test_fine_tuning_a_manylangs_biLM(variant, variant_dirs):
     """The biLM itself fine-tunes (train mode, requires_grad=True), its word embedding included: the
     fast backward ops where built give the reference stages' gradients under autograd."""
@@ -305,6 +312,7 @@ def test_fine_tuning_a_manylangs_biLM(variant, variant_dirs):
             assert_grad_close(g, grads["reference"][name], what=f"{variant} {name}, fast vs reference")
 
 
+@pytest.mark.peers
 def test_save_writes_an_elmoformanylangs_directory(variant_dirs, tmp_path):
     """A (fine-tuned) ELMoForManyLangs biLM saves in its own layout, which both libraries load back."""
     d = variant_dirs("words+chars")

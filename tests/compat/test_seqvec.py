@@ -90,6 +90,7 @@ def test_seqvec_options_are_the_original_elmo_shape():
     assert ElmoOptions.from_dict(SEQVEC_OPTIONS) == PRESETS["original"]
 
 
+@pytest.mark.slow
 def test_embedder_runs_seqvec_at_full_size(random_models, tmp_path):
     """SeqVec's own options and shapes: (3, L, 1024) per protein (test_fast_model holds this model's fast
     path to the reference; the test-size family below does it again with SeqVec's options)."""
@@ -103,6 +104,7 @@ def test_embedder_runs_seqvec_at_full_size(random_models, tmp_path):
     assert 0.05 < float(np.abs(got[1:]).mean()) < 3  # LSTM layers alive and within the clips' range
 
 
+@pytest.mark.slow
 def test_embedder_runs_seqvec_one_residue_per_token(seqvec_small):
     fast = ElmoEmbedder(*seqvec_small, backend="auto")
     ref = ElmoEmbedder(*seqvec_small, backend="reference")
@@ -117,6 +119,7 @@ def test_embedder_runs_seqvec_one_residue_per_token(seqvec_small):
     assert not np.allclose(m[0][1, 0], m[1][1, 0])
 
 
+@pytest.mark.slow
 def test_embed_command_runs_seqvec(seqvec_small, tmp_path):
     residues = tmp_path / "proteins.txt"
     residues.write_text("".join(" ".join(p) + "\n" for p in PROTEINS))  # one protein per line, residues spaced
@@ -187,6 +190,7 @@ def _read_h5(path) -> dict:
         return {k: (f[k][...], dict(f[k].attrs)) for k in f}
 
 
+@pytest.mark.peers
 def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agrees(seqvec_model_dir, tmp_path):
     """seqvec 0.4.1's own command line, run with ELMO_FAST_AS_ALLENNLP=1 (no code edited: the .pth hook), writes
     what it writes on allennlp 0.9.0 itself; `elmo-fast embed --fasta` keys the same ids, gives the same
@@ -310,6 +314,7 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
         assert np.abs(attrs["per_protein"] - vectors.mean(axis=1)).max() <= 1e-6
 
 
+@pytest.mark.peers
 def test_seqvec_embedder_gives_bio_embeddings_numbers(seqvec_small, tmp_path):
     """bio_embeddings 0.2.2's own SeqVecEmbedder source (its file, loaded alone: its package imports every
     embedder it has), run on elmo-fast's allennlp import path, and elmo_fast.compat.seqvec's class give the

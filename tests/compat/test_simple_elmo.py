@@ -166,6 +166,7 @@ def test_same_outputs_as_live_simple_elmo_on_fresh_weights(tmp_path):
 # bilm-tf's own tiny biLM, as simple_elmo sees it (an NLPL folder of links to the fixture's files)
 
 
+@pytest.mark.slow
 def test_bilm_tf_tiny_fixture_through_simple_elmos_batching(bilm_tf_tiny, fixture_sentences, tmp_path):
     """The fixture's outputs were made by bilm-tf, stateful, in batches of 3 (sentences[0][i],
     sentences[1][i], sentences[2][i]): get_elmo_vectors in batches of 3 without warm-up is that run."""
@@ -222,6 +223,7 @@ def test_padding_holds_bilm_tfs_token_layer_of_the_empty_row(folder_model):
         np.testing.assert_array_equal(clean[i, :, : len(t)], v[i, :, : len(t)])
 
 
+@pytest.mark.slow
 def test_states_carry_from_batch_to_batch_and_warmup_replays_the_first_batch(archives):
     texts = _fresh_texts(7, np.random.default_rng(2))
     stateful = _load(archives("folder"), dict(max_batch_size=3))

@@ -110,6 +110,7 @@ def test_default_signature_splits_on_spaces_like_tf_hub():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_default_signature_equals_tokens_signature(random_models, backend):
     files = random_models("tiny", seed=4)
     strings = ["  the cat  sat on the mat ", "", "one", "   ", "dogs are\tin the fog", "über 東京 , ."]
@@ -165,6 +166,7 @@ def test_empty_batches_and_empty_sentences(random_models):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_golden_against_bilm_tf(bilm_tf_tiny, tiny_files, fixture_sentences, backend):
     # Only bilm-tf's first batch is comparable: it ran batch i = [sentences[0][i], sentences[1][i],
     # sentences[2][i]] in order with a stateful LSTM, so batch 0 alone started from zero states, as
@@ -263,6 +265,7 @@ def test_tokens_past_sequence_len_are_never_read(random_models):
         assert torch.equal(clean[name], dirty[name]), name
 
 
+@pytest.mark.slow
 def test_tf_hub_call_style_and_numpy_inputs(random_models):
     """`elmo(inputs, signature=..., as_dict=...)` as TF-Hub users write it, with numpy string arrays as
     they hold them (<U, S and object dtypes; tokens padded with ""); as_dict=False gives the output

@@ -5,6 +5,7 @@ never imports the fast path)."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -51,10 +52,17 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache
+def _parsed_graph() -> dict[str, frozenset[str]]:
     modules = _modules()
     known = set(modules) | {"elmo_fast._C"}
-    return {name: _imports(name, path, known) for name, path in modules.items()}
+    return {name: frozenset(_imports(name, path, known)) for name, path in modules.items()}
+
+
+def _graph() -> dict[str, set[str]]:
+    """Each module's imports of the package. The sources are parsed once per test run (each of the ~40
+    checks below parsing them again cost a second or more each), and each caller gets its own copy."""
+    return {name: set(deps) for name, deps in _parsed_graph().items()}
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -234,6 +242,7 @@ def _durable_modules() -> list[str]:
     return sorted(m for m in _modules() if m == "elmo_fast.durable" or m.startswith("elmo_fast.durable."))
 
 
+@pytest.mark.slow
 def test_the_write_path_knows_none_of_the_rooms():
     """elmo_fast.durable, the one write path: every room writes through it, it knows none of them (its
     own modules, the error types and the host's name only)."""
@@ -286,6 +295,7 @@ def test_only_the_cli_and_the_ray_room_import_the_server():
         assert not any(d.startswith("elmo_fast.serve") for d in deps), f"{module} imports the server"
 
 
+@pytest.mark.slow
 def test_importing_elmo_fast_imports_no_ray():
     """``import elmo_fast`` (and the Ray room's door, and its batch embedder) import no Ray: a core install
     has none, and the actors Ray starts import it themselves."""

@@ -40,6 +40,7 @@ def test_corpus_is_tagged_consistently(tagger_module):
     assert any(w for w, tag in seen if tag == "NOUN") and any(w for w, tag in seen if tag == "VERB")
 
 
+@pytest.mark.slow
 def test_frozen_elmo_tagger_loss_goes_down(tagger_module, random_models):
     torch.manual_seed(0)
     tagger = tagger_module.Tagger(*map(str, random_models("tiny", exercise_clips=True)))
@@ -53,6 +54,7 @@ def test_frozen_elmo_tagger_loss_goes_down(tagger_module, random_models):
     assert all(torch.equal(a, b) for a, b in zip(bilm_before, tagger.elmo._elmo_lstm.parameters()))
 
 
+@pytest.mark.slow
 def test_fine_tuned_elmo_tagger_loss_goes_down(tagger_module, random_models):
     torch.manual_seed(0)
     tagger = tagger_module.Tagger(*map(str, random_models("tiny", exercise_clips=True)), fine_tune=True)
@@ -70,6 +72,7 @@ def test_script_prints_loss_per_epoch(tagger_module, capsys):
 
 
 @pytest.mark.skipif(not HAS_FAST, reason="elmo_fast._C not built")
+@pytest.mark.slow
 def test_compiled_tagger_equals_eager_in_inference(tagger_module, random_models):
     tagger = tagger_module.Tagger(*map(str, random_models("tiny", exercise_clips=True)), backend="fast").eval()
     sentences, _ = tagger_module.make_corpus(6, seed=4)

@@ -9,7 +9,8 @@ instead of downloading. A quickstart whose library (ray), extra (the server's) o
 or whose port is taken, skips, saying so.
 
 A block that imports ``elmo_fast.as_allennlp`` runs in a child process (the allennlp import path is per
-process), and so does a block that imports ``ray`` (it starts a Ray of its own and shuts it down); each
+process), and so does a block that imports ``ray``: its ``ray.init(num_cpus=2)`` joins the test run's one
+local Ray (tests/support/ray_local.py) instead of starting one, and its ``ray.shutdown()`` leaves it; each
 skips, saying so, when a library it imports (flair, ray, ...) is not installed.
 
 Each python block runs alone, in a namespace of its own (a reader copies one block, not the ones
@@ -84,6 +85,16 @@ _IN_QUICKSTARTS = {where for _, blocks in QUICKSTARTS for _, where, _ in blocks}
 # the quickstarts' python blocks run in their own test (in order, in an empty folder), not in the prepared one
 PYTHON = [(line, code) for line, code in _blocks("python") if line not in _IN_QUICKSTARTS]
 BASH = _blocks("bash")
+#: libraries of a block that make it a peer's test (tests/install_peers.sh installs them)
+_PEER_LIBRARIES = {"flair", "seqvec", "allennlp", "bio_embeddings", "elmoformanylangs"}
+
+
+def _marks(code: str) -> list:
+    """A block's markers: ``cluster`` and ``slow`` for Ray's (it joins the run's Ray: see tests/support/markers.py),
+    ``peers`` for a peer library's."""
+    imported = set(re.findall(r"^\s*(?:from|import) (\w+)", code, re.M))
+    ray = [pytest.mark.cluster, pytest.mark.slow] if _IMPORTS_RAY.search(code) else []
+    return ray + [pytest.mark.peers] * bool(imported & _PEER_LIBRARIES)
 
 
 def test_the_readme_has_snippets_to_check():
@@ -108,25 +119,23 @@ def workdir(tmp_path_factory):
     return root, options, weights, cache
 
 
-@pytest.mark.parametrize("line,code", PYTHON, ids=[line for line, _ in PYTHON])
-def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("line,code", [pytest.param(line, code, id=line, marks=_marks(code)) for line, code in PYTHON])
+def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch, request):
     import json
 
     root, options, weights, cache = workdir
-    for src, name in (
-        (options, "options.json"),
-        (weights, "weights.hdf5"),
-        (root / "hun", "hun"),
-        (root / "elmo-hub", "elmo-hub"),
-    ):
-        (tmp_path / name).symlink_to(src)
-    (tmp_path / "elmo_model").mkdir()  # an NLPL archive's folder, for the simple_elmo snippet
-    for src, name in ((options, "options.json"), (weights, "model.hdf5")):
-        (tmp_path / "elmo_model" / name).symlink_to(src)
-    (tmp_path / "sentences.txt").write_text(
+    # Ray's blocks run where the run's Ray runs its workers (a task's relative paths lead there), the others here
+    here = request.getfixturevalue("ray_workdir") if _IMPORTS_RAY.search(code) else tmp_path
+    links = {"options.json": options, "weights.hdf5": weights, "hun": root / "hun", "elmo-hub": root / "elmo-hub"}
+    links.update({"elmo_model/options.json": options, "elmo_model/model.hdf5": weights})  # an NLPL archive's folder
+    for name, src in links.items():
+        if not (here / name).exists():
+            (here / name).parent.mkdir(exist_ok=True)
+            (here / name).symlink_to(src)
+    (here / "sentences.txt").write_text(
         "The cat sat on the mat .\nELMo gives every token a vector .\n", encoding="utf-8"
     )
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(here)
     monkeypatch.setenv("ELMO_FAST_CACHE", str(cache))
     monkeypatch.setenv("ELMO_FAST_BASE_URL", "http://127.0.0.1:9")  # discard: nothing listens there
     checked = [
@@ -138,7 +147,7 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
         if importlib.util.find_spec(library) is None:  # an extra's library: skip, naming the extra
             pytest.skip(f"{line} needs {library}, which is not installed ({_INSTALL[library]})")
     if "elmo_fast.as_allennlp" in code or _IMPORTS_RAY.search(code):
-        shapes = _run_in_a_child(line, code, [name for name, _, _ in checked], tmp_path)
+        shapes = _run_in_a_child(line, code, [name for name, _, _ in checked], here, request)
     else:
         namespace: dict = {"__name__": "__readme__"}
         exec(compile(code, line, "exec"), namespace)  # noqa: S102  (the page's own code)
@@ -150,7 +159,7 @@ def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch):
         assert got == want, f"{line}: {statement.strip()!r}: {name} has shape {got}"
 
 
-def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path) -> dict:
+def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path, request) -> dict:
     """Run a block in a fresh interpreter (in ``cwd``, this test's environment); the shapes of ``names``."""
     import importlib.util
     import json
@@ -165,13 +174,18 @@ def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path) -> dict:
         if importlib.util.find_spec(library) is None:
             how = _INSTALL.get(library, "bash tests/install_peers.sh")
             pytest.skip(f"{line} needs {library}, which is not installed ({how})")
+    prelude, env = "", {"RAY_USAGE_STATS_ENABLED": "0"}
+    if _IMPORTS_RAY.search(code):  # the run's one local Ray, joined
+        from ray_local import JOIN_CODE, address
+
+        prelude, env["RAY_ADDRESS"] = JOIN_CODE, address(request.getfixturevalue("ray_cluster"))
     report = f"\nimport json as _json\nprint(_json.dumps({{n: list(globals()[n].shape) for n in {names!r}}}))\n"
     proc = subprocess.run(
-        [sys.executable, "-c", code + report],
+        [sys.executable, "-c", prelude + code + report],
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=child_env(RAY_USAGE_STATS_ENABLED="0"),
+        env=child_env(**env),
         timeout=600,
     )
     assert proc.returncode == 0, f"{line} failed in a child process:\n{proc.stderr[-3000:]}"

@@ -199,6 +199,27 @@ def test_write_error_pickles_with_its_fields():
     e = WriteError("/x/out.hdf5", OSError(errno.EIO, "Input/output error"))
     back = pickle.loads(pickle.dumps(e))
     assert str(back) == str(e) and back.path == "/x/out.hdf5" and back.errno == errno.EIO
+    before = durable.OutputPathError("/x/out.hdf5", "its folder /x does not exist")
+    back = pickle.loads(pickle.dumps(before))  # (from a worker process): still the error known before any work
+    assert type(back) is durable.OutputPathError and str(back) == str(before) and back.path == "/x/out.hdf5"
+
+
+def test_folders_to_be_made_are_checked_before_any_work(tmp_path):
+    """check_creatable makes nothing and names what is wrong; make_dirs makes the folder and its parents.
+    Both raise OutputPathError, the error of a path refused before any work."""
+    (tmp_path / "a_file").write_text("x")
+    assert durable.check_creatable(tmp_path / "new" / "deeper") == str(tmp_path / "new" / "deeper")
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(
+        durable.OutputPathError, match=rf"cannot write {tmp_path}/a_file/sub: {tmp_path}/a_file is not a folder$"
+    ):
+        durable.check_creatable(tmp_path / "a_file" / "sub")
+    with pytest.raises(durable.OutputPathError, match=r"the model directory exists and is not a folder$"):
+        durable.make_dirs(tmp_path / "a_file", "model directory")
+    with pytest.raises(durable.OutputPathError, match=r"file name too long \(300 bytes; at most \d+ here\)$"):
+        durable.make_dirs(tmp_path / ("x" * 300) / "m")
+    assert durable.make_dirs(tmp_path / "new" / "deeper") == str(tmp_path / "new" / "deeper")
+    assert (tmp_path / "new" / "deeper").is_dir()
 
 
 # --- a text file written across many calls, scratch files, two-phase writes ----------------------------
@@ -364,6 +385,7 @@ print(json.dumps({"total": total, "tried": tried, "bad": bad}))
 """
 
 
+@pytest.mark.slow
 def test_every_injected_failure_point_gives_an_error_and_no_partial_file(tmp_path):
     """Each write/fsync/ftruncate/close of an HDF5 file, a JSON file and a torch checkpoint fails in
     turn (ENOSPC for the rest of the run, as a full disk; EIO once): every one is a one-line

@@ -186,6 +186,7 @@ def job(random_models, tmp_path_factory):
     return {"in5": str(d / "in5.txt"), "in3": str(d / "in3.txt"), "model": str(Path(options).parent)}
 
 
+@pytest.mark.slow
 def test_embed_plain_output_at_every_failure_point(job, out):
     report = _run_child(
         """
@@ -199,6 +200,7 @@ def test_embed_plain_output_at_every_failure_point(job, out):
 
 
 @pytest.mark.parametrize("error", ["ENOSPC", "EIO"])  # one child each: ~250 runs in all
+@pytest.mark.slow
 def test_embed_resumable_at_every_failure_point_then_resume(job, out, error):
     report = _run_child(
         '''
@@ -226,6 +228,7 @@ def test_embed_resumable_at_every_failure_point_then_resume(job, out, error):
     assert report["total"] >= 100, report
 
 
+@pytest.mark.slow
 def test_random_model_at_every_failure_point(out):
     _run_child(
         """
@@ -236,6 +239,7 @@ def test_random_model_at_every_failure_point(out):
     )
 
 
+@pytest.mark.slow
 def test_random_model_overwrite_keeps_the_old_model_or_writes_the_new_one_whole(out):
     """Over an earlier model: never the new weights beside the old options (or the other way round)."""
     _run_child(
@@ -276,6 +280,7 @@ def test_random_model_overwrite_keeps_the_old_model_or_writes_the_new_one_whole(
     )
 
 
+@pytest.mark.slow
 def test_convert_at_every_failure_point(out):
     """A bilm-tf run with its softmax and vocabulary: every file convert writes but a TF-Hub module's
     scalar mix (JSON, as options.json)."""
@@ -309,6 +314,7 @@ print(json.dumps(results))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ as Linux has them")
+@pytest.mark.slow
 def test_a_size_limited_filesystem_is_a_one_line_error_and_no_output(job, tmp_path):
     """Files may not grow past 24 KiB (as on a full quota); the output would be ~200 KiB."""
     import resource

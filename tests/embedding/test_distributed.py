@@ -71,6 +71,7 @@ def assert_only_the_output(out: Path) -> None:
         assert "elmo_fast_run" in f.attrs
 
 
+@pytest.mark.slow
 def test_two_ranks_write_the_file_one_process_writes(job, tmp_path):
     out = tmp_path / "two.h5"
     r = embed_under_torchrun(job, out, "--standalone", "--nproc-per-node", "2")
@@ -83,6 +84,7 @@ def test_two_ranks_write_the_file_one_process_writes(job, tmp_path):
     assert summary[1].endswith("cpu x 2 ranks") and "the sum over 2 ranks" in summary[1], summary
 
 
+@pytest.mark.slow
 def test_two_nodes_of_one_rank_through_c10d_rendezvous(job, tmp_path):
     out = tmp_path / "nodes.h5"
     launcher = [
@@ -109,6 +111,7 @@ def test_two_nodes_of_one_rank_through_c10d_rendezvous(job, tmp_path):
 
 
 @pytest.mark.parametrize("moment", ["1:batch:5", "0:assemble:40"])
+@pytest.mark.slow
 def test_a_rank_killed_is_restarted_by_torchrun_and_the_group_continues(job, tmp_path, moment):
     """SIGKILL (tests/support/sigkill_at.py: once, at a set moment): rank 1 with a window half-written, or rank 0
     while it assembles the output. torchrun restarts the group, which continues from what is done."""
@@ -126,6 +129,7 @@ def test_a_rank_killed_is_restarted_by_torchrun_and_the_group_continues(job, tmp
     assert_only_the_output(out)
 
 
+@pytest.mark.slow
 def test_a_failed_group_is_finished_by_a_plain_rerun_with_resume(job, tmp_path, capsys):
     """No restarts left: the group fails, its shards stay; one process with --resume finishes them
     (windows are dealt by position, not by rank: any number of processes can continue a run)."""
@@ -147,6 +151,7 @@ def test_a_failed_group_is_finished_by_a_plain_rerun_with_resume(job, tmp_path, 
     assert_only_the_output(out)
 
 
+@pytest.mark.slow
 def test_stateful_is_refused_under_torchrun(job, tmp_path, monkeypatch, capsys, random_models):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -222,6 +227,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_elmo_under_distributed_data_parallel_equals_one_process(random_models, tmp_path):
     """Gradients of the scalar mixes (and of the whole biLM when fine-tuned, requires_grad=True) from
     2 gloo ranks equal those of one process on the combined batch, and so do the parameters after 2

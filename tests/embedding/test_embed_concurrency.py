@@ -85,6 +85,7 @@ def lock_message(out: Path, pid: int) -> str:
 
 
 @pytest.mark.parametrize("second", ["plain", "--resume"])
+@pytest.mark.slow
 def test_two_runs_started_at_once_one_writes_the_output_the_other_names_it(job, tmp_path, second):
     """Both start together; whichever takes the lock first pauses mid-run holding it (the test's hook),
     so they overlap for sure: the other must fail at once, naming the winner's PID."""
@@ -115,6 +116,7 @@ def test_two_runs_started_at_once_one_writes_the_output_the_other_names_it(job, 
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("gate")) == ["o.h5"]
 
 
+@pytest.mark.slow
 def test_a_second_run_fails_before_loading_the_model_and_a_killed_holders_lock_never_blocks(job, tmp_path, monkeypatch):
     out = tmp_path / "o.h5"
     gate = tmp_path / "gate"
@@ -146,6 +148,7 @@ def test_a_second_run_fails_before_loading_the_model_and_a_killed_holders_lock_n
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("gate")) == ["o.h5"]
 
 
+@pytest.mark.slow
 def test_the_python_api_holds_the_lock_too(job, tmp_path):
     from elmo_fast import ElmoEmbedder
     from elmo_fast.run_lock import RunLocked
@@ -169,6 +172,7 @@ def test_the_python_api_holds_the_lock_too(job, tmp_path):
 
 
 @pytest.mark.parametrize("seed", [11, 29])
+@pytest.mark.slow
 def test_kill_9_at_seeded_moments_then_resume_gives_the_clean_output(job, tmp_path, seed):
     """Two SIGKILLs at moments drawn from the seed (a batch written, a window saved, or a sentence copied
     into the assembled output), each followed by --resume: the last run ends with the clean run's output."""

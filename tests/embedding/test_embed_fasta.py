@@ -252,6 +252,7 @@ def test_batches_of_proteins_have_no_bound_on_records(model, tmp_path, monkeypat
     assert sizes == [64, 64, 22]  # text keeps the embedder's 64
 
 
+@pytest.mark.slow
 def test_each_protein_alone_whatever_the_batches(model, proteins, tmp_path):
     """Stateless: a protein's vectors are those of the protein embedded alone, however records are sorted and
     cut into batches by residues; datasets by id; --sum and --per-protein as documented."""
@@ -382,6 +383,7 @@ def test_options_that_belong_to_text_or_fasta_are_refused(model, tmp_path, capsy
         assert code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_two_ranks_under_torchrun_write_what_one_process_writes(model, proteins, tmp_path):
     from torchrun import ENV, TORCHRUN, run
 
@@ -398,6 +400,7 @@ def test_two_ranks_under_torchrun_write_what_one_process_writes(model, proteins,
             assert np.abs(a[key][...] - b[key][...]).max() <= 1e-6
 
 
+@pytest.mark.slow
 def test_progress_counts_residues(model, proteins, tmp_path):
     fasta = write_fasta(tmp_path / "p.fasta", proteins)
     r = subprocess.run(

@@ -38,6 +38,7 @@ def embedder(tiny):
     return ElmoEmbedder(*tiny, batch_size=5)
 
 
+@pytest.mark.slow
 def test_bucketing_gives_the_unbucketed_vectors(embedder, tmp_path, monkeypatch):
     rng = random.Random(11)
     sentences = random_sentences(rng, 67)
@@ -275,6 +276,7 @@ def test_cuda_without_cuda_kernels_is_refused_before_any_output(tiny, tmp_path, 
 
 
 @pytest.mark.parametrize("point", ["3rd shard rename", "after complete, before rename", "after rename", "tearing down"])
+@pytest.mark.slow
 def test_resume_after_a_kill_at_each_step_of_the_end(embedder, tmp_path, monkeypatch, point):
     sentences = random_sentences(random.Random(point), 40)
     inp = write_lines(tmp_path / "in.txt", sentences)
@@ -413,6 +415,7 @@ def test_work_dir_leftovers(embedder, tmp_path):
     assert not (tmp_path / "q.h5.partial").exists()
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
     """The real thing: `elmo-fast embed --resume` SIGKILLed at random moments, then resumed to the end."""
     rng = random.Random()  # fresh moments every run; the seed is in the failure message
@@ -518,6 +521,7 @@ def _compress(kind, data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("kind", ["gzip", "bzip2", "xz"])
+@pytest.mark.slow
 def test_compressed_input_gives_the_plain_files_output(embedder, tmp_path, kind):
     """Recognised by content: a .txt name, no name (a seekable stream, a pipe), --resume and the bar's count."""
     sentences = random_sentences(random.Random(kind), 37)

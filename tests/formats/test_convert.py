@@ -141,6 +141,7 @@ def test_checkpoint_state_file():
 # ---- conversions ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bilm_tf_run_converts_to_dump_weights_datasets_softmax_and_vocab(expected, tmp_path):
     out = tmp_path / "model"
     lines = []
@@ -377,6 +378,7 @@ def run_cli(*args, env=None):
     )
 
 
+@pytest.mark.slow
 def test_cli_converts_and_finetune_continues_the_run(tmp_path, capsys):
     out = tmp_path / "model"
     r = run_cli("convert", RUN, out, "--vocab", VOCAB, "--proj-clip", "2.5")
@@ -417,6 +419,7 @@ def test_cli_converts_and_finetune_continues_the_run(tmp_path, capsys):
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
 
+@pytest.mark.slow
 def test_no_tensorflow_or_protobuf_is_imported(tmp_path):
     script = f"""
 import sys

@@ -749,10 +749,12 @@ def _run_child(args: list[str]) -> None:
     assert "OK " in proc.stdout
 
 
+@pytest.mark.slow
 def test_mutations_of_the_tiny_preset():
     _run_child([])
 
 
+@pytest.mark.slow
 def test_mutations_of_the_bilm_tf_fixture(bilm_tf_tiny):
     _run_child([str(bilm_tf_tiny)])
 

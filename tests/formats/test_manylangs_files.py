@@ -80,6 +80,7 @@ def test_dictionary_not_utf8(tmp_path):
         read_dictionary(path)
 
 
+@pytest.mark.peers
 def test_elmoformanylangs_reads_dictionaries_the_same_way(tmp_path):
     """Its own reader (codecs, strip, split, U+3000) on a file of every quirk it survives (a blank line, or
     a token that is a line boundary such as U+2028, stops it)."""
@@ -122,6 +123,7 @@ def test_config_path_resolution(model, tmp_path):
     assert find_config(model) == model / "c.json"
 
 
+@pytest.mark.peers
 def test_shipped_configs_are_found_last(model):
     from peers import INSTALL, use_peers
 

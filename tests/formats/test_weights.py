@@ -149,6 +149,7 @@ def test_random_tiny_has_the_fixture_layout(tmp_path):
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "medium"])
+@pytest.mark.slow
 def test_random_model_writes_bilm_tf_layout(tmp_path, preset):
     options_path, weights_path = random_model(preset, tmp_path, seed=1)
     options = PRESETS[preset]

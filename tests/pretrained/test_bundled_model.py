@@ -113,6 +113,7 @@ def test_bank_by_its_context(embedder):
         assert d["money-money"] < min(d["money1-river"], d["money2-river"]), (k, d)
 
 
+@pytest.mark.slow
 def test_it_knows_word_order(tmp_path):
     """Held-out perplexity of English sentences far below the vocabulary size, and far below that
     of the same sentences with their words shuffled (`elmo-fast perplexity` without --model-dir)."""
@@ -134,6 +135,7 @@ def test_it_knows_word_order(tmp_path):
     assert results["shuffled"]["mean"] > 3 * results["en"]["mean"], results
 
 
+@pytest.mark.slow
 def test_embed_without_a_model_uses_it(tmp_path, embedder):
     (tmp_path / "in.txt").write_text("\n".join(ENGLISH[:4]) + "\n")
     r = _cli("embed", tmp_path / "in.txt", tmp_path / "out.hdf5", "--all", "--quiet")
@@ -146,6 +148,7 @@ def test_embed_without_a_model_uses_it(tmp_path, embedder):
     assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
+@pytest.mark.slow
 def test_finetune_starts_from_it(tmp_path):
     """`elmo-fast finetune` without --model-dir continues the bundled model (its softmax included)."""
     (tmp_path / "train.txt").write_text("\n".join(ENGLISH * 4) + "\n")

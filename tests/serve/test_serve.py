@@ -380,6 +380,7 @@ def test_a_client_that_hangs_up_costs_only_its_own_work(gated_server, embedder):
     assert 'elmo_fast_errors_total{kind="disconnected"} 1' in server.metrics.render()
 
 
+@pytest.mark.slow
 def test_sigterm_answers_what_was_received_and_exits_0(tiny_dir, embedder):
     s = ServerProcess(tiny_dir, "--max-batch-size", 1)
     requests = [_big_request(12, 20 + k) for k in range(4)]
@@ -459,6 +460,7 @@ def test_health_is_503_until_the_model_is_warm(tiny_dir, embedder):
     assert not thread.is_alive()
 
 
+@pytest.mark.slow
 def test_a_second_signal_stops_at_once(tiny_dir):
     """A client stalled halfway through its request holds the graceful stop; a second SIGTERM ends it."""
     s = ServerProcess(tiny_dir)
@@ -481,6 +483,7 @@ def test_a_second_signal_stops_at_once(tiny_dir):
 # the command's own refusals
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_one_line_and_exit_2(tiny_dir):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -508,6 +511,7 @@ def test_a_port_in_use_is_one_line_and_exit_2(tiny_dir):
     assert r.returncode == 2 and "cannot listen on 127.0.0.1:" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_to_load_stops_the_server_with_one_line(tmp_path, tiny_dir):
     (tmp_path / "options.json").write_text((tiny_dir / "options.json").read_text())
     (tmp_path / "weights.hdf5").write_bytes(b"not an hdf5 file")

@@ -237,6 +237,7 @@ def test_sockets_past_the_cap_are_refused_at_once_and_stalled_bodies_get_408(gua
     assert 'elmo_fast_errors_total{kind="too_many_connections"}' in metrics
 
 
+@pytest.mark.slow
 def test_a_connection_that_sends_no_whole_request_head_is_closed(guarded):
     silent = socket.create_connection((guarded.host, guarded.port), timeout=30)
     half = socket.create_connection((guarded.host, guarded.port), timeout=30)

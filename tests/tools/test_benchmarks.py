@@ -25,6 +25,7 @@ def _run(script, *args, timeout=300):
     return r.stdout
 
 
+@pytest.mark.slow
 def test_bench_cpu(tmp_path):
     out = _run(
         "bench_cpu.py",
@@ -50,6 +51,7 @@ def test_bench_cpu(tmp_path):
     assert "| fast | fp32 | 2 | off |" in out and "| reference | fp32 | 2 |" in out
 
 
+@pytest.mark.slow
 def test_bench_lstm_step():
     out = _run("bench_lstm_step.py", "--preset", "tiny", "--rows", "1,5", "--steps", "2", "--repeats", "1")
     assert "| 5 | bf16 packed |" in out and "| 1 | fp32 BLAS |" in out
@@ -74,6 +76,7 @@ def test_bench_calibration(tmp_path):
     assert "of the quiet choice's speed (target >= 95%)" in out and "| `tiny` (" in out and "| bf16 |" in out
 
 
+@pytest.mark.slow
 def test_bench_train():
     out = _run(
         "bench_train.py",
@@ -93,17 +96,20 @@ def test_bench_train():
     assert out.count("fast / reference") == 2
 
 
+@pytest.mark.slow
 def test_bench_train_ops():
     out = _run("bench_train_ops.py", "--preset", "tiny", "--batch", "4", "--repeats", "1", "--ref-repeats", "1")
     assert "whole biLM" in out and "train/infer" in out
 
 
+@pytest.mark.slow
 def test_bench_simple_elmo(tmp_path):
     # elmo-fast's row only: simple_elmo's needs TensorFlow in a side environment, which CI does not have
     out = _run("bench_simple_elmo.py", "--quick", "--systems", "elmo-fast", "--cache-dir", tmp_path)
     assert "| elmo-fast (fast) |" in out and "vectors not compared" in out
 
 
+@pytest.mark.slow
 def test_bench_serve():
     out = _run("bench_serve.py", "--quick")
     assert "| server, batching | 1 | " in out and "| batch 1: " in out and "% time |" in out
@@ -112,6 +118,8 @@ def test_bench_serve():
     assert "| orjson (the server) |" in out and "errors)" not in out
 
 
+@pytest.mark.slow
+@pytest.mark.cluster  # (the benchmark starts a Ray of its own, as its users run it)
 def test_bench_ray(tmp_path):
     pytest.importorskip("ray", reason='Ray is not installed: pip install "elmo-fast[ray]"')
     out = _run(

@@ -74,6 +74,7 @@ def run_cli(*args, timeout=600, **kw):
 # ---- vocabulary ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_vocab_is_bilm_tf_s_format(tmp_path):
     text = "b a a c\na a b\n\n d\n"
     (tmp_path / "x.txt").write_text(text)
@@ -89,6 +90,7 @@ def test_vocab_is_bilm_tf_s_format(tmp_path):
     assert v2.tokens == ["</S>", "<S>", "<UNK>", "a", "b"] and stats["sentences"] == 3
 
 
+@pytest.mark.slow
 def test_vocab_errors(tmp_path):
     (tmp_path / "empty.txt").write_text("\n  \n")
     r = run_cli("vocab", tmp_path / "empty.txt", "--out", tmp_path / "v.txt")
@@ -121,6 +123,7 @@ def test_corpus_and_vocabulary_lines_end_at_newline_only(tmp_path):
             Vocabulary.load(tmp_path / "v.txt")
 
 
+@pytest.mark.slow
 def test_a_corpus_line_longer_than_the_limit_is_a_one_line_error(tmp_path):
     from elmo_fast.training.data import read_sentences
 
@@ -165,6 +168,7 @@ def test_a_corpus_line_longer_than_the_limit_is_a_one_line_error(tmp_path):
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])
+@pytest.mark.slow
 def test_weights_written_back_are_the_file_read(tmp_path, preset):
     """load -> to_datasets gives every dataset of the file (gate order, highway signs, char_embed's
     padding row undone exactly; the forget bias's +1 and -1 in float32 within one rounding)."""
@@ -202,6 +206,7 @@ def test_initial_weights_follow_bilm_tf(tmp_path):
 # ---- sampled softmax --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_log_uniform_sampler_is_tensorflow_s():
     """P(k) = log((k + 2) / (k + 1)) / log(V + 1); distinct ids drawn until n are found, as a
     one-by-one rejection loop would; expected counts by TensorFlow's ExpectedCountHelper."""
@@ -374,6 +379,7 @@ def trained(corpus, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_training_lowers_perplexity_far_below_the_vocabulary(trained, corpus):
     """A few dozen steps on a small language: held-out perplexity falls from about the vocabulary
     size to a small multiple of the language's branching."""
@@ -395,6 +401,8 @@ def test_training_lowers_perplexity_far_below_the_vocabulary(trained, corpus):
     ]
 
 
+@pytest.mark.peers
+@pytest.mark.slow
 def test_the_written_model_is_the_trained_one_everywhere(trained):
     """options.json + weights.hdf5 load in elmo-fast (both backends) and in allennlp's _ElmoBiLm,
     and give the activations of the trained biLM."""
@@ -415,6 +423,7 @@ def test_the_written_model_is_the_trained_one_everywhere(trained):
             assert_close(a, b, torch.float32, what="allennlp")
 
 
+@pytest.mark.slow
 def test_perplexity_command_equals_a_recomputation(trained, corpus):
     """`elmo-fast perplexity --json` against numpy: the biLM's top layer (allennlp-style activations
     from ElmoBiLm) times softmax.hdf5 read with h5py, log-softmax, per direction."""
@@ -448,6 +457,7 @@ def test_perplexity_command_equals_a_recomputation(trained, corpus):
         assert abs(got[k] - want[k]) <= 1e-4 * want[k], (k, got[k], want[k])
 
 
+@pytest.mark.slow
 def test_finetune_starts_from_the_model_and_keeps_the_best(trained, corpus, tmp_path):
     out = tmp_path / "ft"
     r = run_cli(
@@ -481,6 +491,7 @@ def test_finetune_starts_from_the_model_and_keeps_the_best(trained, corpus, tmp_
     assert evals[0]["mean"] < 2 * before  # it started from the trained model, not from scratch
 
 
+@pytest.mark.slow
 def test_finetune_without_a_softmax_warms_a_new_one_up(trained, corpus, tmp_path):
     src = tmp_path / "published"
     src.mkdir()
@@ -513,6 +524,7 @@ def test_finetune_without_a_softmax_warms_a_new_one_up(trained, corpus, tmp_path
     assert max_abs_error(w0.proj_weight, w1.proj_weight) > 0
 
 
+@pytest.mark.slow
 def test_training_refuses_bad_settings(corpus, tmp_path):
     args = [
         "train",
@@ -621,6 +633,7 @@ def _weights(out):
     return load_model_files(Path(out) / "options.json", Path(out) / "weights.hdf5").tensors()
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_run_trains_no_further(corpus, tmp_path):
     """A run killed after its last checkpoint (while exporting the model files) resumes with nothing
     left to do: the weights are those of the finished run, not one step further."""
@@ -633,6 +646,7 @@ def test_resume_of_a_finished_run_trains_no_further(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("scheme", ["sentences", "unrolled"])
+@pytest.mark.slow
 def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp_path, scheme):
     """`elmo-fast train --resume` SIGKILLed at random moments, then resumed: the final weights and
     softmax are those of an uninterrupted run, bit for bit."""
@@ -693,6 +707,7 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp
     assert steps == sorted(steps)  # the log holds no step twice after the resumes
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_says_how_to_resume(corpus, tmp_path):
     common = [
         "train",
@@ -733,6 +748,7 @@ def test_sigterm_checkpoints_and_says_how_to_resume(corpus, tmp_path):
     assert list((tmp_path / "o" / "checkpoints").glob("step-*.pt"))
 
 
+@pytest.mark.slow
 def test_two_processes_under_torchrun_equal_one_on_the_combined_batches(corpus, tmp_path):
     """DistributedDataParallel on 2 gloo processes, each reading its rows of every global batch:
     N steps give the weights of one process whose batches are the two ranks' together (dropout off,
@@ -788,6 +804,7 @@ def test_two_processes_under_torchrun_equal_one_on_the_combined_batches(corpus, 
     assert moved > 1e-3  # the steps did train
 
 
+@pytest.mark.slow
 def test_a_biLM_fine_tuned_inside_a_model_is_saved_for_elmo_fast_embed(tmp_path, random_models):
     """Elmo(requires_grad=True) trained a few steps, saved with save_bilm: `elmo-fast embed` on the
     saved files gives the fine-tuned biLM's vectors, not the original's."""

@@ -19,10 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from fault_injection import CHILD_PRELUDE, KILL, env_with_shim, run_python
 from repo_paths import SUPPORT
 from training_runs import final_tensors, mini_inputs, same_tensors, train_args
 
+# every test here runs whole training runs, failing or killing them at each point: each takes minutes
+pytestmark = pytest.mark.slow
 TESTS = str(SUPPORT)
 
 # Runs in one child process with the shim loaded: the CLI in-process (main(argv), stderr captured),

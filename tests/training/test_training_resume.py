@@ -71,6 +71,7 @@ def test_a_changed_vocabulary_is_refused_naming_it_and_the_override(inputs, tmp_
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_changed_corpus_is_refused_and_a_moved_one_is_not(inputs, tmp_path):
     out = tmp_path / "out"
     _train(inputs, out, max_steps=1)
@@ -142,6 +143,7 @@ def test_a_checkpoint_from_before_the_digests_resumes_with_a_note(inputs, tmp_pa
 # ---- unreadable checkpoints -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_when_no_checkpoint_reads_resume_refuses_naming_each(inputs, tmp_path):
     """Today's alternative was a silent start from step 0, throwing the run away."""
     out = tmp_path / "out"
@@ -279,6 +281,6 @@ def test_vocab_checks_its_output_path_before_counting(inputs, tmp_path, capsys):
     from elmo_fast.cli import main
 
     target = tmp_path / "missing" / "vocab.txt"
-    assert main(["vocab", inputs["train"], "--out", str(target)]) == 1
+    assert main(["vocab", inputs["train"], "--out", str(target)]) == 2  # bad input, known before any work
     err = capsys.readouterr().err
     assert err == f"elmo-fast: error: cannot write {target}: its folder {target.parent} does not exist\n"
