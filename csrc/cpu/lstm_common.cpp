@@ -6,8 +6,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/mm.h>
-#include <c10/util/accumulate.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -49,7 +49,8 @@ at::Tensor empty_large(at::IntArrayRef sizes, const at::TensorOptions& options) 
     const char* env = std::getenv("ELMO_FAST_HUGE_PAGES");  // =0: plain at::empty, for benchmarking
     return env != nullptr && std::string(env) == "0";
   }();
-  if (!disabled && bytes >= 2 * kHuge && !(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory())) {
+  if (!disabled && bytes >= 2 * kHuge &&
+      !(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory())) {
     void* data = nullptr;
     const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
     if (posix_memalign(&data, kHuge, rounded) == 0) {

@@ -159,8 +159,8 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
       if (pb.packed16) {
         ws.x16.copy_(ws.x);
         // float gates without the bias (the cell pass adds it)
-        cpu_gemm::packed_mm("bilstm", ws.gates.mutable_data_ptr<float>(), 4 * C, ws.x16.const_data_ptr<at::BFloat16>(), P,
-                            sc.total(), pb.w_ih[ld].w);
+        cpu_gemm::packed_mm("bilstm", ws.gates.mutable_data_ptr<float>(), 4 * C, ws.x16.const_data_ptr<at::BFloat16>(),
+                            P, sc.total(), pb.w_ih[ld].w);
       } else if (pb.w_ih[ld].w.scalar_type() == at::kBFloat16) {
         ws.x16.copy_(ws.x);
         at::mm_out(ws.gates16, ws.x16, pb.w_ih[ld].w_t);  // the cell pass adds the fp32 bias
@@ -216,8 +216,8 @@ void run_direction(const Problem<scalar_t>& pb, Workspace& ws, int64_t d) {
         if (pb.packed16) {
           // BRGeMM on the packed weights: bf16 in (h16, hc16), float out.
           at::Tensor rec = ws.rec.narrow(0, 0, n);
-          cpu_gemm::packed_mm("bilstm", rec.mutable_data_ptr<float>(), 4 * C, ws.h16.const_data_ptr<at::BFloat16>(), P, n,
-                              pb.w_hh[ld].w);
+          cpu_gemm::packed_mm("bilstm", rec.mutable_data_ptr<float>(), 4 * C, ws.h16.const_data_ptr<at::BFloat16>(), P,
+                              n, pb.w_hh[ld].w);
           uint16_t* hc16 = bf16_bits(ws.in16);  // [n, C]
           cell(CellPacked{}, rec.const_data_ptr<float>(), hc16);
           cpu_gemm::packed_mm("bilstm", h, P, reinterpret_cast<const at::BFloat16*>(hc16), C, n, pb.w_proj[ld].w);

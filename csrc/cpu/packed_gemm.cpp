@@ -24,9 +24,7 @@ constexpr int64_t kRowBlock = 32;
 
 // The widest block of output columns dividing N that AMX's kernels take (16, 32, 48 or 64; 48 only
 // when nothing else divides N is never needed: N a multiple of 16 has one of 64, 32, 16).
-int64_t column_block(int64_t N) {
-  return N % 64 == 0 ? 64 : N % 32 == 0 ? 32 : 16;
-}
+int64_t column_block(int64_t N) { return N % 64 == 0 ? 64 : N % 32 == 0 ? 32 : 16; }
 
 // Whether ATen's BRGeMM runs bf16 VNNI blocks on this CPU: ATen decides once per process from oneDNN's
 // ISA (and refuses, raising, where the micro-kernel is missing), so one call on a tiny block tells.
@@ -119,16 +117,12 @@ void packed_mm(const char* kOp, float* out, int64_t ldo, const float* a, int64_t
 }
 
 // dtype -> whether packed weights of it run here (packed_gemm_available), for the calibration.
-bool packed_gemm_available_op(at::ScalarType dtype) {
-  return packed_gemm_available(dtype);
-}
+bool packed_gemm_available_op(at::ScalarType dtype) { return packed_gemm_available(dtype); }
 
 }  // namespace cpu_gemm
 }  // namespace elmo_fast
 
-TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) {
-  m.impl("pack_weight", &elmo_fast::cpu_gemm::pack_weight);
-}
+TORCH_LIBRARY_IMPL(elmo_fast, CPU, m) { m.impl("pack_weight", &elmo_fast::cpu_gemm::pack_weight); }
 
 // No tensor argument to dispatch on: one kernel for every key.
 TORCH_LIBRARY_IMPL(elmo_fast, CompositeExplicitAutograd, m) {

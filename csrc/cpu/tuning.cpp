@@ -48,9 +48,8 @@ std::optional<int64_t> gemv_rows_override(const char* kOp) {
     return std::nullopt;
   }
   const std::string text(env);
-  const bool digits = text.size() <= 10 && std::all_of(text.begin(), text.end(), [](char c) {
-    return c >= '0' && c <= '9';
-  });
+  const bool digits =
+      text.size() <= 10 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
   const int64_t rows = digits ? std::stoll(text) : -1;
   ELMO_CHECK(digits && rows <= int64_t{2147483647}, "ELMO_FAST_BILSTM_GEMV_ROWS='", text,
              "' is not a row count: expected an integer from 0 to 2147483647 (or unset)");
