@@ -1356,12 +1356,26 @@ def sources_markdown(stats: dict) -> str:
         "",
         f"sha256: train.txt {f['train.txt']['sha256']}, heldout.txt {f['heldout.txt']['sha256']}.",
         "",
-        "These files are data derived from the packages above and carry their licences (GPL-2+ "
-        "from GCIDE, Linux, Debian's guides; GFDL from FOLDOC and the GNU standards; the rest "
-        "permissive or public domain); they are not part of elmo-fast's source.",
+        _licence_footer([s["name"] for s in stats["sources"]]),
         "",
     ]
     return "\n".join(lines)
+
+
+def _licence_footer(names: list[str]) -> str:
+    """The closing sentence on the corpus' terms, true of the sources it was built from."""
+    copyleft = [n for n in names if n not in PERMISSIVE_SOURCES]
+    if not copyleft:
+        return (
+            "These files are data derived from the packages above and carry their licences, each permissive "
+            "or public domain (for the dual-licensed ones, the permissive choice: perl-doc under the Artistic "
+            "licence, maint-guide under MIT); they are not part of elmo-fast's source."
+        )
+    return (
+        "These files are data derived from the packages above and carry their licences; "
+        f"{', '.join(copyleft)} are GPL or GFDL (or quotations of varied origin), the rest permissive or "
+        "public domain; they are not part of elmo-fast's source."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

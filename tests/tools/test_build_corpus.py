@@ -388,3 +388,10 @@ def test_doctests():
 
     failures, tests = doctest.testmod(bc)
     assert tests >= 3 and failures == 0
+
+
+def test_the_terms_footer_is_true_of_the_sources_it_was_built_from():
+    permissive = bc._licence_footer(list(bc.PERMISSIVE_SOURCES))
+    assert "each permissive or public domain" in permissive and "GPL" not in permissive
+    mixed = bc._licence_footer(["wordnet", "gcide", "foldoc"])
+    assert "gcide, foldoc are GPL or GFDL" in mixed and "wordnet" not in mixed
