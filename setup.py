@@ -73,9 +73,9 @@ BUILD_INFO = "_build_info.py"
 # [test]'s linters, pinned: another release formats some lines differently (.ci/run runs both; CONTRIBUTING.md)
 LINT_TOOLS = ["ruff==0.17.6", "clang-format==23.1.5"]
 
-# The code's licence: Apache-2.0, the text in LICENSE (shipped in sdists and wheels). The bundled model's
-# weights (elmo_fast/pretrained/default/) are under other terms: its MODEL_CARD.md and MODEL_INFO.json say
-# which. setuptools >= 77 writes the licence as an SPDX License-Expression (metadata 2.4) and deprecates the
+# The code's licence: Apache-2.0, the text in LICENSE (shipped in sdists and wheels). Each bundled model's
+# MODEL_CARD.md and MODEL_INFO.json (elmo_fast/pretrained/<name>/) state its weights' terms: default's are
+# Apache-2.0 too, default-v1's are not. setuptools >= 77 writes the licence as an SPDX License-Expression (metadata 2.4) and deprecates the
 # licence classifiers; older ones write the License field, and get the classifier.
 LICENSE = "Apache-2.0"
 if int(setuptools.__version__.split(".")[0]) >= 77:
@@ -254,7 +254,7 @@ setup(
     # data files (*.json, *.hdf5, *.txt: e.g. a bundled model; MANIFEST.in puts them in the sdist).
     packages=find_namespace_packages(include=["elmo_fast", "elmo_fast.*"], exclude=["*.__pycache__"]),
     include_package_data=True,
-    package_data={"elmo_fast": ["**/*.json", "**/*.hdf5", "**/*.txt", "pretrained/default/*"]},
+    package_data={"elmo_fast": ["**/*.json", "**/*.hdf5", "**/*.txt", "pretrained/default/*", "pretrained/default-v1/*"]},
     exclude_package_data={"": ["*.so", "*.pyd", "*.o"]},
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],

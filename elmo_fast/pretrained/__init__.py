@@ -11,21 +11,22 @@ import os
 from pathlib import Path
 
 from . import official
-from .bundled import DESCRIPTION as BUNDLED_DESCRIPTION
+from .bundled import BUNDLED, BundledModel, ModelInfo, bundled_model
+from .bundled import DESCRIPTIONS as BUNDLED_DESCRIPTIONS
 from .bundled import NAME as BUNDLED_NAME
-from .bundled import BundledModel, ModelInfo, bundled_model
 from .bundled import model_info as bundled_model_info
 from .fetch import LocalModel, fetch
 from .official import DEFAULT_BASE_URL, MODELS, cache_dir, model_urls
 from .spec import parse_model_spec
 
 #: name -> one-line description, the bundled model first
-MODEL_DESCRIPTIONS: dict[str, str] = {BUNDLED_NAME: BUNDLED_DESCRIPTION, **official.MODEL_DESCRIPTIONS}
+MODEL_DESCRIPTIONS: dict[str, str] = {**BUNDLED_DESCRIPTIONS, **official.MODEL_DESCRIPTIONS}
 
 
 def model_names() -> list[str]:
-    """The names ``--model`` and :func:`fetch_model` accept: ``default`` (bundled), then the official ones."""
-    return [BUNDLED_NAME, *official.model_names()]
+    """The names ``--model`` and :func:`fetch_model` accept: the bundled ones (``default`` first), then the
+    official ones."""
+    return [*BUNDLED, *official.model_names()]
 
 
 def fetch_model(

@@ -1,7 +1,8 @@
-"""The model shipped inside the package: an English biLM trained by elmo-fast itself (its
-MODEL_CARD.md says on what and how), used whenever no model is named, offline.
+"""The models shipped inside the package, offline: English biLMs trained by elmo-fast itself (each
+MODEL_CARD.md says on what and how). ``default`` is used whenever no model is named; ``default-v1``,
+the previous default, stays available by name for vectors that must match what it gave.
 
-Its licence terms are not the code's: MODEL_INFO.json beside its weights holds them (read by
+Their licence terms are not the code's: MODEL_INFO.json beside each model's weights holds them (read by
 :func:`model_info`; ``elmo-fast --version``, ``elmo-fast doctor`` and the server show them).
 """
 
@@ -15,11 +16,31 @@ from pathlib import Path
 from ..errors import ModelFileError
 
 NAME = "default"
-DIRECTORY = Path(__file__).resolve().parent / NAME
-DESCRIPTION = (
-    "elmo-fast's own English biLM, bundled and offline (2x256_96 LSTM, 256 char filters, output "
-    "dim 192; see elmo_fast/pretrained/default/MODEL_CARD.md)"
-)
+_HERE = Path(__file__).resolve().parent
+
+#: every bundled model: name -> its folder in the package
+BUNDLED: dict[str, Path] = {NAME: _HERE / "default", "default-v1": _HERE / "default-v1"}
+
+#: name -> one line, for ``--model``'s help and ``elmo-fast models``
+DESCRIPTIONS: dict[str, str] = {
+    NAME: (
+        "elmo-fast's own English biLM, bundled and offline, trained on permissively licensed and public-domain "
+        "text (2x256_96 LSTM, 256 char filters, output dim 192; elmo_fast/pretrained/default/MODEL_CARD.md)"
+    ),
+    "default-v1": (
+        "the previous bundled default (the same shape, trained partly on GPL and GFDL text; "
+        "elmo_fast/pretrained/default-v1/MODEL_CARD.md), for vectors that must match it"
+    ),
+}
+
+DIRECTORY = BUNDLED[NAME]
+DESCRIPTION = DESCRIPTIONS[NAME]
+
+
+def bundled_name(directory: str | Path) -> str | None:
+    """The bundled model whose folder ``directory`` is, or None."""
+    resolved = Path(directory).resolve()
+    return next((name for name, folder in BUNDLED.items() if folder == resolved), None)
 
 
 #: what a command prints (one line, stderr) when no model was named and it uses this one
@@ -55,9 +76,10 @@ class ModelInfo:
         }
 
 
-def model_info(directory: Path = DIRECTORY, name: str = NAME) -> ModelInfo:
-    """The terms of the bundled model in ``directory``; a one-line :class:`ModelFileError` when its
-    MODEL_INFO.json is missing or malformed."""
+def model_info(directory: Path | None = None, name: str = NAME) -> ModelInfo:
+    """The terms of the bundled model ``name`` (in ``directory``, by default its folder in the package); a
+    one-line :class:`ModelFileError` when its MODEL_INFO.json is missing or malformed."""
+    directory = BUNDLED[name] if directory is None else Path(directory)
     path = directory / INFO_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -95,15 +117,16 @@ class BundledModel:
         return self.options.parent
 
 
-def bundled_model() -> BundledModel:
-    """The bundled model's files; a one-line error naming what is missing from this install."""
-    files = BundledModel(
-        DIRECTORY / "options.json", DIRECTORY / "weights.hdf5", DIRECTORY / "softmax.hdf5", DIRECTORY / "vocab.txt"
-    )
+def bundled_model(name: str = NAME) -> BundledModel:
+    """The files of the bundled model ``name``; a one-line error naming what is missing from this install."""
+    if name not in BUNDLED:
+        raise ModelFileError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
+    folder = BUNDLED[name]
+    files = BundledModel(folder / "options.json", folder / "weights.hdf5", folder / "softmax.hdf5", folder / "vocab.txt")
     missing = [p.name for p in (files.options, files.weights, files.softmax, files.vocab) if not p.is_file()]
     if missing:
         raise ModelFileError(
-            f"the bundled model is missing {', '.join(missing)} in {DIRECTORY} (an install without "
+            f"the bundled model '{name}' is missing {', '.join(missing)} in {folder} (an install without "
             "package data?): reinstall elmo-fast, or name a model with --options/--weights, "
             "--model-dir or --model"
         )

@@ -70,7 +70,7 @@ def fetch(
     spec = parse_model_spec(model) if isinstance(model, str) else model
     root = Path(cache).expanduser() if cache is not None else None
     if isinstance(spec, BundledSpec):
-        files = bundled_model()
+        files = bundled_model(spec.name)
         roles = {"options": files.options, "weights": files.weights, "softmax": files.softmax, "vocab": files.vocab}
         return LocalModel(spec.text, BILM_TF, roles, files.directory)
     if isinstance(spec, OfficialSpec):

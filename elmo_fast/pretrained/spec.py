@@ -1,6 +1,6 @@
 """What ``--model`` (and ``model=``) names, parsed and checked before anything is fetched.
 
-* ``default``: the model bundled in the package;
+* ``default`` (or ``default-v1``): a model bundled in the package;
 * an official model's name (``small``, ``original``, ...): allennlp's files, fetched once;
 * ``hf:OWNER/REPO[@REVISION][/SUBFOLDER]``: a repository of the Hugging Face Hub (a revision holding
   ``/``, such as ``refs/pr/1``, is written with ``%2F``);
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ElmoFastError
+from .bundled import BUNDLED
 from .bundled import NAME as BUNDLED_NAME
 from .official import MODELS
 
@@ -24,7 +25,7 @@ __all__ = ["BundledSpec", "HubSpec", "ModelSpec", "OfficialSpec", "UrlSpec", "pa
 
 HUB_PREFIX = "hf:"
 #: the forms a model may be named in, for messages
-FORMS = "'default', an official name, hf:OWNER/REPO[@REVISION][/SUBFOLDER], or URL#sha256=HEX"
+FORMS = "'default' (or 'default-v1'), an official name, hf:OWNER/REPO[@REVISION][/SUBFOLDER], or URL#sha256=HEX"
 
 _HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -32,11 +33,13 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class BundledSpec:
-    """The model bundled in the package."""
+    """A model bundled in the package (``default`` unless named)."""
+
+    name: str = BUNDLED_NAME
 
     @property
     def text(self) -> str:
-        return BUNDLED_NAME
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,8 @@ def parse_model_spec(text: str) -> ModelSpec:
     """The model ``text`` names (see the module's docstring); a one-line error for anything else."""
     if not isinstance(text, str) or not text:
         raise ElmoFastError(f"model {text!r}: give {FORMS}")
-    if text == BUNDLED_NAME:
-        return BundledSpec()
+    if text in BUNDLED:
+        return BundledSpec(text)
     if text in MODELS:
         return OfficialSpec(text)
     if text.startswith(HUB_PREFIX):
@@ -134,7 +137,7 @@ def parse_model_spec(text: str) -> ModelSpec:
     scheme = urlsplit(text).scheme
     if scheme in ("http", "https"):
         return _url(text)
-    names = ", ".join([BUNDLED_NAME, *MODELS])
+    names = ", ".join([*BUNDLED, *MODELS])
     raise ElmoFastError(
         f"unknown model {text!r}; valid names: {names}; or hf:OWNER/REPO[@REVISION][/SUBFOLDER], or URL#sha256=HEX"
     )

@@ -223,7 +223,7 @@ BAD_INPUTS = {
     "unknown --model": (
         b"a\n",
         ["--model", "large"],
-        r"unknown model 'large'; valid names: default, small, medium, original, original-5.5b, pt, pubmed; "
+        r"unknown model 'large'; valid names: default, default-v1, small, medium, original, original-5.5b, pt, pubmed; "
         r"or hf:OWNER/REPO\[@REVISION\]\[/SUBFOLDER\], or URL#sha256=HEX$",
     ),
     "stateful with a token budget": (

@@ -35,5 +35,6 @@ def test_metadata_names_the_license_and_ships_the_file(tmp_path):
     sources = (info / "SOURCES.txt").read_text(encoding="utf-8").splitlines()
     assert "LICENSE" in sources
     # the bundled model's own terms travel with its weights
-    assert "elmo_fast/pretrained/default/MODEL_INFO.json" in sources
-    assert "elmo_fast/pretrained/default/MODEL_CARD.md" in sources
+    for name in ("default", "default-v1"):
+        assert f"elmo_fast/pretrained/{name}/MODEL_INFO.json" in sources
+        assert f"elmo_fast/pretrained/{name}/MODEL_CARD.md" in sources

@@ -1,6 +1,6 @@
-"""The model bundled in the package (``default``): present, small, used whenever no model is named,
-and real (it knows English word order; "bank" by its context). Its numbers are in
-elmo_fast/pretrained/default/MODEL_CARD.md (scripts/model_card.py)."""
+"""The models bundled in the package (``default``, and the previous default ``default-v1`` by name):
+present, small, ``default`` used whenever no model is named, and real (it knows English word order; "bank"
+by its context). Their numbers are in each one's MODEL_CARD.md (scripts/model_card.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from repo_paths import REPO
 from elmo_fast import Elmo, ElmoEmbedder, HubElmo, batch_to_ids
 from elmo_fast.cli.models import bank_distances
 from elmo_fast.pretrained import bundled_model
-from elmo_fast.pretrained.bundled import DESCRIPTION, DIRECTORY, USING_MESSAGE
+from elmo_fast.pretrained.bundled import BUNDLED, DESCRIPTIONS, DIRECTORY, USING_MESSAGE
 
 pytestmark = pytest.mark.skipif(
     not (DIRECTORY / "weights.hdf5").is_file(), reason="the bundled model's files are not in this checkout"
@@ -44,26 +44,27 @@ def _cli(*args, cwd=None):
     )
 
 
-def test_the_bundled_files_are_there_and_small():
-    files = bundled_model()
-    total = sum(p.stat().st_size for p in DIRECTORY.iterdir() if p.is_file())
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_the_bundled_files_are_there_and_small(name):
+    files = bundled_model(name)
+    total = sum(p.stat().st_size for p in BUNDLED[name].iterdir() if p.is_file())
     assert total <= 25 * 2**20, f"{total / 2**20:.1f} MiB"
     options = json.loads(files.options.read_text())
     assert options["lstm"]["n_layers"] == 2
     lstm, filters = options["lstm"], sum(n for _, n in options["char_cnn"]["filters"])
     shape = f"2x{lstm['dim']}_{lstm['projection_dim']} LSTM, {filters} char filters, output dim {2 * lstm['projection_dim']}"
-    assert shape in DESCRIPTION, f"DESCRIPTION is stale: the files say {shape}"
+    assert shape in DESCRIPTIONS[name] or name != "default", f"its description is stale: the files say {shape}"
     assert len(files.vocab.read_text(encoding="utf-8").splitlines()) == options["n_tokens_vocab"]
     with h5py.File(files.softmax) as f:
         assert f["softmax/W"].shape == (options["n_tokens_vocab"], options["lstm"]["projection_dim"])
-    assert (DIRECTORY / "MODEL_CARD.md").is_file() and (DIRECTORY / "learning_curve.png").is_file()
+    assert (BUNDLED[name] / "MODEL_CARD.md").is_file() and (BUNDLED[name] / "learning_curve.png").is_file()
 
 
 def test_setup_ships_every_bundled_file():
-    """setup.py's package data patterns cover each file of the bundled model (wheel and sdist)."""
+    """setup.py's package data patterns cover each file of the bundled models (wheel and sdist)."""
     text = (REPO / "setup.py").read_text()
     patterns = json.loads(text.split('package_data={"elmo_fast": ', 1)[1].split("}", 1)[0])
-    for path in DIRECTORY.iterdir():
+    for path in (p for folder in BUNDLED.values() for p in folder.iterdir()):
         rel = path.relative_to(REPO / "elmo_fast").as_posix()
         assert any(fnmatch.fnmatch(rel, p) for p in patterns), rel
     assert "graft elmo_fast" in (REPO / "MANIFEST.in").read_text()
@@ -103,10 +104,11 @@ def test_elmo_and_hub_elmo_without_files_use_it():
     assert got["elmo"].shape == (3, max(len(s.split()) for s in ENGLISH[:3]), WIDTH)
 
 
-def test_bank_by_its_context(embedder):
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_bank_by_its_context(name):
     """The classic check: layer 0 gives every "bank" one vector; at layers 1 and 2 the two money
     banks are closer to each other than either is to the river bank."""
-    layers = bank_distances(embedder)
+    layers = bank_distances(ElmoEmbedder(model=name))
     assert max(layers[0].values()) < 1e-5
     for k in (1, 2):
         d = layers[k]

@@ -34,7 +34,7 @@ def test_names_parse(text, expected):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("nope", "unknown model 'nope'; valid names: default, small, medium, original, original-5.5b"),
+        ("nope", "unknown model 'nope'; valid names: default, default-v1, small, medium, original, original-5.5b"),
         ("hf:lonely", "a Hub model is hf:OWNER/REPO[@REVISION][/SUBFOLDER]"),
         ("hf:o/r@", "an empty revision"),
         ("hf:o/r/../x", "a plain path inside the repository"),
@@ -42,7 +42,7 @@ def test_names_parse(text, expected):
         ("https://example.org/m", "needs its weights file's SHA-256 as a pin, URL#sha256=HEX"),
         ("https://example.org/m#sha256=abc", "64 hexadecimal digits, got 3"),
         (f"https://example.org/m?x=1#sha256={PIN}", "takes no query"),
-        ("", "give 'default', an official name"),
+        ("", "give 'default' (or 'default-v1'), an official name"),
     ],
 )
 def test_bad_names_are_one_line_errors(text, message):

@@ -100,12 +100,16 @@ def test_info_says_what_is_served(server, description, tiny_dir):
     assert info["license"] is None  # a model of the user's own: its terms are not elmo-fast's to say
 
 
-def test_the_bundled_model_states_its_licence():
-    from elmo_fast.pretrained.bundled import DIRECTORY
+def test_the_bundled_models_state_their_licences():
+    from elmo_fast.pretrained.bundled import BUNDLED
     from elmo_fast.serve.info import licence_terms
 
-    terms = licence_terms({"weights": str(DIRECTORY / "weights.hdf5")})
-    assert terms and "GPL" in terms
+    terms = licence_terms({"weights": str(BUNDLED["default"] / "weights.hdf5")})
+    assert terms and terms.startswith("Apache-2.0")
+    terms = licence_terms({"weights": str(BUNDLED["default-v1"] / "weights.hdf5")})
+    assert terms and "GPL" in terms and "not Apache-2.0" in terms
+    mixed = {"options": str(BUNDLED["default"] / "options.json"), "weights": str(BUNDLED["default-v1"] / "weights.hdf5")}
+    assert licence_terms(mixed) is None  # files of two models: neither's terms
     assert licence_terms({"weights": "/elsewhere/weights.hdf5"}) is None
 
 
