@@ -254,7 +254,9 @@ setup(
     # data files (*.json, *.hdf5, *.txt: e.g. a bundled model; MANIFEST.in puts them in the sdist).
     packages=find_namespace_packages(include=["elmo_fast", "elmo_fast.*"], exclude=["*.__pycache__"]),
     include_package_data=True,
-    package_data={"elmo_fast": ["**/*.json", "**/*.hdf5", "**/*.txt", "pretrained/default/*", "pretrained/default-v1/*"]},
+    package_data={
+        "elmo_fast": ["**/*.json", "**/*.hdf5", "**/*.txt", "pretrained/default/*", "pretrained/default-v1/*"]
+    },
     exclude_package_data={"": ["*.so", "*.pyd", "*.o"]},
     python_requires=">=3.10",
     install_requires=["torch", "numpy", "h5py", "tqdm"],

@@ -122,7 +122,9 @@ def bundled_model(name: str = NAME) -> BundledModel:
     if name not in BUNDLED:
         raise ModelFileError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
     folder = BUNDLED[name]
-    files = BundledModel(folder / "options.json", folder / "weights.hdf5", folder / "softmax.hdf5", folder / "vocab.txt")
+    files = BundledModel(
+        folder / "options.json", folder / "weights.hdf5", folder / "softmax.hdf5", folder / "vocab.txt"
+    )
     missing = [p.name for p in (files.options, files.weights, files.softmax, files.vocab) if not p.is_file()]
     if missing:
         raise ModelFileError(

@@ -57,15 +57,15 @@ def licence_terms(files: dict[str, str]) -> str | None:
     for any other model."""
     from ..pretrained import bundled
 
-    if not files or any(Path(p).resolve().parent != bundled.DIRECTORY for p in files.values()):
+    names = {bundled.bundled_name(Path(p).parent) for p in files.values()} if files else {None}
+    if len(names) != 1 or None in names:
         return None
-    model_info = getattr(bundled, "model_info", None)
-    if model_info is not None:
-        try:
-            return model_info().license
-        except ValueError:
-            pass
-    card = bundled.DIRECTORY / "MODEL_CARD.md"
+    (name,) = names
+    try:
+        return bundled.model_info(name=name).license
+    except ValueError:
+        pass
+    card = bundled.BUNDLED[name] / "MODEL_CARD.md"
     try:
         text = card.read_text(encoding="utf-8")
     except OSError:

@@ -108,7 +108,10 @@ def test_the_bundled_models_state_their_licences():
     assert terms and terms.startswith("Apache-2.0")
     terms = licence_terms({"weights": str(BUNDLED["default-v1"] / "weights.hdf5")})
     assert terms and "GPL" in terms and "not Apache-2.0" in terms
-    mixed = {"options": str(BUNDLED["default"] / "options.json"), "weights": str(BUNDLED["default-v1"] / "weights.hdf5")}
+    mixed = {
+        "options": str(BUNDLED["default"] / "options.json"),
+        "weights": str(BUNDLED["default-v1"] / "weights.hdf5"),
+    }
     assert licence_terms(mixed) is None  # files of two models: neither's terms
     assert licence_terms({"weights": "/elsewhere/weights.hdf5"}) is None
 
