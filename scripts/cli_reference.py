@@ -16,7 +16,6 @@ variable the package, its extension and its build read, and no other.
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from pathlib import Path
@@ -282,23 +281,12 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="compare docs/cli.md with the parsers; write nothing")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        old = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-        if old == text:
-            return 0
-        diff = difflib.unified_diff(old.splitlines(), text.splitlines(), "docs/cli.md", "the parsers", lineterm="", n=0)
-        print("\n".join(list(diff)[:40]), file=sys.stderr)
-        print("docs/cli.md is out of date: run `python scripts/cli_reference.py`", file=sys.stderr)
-        return 1
-    from elmo_fast.durable import write_text
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from generated_page import main as generated_page_main
 
-    write_text(PAGE, text)
-    print(f"wrote {PAGE.relative_to(REPO)}")
-    return 0
+    return generated_page_main(
+        argv, description=__doc__.split("\n\n")[0], page=PAGE, render=render, source="the parsers"
+    )
 
 
 if __name__ == "__main__":
