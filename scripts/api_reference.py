@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from generated_page import main as generated_page_main
 
-    return generated_page_main(argv, description=__doc__.split("\n\n")[0], page=PAGE, render=render, source="the code")
+    return generated_page_main(
+        argv, script=__file__, description=__doc__.split("\n\n")[0], page=PAGE, render=render, source="the code"
+    )
 
 
 if __name__ == "__main__":

@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     from generated_page import main as generated_page_main
 
     return generated_page_main(
-        argv, description=__doc__.split("\n\n")[0], page=PAGE, render=render, source="the parsers"
+        argv, script=__file__, description=__doc__.split("\n\n")[0], page=PAGE, render=render, source="the parsers"
     )
 
 

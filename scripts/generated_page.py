@@ -10,10 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def main(argv: list[str] | None, *, description: str, page: Path, render: Callable[[], str], source: str) -> int:
-    """``source`` names what the page is generated from ("the parsers", "the code"), in messages."""
-    repo = page.parents[1]
-    rel, script = page.relative_to(repo), Path(sys.argv[0]).name
+def main(
+    argv: list[str] | None, *, script: str, description: str, page: Path, render: Callable[[], str], source: str
+) -> int:
+    """``script`` is the generating script's path (its ``__file__``); ``source`` names what the page is
+    generated from ("the parsers", "the code"), in messages."""
+    repo = Path(script).resolve().parents[1]
+    rel = page.relative_to(repo) if page.is_relative_to(repo) else page
+    script = Path(script).name
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help=f"compare {rel} with {source}; write nothing")
     args = parser.parse_args(argv)
