@@ -22,6 +22,12 @@ namespace {
 // distinct (M, N, K, ld*); a fixed block keeps the variety to the block and the tails of a batch.
 constexpr int64_t kRowBlock = 32;
 
+// Depth per micro-kernel call. The micro-kernel sums each output over its whole K in one register,
+// term after term: over K = 4,096 (ELMo's projection) that sequential sum's rounding is several times
+// an MKL SGEMM's, which blocks K. Calls of 256 added into the output (add_C) bound each sequential run
+// to 256 terms, as the plain path's GEMMs do: the fp32 error of a packed and a plain model agree.
+constexpr int64_t kDepthBlock = 256;
+
 // The widest block of output columns dividing N that AMX's kernels take (16, 32, 48 or 64; 48 only
 // when nothing else divides N is never needed: N a multiple of 16 has one of 64, 32, 16).
 int64_t column_block(int64_t N) { return N % 64 == 0 ? 64 : N % 32 == 0 ? 32 : 16; }
@@ -97,8 +103,12 @@ void packed_mm_impl(const char* kOp, float* out, int64_t ldo, const scalar_t* a,
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t j = t / row_blocks, r0 = (t % row_blocks) * kRowBlock;
       const int64_t m = std::min(kRowBlock, n - r0);
-      at::native::cpublas::brgemm(m, nb, K, lda, nb, ldo, /*add_C=*/false, a + r0 * lda, w + j * K * nb,
-                                  out + r0 * ldo + j * nb, /*is_vnni=*/kVnni);
+      // packed[j, k / g, c, k % g]: depth k0 (a multiple of g) of column block j starts at (j K + k0) nb
+      for (int64_t k0 = 0; k0 < K; k0 += kDepthBlock) {
+        const int64_t k = std::min(kDepthBlock, K - k0);
+        at::native::cpublas::brgemm(m, nb, k, lda, nb, ldo, /*add_C=*/k0 > 0, a + r0 * lda + k0, w + (j * K + k0) * nb,
+                                    out + r0 * ldo + j * nb, /*is_vnni=*/kVnni);
+      }
     }
     at::native::cpublas::brgemm_release(/*is_vnni=*/kVnni);  // AMX: give the tile state back
   });

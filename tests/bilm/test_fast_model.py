@@ -47,6 +47,30 @@ def test_fast_matches_reference_with_clips(random_models, preset, n):
 
 
 @pytest.mark.slow
+def test_the_calibrated_fast_path_is_as_near_float64_as_the_fp32_reference(random_models, tmp_path, monkeypatch):
+    """Two fp32 computations of a long stateful run differ by both of their roundings: against the float64
+    reference, the fast path (its kernels as this machine's calibration chooses them: a user's default)
+    errs no more than the fp32 reference does, sentence after sentence with the states carried."""
+    monkeypatch.setenv("ELMO_FAST_CACHE", str(tmp_path))  # a fresh calibration, measured here
+    files = random_models("small", exercise_clips=True)
+    sentences = sorted(_batch(11, 8, 1, 60), key=len)
+    models = {
+        "fast": ElmoBiLm(*files, backend="fast", stateful=True),
+        "ref32": ElmoBiLm(*files, backend="reference", stateful=True),
+        "ref64": ElmoBiLm(*files, backend="reference", stateful=True).double(),
+    }
+    worst = {"fast": 0.0, "ref32": 0.0}
+    with torch.inference_mode():
+        for sentence in sentences:
+            ids = batch_to_ids([sentence])
+            out = {name: model(ids)["activations"] for name, model in models.items()}
+            for name in worst:
+                for x, y in zip(out[name], out["ref64"]):
+                    worst[name] = max(worst[name], float((x.double() - y).abs().max()))
+    assert worst["fast"] <= max(1.5 * worst["ref32"], FP32 / 10), worst
+
+
+@pytest.mark.slow
 def test_fast_matches_reference_stateful_across_batches(random_models):
     files = random_models("tiny", exercise_clips=True)
     s = _batch(5, 12)

@@ -108,7 +108,7 @@ def test_embed_file_errors_leave_no_output(embedder, tmp_path):
     with pytest.raises(ElmoFastError, match="does not exist"):
         embedder.embed_file(_write_lines(tmp_path / "ok.txt", ["ok"]), tmp_path / "nodir" / "out.hdf5", progress=False)
     with pytest.raises(ElmoFastError, match="output_format"):
-        embedder.embed_file(tmp_path / "ok.txt", tmp_path / "out.hdf5", output_format="mean", progress=False)
+        embedder.embed_file(tmp_path / "ok.txt", tmp_path / "out.hdf5", output_format="median", progress=False)
     with pytest.raises(InputError, match="not found"):
         embedder.embed_file(tmp_path / "missing.txt", tmp_path / "out.hdf5", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "in.txt", "ok.txt"]

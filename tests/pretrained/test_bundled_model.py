@@ -8,6 +8,7 @@ import fnmatch
 import json
 import logging
 import random
+import re
 import subprocess
 import sys
 
@@ -63,7 +64,9 @@ def test_the_bundled_files_are_there_and_small(name):
 def test_setup_ships_every_bundled_file():
     """setup.py's package data patterns cover each file of the bundled models (wheel and sdist)."""
     text = (REPO / "setup.py").read_text()
-    patterns = json.loads(text.split('package_data={"elmo_fast": ', 1)[1].split("}", 1)[0])
+    listed = re.search(r'package_data=\{\s*"elmo_fast":\s*(\[.*?\])', text, re.S)
+    assert listed, "setup.py: package_data={'elmo_fast': [...]} not found"
+    patterns = json.loads(re.sub(r",\s*\]$", "]", listed.group(1)))  # a trailing comma, as the formatter writes
     for path in (p for folder in BUNDLED.values() for p in folder.iterdir()):
         rel = path.relative_to(REPO / "elmo_fast").as_posix()
         assert any(fnmatch.fnmatch(rel, p) for p in patterns), rel

@@ -40,17 +40,6 @@ def wait_until(condition, timeout: float = 60, what: str = "condition") -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(random_models):
-    options, _ = random_models("tiny", seed=7)
-    return options.parent
-
-
-@pytest.fixture(scope="module")
-def embedder(tiny_dir):
-    return ElmoEmbedder(model_dir=tiny_dir)
-
-
-@pytest.fixture(scope="module")
 def server(tiny_dir):
     s = ServerProcess(tiny_dir, "--max-request-tokens", 300, "--max-wait-ms", 20)
     yield s

@@ -13,7 +13,7 @@ import pytest
 from serve_cases import TOL, expected
 from serve_process import ServerProcess, http_request
 
-from elmo_fast import ElmoEmbedder, __version__
+from elmo_fast import __version__
 from elmo_fast.serve import text
 from elmo_fast.serve.batcher import Limits
 from elmo_fast.serve.protocol import RequestLimits
@@ -22,17 +22,6 @@ from elmo_fast.tokenizer import tokenize
 KEY = "api-Key-for-tests"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 LONG = " ".join(f"w{i}" for i in range(30))  # 30 tokens
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(random_models):
-    options, _ = random_models("tiny", seed=7)
-    return options.parent
-
-
-@pytest.fixture(scope="module")
-def embedder(tiny_dir):
-    return ElmoEmbedder(model_dir=tiny_dir)
 
 
 @pytest.fixture(scope="module")
