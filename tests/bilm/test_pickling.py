@@ -114,6 +114,7 @@ def _store(directory, files, tuning: CpuTuning) -> None:
 
 
 @needs_extension
+@pytest.mark.slow
 def test_an_unpickled_model_uses_the_calibration_of_the_machine_it_runs_on(random_models, monkeypatch, tmp_path):
     """Pickled after a forward with this store's choice (packed weights, no GEMV), unpickled in a process whose
     store holds another (plain weights, the GEMV always): the new process runs its own."""

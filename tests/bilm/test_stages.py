@@ -141,6 +141,7 @@ def test_a_state_dict_round_trips(random_models):
 
 
 @pytest.mark.peers
+@pytest.mark.slow
 def test_loads_allennlp_state_dicts_and_gives_allennlp_outputs(random_models):
     """allennlp's own _ElmoBiLm (2.10.1) and Elmo: their state dicts load into ours (module names
     translated), and both compute the same activations."""

@@ -114,6 +114,7 @@ def test_activation_is_light_and_serves_elmos_path(no_real_allennlp):
 
 
 @pytest.mark.peers
+@pytest.mark.slow
 def test_a_real_allennlp_is_never_shadowed(no_real_allennlp):
     """With allennlp 2.10.1 importable, activating says so in one line and changes nothing; the same when it
     was imported first."""
@@ -159,6 +160,7 @@ def _real_allennlp_site():
     return site
 
 
+@pytest.mark.slow
 def test_a_real_allennlp_that_becomes_importable_later_wins(no_real_allennlp):
     """Active with no allennlp around; then a real one becomes importable (a folder put on sys.path, as a
     notebook's install does): `import allennlp` imports it, with one line saying so, every time the finder
@@ -188,6 +190,7 @@ def test_a_real_allennlp_that_becomes_importable_later_wins(no_real_allennlp):
     assert len(caught) == 1 and "a real allennlp is importable now" in caught[0] and "it is imported" in caught[0]
 
 
+@pytest.mark.slow
 def test_stand_in_modules_imported_first_stay_until_deactivated(no_real_allennlp):
     """The stand-in's modules imported, then a real allennlp becomes importable: the imported modules stay
     the stand-in's for the process (Python keeps imported modules; a real allennlp.commands under the
@@ -217,6 +220,7 @@ def test_stand_in_modules_imported_first_stay_until_deactivated(no_real_allennlp
     assert "deactivate()" in caught[0]
 
 
+@pytest.mark.slow
 def test_only_asking_activates_it(no_real_allennlp, tmp_path):
     """hasattr / getattr / dir on elmo_fast, pkgutil.walk_packages and pydoc walking the package, and
     pytest --doctest-modules importing its every module, leave allennlp unserved; `import
@@ -479,6 +483,7 @@ def _compare(ours: dict, theirs: dict) -> float:
 
 @pytest.mark.parametrize("preset,clips", [("tiny", False), ("small", True)])
 @pytest.mark.peers
+@pytest.mark.slow
 def test_stateful_sequence_gives_allennlp_09s_numbers(tmp_path, random_models, preset, clips):
     options, weights = random_models(preset, exercise_clips=clips)
     steps = _sequence(seed=hash(preset) % 1000)
@@ -488,6 +493,7 @@ def test_stateful_sequence_gives_allennlp_09s_numbers(tmp_path, random_models, p
 
 
 @pytest.mark.peers
+@pytest.mark.slow
 def test_embed_file_gives_allennlp_09s_file(tmp_path, random_models):
     """0.9's embed_file: input order, batches of batch_size, the states flowing through: the same datasets."""
     import h5py
@@ -511,6 +517,7 @@ def test_embed_file_gives_allennlp_09s_file(tmp_path, random_models):
 
 
 @pytest.mark.peers
+@pytest.mark.slow
 def test_an_embedder_allennlp_09_pickled_unpickles_and_carries_on(tmp_path, random_models, no_real_allennlp):
     """A pickle of allennlp 0.9's ElmoEmbedder (what a flair model saved before flair 0.12 holds) loads into
     elmo-fast's, its weights and carried states included: the calls after it give 0.9's numbers."""

@@ -49,6 +49,7 @@ def _peer(tmp_path, job: dict) -> dict:
     return dict(np.load(tmp_path / "peer.npz"))
 
 
+@pytest.mark.slow
 def test_elmo_embeddings_give_flair_on_allennlp_09s_vectors(tmp_path, random_models):
     """All three modes, each a new ELMoEmbeddings (its constructor's dummy sentence included), the sentences
     embedded as one call: the same token vectors as flair gives on allennlp 0.9."""
@@ -87,6 +88,7 @@ _TAGGED = [
 ]
 
 
+@pytest.mark.slow
 def test_a_tagger_over_elmo_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_models):
     """A SequenceTagger over StackedEmbeddings([ELMoEmbeddings, OneHotEmbeddings]) trains for a few steps, is
     saved with flair's save, loads with flair's load in a fresh process and predicts the same tags, with the
@@ -152,6 +154,7 @@ def test_a_tagger_over_elmo_trains_saves_and_loads_in_a_fresh_process(tmp_path, 
     assert np.abs(np.concatenate(reloaded_scores) - np.concatenate(scores)).max() <= 1e-5
 
 
+@pytest.mark.slow
 def test_a_flair_model_saved_with_allennlp_09_loads_and_predicts_as_there(tmp_path, random_models):
     """flair up to 0.11 pickled a model's embeddings whole: an ELMoEmbeddings holding allennlp 0.9's
     ElmoEmbedder (its weights and carried states). flair 0.15.1's load on elmo-fast unpickles it into
@@ -224,6 +227,7 @@ def _embed_probe(model_path: str, load: bool, before: list | None = None, files:
     )
 
 
+@pytest.mark.slow
 def test_a_saved_elmo_model_continues_where_it_was_saved(tmp_path, tiny_files):
     """flair's pickles before 0.12 held allennlp 0.9's ElmoEmbedder whole, its LSTM states included, so a
     loaded model went on from where it was saved. The same now: ``to_params`` carries the states (for every
@@ -246,6 +250,7 @@ def test_a_saved_elmo_model_continues_where_it_was_saved(tmp_path, tiny_files):
     assert max(np.abs(np.array(a) - np.array(b)).max() for a, b in zip(saved, fresh)) > 1e-3
 
 
+@pytest.mark.slow
 def test_a_model_saved_without_states_loads_as_before(tmp_path, tiny_files):
     """Parameters saved by an earlier elmo-fast hold no LSTM states: such a model loads, its embedder as a
     fresh one (the states its constructor's dummy sentence leaves); states that do not fit the model are a

@@ -191,6 +191,7 @@ def _read_h5(path) -> dict:
 
 
 @pytest.mark.peers
+@pytest.mark.slow
 def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agrees(seqvec_model_dir, tmp_path):
     """seqvec 0.4.1's own command line, run with ELMO_FAST_AS_ALLENNLP=1 (no code edited: the .pth hook), writes
     what it writes on allennlp 0.9.0 itself; `elmo-fast embed --fasta` keys the same ids, gives the same
@@ -319,6 +320,7 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
 
 
 @pytest.mark.peers
+@pytest.mark.slow
 def test_seqvec_embedder_gives_bio_embeddings_numbers(seqvec_small, tmp_path):
     """bio_embeddings 0.2.2's own SeqVecEmbedder source (its file, loaded alone: its package imports every
     embedder it has), run on elmo-fast's allennlp import path, and elmo_fast.compat.seqvec's class give the

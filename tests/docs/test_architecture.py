@@ -313,6 +313,7 @@ def test_importing_elmo_fast_imports_no_ray():
     assert proc.stdout.strip() == "[]", f"Ray modules imported: {proc.stdout.strip()}"
 
 
+@pytest.mark.slow
 def test_only_the_hub_module_names_huggingface_hub_and_nothing_imports_it_at_once():
     """huggingface_hub (the [hub] extra) is reached through elmo_fast/pretrained/hf_hub.py alone, which
     imports it when a Hub model is asked for: a core install has none, and loading a model from files

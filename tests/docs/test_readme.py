@@ -120,6 +120,7 @@ def workdir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("line,code", [pytest.param(line, code, id=line, marks=_marks(code)) for line, code in PYTHON])
+@pytest.mark.slow
 def test_python_snippet_runs(line, code, workdir, tmp_path, monkeypatch, request):
     import json
 
@@ -274,6 +275,7 @@ def _quickstart_needs(title: str, blocks: list[tuple[str, str, str]]) -> str | N
 
 
 @pytest.mark.parametrize("title,blocks", QUICKSTARTS, ids=[title for title, _ in QUICKSTARTS])
+@pytest.mark.slow
 def test_quickstart_runs_as_printed_in_an_empty_folder(title, blocks, tmp_path):
     import json
     import os

@@ -6,6 +6,7 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 from repo_paths import REPO as ROOT
 
 
@@ -31,6 +32,7 @@ def _test_file(name: str) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
+@pytest.mark.slow
 def test_every_test_named_in_reliability_md_exists():
     named = _named_tests()
     assert len(named) >= 50

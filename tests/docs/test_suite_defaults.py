@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from repo_paths import REPO, SUPPORT
 from user_defaults import NOT_BEHAVIOUR, effective_defaults
 
@@ -25,12 +26,14 @@ def _users_defaults() -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_suite_runs_a_users_defaults():
     ours, users = effective_defaults(), _users_defaults()
     assert users["variables set"] == []
     assert ours == users, "the test suite runs settings a user does not have (tests/conftest.py?)"
 
 
+@pytest.mark.slow
 def test_the_docs_list_the_defaults():
     text = (REPO / "docs" / "precision-and-speed.md").read_text(encoding="utf-8")
     section = text.split("## The defaults", 1)[1].split("\n## ", 1)[0]

@@ -54,6 +54,7 @@ def assert_same_outputs(got_path, want_path) -> None:
 
 
 @pytest.mark.parametrize("model", ["golden", "small"])
+@pytest.mark.slow
 def test_embed_file_equals_the_fast_path(model, tmp_path, corpus, tiny_files, random_models, onnx_graphs):
     files = tiny_files if model == "golden" else random_models("small", exercise_clips=True)
     graph = onnx_graphs(*files)
@@ -84,6 +85,7 @@ def test_the_api_batches_as_the_biLM_does(tiny_files, onnx_graphs):
     assert layers.shape == (0, 3, 4, 32) and mask.shape == (0, 4)
 
 
+@pytest.mark.slow
 def test_int8_graph_runs_as_a_backend(tiny_files, onnx_graphs):
     embedder = ElmoEmbedder(backend="onnx", onnx_file=onnx_graphs(*tiny_files, quantize="int8"))
     assert embedder.elmo_bilm.quantization == "int8-dynamic-matmul-per-channel"
@@ -171,6 +173,7 @@ def test_a_graph_that_breaks_the_contract_is_refused(tmp_path, inputs, outputs, 
 # --- the command line -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_embed_command_with_the_onnx_backend(tmp_path, corpus, tiny_files, onnx_graphs):
     graph = onnx_graphs(*tiny_files)
     got, want = tmp_path / "onnx.h5", tmp_path / "fast.h5"
@@ -203,6 +206,7 @@ def test_embed_command_refuses_bad_combinations(flags, expected, tmp_path, corpu
     assert not (tmp_path / "out.h5").exists()
 
 
+@pytest.mark.slow
 def test_serve_with_the_onnx_backend(tiny_files, onnx_graphs):
     from serve_process import ServerProcess
 
@@ -225,6 +229,7 @@ def test_serve_with_the_onnx_backend(tiny_files, onnx_graphs):
         assert server.stop() == 0
 
 
+@pytest.mark.slow
 def test_serve_refuses_bad_combinations_before_listening(tiny_files, onnx_graphs):
     for flags, expected in [
         (["--backend", "onnx"], "--backend onnx needs --onnx FILE"),

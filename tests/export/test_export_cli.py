@@ -26,6 +26,7 @@ def one_line(r) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_export_a_model_directory_at_another_opset(tmp_path, random_models):
     require_onnx_extra()
     import onnx
@@ -71,6 +72,7 @@ def test_refusals_before_any_work(flags, status, expected, tmp_path, random_mode
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_output_in_a_missing_folder(tmp_path, random_models):
     require_onnx_extra()
     options, _ = random_models("tiny")
@@ -78,6 +80,7 @@ def test_an_output_in_a_missing_folder(tmp_path, random_models):
     assert r.returncode == 2 and "does not exist" in one_line(r)  # known before any work: bad input
 
 
+@pytest.mark.slow
 def test_an_elmoformanylangs_model_is_refused(tmp_path):
     require_onnx_extra()
     from manylangs_models import write_variant

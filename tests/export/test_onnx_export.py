@@ -72,6 +72,7 @@ def test_golden_fixture_graph_equals_the_reference(tiny_files, onnx_graphs):
     check_against_reference(path, *tiny_files, _mixed_batches(np.random.default_rng(0)), np.random.default_rng(1))
 
 
+@pytest.mark.slow
 def test_small_graph_equals_the_reference(random_models, onnx_graphs):
     files = random_models("small", exercise_clips=True)
     check_against_reference(
@@ -118,6 +119,7 @@ def test_the_graph_keeps_the_contract_and_passes_the_checker(tiny_files, onnx_gr
 
 
 @pytest.mark.parametrize("opset", [contract.MIN_OPSET, contract.MAX_OPSET])
+@pytest.mark.slow
 def test_other_opsets(opset, tiny_files, onnx_graphs):
     import onnx
 
@@ -144,6 +146,7 @@ def check_int8_bound(fp32_path, int8_path, batches, rng) -> None:
 
 
 @pytest.mark.parametrize("model", ["golden", "small"])
+@pytest.mark.slow
 def test_int8_keeps_its_stated_bound(model, tiny_files, random_models, onnx_graphs):
     import onnx
 

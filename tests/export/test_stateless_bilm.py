@@ -39,6 +39,7 @@ def test_lstm_layer_scan_is_the_twin_of_lstm_layer_ref(lengths, clips, reverse):
         assert (w - x).abs().max().item() <= 1e-6
 
 
+@pytest.mark.slow
 def test_the_module_is_the_reference_forward_without_boundaries(random_models):
     options, weights = random_models("tiny", exercise_clips=True)
     bilm = ElmoBiLm(options, weights, backend="reference").eval()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from repo_paths import REPO as ROOT
 
 
@@ -16,6 +17,7 @@ def test_license_file_is_the_apache_2_0_text_with_the_copyright_line():
     assert len(text.splitlines()) > 200  # the full text, not a pointer to it
 
 
+@pytest.mark.slow
 def test_metadata_names_the_license_and_ships_the_file(tmp_path):
     """setup.py's metadata says Apache-2.0 and lists LICENSE; the sdist's file list (MANIFEST.in) holds it,
     and so does every wheel (license_files: .dist-info/licenses/LICENSE)."""

@@ -186,6 +186,7 @@ print(*fetch_model("small", progress=True))
 """
 
 
+@pytest.mark.slow
 def test_two_processes_fetching_one_model_download_it_once(remote, tmp_path):
     """Two processes (Ray actors, torchrun ranks) fetch the same model at the same moment from a slow
     server: one downloads, the other waits for it, then loads the same files."""

@@ -73,6 +73,7 @@ def _embed(env: dict, tmp_path: Path, model: str, name: str) -> subprocess.Compl
     return _run(env, "embed", "-", str(tmp_path / name), "--all", "--model", model, stdin=" ".join(SENTENCE) + "\n")
 
 
+@pytest.mark.slow
 def test_a_mirror_in_bilm_tf_layout_embeds_as_its_files_do_then_offline(hub, env, tiny, tmp_path):
     """lysandre/elmo-2x4096_512_2048cnn_2xhighway's layout: options.json + weights.hdf5 beside a README.
     Only the model's two files are downloaded; offline, the same command makes no request."""
@@ -121,6 +122,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_every_layout_and_revision_through_elmo_embedder(hub, env, tiny, random_models, tmp_path):
     """allennlp's long names, SeqVec's uniref50_v2/ folder, an ELMoForManyLangs directory in a subfolder,
     a tag and a commit, each through ElmoEmbedder(model=...)."""
@@ -159,6 +161,7 @@ for name in sys.argv[2:]:
 """
 
 
+@pytest.mark.slow
 def test_offline_with_a_prefilled_hub_cache_and_without_one(env, hub, tiny, tmp_path):
     """HF_HUB_OFFLINE=1, or a Hub that cannot be reached: the files huggingface_hub itself put in its cache
     are used with no network (the endpoint is gone); a repository not there is a one-line error naming the
@@ -190,6 +193,7 @@ def test_offline_with_a_prefilled_hub_cache_and_without_one(env, hub, tiny, tmp_
     assert not (tmp_path / "x.h5").exists()
 
 
+@pytest.mark.slow
 def test_a_private_repository_needs_its_token(env, hub, tiny):
     hub.add("me/private-elmo", tiny, token="hf_secret")
     r = _run(env, "models", "fetch", "hf:me/private-elmo")
@@ -203,6 +207,7 @@ def test_a_private_repository_needs_its_token(env, hub, tiny):
     assert [line.split("\t")[0] for line in r.stdout.splitlines()] == ["options", "weights"]
 
 
+@pytest.mark.slow
 def test_a_damaged_download_is_named_and_fetched_again(env, hub, tiny):
     """The Hub's digest of a file (its LFS SHA-256) against the bytes that arrived."""
     repo = hub.add("o/r", tiny)
@@ -225,6 +230,7 @@ def test_a_damaged_download_is_named_and_fetched_again(env, hub, tiny):
     assert r.returncode == 0 and r.stdout.startswith("ok  hf:o/r: 2 files"), r.stderr
 
 
+@pytest.mark.slow
 def test_without_the_extra_the_error_names_it(env):
     code = "import sys; sys.modules['huggingface_hub'] = None\nfrom elmo_fast.cli import main\nsys.exit(main())"
     r = _run(env, "embed", "-", "o.h5", "--top", "--model", "hf:o/r", code=code, stdin="a\n")

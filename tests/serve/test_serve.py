@@ -50,6 +50,7 @@ def server(tiny_dir):
 # the endpoints
 
 
+@pytest.mark.slow
 def test_health_and_metrics(server):
     status, head, body = server.request("GET", "/health")
     assert status == 200 and json.loads(body) == {"status": "ok", "model": server_model_name(server), "dim": 32}

@@ -72,6 +72,7 @@ def call(server, description, method: str, path: str, body=None, headers=None):
     return status, head, data
 
 
+@pytest.mark.slow
 def test_info_says_what_is_served(server, description, tiny_dir):
     import hashlib
 

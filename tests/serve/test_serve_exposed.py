@@ -186,6 +186,7 @@ def guarded(model_dir):
     assert KEY not in "".join(server.lines)  # never logged
 
 
+@pytest.mark.slow
 def test_an_api_key_is_needed_on_every_route_but_the_open_ones(guarded):
     for path in ("/health", "/openapi.json", "/docs"):
         status, _, body = guarded.request("GET", path)
@@ -211,6 +212,7 @@ def test_an_api_key_is_needed_on_every_route_but_the_open_ones(guarded):
     assert guarded.request("POST", "/v1/embeddings", {"input": "a b"}, auth)[0] == 200
 
 
+@pytest.mark.slow
 def test_sockets_past_the_cap_are_refused_at_once_and_stalled_bodies_get_408(guarded):
     """--max-connections 4 open sockets: a fifth is answered 503 and closed at once, not queued; the four
     (each stalled halfway through its body) get 408 within the read timeout, and the cap frees."""
@@ -274,6 +276,7 @@ def _one_exchange(s: socket.socket, request: bytes) -> bytes:
     return head
 
 
+@pytest.mark.slow
 def test_each_request_on_a_keep_alive_connection_has_its_own_head_deadline(guarded):
     """A client that sends one good request, then trickles the next one's head a byte at a time (each
     byte well within the read timeout), is closed once that head has taken the read timeout in all."""
@@ -305,6 +308,7 @@ def test_each_request_on_a_keep_alive_connection_has_its_own_head_deadline(guard
         s.close()
 
 
+@pytest.mark.slow
 def test_an_idle_keep_alive_connection_is_closed(model_dir):
     server = ServerProcess(model_dir, "--keep-alive-timeout", 1, "--read-timeout", 20)
     try:
@@ -322,6 +326,7 @@ def _p99(latencies: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
+@pytest.mark.slow
 def test_hundreds_of_slow_clients_of_each_kind_are_cut_off_while_a_good_client_is_served(model_dir):
     """600 clients that connect and send nothing, 600 that trickle a body a byte a second, 600 that send a
     good request and then stall the next one's head (tests/support/slow_clients.py, one asyncio process):
@@ -487,6 +492,7 @@ def permissive_server(cert: str, key: str, password: str | None):
     return listener
 
 
+@pytest.mark.slow
 def test_tls_is_1_2_or_later_with_aead_suites_only(model_dir, tmp_path, monkeypatch):
     """The server's own TLS context, its key encrypted (the password from the environment): TLS 1.3 and
     TLS 1.2 with ECDHE + AES-GCM succeed; a TLS 1.1 client and a TLS 1.2 client offering only CBC suites
@@ -528,6 +534,7 @@ def test_tls_is_1_2_or_later_with_aead_suites_only(model_dir, tmp_path, monkeypa
     assert password not in "".join(server.lines)
 
 
+@pytest.mark.slow
 def test_a_silent_client_cannot_hold_a_tls_handshake_open(model_dir, tmp_path):
     cert, key = self_signed(tmp_path)
     server = ServerProcess(model_dir, "--ssl-certfile", cert, "--ssl-keyfile", key, "--read-timeout", 2)

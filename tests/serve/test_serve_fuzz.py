@@ -33,6 +33,7 @@ def server(random_models):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_every_route_fuzzed_from_the_description(server):
     auth = {"Authorization": f"Bearer {KEY}"}
     sent = fuzz_every_route(f"http://{server.host}:{server.port}", auth, EXAMPLES)

@@ -57,6 +57,7 @@ def test_bench_lstm_step():
     assert "| 5 | bf16 packed |" in out and "| 1 | fp32 BLAS |" in out
 
 
+@pytest.mark.slow
 def test_bench_calibration(tmp_path):
     out = _run(
         "bench_calibration.py",
@@ -142,11 +143,13 @@ def test_bench_ray(tmp_path):
     assert "| Ray Data, 2 actors x 1 thread | " in out and "Ray's run: ray.init " in out
 
 
+@pytest.mark.slow
 def test_bench_selfcheck():
     out = _run("bench_selfcheck.py", "--repeats", "1", "--preset", "tiny")
     assert "all ops" in out and "fp32:" in out and "bilstm (" in out and "every later call" in out
 
 
+@pytest.mark.slow
 def test_bench_parity(tmp_path, bilm_tf_tiny):
     out = _run(
         "bench_parity.py", "--models", "golden", "--precisions", "fp32", "--fixture", bilm_tf_tiny, "--cache", tmp_path

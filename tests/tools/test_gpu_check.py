@@ -111,6 +111,7 @@ def _selection(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["KERNEL_TESTS", "MODEL_TESTS", "MORE_TESTS"])
+@pytest.mark.slow
 def test_the_selected_tests_exist(name):
     """A renamed or moved test must fail here, not silently leave the GPU run's selection empty."""
     for node in _selection(name):
@@ -244,6 +245,7 @@ def test_prepare_script_parses_and_says_how_to_run():
     assert bad.returncode == 2 and "expected an interpreter named python3.X" in bad.stderr
 
 
+@pytest.mark.slow
 def test_a_rehearsal_of_the_extension_phase_loads_this_trees_extension(tmp_path):
     """Not a dry run: the extension phase's own Python, on this machine's CPU, with this tree's extension."""
     from elmo_fast.bilm import ops

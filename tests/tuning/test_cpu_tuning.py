@@ -252,6 +252,7 @@ def test_a_corrupt_store_is_measured_again_and_rewritten(calibrating):
     assert store.load(json.loads(path.read_text())["key"]).tuning == CHOSEN
 
 
+@pytest.mark.slow
 def test_one_process_measures_while_the_others_wait_for_its_result(calibrating, monkeypatch):
     calls, _, tmp_path = calibrating
     w = tiny_lstm()
@@ -335,6 +336,7 @@ def test_calibration_variables_are_documented():
         assert f"`{name}" in text, name
 
 
+@pytest.mark.slow
 def test_importing_the_model_installs_the_tuning_room():
     code = (
         "from elmo_fast.bilm import cpu_choices\n"

@@ -57,6 +57,7 @@ print(json.dumps(out))
 
 
 @needs_extension
+@pytest.mark.slow
 def test_a_cpu_without_the_bf16_micro_kernel(random_models, tmp_path):
     files = random_models("tiny", exercise_clips=True)
     env = {

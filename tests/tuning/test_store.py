@@ -55,6 +55,7 @@ def test_the_key_changes_with_what_changes_the_dispatch(monkeypatch):
         assert off != base
 
 
+@pytest.mark.slow
 def test_oneDNN_isa_cap_is_in_the_key_as_the_kernels_see_it():
     """ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's own variable) caps what oneDNN runs: the key names the variable and
     the packed kernels that no longer run, seen by a fresh process."""

@@ -323,6 +323,7 @@ def _mode_in_a_fresh_process(value):
     return out.stdout.strip(), out.stderr
 
 
+@pytest.mark.slow
 def test_unset_variable_checks_cuda_ops_and_falls_back():
     """On by default, until a GPU run has verified the kernels: CUDA ops, falling back."""
     assert _mode_in_a_fresh_process(None)[0] == "cuda False True"
@@ -330,6 +331,7 @@ def test_unset_variable_checks_cuda_ops_and_falls_back():
     assert _mode_in_a_fresh_process("all,strict")[0] == "all True True"
 
 
+@pytest.mark.slow
 def test_unknown_value_warns_and_the_default_applies():
     mode, stderr = _mode_in_a_fresh_process("sometimes")
     assert mode == "cuda False True"
@@ -337,6 +339,7 @@ def test_unknown_value_warns_and_the_default_applies():
 
 
 @needs_extension
+@pytest.mark.slow
 def test_variable_read_at_import():
     code = (
         "import torch; from elmo_fast.bilm import ops; "
