@@ -132,9 +132,8 @@ def test_a_second_run_fails_before_loading_the_model_and_a_killed_holders_lock_n
                 lambda *a, **k: pytest.fail("the model was loaded although another run holds the output"),
             )
             for extra in ([], ["--resume"], ["--resume", "--overwrite"]):
-                began = time.perf_counter()
+                # refused before any work: loading the model would fail the test (above), not a clock
                 code, err = cli("embed", job["input"], out, *job["flags"], *extra)
-                assert time.perf_counter() - began < 0.5
                 assert code == 2 and re.match(lock_message(out, holder.pid), err.strip()), err
         # the holder's work is untouched by those attempts
         assert (tmp_path / "o.h5.partial" / "shard-000000.h5.done").exists()

@@ -350,14 +350,11 @@ def test_an_output_name_too_long_fails_before_the_model_loads(tiny, tmp_path, mo
     name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
     for name in ("x" * 300 + ".h5", "y" * (name_max - 2) + ".h5"):  # too long; one byte too long
         out = tmp_path / name
-        start = time.perf_counter()
-        code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1])
-        elapsed = time.perf_counter() - start
+        code, err = cli("embed", inp, out, "--all", "--options", tiny[0], "--weights", tiny[1])  # no_model: no load
         assert code == 2, err
         assert err.count("\n") == 1 and err.startswith(f"elmo-fast: error: cannot write {out}: file name too long ("), (
             err
         )
-        assert elapsed < 0.5, elapsed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
     code, err = cli("embed", inp, tmp_path, "--all", "--options", tiny[0], "--weights", tiny[1])
     assert code == 2 and err == f"elmo-fast: error: cannot write {tmp_path}: the output is a folder\n", err
