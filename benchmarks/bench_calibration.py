@@ -38,6 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from machine import machine_busy_s  # noqa: E402
+
 SPIN = "while True: pass"
 
 
@@ -57,16 +59,6 @@ def machine() -> str:
     )
 
 
-def _machine_busy_s() -> float | None:
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, idle, iowait, irq, softirq, steal = v + [0] * (8 - len(v))
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def _children_cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     s = resource.getrusage(resource.RUSAGE_SELF)
@@ -78,12 +70,12 @@ class Phase:
 
     def __enter__(self):
         self.load0 = os.getloadavg()[0]
-        self.busy0, self.own0, self.wall0 = _machine_busy_s(), _children_cpu_s(), time.perf_counter()
+        self.busy0, self.own0, self.wall0 = machine_busy_s(), _children_cpu_s(), time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         wall = time.perf_counter() - self.wall0
-        busy1, own1 = _machine_busy_s(), _children_cpu_s()
+        busy1, own1 = machine_busy_s(), _children_cpu_s()
         self.load = max(self.load0, os.getloadavg()[0])
         self.foreign = (
             None

@@ -46,6 +46,8 @@ REPO = HERE.parent
 if str(HERE) not in sys.path:  # corpus.py sits beside this file
     sys.path.insert(0, str(HERE))
 
+from machine import machine_busy_s  # noqa: E402
+
 DEFAULT_BENCHMARKS_MD = REPO / "BENCHMARKS.md"
 DEFAULT_CACHE_DIR = Path("/tmp/elmo_fast_bench")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -133,7 +135,7 @@ def read_bandwidth(mib: int, repeats: int = 10) -> dict:
     """GB/s at which torch reads a ``mib`` MiB buffer: torch.mv on [N, 4096] in fp32 and in bf16, and
     torch.sum in fp32 (best of ``repeats`` after one warm-up call each); "max" is the bound's BW."""
     out: dict = {"mib": mib}
-    busy0, own0, wall0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    busy0, own0, wall0 = machine_busy_s(), _own_cpu_s(), time.perf_counter()
     for name, dtype, op in (
         ("mv_fp32", torch.float32, "mv"),
         ("mv_bf16", torch.bfloat16, "mv"),
@@ -182,7 +184,7 @@ class SumReader:
 def gemm_rate(dtype: torch.dtype, n: int, repeats: int) -> tuple[float | None, float | None]:
     """GFLOP/s of torch.matmul on [n, n] x [n, n] in ``dtype``: median of ``repeats`` after warm-up;
     and the share of the CPUs other processes kept busy meanwhile."""
-    busy0, own0, wall0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    busy0, own0, wall0 = machine_busy_s(), _own_cpu_s(), time.perf_counter()
     try:
         a = torch.randn(n, n).to(dtype)
         b = torch.randn(n, n).to(dtype)
@@ -306,23 +308,11 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _machine_busy_s() -> float | None:
-    """CPU-seconds all CPUs of the machine spent busy since boot (steal included: a VM's vCPU
-    waiting for its host is contention too); None without /proc/stat."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, idle, iowait, irq, softirq, steal = v + [0] * (8 - len(v))
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def _busy_fraction(seconds: float) -> float | None:
     """Share of the machine's CPUs busy over ``seconds`` (this process sleeps meanwhile)."""
-    before = _machine_busy_s()
+    before = machine_busy_s()
     time.sleep(seconds)
-    after = _machine_busy_s()
+    after = machine_busy_s()
     return None if before is None or after is None else (after - before) / (seconds * (os.cpu_count() or 1))
 
 
@@ -350,7 +340,7 @@ def _own_cpu_s() -> float:
 
 def _foreign(busy0: float | None, own0: float, wall0: float) -> float | None:
     """Share of the machine's CPUs that other processes used since (busy0, own0, wall0)."""
-    busy1, own1, wall = _machine_busy_s(), _own_cpu_s(), time.perf_counter() - wall0
+    busy1, own1, wall = machine_busy_s(), _own_cpu_s(), time.perf_counter() - wall0
     if busy0 is None or busy1 is None or wall <= 0:
         return None
     return max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * (os.cpu_count() or 1))
@@ -401,7 +391,7 @@ def run_one(cfg: dict) -> dict:
     n_sent = n_tok = 0
     total = 0.0
     # Other processes' CPU use while this row runs: the machine's busy time minus this process's.
-    busy0, own0, wall0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    busy0, own0, wall0 = machine_busy_s(), _own_cpu_s(), time.perf_counter()
     for i in range(0, len(sentences), bs):
         batch = sentences[i : i + bs]
         t = time.perf_counter()

@@ -20,9 +20,7 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,19 +29,14 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from machine import cpu_name  # noqa: E402
 
 from elmo_fast import ElmoBiLm, batch_to_ids  # noqa: E402
 from elmo_fast.formats.random_models import random_model  # noqa: E402
 
 FIXTURE = REPO.parent / "shared" / "fixtures" / "bilm_tf_tiny"
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except OSError:
-        return platform.processor() or "?"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
 
 
 def layer_errors(got: dict, want: dict) -> list[float]:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,18 +25,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import cpu_name  # noqa: E402
 
 from elmo_fast.bilm import ops  # noqa: E402
 from elmo_fast.verification import first_use, selfcheck  # noqa: E402
 from elmo_fast.verification.selfcheck_cases import OPS, Schedule  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except OSError:
-        return platform.processor() or "?"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
 
 
 def per_call_us(fn, calls: int = 20000) -> float:
