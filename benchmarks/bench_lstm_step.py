@@ -61,12 +61,13 @@ def main() -> None:
             torch.randn(4 * C, generator=gen) * 0.1,
             torch.randn(P, C, generator=gen) * C**-0.5,
         ]
-    layouts = {
-        "fp32 BLAS": w,
-        "fp32 packed": [t if k % 4 in (0, 2) else ops.pack_weight(t) for k, t in enumerate(w)],
-        "bf16 packed": [t if k % 4 in (0, 2) else ops.pack_weight(t.bfloat16()) for k, t in enumerate(w)],
-    }
+    layouts = {"fp32 BLAS": w}
+    for name, dtype in (("fp32 packed", torch.float32), ("bf16 packed", torch.bfloat16)):
+        if ops.packed_gemm_available(dtype):  # bf16 needs AVX-512 with BF16, or AMX
+            layouts[name] = [t if k % 4 in (0, 2) else ops.pack_weight(t.to(dtype)) for k, t in enumerate(w)]
     print(f"# {args.preset} (P = {P}, C = {C}), {args.threads} threads, torch {torch.__version__}")
+    if len(layouts) < 3:
+        print("# bf16 packed: left out, this CPU cannot run packed bfloat16 weights (AVX-512 with BF16, or AMX)")
     print("| rows | layout | step ms | its GEMMs alone ms | GEMM GFLOP/s | the rest |")
     print("|--:|---|--:|--:|--:|--:|")
     for n in (int(r) for r in args.rows.split(",")):

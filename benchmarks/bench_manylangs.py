@@ -41,7 +41,6 @@ for _path in (REPO, HERE):  # this tree's elmo_fast (not another installed copy)
 
 from bench_cpu import (  # noqa: E402
     _foreign,
-    _machine_busy_s,
     _own_cpu_s,
     _peak_rss_mb,
     flops_per_token,
@@ -49,6 +48,7 @@ from bench_cpu import (  # noqa: E402
     machine_info,
     wait_quiet,
 )
+from machine import machine_busy_s  # noqa: E402
 
 DEFAULT_CACHE_DIR = Path("/tmp/elmo_fast_bench")
 N_WORDS, N_CHARS = 70_000, 3_000
@@ -128,7 +128,7 @@ def run_one(cfg: dict) -> dict:
     corpus = make_corpus(model_dir, cfg["sentences"], seed=0)
     n_sent = n_tok = 0
     total = 0.0
-    busy0, own0, wall0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    busy0, own0, wall0 = machine_busy_s(), _own_cpu_s(), time.perf_counter()
     for i in range(0, len(corpus), chunk):
         part = corpus[i : i + chunk]
         t = time.perf_counter()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """ONNX Runtime against elmo-fast's own paths, in one run: export time and file size per preset, the
-int8 graph's error, and tokens/s of the reference, the fast path (fp32, bf16) and the exported graph in
-ONNX Runtime (fp32, int8) on one preset at batch 1 and 64.
+quantized graphs' errors, and tokens/s of the reference, the fast path (fp32, bf16) and the exported graph in
+ONNX Runtime (fp32, int8, int8-vnni) on one preset at batch 1 and 64.
 
     python benchmarks/bench_onnx.py                 # exports of small + original; speed on original, batches 1, 64
     python benchmarks/bench_onnx.py --quick         # tiny + small, a few seconds a row: a smoke run
@@ -50,7 +50,10 @@ ROWS = [
     ("fast bf16", dict(backend="fast", precision="bf16"), None),
     ("onnx fp32", dict(backend="onnx"), "fp32"),
     ("onnx int8", dict(backend="onnx"), "int8"),
+    ("onnx int8-vnni", dict(backend="onnx"), "int8-vnni"),
 ]
+#: the graphs exported per preset: fp32 and each --quantize
+GRAPHS = ("fp32", "int8", "int8-vnni")
 
 
 def load_average() -> float:
@@ -128,7 +131,7 @@ def existing_exports(preset: str, cache_dir: Path) -> dict | None:
     """The graphs an earlier run of this script left in cache_dir (--speed-only), or None."""
     from bench_cpu import ensure_model
 
-    paths = {q: cache_dir / f"{preset}-{q}.onnx" for q in ("fp32", "int8")}
+    paths = {q: cache_dir / f"{preset}-{q}.onnx" for q in GRAPHS}
     if not all(p.is_file() for p in paths.values()):
         return None
     options, weights = ensure_model(preset, cache_dir)
@@ -136,8 +139,8 @@ def existing_exports(preset: str, cache_dir: Path) -> dict | None:
 
 
 def export(preset: str, cache_dir: Path, threads: int) -> dict:
-    """Export the preset's random model in fp32 and int8 (timed; file sizes), and measure int8's error
-    on realistic sentences, batches of 16."""
+    """Export the preset's random model in fp32 and each quantization (timed; file sizes), and measure
+    each quantized graph's error against fp32 on realistic sentences, batches of 16."""
     from bench_cpu import ensure_model
     from corpus import make_sentences
     from onnx_graphs import quantization_error
@@ -150,29 +153,31 @@ def export(preset: str, cache_dir: Path, threads: int) -> dict:
     options, weights = ensure_model(preset, cache_dir)
     loaded = load_model_files(options, weights)
     out = {"options": options, "weights": weights}
-    for quantize in (None, "int8"):
-        path = cache_dir / f"{preset}-{quantize or 'fp32'}.onnx"
+    for graph in GRAPHS:
+        path = cache_dir / f"{preset}-{graph}.onnx"
         load0 = load_average()
-        report = export_onnx(loaded, path, quantize=quantize)
-        out[quantize or "fp32"] = {
+        report = export_onnx(loaded, path, quantize=None if graph == "fp32" else graph)
+        out[graph] = {
             "path": str(path),
             "seconds": report.seconds,
             "mb": report.size_bytes / 1e6,
             "load_average": (load0, load_average()),
         }
-    fp32, int8 = OnnxBiLm(out["fp32"]["path"], threads), OnnxBiLm(out["int8"]["path"], threads)
-    worst = {"max_rel": 0.0, "rms_rel": 0.0, "min_cosine": 1.0}
-    for batch in batches(make_sentences(64, seed=7), 16):
-        ids = batch_to_ids(batch)
-        a, mask = fp32.embed(ids)
-        b, _ = int8.embed(ids)
-        e = quantization_error(a, b, mask)
-        worst = {
-            "max_rel": max(worst["max_rel"], e["max_rel"]),
-            "rms_rel": max(worst["rms_rel"], e["rms_rel"]),
-            "min_cosine": min(worst["min_cosine"], e["min_cosine"]),
-        }
-    out["int8_error"] = worst
+    fp32 = OnnxBiLm(out["fp32"]["path"], threads)
+    for graph in GRAPHS[1:]:
+        quantized = OnnxBiLm(out[graph]["path"], threads)
+        worst = {"max_rel": 0.0, "rms_rel": 0.0, "min_cosine": 1.0}
+        for batch in batches(make_sentences(64, seed=7), 16):
+            ids = batch_to_ids(batch)
+            a, mask = fp32.embed(ids)
+            b, _ = quantized.embed(ids)
+            e = quantization_error(a, b, mask)
+            worst = {
+                "max_rel": max(worst["max_rel"], e["max_rel"]),
+                "rms_rel": max(worst["rms_rel"], e["rms_rel"]),
+                "min_cosine": min(worst["min_cosine"], e["min_cosine"]),
+            }
+        out[graph]["error"] = worst
     return out
 
 
@@ -213,7 +218,7 @@ def main(argv=None) -> int:
         if args.speed_only and (found := existing_exports(preset, args.cache_dir)) is not None:
             exports[preset] = found
             continue
-        print(f"bench_onnx: exporting {preset} (fp32, int8)", file=sys.stderr)
+        print(f"bench_onnx: exporting {preset} ({', '.join(GRAPHS)})", file=sys.stderr)
         exports[preset] = export(preset, args.cache_dir, args.threads)
     model = exports[speed_preset]
     plan = [(label, kwargs, graph, b) for b in batch_sizes for label, kwargs, graph in ROWS]
@@ -243,12 +248,15 @@ def main(argv=None) -> int:
     import onnx
     import onnxruntime
 
+    from elmo_fast.export.quantize import cpu_has_vnni
+
     command = "python benchmarks/bench_onnx.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     print("## ONNX Runtime (`benchmarks/bench_onnx.py`)\n")
     print(f"- machine: {machine_key(info)}")
     print(
         f"- CPU: {info['cpu_model']} ({info['cpu_family_model']}; lscpu), {info['logical_cpus']} logical CPUs, "
-        f"{info['hypervisor'] or 'no'} hypervisor; {args.threads} threads for every row (torch's and ONNX Runtime's)"
+        f"{info['hypervisor'] or 'no'} hypervisor, VNNI: {'yes' if cpu_has_vnni() else 'no'}; {args.threads} threads "
+        f"for every row (torch's and ONNX Runtime's)"
     )
     print(
         f"- torch {torch.__version__}, onnxruntime {onnxruntime.__version__} (CPUExecutionProvider), "
@@ -266,16 +274,22 @@ def main(argv=None) -> int:
     if not args.speed_only:
         print("**Export** (`export_onnx`: trace, onnx.checker, ONNX Runtime's load check, durable write)\n")
         print(
-            "| preset | fp32: seconds | fp32: MB | int8: seconds | int8: MB | int8 vs fp32: max err / layer max | RMS err / layer RMS | min cosine of the averaged layers | load avg |"
+            "| preset | graph | seconds | MB | vs fp32: max err / layer max | RMS err / layer RMS "
+            "| min cosine of the averaged layers | load avg |"
         )
-        print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+        print("|---|---|--:|--:|--:|--:|--:|--:|")
         for preset, e in exports.items():
-            q = e["int8_error"]
-            print(
-                f"| {preset} | {e['fp32']['seconds']:.1f} | {e['fp32']['mb']:.1f} | {e['int8']['seconds']:.1f} | "
-                f"{e['int8']['mb']:.1f} | {100 * q['max_rel']:.1f}% | {100 * q['rms_rel']:.1f}% | {q['min_cosine']:.5f} | "
-                f"{e['fp32']['load_average'][0]:.1f}-{e['int8']['load_average'][1]:.1f} |"
-            )
+            for graph in GRAPHS:
+                g, q = e[graph], e[graph].get("error")
+                error = (
+                    f"{100 * q['max_rel']:.1f}% | {100 * q['rms_rel']:.1f}% | {q['min_cosine']:.5f}"
+                    if q
+                    else "- | - | -"
+                )
+                print(
+                    f"| {preset} | {graph} | {g['seconds']:.1f} | {g['mb']:.1f} | {error} | "
+                    f"{g['load_average'][0]:.1f}-{g['load_average'][1]:.1f} |"
+                )
     print(
         f"\n**Speed**: `{speed_preset}`, tokens/s (one run, the best of {args.rounds} rounds per row; the ratio "
         f"against fast fp32 at the same batch size)\n"

@@ -42,8 +42,9 @@ for _path in (REPO, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from bench_cpu import _machine_busy_s, _peak_rss_mb, machine_info  # noqa: E402
+from bench_cpu import _peak_rss_mb, machine_info  # noqa: E402
 from corpus import _WORDS, make_sentences  # noqa: E402
+from machine import machine_busy_s  # noqa: E402
 
 DEFAULT_CACHE_DIR = Path("/tmp/elmo_fast_bench")
 PEER_SCRIPT = REPO / "tests" / "fixtures" / "recorders" / "simple_elmo_peer.py"
@@ -116,7 +117,7 @@ def _child(cfg: dict, conn) -> None:
 
 
 def _foreign(busy0: float | None, own_cpu: float, wall: float) -> float | None:
-    busy1 = _machine_busy_s()
+    busy1 = machine_busy_s()
     if busy0 is None or busy1 is None or wall <= 0:
         return None
     return max(0.0, (busy1 - busy0) - own_cpu) / (wall * (os.cpu_count() or 1))
@@ -129,7 +130,7 @@ def _children_cpu_s() -> float:
 
 def run_row(system: str, cfg: dict, peer_python: Path, work: Path, timeout: float) -> dict:
     """One library in a fresh process; its times, and the share of the CPUs others used meanwhile."""
-    busy0, cpu0, wall0 = _machine_busy_s(), _children_cpu_s(), time.perf_counter()
+    busy0, cpu0, wall0 = machine_busy_s(), _children_cpu_s(), time.perf_counter()
     if system == "elmo-fast":
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=False)

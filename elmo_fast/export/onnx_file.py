@@ -166,8 +166,8 @@ def export_onnx(
     of a bilm-tf model) as one ONNX graph at ``path`` (see the module docstring and
     :mod:`~elmo_fast.export.contract`).
 
-    opset: the ONNX opset, 18 to 23 (default 18, the exporter's own). quantize: None (fp32) or
-    "int8" (:mod:`~elmo_fast.export.quantize`). Refused in one line, before any work: a stateful or
+    opset: the ONNX opset, 18 to 23 (default 18, the exporter's own). quantize: None (fp32),
+    "int8" or "int8-vnni" (:mod:`~elmo_fast.export.quantize`). Refused in one line, before any work: a stateful or
     low-precision ElmoBiLm, an ELMoForManyLangs model, an opset or quantization outside those; a
     graph over 2 GB (protobuf's limit on one file; the published ELMo models take at most ~360 MB).
     """
@@ -185,7 +185,7 @@ def export_onnx(
     if quantize is not None:
         with durable.scratch_dir() as scratch:
             quantized = os.path.join(scratch, "quantized.onnx")
-            quantize_int8(proto, quantized)
+            quantize_int8(proto, quantized, quantize)
             proto = onnx.load(quantized)
         quantization = QUANTIZATIONS[quantize]
     _stamp(proto, weights, quantization)
@@ -196,7 +196,7 @@ def export_onnx(
             f"(protobuf's limit); elmo-fast writes single-file graphs only"
         )
     onnx.checker.check_model(proto, full_check=True)
-    with durable.durable_path(final, check=lambda temp: open_session(temp, threads=1)) as temp:
+    with durable.durable_path(final, check=lambda temp: open_session(temp, threads=1, warn=False)) as temp:
         onnx.save_model(proto, temp)
     return ExportReport(
         path=final,

@@ -1,22 +1,37 @@
-"""``--quantize int8``: ONNX Runtime's dynamic int8 quantization of an exported graph.
+"""``--quantize int8`` and ``--quantize int8-vnni``: ONNX Runtime's dynamic int8 quantization of an
+exported graph.
 
 What it quantizes, and why: every MatMul (the highway layers, the projection, each LSTM layer's input
-gates, and inside the loop over time the recurrent and projection matrices), weights as int8 per
+gates, and inside the loop over time the recurrent and projection matrices), weights 8-bit per
 output channel, activations quantized on the fly per batch (``DynamicQuantizeLinear``), so no
 calibration data is needed. The char CNN's convolutions stay fp32: ONNX Runtime's ``ConvInteger`` runs
-slower than its fp32 convolution on a CPU, and adds error. The measured error is in docs/onnx.md;
-tests/export/test_onnx_export.py holds it to its bound.
+slower than its fp32 convolution on a CPU, and adds error.
+
+The two differ in the weights' type, which decides the kernels ONNX Runtime runs on an x86 CPU:
+
+* ``int8``: unsigned 8-bit weights (u8u8 products). The stated bound holds on every CPU.
+* ``int8-vnni``: signed 8-bit weights (u8s8), ONNX Runtime's fastest kernels on CPUs with VNNI
+  (AVX512-VNNI or AVX-VNNI). On an x86 CPU without VNNI, ONNX Runtime sums pairs of u8 x s8 products in
+  16 bits, which saturate: measured on an AVX2 CPU, errors of 17-34% of a layer's max where ``int8``
+  gives 1.5-7.6%. :func:`saturation_warning` says so when such a graph is opened on such a CPU.
+
+The measured errors are in docs/onnx.md; tests/export/test_onnx_export.py holds them to the bound.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass
+
+import torch
 
 from .libraries import quiet, require
 
 #: what --quantize takes, and what each is recorded as in the file's metadata
-QUANTIZATIONS = {"int8": "int8-dynamic-matmul-per-channel"}
+QUANTIZATIONS = {"int8": "int8-dynamic-matmul-per-channel-u8u8", "int8-vnni": "int8-dynamic-matmul-per-channel-u8s8"}
+#: the recorded quantizations whose bound needs VNNI on an x86 CPU
+NEEDS_VNNI = frozenset({QUANTIZATIONS["int8-vnni"]})
 
 
 @dataclass(frozen=True)
@@ -37,15 +52,45 @@ class QuantizationBound:
 INT8_BOUND = QuantizationBound(max_rel=0.12, rms_rel=0.07, min_cosine=0.995)
 
 
-def quantize_int8(model, output: str | os.PathLike) -> None:
-    """Write the int8 version of ``model`` (an ``onnx.ModelProto`` or a path) to ``output``."""
-    quantization = require("onnxruntime.quantization", "--quantize int8")
+def quantize_int8(model, output: str | os.PathLike, mode: str = "int8") -> None:
+    """Write the ``mode`` ("int8" or "int8-vnni", see the module) version of ``model`` (an
+    ``onnx.ModelProto`` or a path) to ``output``."""
+    quantization = require("onnxruntime.quantization", f"--quantize {mode}")
+    weight_type = {"int8": quantization.QuantType.QUInt8, "int8-vnni": quantization.QuantType.QInt8}[mode]
     with quiet():
         quantization.quantize_dynamic(
             model,
             os.fspath(output),
             op_types_to_quantize=["MatMul"],
             per_channel=True,
-            weight_type=quantization.QuantType.QInt8,
+            weight_type=weight_type,
             extra_options={"EnableSubgraph": True},  # the loop over time is a subgraph: its MatMuls too
         )
+
+
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has the dot-product instructions ONNX Runtime's u8s8 kernels need to keep their
+    sums exact (AVX512-VNNI or AVX-VNNI); True off x86, where the saturating AVX2 kernels do not run."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return True
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return bool({"avx512_vnni", "avx_vnni"} & set(value.split()))
+    except OSError:
+        pass
+    probe = getattr(torch.cpu, "_is_vnni_supported", None)  # elsewhere: torch's probe (AVX512-VNNI)
+    return bool(probe and probe())
+
+
+def saturation_warning(path: str, quantization: str) -> str | None:
+    """One line for a graph whose bound this CPU does not keep (``int8-vnni`` without VNNI), else None."""
+    if quantization not in NEEDS_VNNI or cpu_has_vnni():
+        return None
+    return (
+        f"{path}: quantized with --quantize int8-vnni (signed int8 weights), and this CPU has no VNNI: "
+        f"ONNX Runtime's int8 products saturate here (measured on an AVX2 CPU: errors up to 34% of a layer's "
+        f"max, where --quantize int8 stays within 8%); export with --quantize int8 for CPUs without VNNI"
+    )

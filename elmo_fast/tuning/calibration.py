@@ -291,13 +291,13 @@ def calibrate(
     *,
     chooser: Chooser | None = None,
     seed: int | None = None,
-    packed_available: bool = True,
+    packed_available: bool | None = None,
 ) -> Outcome:
     """Measure and choose for this model (``lstm_weights``: the encoder's flat fp32 weights,
     ``highway``: (weights, biases, proj_weight, proj_bias) of a char token embedder, or None) in
     ``precision`` ("fp32", "bf16"; other modes take the defaults) at torch's current thread count.
     ``packed_available``: whether this CPU runs packed weights of the precision (else they are not
-    offered). ``seed``: the inputs' (default: fresh from the OS)."""
+    offered; default: asked of the CPU now, :func:`~elmo_fast.bilm.ops.packed_gemm_available`). ``seed``: the inputs' (default: fresh from the OS)."""
     chooser = chooser or Chooser()
     seed = fresh_seed() if seed is None else seed
     gen = torch.Generator().manual_seed(seed)
@@ -306,6 +306,8 @@ def calibrate(
     report: dict = {"lstm": {}, "highway": {}, "seed": seed, "threads": threads, "rounds": chooser.rounds}
     if precision not in ("fp32", "bf16"):
         return Outcome(DEFAULT, report=report)
+    if packed_available is None:
+        packed_available = ops.packed_gemm_available(torch.bfloat16 if precision == "bf16" else torch.float32)
     offer_packed = packed_available and packable(lstm_weights, precision)
     if not offer_packed:
         chooser.notes.append(

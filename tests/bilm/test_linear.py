@@ -3,6 +3,7 @@ ops.layer0_gates against their twins, reference.linear_ref (F.linear) and layer0
 
 import pytest
 import torch
+from cpu_features import packed_dtypes
 from tolerances import assert_close, assert_grad_close
 
 from elmo_fast.bilm import ops
@@ -120,7 +121,7 @@ def test_layer0_gates_matches_reference(U, P, C):
 
 
 # A packed weight (ops.pack_weight, CPU): x and the weight rounded to bf16, float sums, a float32 result.
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("dtype", packed_dtypes())
 @pytest.mark.parametrize("n,K,N", [(0, 4, 16), (1, 2, 16), (5, 48, 80), (33, 64, 128), (70, 10, 48)])
 def test_linear_packed_weight(n, K, N, dtype):
     x, w, b = linear_case(n, K, N, torch.float32, seed=n + K + N)
@@ -133,9 +134,10 @@ def test_linear_packed_weight(n, K, N, dtype):
     assert gates.shape == (n, 2, N) and torch.equal(gates[:, 0], got)
 
 
-def test_linear_packed_weight_refuses_in_one_line():
+@pytest.mark.parametrize("dtype", packed_dtypes())
+def test_linear_packed_weight_refuses_in_one_line(dtype):
     x, w, b = linear_case(3, 4, 16, torch.float32, seed=0)
-    p = ops.pack_weight(w.bfloat16())
+    p = ops.pack_weight(w.to(dtype))
     with pytest.raises(
         RuntimeError,
         match=r"linear: x \[n, K\] and weight \[N, K\] \(packed\) must have the same K, "

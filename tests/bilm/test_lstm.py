@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 from bilm_cases import MINI
+from cpu_features import needs_packed_bf16, packed_dtypes
 from grad_checks import check_grads, leaves, poisoned
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -298,6 +299,13 @@ def test_bilstm_opcheck(B, T, L, P, C, state, clip, dtype):
 def test_bilstm_opcheck_bf16_weights():
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(5, 7, 2, 16, 64, seed=8)
     torch.library.opcheck(torch.ops.elmo_fast.bilstm.default, (xg0, token_index, lengths, weights, CLIP, CLIP, h0, c0))
+
+
+@needs_extension
+@needs_packed_bf16
+@pytest.mark.slow
+def test_bilstm_opcheck_packed_bf16_weights():
+    xg0, token_index, lengths, weights, h0, c0 = bf16_case(5, 7, 2, 16, 64, seed=8)
     packed_weights = [w if k % 4 == 2 else ops.pack_weight(w) for k, w in enumerate(weights)]
     torch.library.opcheck(
         torch.ops.elmo_fast.bilstm.default, (xg0, token_index, lengths, packed_weights, CLIP, CLIP, h0, c0, [0, 0, 1])
@@ -397,7 +405,7 @@ def packed(weights):
 
 
 @needs_extension
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("dtype", packed_dtypes())
 def test_pack_weight_layout(dtype):
     # packed[j, k // g, c, k % g] = w[j * nb + c, k], nb the widest of 64, 32, 16 dividing N, g = 2 in bf16
     g = 2 if dtype == torch.bfloat16 else 1
@@ -452,6 +460,7 @@ def test_bilstm_packed_float32_weights(B, T, L, P, C, tuning):
 @pytest.mark.parametrize("tuning", [None, [0, 0, 0], [0, 0, 1], [-1, -1, -1]])
 @pytest.mark.parametrize("B,T,L,P,C", [(1, 1, 1, 16, 4), (5, 7, 1, 48, 20), (37, 9, 2, 16, 64), (3, 19, 3, 32, 8)])
 @pytest.mark.slow
+@needs_packed_bf16
 def test_bilstm_packed_weights(B, T, L, P, C, tuning):
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(B, T, L, P, C, seed=3 * B + T, bias_dtype=torch.float32)
     got = ops.bilstm(xg0, token_index, lengths, packed(weights), CLIP, CLIP, h0, c0, tuning)
@@ -476,6 +485,7 @@ def test_bilstm_packed_weights(B, T, L, P, C, tuning):
 
 
 @needs_extension
+@needs_packed_bf16
 def test_bilstm_packed_weights_refused_where_they_cannot_be_used():
     xg0, token_index, lengths, weights, h0, c0 = bf16_case(3, 4, 2, 16, 8, seed=1, bias_dtype=torch.float32)
     p = packed(weights)

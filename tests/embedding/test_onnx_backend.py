@@ -88,7 +88,7 @@ def test_the_api_batches_as_the_biLM_does(tiny_files, onnx_graphs):
 @pytest.mark.slow
 def test_int8_graph_runs_as_a_backend(tiny_files, onnx_graphs):
     embedder = ElmoEmbedder(backend="onnx", onnx_file=onnx_graphs(*tiny_files, quantize="int8"))
-    assert embedder.elmo_bilm.quantization == "int8-dynamic-matmul-per-channel"
+    assert embedder.elmo_bilm.quantization == "int8-dynamic-matmul-per-channel-u8u8"
     assert embedder.elmo_bilm.precision == "int8"
     assert embedder.embed_sentence(["An", "int8", "graph"]).shape == (3, 3, 32)
 

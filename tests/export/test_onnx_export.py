@@ -5,6 +5,7 @@ line, and a failed export leaves no file."""
 
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from elmo_fast import batch_to_ids
 from elmo_fast.bilm.model import ElmoBiLm
 from elmo_fast.errors import ElmoFastError
 from elmo_fast.export import contract, onnx_file
-from elmo_fast.export.quantize import INT8_BOUND
+from elmo_fast.export.quantize import INT8_BOUND, cpu_has_vnni, saturation_warning
+from elmo_fast.export.runtime import open_session
 from elmo_fast.formats.bilm_tf import load_model_files
 
 pytestmark = pytest.mark.usefixtures("_onnx_extra")
@@ -155,11 +157,51 @@ def test_int8_keeps_its_stated_bound(model, tiny_files, random_models, onnx_grap
     int8 = onnx.load(str(int8_path))
     onnx.checker.check_model(int8, full_check=True)
     meta = {p.key: p.value for p in int8.metadata_props}
-    assert meta[contract.META_QUANTIZATION] == "int8-dynamic-matmul-per-channel"
+    assert meta[contract.META_QUANTIZATION] == "int8-dynamic-matmul-per-channel-u8u8"
     if model == "small":  # the weights dominate the file: int8 is about a quarter of it
         assert os.path.getsize(int8_path) < 0.35 * os.path.getsize(fp32_path)
     rng = np.random.default_rng(8)
-    check_int8_bound(fp32_path, int8_path, [[1], [64], list(rng.integers(1, 65, 16))], rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # int8 keeps its bound on every CPU: opened without a warning
+        check_int8_bound(fp32_path, int8_path, [[1], [64], list(rng.integers(1, 65, 16))], rng)
+
+
+@pytest.mark.slow
+def test_int8_vnni_keeps_its_bound_where_there_is_vnni_and_says_so_elsewhere(random_models, onnx_graphs):
+    import onnx
+
+    files = random_models("small", exercise_clips=True)
+    fp32_path, vnni_path = onnx_graphs(*files), onnx_graphs(*files, quantize="int8-vnni")
+    vnni = onnx.load(str(vnni_path))
+    onnx.checker.check_model(vnni, full_check=True)
+    meta = {p.key: p.value for p in vnni.metadata_props}
+    assert meta[contract.META_QUANTIZATION] == "int8-dynamic-matmul-per-channel-u8s8"
+    rng = np.random.default_rng(8)
+    batches = [[1], [64], list(rng.integers(1, 65, 16))]
+    if cpu_has_vnni():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            open_session(vnni_path)
+        check_int8_bound(fp32_path, vnni_path, batches, rng)
+    else:  # ONNX Runtime's u8s8 products saturate without VNNI: opened with one line saying so
+        with pytest.warns(RuntimeWarning) as said:
+            open_session(vnni_path)
+        assert len(said) == 1 and str(said[0].message) == saturation_warning(
+            str(vnni_path), meta["elmo_fast.quantization"]
+        )
+        assert "this CPU has no VNNI" in str(said[0].message) and "--quantize int8 " in str(said[0].message)
+
+
+def test_the_saturation_warning_names_only_u8s8_graphs_on_x86_without_vnni(monkeypatch):
+    from elmo_fast.export import quantize
+
+    monkeypatch.setattr(quantize, "cpu_has_vnni", lambda: False)
+    assert quantize.saturation_warning("m.onnx", "int8-dynamic-matmul-per-channel-u8u8") is None
+    assert quantize.saturation_warning("m.onnx", "none") is None
+    said = quantize.saturation_warning("m.onnx", "int8-dynamic-matmul-per-channel-u8s8")
+    assert said.startswith("m.onnx: quantized with --quantize int8-vnni") and "\n" not in said
+    monkeypatch.setattr(quantize, "cpu_has_vnni", lambda: True)
+    assert quantize.saturation_warning("m.onnx", "int8-dynamic-matmul-per-channel-u8s8") is None
 
 
 # --- refusals: one line, before any work, and no file ---------------------------------------------------

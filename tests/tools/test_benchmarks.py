@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from cpu_features import packed_bf16_available
 from repo_paths import REPO
 
 from elmo_fast.bilm.ops import HAS_EXTENSION
@@ -54,7 +55,11 @@ def test_bench_cpu(tmp_path):
 @pytest.mark.slow
 def test_bench_lstm_step():
     out = _run("bench_lstm_step.py", "--preset", "tiny", "--rows", "1,5", "--steps", "2", "--repeats", "1")
-    assert "| 5 | bf16 packed |" in out and "| 1 | fp32 BLAS |" in out
+    assert "| 5 | fp32 packed |" in out and "| 1 | fp32 BLAS |" in out
+    if packed_bf16_available():
+        assert "| 5 | bf16 packed |" in out
+    else:  # said, not left out silently
+        assert "| bf16 packed |" not in out and "# bf16 packed: left out, this CPU cannot run" in out
 
 
 @pytest.mark.slow
@@ -155,3 +160,19 @@ def test_bench_parity(tmp_path, bilm_tf_tiny):
         "bench_parity.py", "--models", "golden", "--precisions", "fp32", "--fixture", bilm_tf_tiny, "--cache", tmp_path
     )
     assert "| golden | fp32 | on |" in out and "| golden | fp32 | off |" in out
+
+
+@pytest.mark.slow
+def test_bench_onnx(tmp_path):
+    pytest.importorskip("onnxruntime", reason='needs the [onnx] extra: pip install "elmo-fast[onnx]"')
+    out = _run(
+        "bench_onnx.py",
+        *("--export-presets", "tiny", "--speed-preset", "tiny", "--batch-sizes", "1", "--seconds", "0.2"),
+        *("--rounds", "1", "--sentences", "8", "--cache-dir", tmp_path),
+        timeout=600,
+    )
+    for graph in ("fp32", "int8", "int8-vnni"):
+        assert f"| tiny | {graph} | " in out
+    for path in ("reference", "fast fp32", "fast bf16", "onnx fp32", "onnx int8", "onnx int8-vnni"):
+        assert f"| {path} | 1 | 8 | " in out
+    assert "failed:" not in out and ("VNNI: yes" in out or "VNNI: no" in out)

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from cpu_features import needs_packed_bf16
 from fake_clock import FakeClock
 
 from elmo_fast.bilm import ops
@@ -110,6 +111,7 @@ def test_a_gain_within_the_spread_keeps_the_defaults(monkeypatch):
 
 
 @needs_extension
+@needs_packed_bf16
 def test_calibrate_packs_bf16_weights_when_that_is_faster(monkeypatch):
     clock = FakeClock()
     fake_costs(monkeypatch, clock, lambda n, gemv, conc, packed: (0.5 if packed else 1.0) * n * 1e-4)
@@ -155,6 +157,7 @@ def test_every_candidate_meets_the_reference_before_it_can_win(monkeypatch):
 
 
 @needs_extension
+@needs_packed_bf16
 def test_the_gate_holds_bf16_candidates_to_the_bf16_bound(monkeypatch):
     clock = FakeClock()
     fake_costs(monkeypatch, clock, lambda n, gemv, conc, packed: n * 1e-4)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from bilm_cases import _sentences
+from cpu_features import needs_packed_bf16
 from tolerances import MODEL_BOUNDS
 
 from elmo_fast import ElmoBiLm, batch_to_ids
@@ -86,6 +87,7 @@ def test_a_cpu_without_the_bf16_micro_kernel(random_models, tmp_path):
 
 
 @needs_extension
+@needs_packed_bf16
 def test_onednn_switched_off_in_a_process_runs_packed_choices_plain(random_models, monkeypatch, tmp_path):
     monkeypatch.setenv("ELMO_FAST_CACHE", str(tmp_path))
     monkeypatch.setenv("ELMO_FAST_PACKED_WEIGHTS", "1")

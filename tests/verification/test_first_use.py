@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from broken_kernels import break_kernel
+from cpu_features import packed_dtypes
 from tolerances import assert_close, max_abs_error
 
 from elmo_fast.bilm import ops, reference
@@ -410,7 +411,7 @@ def test_fallen_back_lstm_layer_reads_packed_gates(selfcheck_mode):
 
 
 @needs_extension
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", packed_dtypes())
 def test_fallen_back_ops_take_packed_weights(selfcheck_mode, dtype):
     """linear and bilstm with weights packed for the CPU's BRGeMM (ops.pack_weight, what the calibration
     may choose): their twins unpack them, and give the kernels' values."""
