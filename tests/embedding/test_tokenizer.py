@@ -311,8 +311,10 @@ def _hostile(name: str, n: int) -> str:
 
 @pytest.mark.parametrize("name", sorted(_HOSTILE))
 def test_a_long_line_of_any_shape_takes_time_linear_in_its_length(name):
-    """A hostile line costs in proportion to its length: 512 kB takes at most 64x the CPU of 32 kB (16x the
-    bytes, and a 32 kB line stays in the caches; a quadratic scan would take 256x). A ratio measured in one run, not a time: a busy or slow
+    """A hostile line costs in proportion to its length: 512 kB takes at most 128x the CPU of 32 kB (16x the
+    bytes; a quadratic scan would take 256x). The room over 16x is the caches': a 32 kB line stays in them
+    and a 512 kB one need not (measured on an AVX2 AMD EPYC with 512 kB of L2 per core: up to 84x, while
+    1 MB took 1.8x-2.2x the CPU of 512 kB on every shape). A ratio measured in one run, not a time: a busy or slow
     machine moves both alike. The garbage collector is paused while timing: its passes over every live
     token are not the tokenizer's."""
     import gc
@@ -335,5 +337,5 @@ def test_a_long_line_of_any_shape_takes_time_linear_in_its_length(name):
 
     small = max(cpu_seconds(1 << 15), 1e-3)  # a floor: the process clock's resolution on a fast line
     large = cpu_seconds(1 << 19)
-    assert large < 64 * small, f"{name}: {large:.3f} s of CPU for 512 kB, {small:.4f} s for 32 kB"
+    assert large < 128 * small, f"{name}: {large:.3f} s of CPU for 512 kB, {small:.4f} s for 32 kB"
     assert len(tokenizer._CHUNK_CACHE) <= 1 or all(len(c) <= 64 for c in tokenizer._CHUNK_CACHE)
