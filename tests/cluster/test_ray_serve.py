@@ -60,19 +60,6 @@ def ray(ray_cluster):
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(random_models):
-    options, _ = random_models("tiny", seed=7)
-    return options.parent
-
-
-@pytest.fixture(scope="module")
-def embedder(tiny_dir):
-    from elmo_fast import ElmoEmbedder
-
-    return ElmoEmbedder(model_dir=tiny_dir)
-
-
-@pytest.fixture(scope="module")
 def served(ray, tiny_dir):
     from ray import serve
 

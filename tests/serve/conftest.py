@@ -1,19 +1,4 @@
 """What the server's tests share: the tiny random model they serve, and an in-process embedder of it to
-compare the answers with."""
+compare the answers with (tests/support/serve_cases.py, shared with the Ray Serve tests)."""
 
-from __future__ import annotations
-
-import pytest
-
-from elmo_fast import ElmoEmbedder
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(random_models):
-    options, _ = random_models("tiny", seed=7)
-    return options.parent
-
-
-@pytest.fixture(scope="module")
-def embedder(tiny_dir):
-    return ElmoEmbedder(model_dir=tiny_dir)
+from serve_cases import embedder, tiny_dir  # noqa: F401

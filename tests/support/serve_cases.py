@@ -1,5 +1,6 @@
 """What the server tests and the Ray Serve tests (tests/cluster/test_ray_serve.py) hold a server to: the bound, random
-sentences, a sentence's expected vectors, and the bad requests with the answers they get."""
+sentences, a sentence's expected vectors, and the bad requests with the answers they get; and the model both serve
+(``tiny_dir``) with an in-process embedder of it (``embedder``) to compare the answers with."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import threading
 
 import numpy as np
+import pytest
 
 TOL = 1e-5  # fp32: a sentence's vectors in any batch vs alone (GEMM rounding ~1e-6)
 
@@ -91,3 +93,18 @@ def concurrent_clients(server, embedder, clients: int, rounds: int, longest: int
     for t in threads:
         t.join()
     return failures, server.metric("batch_size_count") - batches_before
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(random_models):
+    """The tiny random model the servers serve (a model directory)."""
+    options, _ = random_models("tiny", seed=7)
+    return options.parent
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_dir):
+    """An in-process ElmoEmbedder of that model."""
+    from elmo_fast import ElmoEmbedder
+
+    return ElmoEmbedder(model_dir=tiny_dir)
