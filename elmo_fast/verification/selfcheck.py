@@ -205,11 +205,22 @@ def _gradcheck(case: Case, gen: torch.Generator, directions: int = 2) -> tuple[f
             out = _tuple(case.fast(*leaves))
         u = _cotangents(out, gen)
         analytic = sum((g * d).sum() for g, d in zip(_grads(case.fast, leaves, u), v)).item()
-        with torch.no_grad():
-            plus = _tuple(case.fast(*[t + eps * d for t, d in zip(leaves, v)]))
-            minus = _tuple(case.fast(*[t - eps * d for t, d in zip(leaves, v)]))
-        numeric = sum(((p - m) * c).sum() for p, m, c in zip(plus, minus, u)).item() / (2 * eps)
+
+        def numeric_at(step: float) -> float:
+            with torch.no_grad():
+                plus = _tuple(case.fast(*[t + step * d for t, d in zip(leaves, v)]))
+                minus = _tuple(case.fast(*[t - step * d for t, d in zip(leaves, v)]))
+            return sum(((p - m) * c).sum() for p, m, c in zip(plus, minus, u)).item() / (2 * step)
+
+        numeric = numeric_at(eps)
         err, bound = abs(analytic - numeric), atol + rtol * abs(numeric)
+        if not err <= bound:
+            # A difference across a kink (ReLU's 0: the highway's, one case in ~3,000) is wrong at eps and
+            # right at eps / 100; a wrong gradient stays wrong. The smaller error is the op's.
+            fine = numeric_at(eps / 100)
+            if abs(analytic - fine) < err:
+                numeric = fine
+                err, bound = abs(analytic - numeric), atol + rtol * abs(numeric)
         if err != err:
             err = float("inf")
         if err / bound >= worst[2]:

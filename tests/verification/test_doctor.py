@@ -274,3 +274,26 @@ def test_doctor_cuda_rows_hold_on_the_emulated_cuda_kernels(monkeypatch, emulate
         ("char_cnn", "float32", "grad"),
         ("highway_gate", "float64", "gradcheck"),
     } <= ran
+
+
+@needs_extension
+def test_a_difference_across_relus_kink_is_not_a_wrong_gradient():
+    """Seed 146 of the highway's float64 case puts a pre-activation within eps of ReLU's 0 along the check's
+    direction: the central difference at eps 1e-6 is off by 7x its bound for the fast op and its reference
+    twin alike (one highway case in ~3,000 did so, and made the first-use check fall back). The gradcheck
+    confirms a failure at eps / 100 before it counts, so this passes, and a wrong backward still fails
+    (test_doctor_catches_a_wrong_backward)."""
+    import dataclasses
+
+    from elmo_fast.verification import selfcheck, selfcheck_cases
+
+    for op in ("fast", "reference"):
+        case = selfcheck_cases._highway(
+            torch.Generator().manual_seed(146), (9, 17, 2, 5, True), torch.device("cpu"), torch.float64
+        )
+        if op == "reference":
+            case = dataclasses.replace(case, fast=case.reference)
+        gen = torch.Generator().manual_seed(146)
+        selfcheck_cases._highway(gen, (9, 17, 2, 5, True), torch.device("cpu"), torch.float64)  # the same state
+        error, bound, ratio = selfcheck._gradcheck(case, gen)
+        assert ratio < 1, (op, error, bound)
