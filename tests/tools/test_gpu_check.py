@@ -66,7 +66,10 @@ def test_a_budget_is_an_option_and_bounds_the_phases(tmp_path):
     assert sum(budgets.values()) <= 480
     assert "budget 480" in (tmp_path / "summary.txt").read_text()
     short = _dry_run(tmp_path, "--budget=100", "--phases=bench")
-    assert _budgets(short.stdout) == {"extension": 30, "bench": 90}  # extension always: the others need it
+    # extension always (the others need it); caps are what is left when the phase starts, so a loaded
+    # machine's dry run may have spent a second or two of the 100
+    caps = _budgets(short.stdout)
+    assert list(caps) == ["extension", "bench"] and caps["extension"] == 30 and 87 <= caps["bench"] <= 90, caps
     none = _dry_run(tmp_path, "--budget", "20")
     assert none.returncode == 1 and "skipped (out of time)" in (tmp_path / "summary.txt").read_text()
 
