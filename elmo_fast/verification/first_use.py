@@ -71,7 +71,8 @@ _lock = threading.RLock()
 #: None (off), "cuda" or "all": which devices are checked
 _mode: str | None = None
 _strict = False
-#: bound by enable(): elmo_fast.bilm.ops, elmo_fast.verification.selfcheck, .fallback, .selfcheck_cases
+#: elmo_fast.bilm.ops, bound by enable(); elmo_fast.verification.selfcheck, .fallback, .selfcheck_cases,
+#: bound on an op's first checked call (_bind): selfcheck_cases imports elmo_fast.bilm, whose import runs enable()
 _ops: ModuleType | None = None
 _checks: ModuleType | None = None
 _fallback: ModuleType | None = None
@@ -104,6 +105,7 @@ def _on_first_use(op: str, tensor: torch.Tensor, schedule: tuple | None = None) 
             return None
     elif _mode != "all":
         return None
+    _bind()
     device = tensor.device
     key = (op, str(device), schedule)
     if key in _passed or getattr(_checks.local, "bypass", False) or device.type not in ("cpu", "cuda"):
@@ -123,6 +125,14 @@ def _on_first_use(op: str, tensor: torch.Tensor, schedule: tuple | None = None) 
             else:
                 _passed.add(key)
     return _twin(op, key, tensor)
+
+
+def _bind() -> None:
+    global _checks, _fallback, _cases
+    if _cases is None:
+        from . import fallback, selfcheck, selfcheck_cases
+
+        _checks, _fallback, _cases = selfcheck, fallback, selfcheck_cases
 
 
 def _twin(op: str, key: Key, tensor: torch.Tensor) -> Callable[..., object] | None:
@@ -160,12 +170,11 @@ def mode() -> str:
 def enable(mode: str | None) -> None:
     """Set the first-use self-check, as ELMO_FAST_SELFCHECK (:func:`parse_mode`); None, "" or "0":
     off. Ops already checked in this process are not checked again (:func:`forget_checked`)."""
-    global _mode, _strict, _ops, _checks, _fallback, _cases
+    global _mode, _strict, _ops
     parsed = parse_mode(mode)
     from ..bilm import ops
-    from . import fallback, selfcheck, selfcheck_cases
 
-    _ops, _checks, _fallback, _cases = ops, selfcheck, fallback, selfcheck_cases
+    _ops = ops
     _mode, _strict = parsed
     ops.set_first_use_hook(None if _mode is None else _on_first_use)
 

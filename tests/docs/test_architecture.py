@@ -471,3 +471,70 @@ def test_no_test_folder_shadows_a_library():
     folders = {p.name for p in tests.iterdir() if p.is_dir() and not (p / "__init__.py").exists()}
     clash = sorted(folders & imported)
     assert not clash, f"tests/ folders named like imported libraries: {clash}"
+
+
+_IMPORT_EACH_FIRST = r"""
+import importlib, os, sys, traceback
+# the libraries the package imports, imported once before the forks where installed: each child then imports
+# only elmo_fast's own modules, in a second or less
+for library in os.environ["LIBRARIES"].split():
+    try:
+        importlib.import_module(library)
+    except Exception:
+        pass
+failed = []
+for name in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            __import__(name)
+        except ModuleNotFoundError as e:  # an optional extra this install lacks is not this test's business
+            if (e.name or "").split(".")[0] == "elmo_fast":
+                traceback.print_exc()
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if status:
+        failed.append(name)
+print("FAILED:", " ".join(failed))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork (each module in a fresh child)")
+def test_every_module_imports_when_it_is_the_first_one_imported():
+    """Each module of the package imported first in an interpreter that has imported none of them (one forked
+    child per module): an order of imports that only works when another module came first is an import cycle
+    the static graph above cannot see (a package's ``__init__`` that runs code calling back into a module still
+    being imported: ``elmo_fast.verification.selfcheck_cases`` -> ``elmo_fast.bilm`` -> the first-use check)."""
+    import os
+    import subprocess
+    import sys
+
+    names = sorted(n for n in _modules() if not n.endswith("__main__"))
+    libraries = set()
+    for path in _modules().values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                libraries.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                libraries.add(node.module)
+    libraries = sorted(
+        m for m in libraries if m.split(".")[0] not in sys.stdlib_module_names | {"elmo_fast", "flair"}
+    )  # (flair is left to the children: importing it runs allennlp's import path, which elmo_fast may stand in for)
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH_FIRST, *names],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env={**os.environ, "LIBRARIES": " ".join(libraries)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed = proc.stdout.strip().splitlines()[-1].removeprefix("FAILED:").split()
+    assert not failed, f"modules that fail when imported first: {failed}\n{proc.stderr[-3000:]}"

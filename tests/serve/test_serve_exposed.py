@@ -331,7 +331,8 @@ def test_hundreds_of_slow_clients_of_each_kind_are_cut_off_while_a_good_client_i
     """600 clients that connect and send nothing, 600 that trickle a body a byte a second, 600 that send a
     good request and then stall the next one's head (tests/support/slow_clients.py, one asyncio process):
     every one is disconnected within --read-timeout + 2 s, while a well-behaved client beside them gets
-    200s throughout, its 99th percentile latency within twice an idle server's. The attacking process runs
+    200s throughout, none waiting half the read timeout, its 99th percentile latency within twice an idle
+    server's plus 100 ms. The attacking process runs
     at the lowest priority, so what the good client sees is the server's cost of holding the slow ones."""
     import resource
     import sys
@@ -388,7 +389,13 @@ def test_hundreds_of_slow_clients_of_each_kind_are_cut_off_while_a_good_client_i
         assert seen["longest"] < read_timeout + 2, (kind, seen)
     assert len(busy) >= 100, len(busy)
     baseline = max(_p99(idle), _p99(idle_after))
-    assert _p99(busy) <= 2 * baseline, f"p99 {_p99(busy) * 1e3:.1f} ms under attack, {baseline * 1e3:.1f} idle"
+    # A server that let a slow client hold its loop or a worker would keep the good client waiting for up to
+    # the read timeout (2 s) a slow client is held: the bounds sit far below that and above a shared 2-core
+    # host's own noise (a CI run saw 49 ms against an idle 17 ms; the server's latency is measured by
+    # benchmarks/bench_serve.py, not asserted here)
+    worst = max(busy)
+    assert worst < read_timeout / 2, f"a good request waited {worst * 1e3:.0f} ms under attack"
+    assert _p99(busy) <= 2 * baseline + 0.1, f"p99 {_p99(busy) * 1e3:.1f} ms under attack, {baseline * 1e3:.1f} idle"
 
 
 # ---- TLS ----------------------------------------------------------------------------------------------
