@@ -138,12 +138,12 @@ def _name_dims(proto, num_layers: int, dim: int) -> None:
                 d.dim_value = want
 
 
-def _stamp(proto, weights: ElmoWeights, quantization: str) -> None:
+def _stamp(proto, options_json: str, quantization: str) -> None:
     from .. import __version__
 
     entries = {
         contract.META_CONTRACT: contract.CONTRACT_VERSION,
-        contract.META_OPTIONS: json.dumps(weights.options.to_dict(), sort_keys=True),
+        contract.META_OPTIONS: options_json,
         contract.META_QUANTIZATION: quantization,
     }
     kept = [p for p in proto.metadata_props if p.key not in entries]
@@ -173,7 +173,7 @@ def export_onnx(
     """
     check_export_options(opset, quantize)
     weights = exportable_weights(model)
-    onnx = require("onnx", "export to ONNX")
+    require("onnx", "export to ONNX")
     require("onnxruntime", "export to ONNX")
     final = durable.check_writable(path)
     started = time.perf_counter()
@@ -181,6 +181,51 @@ def export_onnx(
     num_layers, dim = o.n_layers + 1, 2 * o.projection_dim
     proto = _trace(weights, opset)
     _name_dims(proto, num_layers, dim)
+    options_json = json.dumps(weights.options.to_dict(), sort_keys=True)
+    return _write(proto, options_json, quantize, final, started, opset, num_layers, dim)
+
+
+def quantize_onnx(
+    source: str | os.PathLike,
+    path: str | os.PathLike,
+    quantize: str = "int8",
+) -> ExportReport:
+    """Write the ``quantize`` ("int8" or "int8-vnni", :mod:`~elmo_fast.export.quantize`) version of an fp32
+    graph that :func:`export_onnx` wrote at ``source`` to ``path``: the same file as
+    ``export_onnx(model, path, quantize=quantize)`` at the source's opset, without tracing the model again
+    (minutes for the largest models). Refused in one line: a file that is not an fp32 graph of this
+    contract (another graph, or one already quantized)."""
+    check_export_options(contract.DEFAULT_OPSET, quantize)
+    if quantize is None:
+        raise ElmoFastError(Param("quantize"), f" must be one of {', '.join(QUANTIZATIONS)}, got None")
+    onnx = require("onnx", "quantize an ONNX graph")
+    require("onnxruntime", "quantize an ONNX graph")
+    final = durable.check_writable(path)
+    started = time.perf_counter()
+    try:
+        proto = onnx.load(os.fspath(source))
+    except Exception as e:  # noqa: BLE001  (a missing file, protobuf's DecodeError: said in one line)
+        raise ElmoFastError(f"{source}: not an ONNX file elmo-fast can read ({type(e).__name__}: {e})") from e
+    meta = {p.key: p.value for p in proto.metadata_props}
+    if meta.get(contract.META_CONTRACT) != contract.CONTRACT_VERSION or contract.META_OPTIONS not in meta:
+        raise ElmoFastError(
+            f"{source}: not a graph elmo-fast exported (its metadata has no {contract.META_CONTRACT} "
+            f"{contract.CONTRACT_VERSION!r}): quantize the fp32 graph `elmo-fast export onnx` wrote"
+        )
+    if meta.get(contract.META_QUANTIZATION) != "none":
+        raise ElmoFastError(
+            f"{source}: this graph is already quantized ({meta.get(contract.META_QUANTIZATION)}); "
+            "quantize the fp32 graph"
+        )
+    (opset,) = {o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")}
+    layers = next(v for v in proto.graph.output if v.name == contract.LAYERS).type.tensor_type.shape.dim
+    num_layers, dim = layers[1].dim_value, layers[3].dim_value
+    return _write(proto, meta[contract.META_OPTIONS], quantize, final, started, opset, num_layers, dim)
+
+
+def _write(proto, options_json: str, quantize, final: str, started: float, opset: int, num_layers: int, dim: int):
+    """Quantize (unless None), stamp, check and durably write the fp32 graph ``proto``."""
+    onnx = require("onnx", "export to ONNX")
     quantization = "none"
     if quantize is not None:
         with durable.scratch_dir() as scratch:
@@ -188,7 +233,7 @@ def export_onnx(
             quantize_int8(proto, quantized, quantize)
             proto = onnx.load(quantized)
         quantization = QUANTIZATIONS[quantize]
-    _stamp(proto, weights, quantization)
+    _stamp(proto, options_json, quantization)
     size = proto.ByteSize()
     if size > SINGLE_FILE_LIMIT:
         raise ElmoFastError(

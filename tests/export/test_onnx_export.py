@@ -166,6 +166,51 @@ def test_int8_keeps_its_stated_bound(model, tiny_files, random_models, onnx_grap
         check_int8_bound(fp32_path, int8_path, [[1], [64], list(rng.integers(1, 65, 16))], rng)
 
 
+def test_quantizing_an_exported_graph_writes_what_an_export_with_quantize_writes(tiny_files, onnx_graphs, tmp_path):
+    """quantize_onnx(the fp32 graph) is export_onnx(model, quantize=...) without a second trace: the same
+    metadata and the same numbers (two traces name their values differently, so the bytes differ)."""
+    import onnx
+
+    from elmo_fast.export import export_onnx, quantize_onnx
+
+    exported = export_onnx(load_model_files(*tiny_files), tmp_path / "exported.onnx", quantize="int8")
+    quantized = quantize_onnx(onnx_graphs(*tiny_files), tmp_path / "quantized.onnx", "int8")
+    assert (quantized.quantization, quantized.opset, quantized.num_layers, quantized.dim) == (
+        exported.quantization,
+        exported.opset,
+        exported.num_layers,
+        exported.dim,
+    )
+    a, b = (onnx.load(str(tmp_path / name)) for name in ("exported.onnx", "quantized.onnx"))
+    assert [(p.key, p.value) for p in a.metadata_props] == [(p.key, p.value) for p in b.metadata_props]
+    assert sorted(n.op_type for n in a.graph.node) == sorted(n.op_type for n in b.graph.node)
+    ids = batch_to_ids(random_batch(np.random.default_rng(3), [1, 7, 12, 0]))
+    for got, want in zip(_run(_session(quantized.path), ids), _run(_session(exported.path), ids)):
+        assert np.array_equal(got, want)
+
+
+def test_quantize_onnx_refuses_what_is_not_an_fp32_graph_of_the_contract(tiny_files, onnx_graphs, tmp_path):
+    import onnx
+
+    from elmo_fast.errors import ElmoFastError
+    from elmo_fast.export import quantize_onnx
+
+    int8 = onnx_graphs(*tiny_files, quantize="int8")
+    foreign = tmp_path / "foreign.onnx"
+    onnx.save_model(onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [])), foreign)
+    (tmp_path / "text.onnx").write_text("not a graph")
+    for source, said in [
+        (int8, "this graph is already quantized (int8-dynamic-matmul-per-channel-u8u8)"),
+        (foreign, "not a graph elmo-fast exported"),
+        (tmp_path / "text.onnx", "not an ONNX file elmo-fast can read"),
+        (tmp_path / "missing.onnx", "not an ONNX file elmo-fast can read"),
+    ]:
+        with pytest.raises(ElmoFastError) as e:
+            quantize_onnx(source, tmp_path / "out.onnx")
+        assert str(e.value).startswith(f"{source}: {said}") and "\n" not in str(e.value), str(e.value)
+    assert not (tmp_path / "out.onnx").exists()
+
+
 @pytest.mark.slow
 def test_int8_vnni_keeps_its_bound_where_there_is_vnni_and_says_so_elsewhere(random_models, onnx_graphs):
     import onnx

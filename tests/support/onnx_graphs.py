@@ -23,18 +23,21 @@ def require_onnx_extra() -> None:
 @pytest.fixture(scope="session")
 def onnx_graphs(tmp_path_factory):
     """``get(options, weights, opset=18, quantize=None)`` -> the path of that model's exported graph,
-    written once per session."""
+    written once per session (a quantized graph from the fp32 one: the model is traced once)."""
     cache: dict = {}
 
     def get(options, weights, opset: int = 18, quantize: str | None = None):
         require_onnx_extra()
-        from elmo_fast.export.onnx_file import export_onnx
+        from elmo_fast.export.onnx_file import export_onnx, quantize_onnx
         from elmo_fast.formats.bilm_tf import load_model_files
 
         key = (str(options), str(weights), opset, quantize)
         if key not in cache:
             path = tmp_path_factory.mktemp("onnx") / f"model-{opset}-{quantize or 'fp32'}.onnx"
-            export_onnx(load_model_files(options, weights), path, opset=opset, quantize=quantize)
+            if quantize is None:
+                export_onnx(load_model_files(options, weights), path, opset=opset)
+            else:  # the fp32 graph quantized (tests/export/test_onnx_export.py: the same file as an export's)
+                quantize_onnx(get(options, weights, opset), path, quantize)
             cache[key] = path
         return cache[key]
 
