@@ -227,43 +227,53 @@ def _embed_probe(model_path: str, load: bool, before: list | None = None, files:
     )
 
 
+@pytest.fixture(scope="module")
+def fresh_probe(tmp_path_factory, tiny_files):
+    """A fresh tagger's probe vectors (the states its constructor's dummy sentence leaves), computed once."""
+    options, weights = map(str, tiny_files)
+    model = tmp_path_factory.mktemp("flair_fresh") / "fresh.pt"
+    return last_json(run_python(_embed_probe(str(model), load=False, before=[], files=(options, weights))))
+
+
+@pytest.fixture(scope="module")
+def saved_tagger(tmp_path_factory, tiny_files):
+    """(path, rows of states, probe vectors): a tagger that embedded batches of 4, 2 and 1 sentences, then
+    was saved, then embedded the probe in the same process."""
+    options, weights = map(str, tiny_files)
+    model = tmp_path_factory.mktemp("flair_saved") / "tagger.pt"
+    before = [SENTENCES, SENTENCES[:2], [["Zürich", "is", "cold"]]]  # 4 rows of states, then fewer in use
+    rows, vectors = last_json(run_python(_embed_probe(str(model), load=False, before=before, files=(options, weights))))
+    return model, rows, vectors
+
+
 @pytest.mark.slow
-def test_a_saved_elmo_model_continues_where_it_was_saved(tmp_path, tiny_files):
+def test_a_saved_elmo_model_continues_where_it_was_saved(saved_tagger, fresh_probe):
     """flair's pickles before 0.12 held allennlp 0.9's ElmoEmbedder whole, its LSTM states included, so a
     loaded model went on from where it was saved. The same now: ``to_params`` carries the states (for every
     batch row seen) and ``from_params`` puts them back after flair's dummy sentence, so the same call right
     after ``save`` and right after ``load`` in a fresh process gives the same vectors (a fresh embedder's
     states differ from the saved ones by up to 0.19 on this model)."""
-    options, weights = map(str, tiny_files)
-    model = str(tmp_path / "tagger.pt")
-    before = [SENTENCES, SENTENCES[:2], [["Zürich", "is", "cold"]]]  # 4 rows of states, then fewer in use
-    saved_rows, saved = last_json(run_python(_embed_probe(model, load=False, before=before, files=(options, weights))))
-    loaded_rows, loaded = last_json(run_python(_embed_probe(model, load=True)))
+    model, saved_rows, saved = saved_tagger
+    loaded_rows, loaded = last_json(run_python(_embed_probe(str(model), load=True)))
     assert saved_rows == loaded_rows == len(SENTENCES)
     for a, b in zip(saved, loaded):
         assert np.abs(np.array(a) - np.array(b)).max() <= 1e-6
     # what a loaded model gave before the states were saved (a fresh embedder's): the vectors differ
-    fresh_rows, fresh = last_json(
-        run_python(_embed_probe(str(tmp_path / "fresh.pt"), load=False, before=[], files=(options, weights)))
-    )
+    fresh_rows, fresh = fresh_probe
     assert fresh_rows == len(_PROBE)
     assert max(np.abs(np.array(a) - np.array(b)).max() for a, b in zip(saved, fresh)) > 1e-3
 
 
 @pytest.mark.slow
-def test_a_model_saved_without_states_loads_as_before(tmp_path, tiny_files):
+def test_a_model_saved_without_states_loads_as_before(tmp_path, tiny_files, saved_tagger, fresh_probe):
     """Parameters saved by an earlier elmo-fast hold no LSTM states: such a model loads, its embedder as a
     fresh one (the states its constructor's dummy sentence leaves); states that do not fit the model are a
     one-line error naming the model."""
     import torch
 
-    options, weights = map(str, tiny_files)
-    model = tmp_path / "tagger.pt"
-    _, fresh = last_json(
-        run_python(_embed_probe(str(tmp_path / "fresh.pt"), load=False, before=[], files=(options, weights)))
-    )
-    last_json(run_python(_embed_probe(str(model), load=False, before=[SENTENCES], files=(options, weights))))
-    state = torch.load(model, weights_only=False)
+    options = str(tiny_files[0])
+    _, fresh = fresh_probe
+    state = torch.load(saved_tagger[0], weights_only=False)
     assert set(state["embeddings"]["lstm_states"]) == {"h", "c"}
     old, bad = dict(state), dict(state)
     old["embeddings"] = {k: v for k, v in state["embeddings"].items() if k != "lstm_states"}
