@@ -147,7 +147,7 @@ def export(preset: str, cache_dir: Path, threads: int) -> dict:
 
     from elmo_fast import batch_to_ids
     from elmo_fast.embedding.onnx_backend import OnnxBiLm
-    from elmo_fast.export.onnx_file import export_onnx
+    from elmo_fast.export.onnx_file import export_onnx, quantize_onnx
     from elmo_fast.formats.bilm_tf import load_model_files
 
     options, weights = ensure_model(preset, cache_dir)
@@ -156,7 +156,10 @@ def export(preset: str, cache_dir: Path, threads: int) -> dict:
     for graph in GRAPHS:
         path = cache_dir / f"{preset}-{graph}.onnx"
         load0 = load_average()
-        report = export_onnx(loaded, path, quantize=None if graph == "fp32" else graph)
+        if graph == "fp32":
+            report = export_onnx(loaded, path)
+        else:  # the fp32 graph quantized: an export with quantize= traces the model again first
+            report = quantize_onnx(out["fp32"]["path"], path, graph)
         out[graph] = {
             "path": str(path),
             "seconds": report.seconds,
@@ -272,7 +275,10 @@ def main(argv=None) -> int:
         f"sorted by length in windows of {WINDOW}, as `elmo-fast embed` batches them; token cache off\n"
     )
     if not args.speed_only:
-        print("**Export** (`export_onnx`: trace, onnx.checker, ONNX Runtime's load check, durable write)\n")
+        print(
+            "**Export** (fp32: `export_onnx`: trace, onnx.checker, ONNX Runtime's load check, durable write; "
+            "int8, int8-vnni: `quantize_onnx` of the fp32 graph: quantization and the same checks)\n"
+        )
         print(
             "| preset | graph | seconds | MB | vs fp32: max err / layer max | RMS err / layer RMS "
             "| min cosine of the averaged layers | load avg |"
