@@ -11,6 +11,7 @@ from onnx_graphs import random_batch, require_onnx_extra
 from elmo_fast import batch_to_ids
 from elmo_fast.bilm.model import ElmoBiLm
 from elmo_fast.errors import ElmoFastError
+from elmo_fast.export import contract
 from elmo_fast.export.libraries import require
 
 
@@ -28,20 +29,24 @@ def one_line(r) -> str:
 
 @pytest.mark.slow
 def test_export_a_model_directory_at_another_opset(tmp_path, random_models):
+    """The highest opset the export takes, from a model directory, equal to the reference."""
     require_onnx_extra()
     import onnx
     import onnxruntime as ort
 
     options, weights = random_models("tiny", exercise_clips=True, seed=5)
     out = tmp_path / "model.onnx"
-    r = run_cli("export", "onnx", out, "--model-dir", options.parent, "--opset", 19)
+    r = run_cli("export", "onnx", out, "--model-dir", options.parent, "--opset", contract.MAX_OPSET)
     assert r.returncode == 0, r.stderr
     line = one_line(r)
-    assert line.startswith(f"elmo-fast: wrote {out} (") and "opset 19, 3 layers x 32, quantization none" in line
+    assert (
+        line.startswith(f"elmo-fast: wrote {out} (")
+        and f"opset {contract.MAX_OPSET}, 3 layers x 32, quantization none" in line
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
     model = onnx.load(str(out))
     onnx.checker.check_model(model, full_check=True)
-    assert {o.version for o in model.opset_import if o.domain == ""} == {19}
+    assert {o.version for o in model.opset_import if o.domain == ""} == {contract.MAX_OPSET}
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     ids = batch_to_ids(random_batch(np.random.default_rng(9), [9, 1, 4]))
     layers, mask = session.run(None, {"char_ids": ids.numpy()})

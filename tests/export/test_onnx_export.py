@@ -120,9 +120,9 @@ def test_the_graph_keeps_the_contract_and_passes_the_checker(tiny_files, onnx_gr
     assert model.opset_import[0].version == contract.DEFAULT_OPSET
 
 
-@pytest.mark.parametrize("opset", [contract.MIN_OPSET, contract.MAX_OPSET])
-@pytest.mark.slow
+@pytest.mark.parametrize("opset", [contract.MIN_OPSET])
 def test_other_opsets(opset, tiny_files, onnx_graphs):
+    """The lowest opset (the highest, through the command line: tests/export/test_export_cli.py)."""
     import onnx
 
     path = onnx_graphs(*tiny_files, opset=opset)
