@@ -193,7 +193,7 @@ def quantize_onnx(
     """Write the ``quantize`` ("int8" or "int8-vnni", :mod:`~elmo_fast.export.quantize`) version of an fp32
     graph that :func:`export_onnx` wrote at ``source`` to ``path``: the same file as
     ``export_onnx(model, path, quantize=quantize)`` at the source's opset, without tracing the model again
-    (minutes for the largest models). Refused in one line: a file that is not an fp32 graph of this
+    (tens of seconds for `original`: most of an export). Refused in one line: a file that is not an fp32 graph of this
     contract (another graph, or one already quantized)."""
     check_export_options(contract.DEFAULT_OPSET, quantize)
     if quantize is None:
