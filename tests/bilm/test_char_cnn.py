@@ -3,9 +3,9 @@ elmo_fast.bilm.reference.char_cnn_ref, forward and backward; and the reference's
 kernels' tests: test_char_cnn_cuda.py."""
 
 import os
-import subprocess
 import sys
 
+import cli_process
 import pytest
 import torch
 from char_cnn_cases import ELMO_FILTERS, TINY_FILTERS, elmo_ids, near_ties, random_cnn
@@ -255,7 +255,7 @@ def test_narrower_isa_variants_match_reference(isa, tmp_path):
         "ELMO_FAST_CPU_ISA": isa,
         "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
-    subprocess.run(
+    cli_process.run(
         [sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],
         env=env,
         check=True,

@@ -5,6 +5,7 @@ against bilstm_train_ref; and the reference's own gradients. The CUDA kernels' t
 
 import itertools
 
+import cli_process
 import pytest
 import torch
 from bilm_cases import MINI
@@ -221,7 +222,6 @@ def test_bilstm_other_isa_levels(capability):
     # The float kernels exist per ISA level, picked once per process from ATen's CPU capability:
     # run the lower levels in a fresh process (ATEN_CPU_CAPABILITY caps the level).
     import os
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -234,7 +234,7 @@ def test_bilstm_other_isa_levels(capability):
     ).format(want="DEFAULT" if capability == "default" else capability.upper())
     here = Path(__file__).resolve().parent
     env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=os.pathsep.join([str(here), *sys.path]))
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    done = cli_process.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -9,9 +9,9 @@ import io
 import json
 import os
 import pickle
-import subprocess
 import sys
 
+import cli_process
 import numpy as np
 import pytest
 import torch
@@ -138,7 +138,7 @@ def test_an_unpickled_model_uses_the_calibration_of_the_machine_it_runs_on(rando
         cpu_tuning.forget()
     env = {**os.environ, "ELMO_FAST_CALIBRATION": "on", "ELMO_FAST_CACHE": str(there)}
     env.pop("ELMO_FAST_PACKED_WEIGHTS", None)
-    out = subprocess.run(
+    out = cli_process.run(
         [sys.executable, "-c", UNPICKLE.format(threads=torch.get_num_threads()), str(path)],
         capture_output=True,
         text=True,

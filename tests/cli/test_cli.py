@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from bilm_cases import expected_top_layers
 
 
 def run_cli(*args, stdin=None, env=None):
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "elmo_fast", *map(str, args)],
         input=stdin,
         capture_output=True,
@@ -283,7 +284,7 @@ def test_bad_line_mid_stream_in_a_real_process(tmp_path, random_models):
     options, weights = random_models("tiny")
     lines = [f"sentence number {i} ." for i in range(150)]
     stdin = "\n".join(lines[:120]) + "\n\udcff broken\n" + "\n".join(lines[120:]) + "\n"
-    r = subprocess.run(
+    r = cli_process.run(
         [
             sys.executable,
             "-m",
@@ -381,7 +382,7 @@ def _signal_mid_run(tmp_path, args, lines, signum, ready):
     import signal
     import time
 
-    proc = subprocess.Popen(
+    proc = cli_process.Popen(
         [sys.executable, "-m", "elmo_fast", "embed", "-", *map(str, args)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -737,7 +738,7 @@ def test_compressed_stdin(tmp_path, plain_stdin_case, kind):
 
     text, common, want_h5 = plain_stdin_case
     packed = (gzip.compress if kind == "gzip" else lzma.compress)(text)
-    r = subprocess.run(
+    r = cli_process.run(
         [sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "o.h5"), *common],
         input=packed,
         capture_output=True,
@@ -749,7 +750,7 @@ def test_compressed_stdin(tmp_path, plain_stdin_case, kind):
         for key in want:
             if key != "sentence_to_index":
                 np.testing.assert_allclose(got[key][...], want[key][...], atol=1e-5, rtol=0)
-    r = subprocess.run(
+    r = cli_process.run(
         [sys.executable, "-m", "elmo_fast", "embed", "-", str(tmp_path / "cut.h5"), *common],
         input=packed[: len(packed) // 2],
         capture_output=True,

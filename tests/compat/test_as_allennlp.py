@@ -8,10 +8,10 @@ import hashlib
 import json
 import os
 import pickle
-import subprocess
 import sys
 import warnings
 
+import cli_process
 import numpy as np
 import pytest
 import torch
@@ -267,7 +267,7 @@ def test_only_asking_activates_it(no_real_allennlp, tmp_path):
     )
     env = child_env(PYTHONPATH=str(tmp_path), PROBE_OUT=str(tmp_path / "probe.json"))
     module = REPO / "elmo_fast" / "as_allennlp.py"
-    proc = subprocess.run(
+    proc = cli_process.run(
         [
             sys.executable,
             "-m",
@@ -433,7 +433,7 @@ def _run_peer(tmp_path, job: dict) -> dict:
     if not (PEERS / "allennlp-0.9" / "allennlp").is_dir():
         pytest.skip("allennlp 0.9 is not in .peers/allennlp-0.9: bash tests/install_peers.sh")
     (tmp_path / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run(
+    proc = cli_process.run(
         [sys.executable, str(PEER_SCRIPT), str(tmp_path / "job.json"), str(tmp_path / "out.npz")],
         capture_output=True,
         text=True,

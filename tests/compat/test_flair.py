@@ -9,9 +9,9 @@ tests/install_peers.sh, and the tests skip, saying so, without it."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
+import cli_process
 import numpy as np
 import pytest
 from peers import PEERS
@@ -38,7 +38,7 @@ def _peer(tmp_path, job: dict) -> dict:
     if not (PEERS / "allennlp-0.9" / "allennlp").is_dir():
         pytest.skip("allennlp 0.9 is not in .peers/allennlp-0.9: bash tests/install_peers.sh")
     (tmp_path / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run(
+    proc = cli_process.run(
         [sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(tmp_path / "job.json"), str(tmp_path / "peer.npz")],
         capture_output=True,
         text=True,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -124,7 +124,7 @@ def test_embed_command_runs_seqvec(seqvec_small, tmp_path):
     residues = tmp_path / "proteins.txt"
     residues.write_text("".join(" ".join(p) + "\n" for p in PROTEINS))  # one protein per line, residues spaced
     out = tmp_path / "seqvec.hdf5"
-    r = subprocess.run(
+    r = cli_process.run(
         [
             sys.executable,
             "-m",
@@ -236,7 +236,7 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
             }
         )
     )
-    peer = subprocess.run(
+    peer = cli_process.run(
         [sys.executable, str(SUPPORT / "allennlp09_peer.py"), str(job), str(tmp_path / "peer.npz")],
         capture_output=True,
         text=True,
@@ -246,7 +246,7 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
     assert peer.returncode == 0, peer.stderr[-3000:]
     seqvec_cli = os.path.join(os.path.dirname(sys.executable), "seqvec")
     for name, flags in runs.items():
-        proc = subprocess.run(
+        proc = cli_process.run(
             [
                 seqvec_cli,
                 "-i",
@@ -279,7 +279,7 @@ def test_seqvec_cli_unchanged_gives_its_allennlp_09_numbers_and_embed_fasta_agre
     shim_protein = _read_h5(tmp_path / "shim_protein.h5")
 
     def embed(out, *flags):
-        proc = subprocess.run(
+        proc = cli_process.run(
             [
                 sys.executable,
                 "-m",

@@ -9,6 +9,7 @@ import functools
 import re
 from pathlib import Path
 
+import cli_process
 import pytest
 from repo_paths import REPO
 
@@ -299,7 +300,7 @@ def test_only_the_cli_and_the_ray_room_import_the_server():
 def test_importing_elmo_fast_imports_no_ray():
     """``import elmo_fast`` (and the Ray room's door, and its batch embedder) import no Ray: a core install
     has none, and the actors Ray starts import it themselves."""
-    import subprocess
+
     import sys
 
     code = (
@@ -308,7 +309,7 @@ def test_importing_elmo_fast_imports_no_ray():
         "from elmo_fast.ray import ElmoBatchEmbedder\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc = cli_process.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", f"Ray modules imported: {proc.stdout.strip()}"
 
@@ -318,7 +319,6 @@ def test_only_the_hub_module_names_huggingface_hub_and_nothing_imports_it_at_onc
     """huggingface_hub (the [hub] extra) is reached through elmo_fast/pretrained/hf_hub.py alone, which
     imports it when a Hub model is asked for: a core install has none, and loading a model from files
     or the pretrained room costs no import of it."""
-    import subprocess
     import sys
 
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -338,7 +338,7 @@ def test_only_the_hub_module_names_huggingface_hub_and_nothing_imports_it_at_onc
         "import sys, elmo_fast, elmo_fast.pretrained, elmo_fast.pretrained.hf_hub, elmo_fast.cli.models\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'huggingface_hub'))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc = cli_process.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", f"huggingface_hub modules imported: {proc.stdout.strip()}"
 
@@ -519,7 +519,6 @@ def test_every_module_imports_when_it_is_the_first_one_imported():
     the static graph above cannot see (a package's ``__init__`` that runs code calling back into a module still
     being imported: ``elmo_fast.verification.selfcheck_cases`` -> ``elmo_fast.bilm`` -> the first-use check)."""
     import os
-    import subprocess
     import sys
 
     # a module can only be found half-imported if some module imports it (a package's __init__ included)
@@ -535,7 +534,7 @@ def test_every_module_imports_when_it_is_the_first_one_imported():
     libraries = sorted(
         m for m in libraries if m.split(".")[0] not in sys.stdlib_module_names | {"elmo_fast", "flair"}
     )  # (flair is left to the children: importing it runs allennlp's import path, which elmo_fast may stand in for)
-    proc = subprocess.run(
+    proc = cli_process.run(
         [sys.executable, "-c", _IMPORT_EACH_FIRST, *names],
         capture_output=True,
         text=True,

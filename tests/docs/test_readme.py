@@ -31,6 +31,7 @@ import re
 import shlex
 from pathlib import Path
 
+import cli_process
 import pytest
 from repo_paths import REPO as ROOT
 
@@ -164,7 +165,6 @@ def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path, request) 
     """Run a block in a fresh interpreter (in ``cwd``, this test's environment); the shapes of ``names``."""
     import importlib.util
     import json
-    import subprocess
     import sys
 
     from shim_runs import child_env, require_no_real_allennlp
@@ -181,7 +181,7 @@ def _run_in_a_child(line: str, code: str, names: list[str], cwd: Path, request) 
 
         prelude, env["RAY_ADDRESS"] = JOIN_CODE, address(request.getfixturevalue("ray_cluster"))
     report = f"\nimport json as _json\nprint(_json.dumps({{n: list(globals()[n].shape) for n in {names!r}}}))\n"
-    proc = subprocess.run(
+    proc = cli_process.run(
         [sys.executable, "-c", prelude + code + report],
         capture_output=True,
         text=True,
@@ -279,7 +279,6 @@ def _quickstart_needs(title: str, blocks: list[tuple[str, str, str]]) -> str | N
 def test_quickstart_runs_as_printed_in_an_empty_folder(title, blocks, tmp_path):
     import json
     import os
-    import subprocess
     import sys
 
     from shim_runs import child_env
@@ -301,7 +300,7 @@ def test_quickstart_runs_as_printed_in_an_empty_folder(title, blocks, tmp_path):
         checked = [(m["name"], m["shape"], line) for line in code.splitlines() if (m := _SHAPE_COMMENT.match(line))]
         report = f"\nimport json as _j\nprint(_j.dumps({{n: list(globals()[n].shape) for n in {[n for n, _, _ in checked]!r}}}))\n"
         command = ["bash", "-e", "-c", code] if language == "bash" else [sys.executable, "-c", code + report]
-        proc = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+        proc = cli_process.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{where} ({title}) failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
         if language == "python":
             shapes = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 
+import cli_process
 import pytest
 from repo_paths import REPO, SUPPORT
 from user_defaults import NOT_BEHAVIOUR, effective_defaults
@@ -19,7 +19,7 @@ def _users_defaults() -> dict:
     """effective_defaults() in a new process whose environment has none of the package's variables (the
     cache aside, a location every user has)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ELMO_FAST_") or k == "ELMO_FAST_CACHE"}
-    proc = subprocess.run(
+    proc = cli_process.run(
         [sys.executable, str(SUPPORT / "user_defaults.py")], capture_output=True, text=True, env=env, timeout=300
     )
     assert proc.returncode == 0, proc.stderr

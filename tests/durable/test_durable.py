@@ -7,6 +7,7 @@ import errno
 import json
 import os
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -122,10 +123,9 @@ def test_check_writable_names_the_problem_before_any_work(tmp_path):
 
 
 def test_sweep_removes_dead_runs_temp_files_only(tmp_path):
-    import subprocess
     import sys
 
-    dead = subprocess.run(
+    dead = cli_process.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
     ).stdout.strip()
     mine = durable.temp_path(tmp_path / "out.hdf5")
@@ -143,7 +143,6 @@ def test_sweep_removes_dead_runs_temp_files_only(tmp_path):
 def test_a_legal_name_of_any_length_is_written_and_its_leftovers_swept(tmp_path, name):
     """A final name up to NAME_MAX (255 bytes) is legal, so it can be written: its temporary name keeps
     the name's start and a hash of all of it, fits the filesystem, and is still known as that name's."""
-    import subprocess
     import sys
 
     assert len(os.fsencode(name)) <= 255
@@ -158,7 +157,7 @@ def test_a_legal_name_of_any_length_is_written_and_its_leftovers_swept(tmp_path,
         h5["x"] = [1.0]
     assert (tmp_path / name).read_text() == "whole\n" and (tmp_path / ("h" + name[1:])).is_file()
     # a killed run's temporary file of this name is found and swept; one of a name with the same start is not
-    dead = subprocess.run(
+    dead = cli_process.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
     ).stdout.strip()
     theirs = durable.temp_path(final).replace(f"-{os.getpid()}.", f"-{dead}.")
@@ -296,10 +295,9 @@ def test_save_torch_passes_its_options_on(tmp_path):
 
 
 def test_sweep_and_temp_files_know_tagged_names(tmp_path):
-    import subprocess
     import sys
 
-    dead = subprocess.run(
+    dead = cli_process.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
     ).stdout.strip()
     theirs = os.path.join(tmp_path, f".out.hdf5.{durable.host_tag()}-{dead}.0123abcd.sentences{durable.TEMP_SUFFIX}")

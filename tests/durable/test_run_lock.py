@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import cli_process
 import pytest
 
 from elmo_fast.errors import ElmoFastError
@@ -25,7 +26,7 @@ HOLD = textwrap.dedent("""
 
 
 def _holder(lock_path):
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_path)], stdout=subprocess.PIPE, text=True)
+    proc = cli_process.Popen([sys.executable, "-c", HOLD, str(lock_path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
 

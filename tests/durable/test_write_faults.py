@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
 
+import cli_process
 import pytest
 from repo_paths import FIXTURES
 
@@ -328,7 +328,7 @@ def test_a_size_limited_filesystem_is_a_one_line_error_and_no_output(job, tmp_pa
     inp.write_text("\n".join(_sentences(60)) + "\n", encoding="utf-8")
     out = tmp_path / "out"
     out.mkdir()
-    r = subprocess.run(
+    r = cli_process.run(
         [sys.executable, "-c", _FSIZE, str(out), str(inp), job["model"], str(24 << 10)],
         capture_output=True,
         text=True,

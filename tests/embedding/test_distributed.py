@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_process
 import h5py
 import pytest
 import torch
@@ -101,7 +102,7 @@ def test_two_nodes_of_one_rank_through_c10d_rendezvous(job, tmp_path):
     ]
     command = [*TORCHRUN, *launcher, "-m", "elmo_fast", "embed", job["flags"][0], str(out), *job["flags"][1:]]
     nodes = [
-        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for _ in range(2)
+        cli_process.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for _ in range(2)
     ]
     results = [node.communicate(timeout=300) for node in nodes]
     for node, (_, err) in zip(nodes, results):

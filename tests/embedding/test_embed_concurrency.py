@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_process
 import pytest
 from embed_runs import assert_same_output, random_sentences, write_lines
 from repo_paths import REPO, SUPPORT
@@ -58,7 +59,7 @@ def cli(*args) -> tuple[int, str]:
 
 
 def start(job, out: Path, *extra: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen(
+    return cli_process.Popen(
         [*HOOKED, "embed", str(job["input"]), str(out), *job["flags"], *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import gzip
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -403,7 +403,7 @@ def test_two_ranks_under_torchrun_write_what_one_process_writes(model, proteins,
 @pytest.mark.slow
 def test_progress_counts_residues(model, proteins, tmp_path):
     fasta = write_fasta(tmp_path / "p.fasta", proteins)
-    r = subprocess.run(
+    r = cli_process.run(
         [
             sys.executable,
             "-m",

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -454,7 +455,7 @@ def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
         "--quiet",
     ]
     start = time.perf_counter()
-    r = subprocess.run(
+    r = cli_process.run(
         common[:5] + [str(tmp_path / "want.h5")] + common[5:], capture_output=True, text=True, env=env, timeout=120
     )
     assert r.returncode == 0, r.stderr
@@ -462,7 +463,7 @@ def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
     args = common[:5] + [str(out)] + common[5:] + ["--resume"]
     kills, shards_seen = 0, []
     for round_ in range(4):
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        proc = cli_process.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         time.sleep(whole * (rng.uniform(0.3, 0.8) if round_ == 0 else rng.uniform(0.2, 1.0)))
         if proc.poll() is not None:
             assert proc.returncode == 0, proc.stderr.read().decode()
@@ -473,7 +474,7 @@ def test_kill_9_at_random_moments_then_resume(tiny, tmp_path):
         work = tmp_path / "o.h5.partial"
         shards_seen.append(len(list(work.glob("shard-*.h5"))) if work.exists() else -1)
     # to the end (or, if the last round finished, a no-op that recognises the finished run)
-    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    r = cli_process.run(args, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, f"seed {seed}: {r.stderr}"
     assert kills >= 1, f"seed {seed}: the run finished before any kill"
     assert not (tmp_path / "o.h5.partial").exists()
@@ -684,7 +685,7 @@ def test_stale_temporary_files_only_ours_and_only_when_their_process_is_gone(emb
     processes, other hosts, elmo-fast 0.1) or ignored."""
 
     host = durable.host_tag()
-    gone = subprocess.run(
+    gone = cli_process.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     ).stdout.strip()  # a process that has exited: its id is free
     names = {
@@ -702,7 +703,7 @@ def test_stale_temporary_files_only_ours_and_only_when_their_process_is_gone(emb
     for n in names.values():
         (tmp_path / n).write_bytes(b"x")
     inp = write_lines(tmp_path / "in.txt", ["a b"])
-    r = subprocess.run(
+    r = cli_process.run(
         [sys.executable, "-c", "import os, sys; os.kill(int(sys.argv[1]), 0)", gone], capture_output=True
     )
     assert r.returncode != 0, "the exited process's id was taken again: rerun"

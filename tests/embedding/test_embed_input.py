@@ -13,13 +13,13 @@ import os
 import random
 import socket
 import stat
-import subprocess
 import sys
 import textwrap
 import threading
 import time
 from pathlib import Path
 
+import cli_process
 import h5py
 import pytest
 from embed_runs import Killed, _kill_at, assert_same_output, random_sentences, write_lines
@@ -163,7 +163,7 @@ def test_resume_from_stdin_after_kill_9_skips_nothing(tiny, tmp_path):
     assert cli("embed", inp, tmp_path / "want.h5", *flags)[0] == 0
     out = tmp_path / "o.h5"
     cmd = [sys.executable, str(SUPPORT / "sigkill_at.py"), "embed", "-", str(out), *flags, "--resume"]
-    killed = subprocess.run(
+    killed = cli_process.run(
         cmd,
         input=inp.read_bytes(),
         capture_output=True,
@@ -175,7 +175,7 @@ def test_resume_from_stdin_after_kill_9_skips_nothing(tiny, tmp_path):
         "shard-000000.h5",
         "shard-000008.h5",
     ]
-    resumed = subprocess.run(cmd, input=inp.read_bytes(), capture_output=True, timeout=300, env=ENV)
+    resumed = cli_process.run(cmd, input=inp.read_bytes(), capture_output=True, timeout=300, env=ENV)
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert_same_output(out, tmp_path / "want.h5", "resumed from stdin")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "killed-once", "o.h5", "want.h5"]
@@ -229,7 +229,7 @@ _DEV_ZERO = textwrap.dedent("""
 @pytest.mark.parametrize("limit", [1_000_000, 10_000_000])
 @pytest.mark.slow
 def test_dev_zero_is_an_error_naming_the_line_fast_and_in_little_memory(limit):
-    r = subprocess.run(
+    r = cli_process.run(
         [sys.executable, "-c", _DEV_ZERO, "/dev/zero", str(limit)], capture_output=True, text=True, timeout=120, env=ENV
     )
     assert r.returncode == 0, r.stderr

@@ -4,9 +4,9 @@ tokenization, batching and outputs (its HDF5 equal to the fast path's within 1e-
 
 import json
 import os
-import subprocess
 import sys
 
+import cli_process
 import numpy as np
 import pytest
 import torch
@@ -39,7 +39,7 @@ def corpus(tmp_path_factory):
 
 
 def run_cli(*args):
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True, timeout=600
     )
 

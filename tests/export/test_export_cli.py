@@ -1,9 +1,9 @@
 """`elmo-fast export onnx` as a user runs it (a subprocess): the model named as everywhere else, one line
 on success, one line and exit status 2 for what is refused before any work, no file left behind."""
 
-import subprocess
 import sys
 
+import cli_process
 import numpy as np
 import pytest
 from onnx_graphs import random_batch, require_onnx_extra
@@ -16,7 +16,7 @@ from elmo_fast.export.libraries import require
 
 
 def run_cli(*args):
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True, timeout=900
     )
 

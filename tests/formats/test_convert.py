@@ -12,10 +12,10 @@ import os
 import re
 import shutil
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -373,7 +373,7 @@ def test_existing_outputs_need_overwrite_and_a_failed_write_leaves_nothing(tmp_p
 
 
 def run_cli(*args, env=None):
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
     )
 
@@ -433,7 +433,7 @@ convert({str(RUN)!r}, {str(tmp_path / "o")!r}, vocab={str(VOCAB)!r})
 convert({str(HUB)!r}, {str(tmp_path / "h")!r})
 print(sorted(m for m in sys.modules if m.split('.')[0] in ("tensorflow", "google")))
 """
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    r = cli_process.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
 
 

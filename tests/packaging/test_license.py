@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
+import cli_process
 import pytest
 from repo_paths import REPO as ROOT
 
@@ -21,7 +21,7 @@ def test_license_file_is_the_apache_2_0_text_with_the_copyright_line():
 def test_metadata_names_the_license_and_ships_the_file(tmp_path):
     """setup.py's metadata says Apache-2.0 and lists LICENSE; the sdist's file list (MANIFEST.in) holds it,
     and so does every wheel (license_files: .dist-info/licenses/LICENSE)."""
-    proc = subprocess.run(
+    proc = cli_process.run(
         [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
+import cli_process
 import pytest
 import torch
 from repo_paths import REPO as ROOT
@@ -43,7 +43,7 @@ def test_setup_py_without_torch(command, ok, output):
         f" sys.argv = ['setup.py', {command!r}];"
         f" runpy.run_path({str(ROOT / 'setup.py')!r}, run_name='__main__')"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    proc = cli_process.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert (proc.returncode == 0) == ok, proc.stderr
     assert output in proc.stdout + proc.stderr
 

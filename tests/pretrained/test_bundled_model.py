@@ -9,9 +9,9 @@ import json
 import logging
 import random
 import re
-import subprocess
 import sys
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -40,7 +40,7 @@ ENGLISH = [
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600
     )
 

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_process
 import pytest
 from file_server import FileServer
 
@@ -194,7 +195,7 @@ def test_two_processes_fetching_one_model_download_it_once(remote, tmp_path):
     with FileServer(remote, delay=1.5) as server:
         env = {**os.environ, "ELMO_FAST_CACHE": str(tmp_path / "cache"), "ELMO_FAST_BASE_URL": server.url}
         procs = [
-            subprocess.Popen(
+            cli_process.Popen(
                 [sys.executable, "-c", _FETCH_WHEN_TOLD, str(go)],
                 env=env,
                 stdout=subprocess.PIPE,

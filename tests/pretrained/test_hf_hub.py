@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ LONG = "elmo_2x4096_512_2048cnn_2xhighway"
 
 def _run(env: dict, *args: str, stdin: str | None = None, code: str | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-c", code] if code is not None else [sys.executable, "-m", "elmo_fast"]
-    return subprocess.run(
+    return cli_process.run(
         [*command, *args], input=stdin, capture_output=True, text=True, env=env, timeout=300, cwd=env["HOME"]
     )
 

@@ -10,11 +10,11 @@ import json
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 
+import cli_process
 import numpy as np
 import pytest
 from repo_paths import REPO
@@ -479,7 +479,7 @@ def test_a_port_in_use_is_one_line_and_exit_2(tiny_dir):
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
     try:
-        r = subprocess.run(
+        r = cli_process.run(
             [
                 sys.executable,
                 "-m",
@@ -505,7 +505,7 @@ def test_a_port_in_use_is_one_line_and_exit_2(tiny_dir):
 def test_a_model_that_fails_to_load_stops_the_server_with_one_line(tmp_path, tiny_dir):
     (tmp_path / "options.json").write_text((tiny_dir / "options.json").read_text())
     (tmp_path / "weights.hdf5").write_bytes(b"not an hdf5 file")
-    r = subprocess.run(
+    r = cli_process.run(
         [sys.executable, "-m", "elmo_fast", "serve", "--model-dir", str(tmp_path), "--port", "0"],
         capture_output=True,
         text=True,

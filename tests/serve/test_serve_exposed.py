@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import time
 
+import cli_process
 import pytest
 from serve_process import ServerProcess, http_request
 
@@ -360,7 +361,7 @@ def test_hundreds_of_slow_clients_of_each_kind_are_cut_off_while_a_good_client_i
         for _ in range(20):
             good_request()  # warm
         idle = [good_request() for _ in range(300)]
-        attack = subprocess.Popen(
+        attack = cli_process.Popen(
             [
                 sys.executable,
                 str(REPO / "tests" / "support" / "slow_clients.py"),
@@ -419,7 +420,7 @@ def self_signed(tmp_path, password: str | None = None) -> tuple[str, str]:
                 "the `openssl` command (apt-get install openssl)"
             )
         protect = ["-passout", f"pass:{password}"] if password else ["-nodes"]
-        subprocess.run(
+        cli_process.run(
             ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", *protect]
             + ["-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1"]
             + ["-addext", "subjectAltName=IP:127.0.0.1"],

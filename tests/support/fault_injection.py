@@ -20,6 +20,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+import cli_process
 import pytest
 
 SOURCE = Path(__file__).resolve().parent / "faults" / "fault_shim.c"
@@ -47,7 +48,7 @@ def shim() -> Path:
     out = Path(tempfile.gettempdir()) / f"elmo_fast_fault_shim_{digest}_{os.getuid()}.so"
     if not out.exists():
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run(
+        cli_process.run(
             [cc, "-shared", "-fPIC", "-O1", "-o", str(tmp), str(SOURCE), "-ldl", "-lpthread"],
             check=True,
             capture_output=True,
@@ -69,7 +70,7 @@ def env_with_shim(**faults: object) -> dict[str, str]:
 
 def run_python(code: str, *args: str, timeout: float = 600, **faults: object) -> subprocess.CompletedProcess:
     """Run ``python -c code args...`` with the shim preloaded; stdout/stderr captured as text."""
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-X", "faulthandler", "-c", code, *args],
         env=env_with_shim(**faults),
         capture_output=True,

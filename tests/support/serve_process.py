@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+import cli_process
+
 START_TIMEOUT = 240  # a loaded 2-core CI machine takes seconds to import torch
 
 
@@ -20,7 +22,7 @@ class ServerProcess:
         """model_dir: the model to serve, or None for one the flags name (``--onnx FILE``)."""
         model = [] if model_dir is None else ["--model-dir", str(model_dir)]
         cmd = [sys.executable, "-m", "elmo_fast", "serve", *model, "--port", "0", *map(str, flags)]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.proc = cli_process.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._new = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -16,6 +16,7 @@ import os
 import zipfile
 from pathlib import Path
 
+import cli_process
 import numpy as np
 from repo_paths import FIXTURES
 
@@ -318,7 +319,7 @@ def run_peer(
 ) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Write the archives of these cases into ``directory``, run them through simple_elmo in the
     side environment; returns the results ("case/i" -> array) and the archives by kind."""
-    import subprocess
+
     import sys
 
     directory = Path(directory)
@@ -337,7 +338,7 @@ def run_peer(
     write_json(directory / "plan.json", plan)
     out = directory / "peer.npz"
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(
+    done = cli_process.run(
         [os.fspath(python), os.fspath(PEER_SCRIPT), "record", os.fspath(directory / "plan.json"), os.fspath(out)],
         env=env,
         capture_output=True,

@@ -4,9 +4,9 @@ repository importable, no rank variables or kill hook inherited from the caller)
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
+import cli_process
 from repo_paths import REPO
 from sigkill_at import HOOK as KILL_HOOK
 
@@ -17,4 +17,4 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 def run(*args, env=ENV, timeout=300):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=timeout)
+    return cli_process.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=timeout)

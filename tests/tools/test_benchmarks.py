@@ -1,9 +1,9 @@
 """The benchmark scripts run (smallest settings, a tiny model): a refactor that breaks one shows here,
 not on the day its numbers are needed. Nothing here times anything."""
 
-import subprocess
 import sys
 
+import cli_process
 import pytest
 from cpu_features import packed_bf16_available
 from repo_paths import REPO
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not HAS_EXTENSION, reason="the benchmarks measur
 
 
 def _run(script, *args, timeout=300):
-    r = subprocess.run(
+    r = cli_process.run(
         [sys.executable, str(REPO / "benchmarks" / script), *map(str, args)],
         capture_output=True,
         text=True,

@@ -7,10 +7,10 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+import cli_process
 import pytest
 import torch
 from repo_paths import REPO as ROOT
@@ -30,7 +30,7 @@ summary = _load(ROOT / "tools" / "gpu_check_summary.py")
 
 
 def _dry_run(tmp_path, *options, **env):
-    out = subprocess.run(
+    out = cli_process.run(
         ["bash", str(SCRIPT), "--dry-run", "--out", str(tmp_path), *options],
         cwd=ROOT,
         capture_output=True,
@@ -101,7 +101,7 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path, options, said):
 
 
 def test_help_is_the_scripts_header():
-    out = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    out = cli_process.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert out.stdout.startswith("The GPU check: on a machine with an NVIDIA GPU")
     assert "--budget SECONDS" in out.stdout and "rsync -a prebuilt/" in out.stdout
@@ -239,12 +239,12 @@ def test_prebuilt_describe_names_what_to_build_for_this_machine(monkeypatch):
 
 def test_prepare_script_parses_and_says_how_to_run():
     script = ROOT / "scripts" / "prepare_gpu_run.sh"
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert cli_process.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
     assert "rsync -a prebuilt/" in text and "bash tools/gpu_check.sh" in text
-    help_ = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=60)
+    help_ = cli_process.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert help_.returncode == 0 and "--torch VERSION" in help_.stdout and "describe" in help_.stdout
-    bad = subprocess.run(["bash", str(script), "--python", "pypy"], capture_output=True, text=True, timeout=60)
+    bad = cli_process.run(["bash", str(script), "--python", "pypy"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "expected an interpreter named python3.X" in bad.stderr
 
 
@@ -255,7 +255,7 @@ def test_a_rehearsal_of_the_extension_phase_loads_this_trees_extension(tmp_path)
 
     if not ops.HAS_EXTENSION:
         pytest.skip("elmo_fast._C is not built here (pip install --no-build-isolation -e .)")
-    out = subprocess.run(
+    out = cli_process.run(
         [
             "bash",
             str(SCRIPT),

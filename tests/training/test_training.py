@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_process
 import h5py
 import numpy as np
 import pytest
@@ -66,7 +67,7 @@ def corpus(tmp_path_factory):
 
 
 def run_cli(*args, timeout=600, **kw):
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "elmo_fast", *map(str, args)], capture_output=True, text=True, timeout=timeout, **kw
     )
 
@@ -682,7 +683,7 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp
     # kill once the run has passed a random step (checkpoints are written every step), a random
     # moment later: inside a step, a checkpoint's write or an export, whatever the machine's load
     for target in sorted(rng.sample(range(1, 11), 3)):
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = cli_process.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         while proc.poll() is None and _last_step(tmp_path / "killed") < target:
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.4))
@@ -691,7 +692,7 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(corpus, tmp
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
-    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    r = cli_process.run(args, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"seed {seed}: {r.stderr}"
     assert kills >= 1, f"seed {seed}: finished before any kill"
     for a, b in zip(_weights(tmp_path / "killed"), _weights(tmp_path / "whole")):
@@ -731,7 +732,7 @@ def test_sigterm_checkpoints_and_says_how_to_resume(corpus, tmp_path):
     ]
     # (max steps far more than the run can reach before the signal: on a fast machine 400 tiny steps
     # once ended within the 3 s below, and the run exited 0 before it was sent)
-    proc = subprocess.Popen(
+    proc = cli_process.Popen(
         [sys.executable, "-m", "elmo_fast", *map(str, common)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -773,7 +774,7 @@ def test_two_processes_under_torchrun_equal_one_on_the_combined_batches(corpus, 
         "--max-tokens-per-batch",
         60,
     ]
-    r = subprocess.run(
+    r = cli_process.run(
         [
             sys.executable,
             "-m",

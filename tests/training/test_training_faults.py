@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_process
 import pytest
 from fault_injection import CHILD_PRELUDE, KILL, env_with_shim, run_python
 from repo_paths import SUPPORT
@@ -215,7 +216,7 @@ def test_every_storage_fault_of_elmo_fast_vocab(tmp_path):
 
 def _cli(args, **faults):
     env = env_with_shim(**faults) if faults else None
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "elmo_fast", *args], capture_output=True, text=True, timeout=600, env=env
     )
 
@@ -298,13 +299,13 @@ def test_a_second_run_on_the_same_directory_fails_at_once_naming_the_first(tmp_p
     one's PID); the first finishes with the weights of a run that had the directory to itself."""
     inputs = mini_inputs(tmp_path / "inputs")
     out = tmp_path / "out"
-    first = subprocess.Popen(
+    first = cli_process.Popen(
         [sys.executable, "-m", "elmo_fast", *train_args(inputs, out, 40, 10)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    second = subprocess.Popen(
+    second = cli_process.Popen(
         [sys.executable, "-c", _WAIT_THEN_TRAIN, str(tmp_path / "go"), *train_args(inputs, out, 40, 10)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 
+import cli_process
 import pytest
 import torch
 from training_runs import final_tensors, mini_config, mini_inputs, same_tensors
@@ -41,7 +41,7 @@ def _train(inputs, out, resume=False, **kw):
 
 def _dead_pid() -> int:
     return int(
-        subprocess.run(
+        cli_process.run(
             [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
         ).stdout
     )

@@ -5,11 +5,11 @@ measuring and storing off for the process; a malformed one is a one-line error n
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 import warnings
 
+import cli_process
 import pytest
 import torch
 
@@ -344,4 +344,4 @@ def test_importing_the_model_installs_the_tuning_room():
         "from elmo_fast.tuning.cpu_tuning import cpu_tuning\n"
         "assert cpu_choices._provider is cpu_tuning, cpu_choices._provider\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    cli_process.run([sys.executable, "-c", code], check=True)

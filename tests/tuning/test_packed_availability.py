@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
+import cli_process
 import numpy as np
 import pytest
 import torch
@@ -67,7 +67,7 @@ def test_a_cpu_without_the_bf16_micro_kernel(random_models, tmp_path):
         "ELMO_FAST_PACKED_WEIGHTS": "1",
         "ELMO_FAST_CACHE": str(tmp_path),
     }
-    proc = subprocess.run(
+    proc = cli_process.run(
         [sys.executable, "-c", NO_BF16_BRGEMM, *map(str, files)], capture_output=True, text=True, env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 
+import cli_process
 import pytest
 import torch
 
@@ -61,7 +61,7 @@ def test_oneDNN_isa_cap_is_in_the_key_as_the_kernels_see_it():
     the packed kernels that no longer run, seen by a fresh process."""
     code = "import json; from elmo_fast.tuning import key; print(json.dumps(key.calibration_key({}, 'bf16', 1)))"
     got = json.loads(
-        subprocess.run(
+        cli_process.run(
             [sys.executable, "-c", code],
             capture_output=True,
             text=True,

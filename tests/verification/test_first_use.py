@@ -8,11 +8,11 @@ A broken op is simulated below the typed wrappers of elmo_fast.bilm.ops (tests/s
 
 import os
 import re
-import subprocess
 import sys
 import warnings
 from types import SimpleNamespace
 
+import cli_process
 import pytest
 import torch
 from broken_kernels import break_kernel
@@ -317,7 +317,7 @@ def _mode_in_a_fresh_process(value):
     env = {k: v for k, v in os.environ.items() if k != first_use.ENV_VAR}
     if value is not None:
         env[first_use.ENV_VAR] = value
-    out = subprocess.run(
+    out = cli_process.run(
         [sys.executable, "-W", "always", "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
@@ -348,7 +348,7 @@ def test_variable_read_at_import():
         "ops.highway_gate(torch.randn(2, 4), torch.randn(2, 2)); print(sorted(first_use._passed))"
     )
     env = dict(os.environ, ELMO_FAST_SELFCHECK="all")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = cli_process.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[('highway_gate', 'cpu', None)]"
 
