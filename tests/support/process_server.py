@@ -52,7 +52,8 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def serve(path: str) -> tuple[dict, list[int]]:
-    """Serves until the client goes away (then exits); returns only in a forked child, with its request."""
+    """Serves until it is killed (or the test run that started it ends); returns only in a forked child, with
+    its request."""
     try:  # go with the test run if it dies (Linux)
         import ctypes
 
@@ -89,8 +90,6 @@ def serve(path: str) -> tuple[dict, list[int]]:
         if listener in readable:
             conn, _ = listener.accept()
             request, fds = _receive(conn)
-            if request.get("stop"):
-                sys.exit(0)
             pid = os.fork()
             if pid == 0:  # the child: drop the server's state, keep the request
                 signal.set_wakeup_fd(-1)
