@@ -79,9 +79,11 @@ class _Server:
             return self.path
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc.stdout.close()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
 
