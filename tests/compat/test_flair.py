@@ -20,6 +20,18 @@ from shim_runs import child_env, last_json, require, require_no_real_allennlp, r
 
 pytestmark = pytest.mark.peers  # flair on elmo-fast's allennlp import path, against allennlp 0.9
 TOL = 1e-5
+
+
+def run_forked(code: str, **kwargs):
+    """A child forked from an interpreter of this run that imported torch and flair (tests/support/cli_process.py):
+    what these tests check is flair's behaviour on elmo-fast, not which modules a fresh interpreter starts with
+    (tests/compat/test_as_allennlp.py's); flair's import, ~7 s after torch's, is paid once instead of per child.
+    flair reads allennlp only when an ELMoEmbeddings is made, after the child's ``import elmo_fast.as_allennlp``."""
+    env = kwargs.pop("env", None) or child_env()
+    return run_python(code, fresh=False, env={**env, "ELMO_FAST_TEST_PREIMPORT": _FLAIR_MODULES}, **kwargs)
+
+
+_FLAIR_MODULES = "flair,flair.data,flair.embeddings,flair.models"
 SENTENCES = [
     ["The", "cat", "sat", "on", "the", "mat", "."],
     ["Dogs", "bark"],
@@ -57,7 +69,7 @@ def test_elmo_embeddings_give_flair_on_allennlp_09s_vectors(tmp_path, random_mod
     steps = [["flair", mode, SENTENCES] for mode in ("all", "top", "average")]
     theirs = _peer(tmp_path, {"options": str(options), "weights": str(weights), "steps": steps})
     out = tmp_path / "ours.npz"
-    run_python(f"""
+    run_forked(f"""
         import elmo_fast.as_allennlp
         import numpy as np, torch
         from flair.data import Sentence
@@ -135,7 +147,7 @@ def test_a_tagger_over_elmo_trains_saves_and_loads_in_a_fresh_process(tmp_path, 
         print(json.dumps([losses[0], losses[-1], [[t.get_label("pos").value for t in s] for s in test],
                           [[t.get_label("pos").score for t in s] for s in test]]))
     """
-    first, last, predicted, scores = last_json(run_python(train))
+    first, last, predicted, scores = last_json(run_forked(train))
     assert last < 0.9 * first  # it trained: the loss went down
     load = f"""
         import elmo_fast.as_allennlp
@@ -148,7 +160,7 @@ def test_a_tagger_over_elmo_trains_saves_and_loads_in_a_fresh_process(tmp_path, 
         print(json.dumps([str(tagger.embeddings), [[t.get_label("pos").value for t in s] for s in test],
                           [[t.get_label("pos").score for t in s] for s in test]]))
     """
-    names, reloaded, reloaded_scores = last_json(run_python(load))
+    names, reloaded, reloaded_scores = last_json(run_forked(load))
     assert "elmo-original-top" in names
     assert reloaded == predicted
     assert np.abs(np.concatenate(reloaded_scores) - np.concatenate(scores)).max() <= 1e-5
@@ -167,7 +179,7 @@ def test_a_flair_model_saved_with_allennlp_09_loads_and_predicts_as_there(tmp_pa
         {"options": str(options), "weights": str(weights), "steps": [["flair_legacy", str(path), test, "pos"]]},
     )
     tags, scores = last_json(
-        run_python(f"""
+        run_forked(f"""
         import elmo_fast.as_allennlp
         import json
         from flair.data import Sentence
@@ -232,7 +244,7 @@ def fresh_probe(tmp_path_factory, tiny_files):
     """A fresh tagger's probe vectors (the states its constructor's dummy sentence leaves), computed once."""
     options, weights = map(str, tiny_files)
     model = tmp_path_factory.mktemp("flair_fresh") / "fresh.pt"
-    return last_json(run_python(_embed_probe(str(model), load=False, before=[], files=(options, weights))))
+    return last_json(run_forked(_embed_probe(str(model), load=False, before=[], files=(options, weights))))
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +254,7 @@ def saved_tagger(tmp_path_factory, tiny_files):
     options, weights = map(str, tiny_files)
     model = tmp_path_factory.mktemp("flair_saved") / "tagger.pt"
     before = [SENTENCES, SENTENCES[:2], [["Zürich", "is", "cold"]]]  # 4 rows of states, then fewer in use
-    rows, vectors = last_json(run_python(_embed_probe(str(model), load=False, before=before, files=(options, weights))))
+    rows, vectors = last_json(run_forked(_embed_probe(str(model), load=False, before=before, files=(options, weights))))
     return model, rows, vectors
 
 
@@ -254,7 +266,7 @@ def test_a_saved_elmo_model_continues_where_it_was_saved(saved_tagger, fresh_pro
     after ``save`` and right after ``load`` in a fresh process gives the same vectors (a fresh embedder's
     states differ from the saved ones by up to 0.19 on this model)."""
     model, saved_rows, saved = saved_tagger
-    loaded_rows, loaded = last_json(run_python(_embed_probe(str(model), load=True)))
+    loaded_rows, loaded = last_json(run_forked(_embed_probe(str(model), load=True)))
     assert saved_rows == loaded_rows == len(SENTENCES)
     for a, b in zip(saved, loaded):
         assert np.abs(np.array(a) - np.array(b)).max() <= 1e-6
@@ -280,9 +292,9 @@ def test_a_model_saved_without_states_loads_as_before(tmp_path, tiny_files, save
     bad["embeddings"] = {**state["embeddings"], "lstm_states": {"h": torch.zeros(1, 2, 3), "c": torch.zeros(1, 2, 3)}}
     torch.save(old, tmp_path / "old.pt")
     torch.save(bad, tmp_path / "bad.pt")
-    _, loaded = last_json(run_python(_embed_probe(str(tmp_path / "old.pt"), load=True)))
+    _, loaded = last_json(run_forked(_embed_probe(str(tmp_path / "old.pt"), load=True)))
     for a, b in zip(fresh, loaded):
         assert np.abs(np.array(a) - np.array(b)).max() <= 1e-6
-    proc = run_python(_embed_probe(str(tmp_path / "bad.pt"), load=True), check=False)
+    proc = run_forked(_embed_probe(str(tmp_path / "bad.pt"), load=True), check=False)
     assert proc.returncode != 0
     assert "LSTM states do not fit the model it names" in proc.stderr and options in proc.stderr

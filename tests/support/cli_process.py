@@ -9,7 +9,9 @@ reads (the project's, the Hub's, the cache folders, HOME, TMPDIR): one per other
 the fork could make differ from a fresh interpreter is one (the plain ``subprocess`` path): with
 ``LD_PRELOAD`` (a library loaded at start), interpreter options (``-u``, ``-X``), ``preexec_fn``,
 ``pass_fds``, a user or group, or a program other than this Python. ``ELMO_FAST_TEST_FRESH_PROCESSES=1``
-makes every run a fresh interpreter (to rule the fork out when a test fails).
+makes every run a fresh interpreter (to rule the fork out when a test fails). A child whose environment names
+more libraries in ``ELMO_FAST_TEST_PREIMPORT`` (comma-separated) is forked from an interpreter that imported
+those too (flair's children: its import is most of their time).
 """
 
 import atexit
@@ -39,8 +41,12 @@ _FREE_PREFIXES = ("ELMO_FAST_", "HF_", "HUGGINGFACE_", "XDG_", "PYTEST_")
 _FREE_NAMES = {"HOME", "TMPDIR", "CI", "NO_COLOR", "COLUMNS"}
 
 
+#: the libraries a preimported interpreter imports besides torch, numpy and h5py (process_server.PREIMPORT)
+_PREIMPORT = "ELMO_FAST_TEST_PREIMPORT"
+
+
 def _free(key: str) -> bool:
-    return key.startswith(_FREE_PREFIXES) or key in _FREE_NAMES
+    return (key.startswith(_FREE_PREFIXES) or key in _FREE_NAMES) and key != _PREIMPORT
 
 
 class _Server:

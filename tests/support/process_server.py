@@ -17,6 +17,7 @@ Run as ``python process_server.py SOCKET_PATH``: it prints "ready" on its standa
 
 import array
 import gc
+import importlib
 import io
 import json
 import os
@@ -142,7 +143,14 @@ def become(request: dict, fds: list[int]) -> None:
         setattr(sys, f"__{name}__", stream)
 
 
+#: libraries a test's children all import, named in this variable (comma-separated; tests/compat/test_flair.py:
+#: flair's import is ~7 s after torch's): imported here too, so the server started with it is a server of its own
+PREIMPORT = "ELMO_FAST_TEST_PREIMPORT"
+
+
 def main() -> None:
+    for name in filter(None, os.environ.get(PREIMPORT, "").split(",")):
+        importlib.import_module(name)
     # what is imported so far stays out of every child's garbage collections: untouched, its memory stays
     # shared with this process instead of copied page by page (a child's exit took 2 s instead of 0.4 s)
     gc.freeze()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import cli_process
 import pytest
 from repo_paths import REPO
 
@@ -40,9 +41,13 @@ def run_python(
     timeout: float = 300,
     check: bool = True,
     cwd: str | os.PathLike | None = None,
+    fresh: bool = True,
 ) -> subprocess.CompletedProcess:
-    """``python -c code`` (dedented) in a child process."""
-    proc = subprocess.run(
+    """``python -c code`` (dedented) in a child process: a fresh interpreter (what an import path's tests
+    need: the modules a user's process starts with), or with ``fresh=False`` one forked from the test run's
+    interpreter that imported torch, numpy and h5py already (tests/support/cli_process.py: the same
+    process otherwise, seconds sooner), for children whose imports are not what the test is about."""
+    proc = (subprocess.run if fresh else cli_process.run)(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
@@ -62,7 +67,7 @@ def last_json(proc: subprocess.CompletedProcess):
 
 def require_no_real_allennlp() -> None:
     """Skip when this venv has a real allennlp (the stand-in would stay off, as it must)."""
-    proc = run_python("import importlib.util; print(importlib.util.find_spec('allennlp') is not None)")
+    proc = run_python("import importlib.util; print(importlib.util.find_spec('allennlp') is not None)", fresh=False)
     if proc.stdout.strip() == "True":
         pytest.skip(
             "a real allennlp is installed in this venv, so elmo-fast's allennlp import path stays off; "
@@ -72,6 +77,6 @@ def require_no_real_allennlp() -> None:
 
 def require(module: str, how: str) -> None:
     """Skip unless ``module`` is importable in a child process."""
-    proc = run_python(f"import importlib.util; print(importlib.util.find_spec({module!r}) is not None)")
+    proc = run_python(f"import importlib.util; print(importlib.util.find_spec({module!r}) is not None)", fresh=False)
     if proc.stdout.strip() != "True":
         pytest.skip(f"{module} is not installed: {how}")
