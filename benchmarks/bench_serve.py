@@ -464,34 +464,36 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--models",
-        default="original,default",
-        help="comma-separated: random presets (tiny, small, medium, original) and/or 'default' (bundled)",
+        help="comma-separated: random presets (tiny, small, medium, original) and/or 'default' (bundled); "
+        "default original,default (--quick: tiny)",
     )
-    p.add_argument("--clients", default="1,8,32,128", help="concurrent clients, batching on")
-    p.add_argument("--off-clients", default="1,8,32,128", help="concurrent clients, batching off ('' skips)")
-    p.add_argument("--encoding-clients", default="1,32", help="clients for the output-all JSON/.npy rows ('' skips)")
+    p.add_argument("--clients", help="concurrent clients, batching on (default 1,8,32,128; --quick: 1,4)")
+    p.add_argument("--off-clients", help="concurrent clients, batching off ('' skips; default 1,8,32,128; --quick: 2)")
+    p.add_argument(
+        "--encoding-clients", help="clients for the output-all JSON/.npy rows ('' skips; default 1,32; --quick: 1)"
+    )
     p.add_argument(
         "--guarded-clients",
-        default="32",
-        help="clients for the rows with the guards on, without and with TLS ('' skips)",
+        help="clients for the rows with the guards on, without and with TLS ('' skips; default 32; --quick: 4)",
     )
-    p.add_argument("--sentences", type=int, default=4000, help="corpus size")
-    p.add_argument("--seconds", type=float, default=20.0, help="measured window per row")
-    p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each window")
+    p.add_argument("--sentences", type=int, help="corpus size (default 4000; --quick: 200)")
+    p.add_argument("--seconds", type=float, help="measured window per row (default 20; --quick: 1)")
+    p.add_argument("--warmup", type=float, help="seconds of load before each window (default 5; --quick: 0.5)")
     p.add_argument(
         "--offline-seconds",
         type=float,
-        default=10.0,
-        help="seconds of offline embedding measured before and after each server row",
+        help="seconds of offline embedding measured before and after each server row (default 10; --quick: 0.3)",
     )
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's --max-wait-ms")
     p.add_argument(
         "--threads",
         type=int,
-        help="torch threads of the server and the offline runs (OMP_NUM_THREADS; default: torch's)",
+        help="torch threads of the server and the offline runs (OMP_NUM_THREADS; default: torch's; --quick: 1)",
     )
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where random models are written once")
-    p.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few seconds")
+    p.add_argument(
+        "--quick", action="store_true", help="a smoke run: tiny model, few seconds (the flags given still apply)"
+    )
     # the clients' process
     p.add_argument("--drive", metavar="HOST:PORT", help=argparse.SUPPRESS)
     p.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
@@ -520,11 +522,20 @@ def main() -> int:
         )
         print(json.dumps(r))
         return 0
-    if args.quick:
-        args.models, args.clients, args.off_clients, args.encoding_clients = "tiny", "1,4", "2", "1"
-        args.guarded_clients = "4"
-        args.threads = args.threads or 1
-        args.sentences, args.seconds, args.warmup, args.offline_seconds = 200, 1.0, 0.5, 0.3
+    for name, full, quick in (
+        ("models", "original,default", "tiny"),
+        ("clients", "1,8,32,128", "1,4"),
+        ("off_clients", "1,8,32,128", "2"),
+        ("encoding_clients", "1,32", "1"),
+        ("guarded_clients", "32", "4"),
+        ("threads", None, 1),
+        ("sentences", 4000, 200),
+        ("seconds", 20.0, 1.0),
+        ("warmup", 5.0, 0.5),
+        ("offline_seconds", 10.0, 0.3),
+    ):
+        if getattr(args, name) is None:  # not given: the run's default
+            setattr(args, name, quick if args.quick else full)
 
     def counts(text: str) -> list[int]:
         return [int(c) for c in text.split(",") if c.strip()]

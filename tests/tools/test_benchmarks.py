@@ -117,7 +117,7 @@ def test_bench_simple_elmo(tmp_path):
 
 @pytest.mark.slow
 def test_bench_serve():
-    out = _run("bench_serve.py", "--quick")
+    out = _run("bench_serve.py", "--quick", "--seconds", "0.3", "--warmup", "0.2", "--offline-seconds", "0.1")
     assert "| server, batching | 1 | " in out and "| batch 1: " in out and "% time |" in out
     assert "| server, batching | 4 | " in out and "| batch 64: " in out
     assert "| server, batching off | 2 | " in out and "output all as .npy | 1 | " in out
