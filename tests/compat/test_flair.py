@@ -20,6 +20,7 @@ from shim_runs import child_env, last_json, require, require_no_real_allennlp, r
 
 pytestmark = pytest.mark.peers  # flair on elmo-fast's allennlp import path, against allennlp 0.9
 TOL = 1e-5
+_FLAIR_MODULES = "flair,flair.data,flair.embeddings,flair.models"
 
 
 def run_forked(code: str, **kwargs):
@@ -31,7 +32,6 @@ def run_forked(code: str, **kwargs):
     return run_python(code, fresh=False, env={**env, "ELMO_FAST_TEST_PREIMPORT": _FLAIR_MODULES}, **kwargs)
 
 
-_FLAIR_MODULES = "flair,flair.data,flair.embeddings,flair.models"
 SENTENCES = [
     ["The", "cat", "sat", "on", "the", "mat", "."],
     ["Dogs", "bark"],

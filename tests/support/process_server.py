@@ -5,8 +5,8 @@ machine (tests/support/cli_process.py is the client and says which runs qualify)
 
 The child is the process a test signals and waits for (its real pid); it gets the test's standard streams,
 working directory and environment, then imports the project anew: only third-party libraries, whose imports
-read nothing the suite varies, are imported here, and nothing has run on them (no thread pool exists to be
-lost in the fork).
+read nothing the suite varies, are imported here (torch, numpy, h5py, and those ELMO_FAST_TEST_PREIMPORT names),
+and nothing has run on them (no thread pool exists to be lost in the fork).
 
 Protocol, one Unix-socket connection per child: the client sends a JSON request with its three standard
 streams as file descriptors; the server answers the child's pid (8 bytes) and, when the child ends, its
