@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .libraries import quiet, require
+from .per_channel import vectorized_per_channel
 
 #: what --quantize takes, and what each is recorded as in the file's metadata
 QUANTIZATIONS = {"int8": "int8-dynamic-matmul-per-channel-u8u8", "int8-vnni": "int8-dynamic-matmul-per-channel-u8s8"}
@@ -57,7 +58,7 @@ def quantize_int8(model, output: str | os.PathLike, mode: str = "int8") -> None:
     ``onnx.ModelProto`` or a path) to ``output``."""
     quantization = require("onnxruntime.quantization", f"--quantize {mode}")
     weight_type = {"int8": quantization.QuantType.QUInt8, "int8-vnni": quantization.QuantType.QInt8}[mode]
-    with quiet():
+    with quiet(), vectorized_per_channel():  # ONNX Runtime's bytes, without its loop over channels
         quantization.quantize_dynamic(
             model,
             os.fspath(output),
