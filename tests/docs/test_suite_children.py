@@ -1,6 +1,6 @@
 """The suite's Python children (tests/support/cli_process.py) are forked from an interpreter that imported torch
 once; what a test can see of them is what a fresh interpreter gives: arguments, path, streams, folder,
-environment, exit codes and signals. A run the fork could change (an environment the preimported libraries
+environment, exit codes and signals, the fault shim armed from its environment. A run the fork could change (an environment the preimported libraries
 may read) is a fresh interpreter, and the fork is really used (else the suite is only slower)."""
 
 from __future__ import annotations
@@ -92,3 +92,37 @@ def test_a_child_whose_environment_the_libraries_read_gets_their_import_under_it
         forked = cli_process.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
         assert fresh.stdout.split()[0] == forked.stdout.split()[0], (threads, fresh.stdout, forked.stdout)
         assert fresh.stdout.split()[1] == "False" and forked.stdout.split()[1] == "True", (threads, forked.stdout)
+
+
+_WRITE_UNDER = r"""
+import errno, os, sys
+try:
+    with open(os.path.join(sys.argv[1], "f"), "w") as f:
+        f.write("x")
+        f.flush()
+    print("written")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
+
+
+def test_a_child_with_the_fault_shim_preloaded_is_armed_from_its_own_environment(tmp_path):
+    """A child with LD_PRELOAD is forked from an interpreter that preloaded the shim unarmed: in the fork the
+    shim reads the child's FAULT_* as a fresh process does at load, and a child without them is not armed
+    by an earlier one's."""
+    from fault_injection import env_with_shim
+
+    def run(**faults):
+        args = [sys.executable, "-c", _WRITE_UNDER, str(tmp_path)]
+        fresh = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env_with_shim(**faults))
+        forked = cli_process.run(args, capture_output=True, text=True, timeout=120, env=env_with_shim(**faults))
+        assert fresh.returncode == forked.returncode == 0, fresh.stderr + forked.stderr
+        return fresh.stdout.strip(), forked.stdout.strip()
+
+    assert run(dir=tmp_path, nth=1, errno=28) == ("ENOSPC", "ENOSPC")
+    assert run() == ("written", "written")
+    assert run(dir=tmp_path, nth=1, errno=5, sticky=0) == ("EIO", "EIO")
+    assert run(dir=tmp_path / "elsewhere", nth=1, errno=28) == ("written", "written")
+    server = cli_process._server_for(env_with_shim())
+    server.running -= 1
+    assert server.proc is not None and server.proc.poll() is None  # the forks were forks: a server runs

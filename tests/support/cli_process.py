@@ -6,8 +6,10 @@ standard streams, working directory and environment, and the project imported an
 
 The preimported interpreter was started with the child's environment, but for variables nothing preimported
 reads (the project's, the Hub's, the cache folders, HOME, TMPDIR): one per other environment, up to 4. A run
-the fork could make differ from a fresh interpreter is one (the plain ``subprocess`` path): with
-``LD_PRELOAD`` (a library loaded at start), interpreter options (``-u``, ``-X``), ``preexec_fn``,
+with ``LD_PRELOAD`` is forked from an interpreter started with that library preloaded (its ``FAULT_*``
+variables left out: the fault shim, tests/support/faults, reads the child's in the fork). A run the fork
+could make differ from a fresh interpreter is one (the plain ``subprocess`` path): with
+interpreter options (``-u``, ``-X``), ``preexec_fn``,
 ``pass_fds``, a user or group, or a program other than this Python. ``ELMO_FAST_TEST_FRESH_PROCESSES=1``
 makes every run a fresh interpreter (to rule the fork out when a test fails). A child whose environment names
 more libraries in ``ELMO_FAST_TEST_PREIMPORT`` (comma-separated) is forked from an interpreter that imported
@@ -37,7 +39,7 @@ CompletedProcess, TimeoutExpired, CalledProcessError = (
 
 _STATUS = struct.Struct("q")
 #: environment variables a child may set differently from the test run: nothing the preimported libraries read
-_FREE_PREFIXES = ("ELMO_FAST_", "HF_", "HUGGINGFACE_", "XDG_", "PYTEST_")
+_FREE_PREFIXES = ("ELMO_FAST_", "HF_", "HUGGINGFACE_", "XDG_", "PYTEST_", "FAULT_")
 _FREE_NAMES = {"HOME", "TMPDIR", "CI", "NO_COLOR", "COLUMNS"}
 
 
@@ -112,7 +114,7 @@ def _server_for(env: dict) -> _Server | None:
                 if not idle:
                     return None
                 _SERVERS.pop(idle[0]).stop()
-            server = _Server(dict(env))
+            server = _Server({k: v for k, v in env.items() if not k.startswith("FAULT_")})  # an unarmed shim
         _SERVERS[key] = server  # (last: the most recently used)
         server.running += 1
         return server
@@ -152,7 +154,7 @@ class Popen(subprocess.Popen):
                        creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
                        restore_signals, gid, gids, uid, umask, start_new_session, process_group):  # fmt: skip
         env = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
-        server = _server_for(env) if self._fork_request is not None and "LD_PRELOAD" not in env else None
+        server = _server_for(env) if self._fork_request is not None else None
         address = server.address() if server is not None else None
         if address is None:
             if server is not None:

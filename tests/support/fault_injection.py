@@ -70,8 +70,8 @@ def env_with_shim(**faults: object) -> dict[str, str]:
 
 def run_python(code: str, *args: str, timeout: float = 600, **faults: object) -> subprocess.CompletedProcess:
     """Run ``python -c code args...`` with the shim preloaded; stdout/stderr captured as text."""
-    return cli_process.run(
-        [sys.executable, "-X", "faulthandler", "-c", code, *args],
+    return cli_process.run(  # (faulthandler from the code, not -X: a run with -X is not forked)
+        [sys.executable, "-c", "import faulthandler; faulthandler.enable()\n" + code, *args],
         env=env_with_shim(**faults),
         capture_output=True,
         text=True,

@@ -120,6 +120,7 @@ def become(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    _rearm_preloaded()
     import tempfile
 
     tempfile.tempdir = None  # read TMPDIR again
@@ -141,6 +142,19 @@ def become(request: dict, fds: list[int]) -> None:
         )
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
+
+
+def _rearm_preloaded() -> None:
+    """A library this interpreter preloaded (LD_PRELOAD: the fault shim of tests/support/faults) read its
+    environment when it loaded, this interpreter's: it reads the child's now, as it would have at the child's
+    start."""
+    if not os.environ.get("LD_PRELOAD"):
+        return
+    import ctypes
+
+    rearm = getattr(ctypes.CDLL(None), "fault_arm_from_environment", None)
+    if rearm is not None:
+        rearm()
 
 
 #: libraries a test's children all import, named in this variable (comma-separated; tests/compat/test_flair.py:

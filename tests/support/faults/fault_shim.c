@@ -13,7 +13,8 @@
  *   fault_disarm()
  *   fault_count()      calls counted since fault_arm (to learn how many points a run has)
  *   fault_fired()      1 if a failure was injected since fault_arm
- * or, for a whole child process, from its environment at start:
+ * or, for a whole child process, from its environment at start (fault_arm_from_environment(), which a
+ * child forked from a process that preloaded it calls again):
  *   FAULT_DIR, FAULT_NTH, FAULT_ERRNO, FAULT_STICKY, FAULT_OPS.
  * Test-only code: tests/support/fault_injection.py builds it with the system's C compiler.
  */
@@ -65,14 +66,21 @@ void fault_disarm(void) {
 long fault_count(void) { return counted; }
 int fault_fired(void) { return fired; }
 
-__attribute__((constructor)) static void from_environment(void) {
+/* armed as FAULT_* say, or disarmed where FAULT_DIR is unset: at load, and again in a child forked from a
+ * process that loaded it (tests/support/process_server.py), whose environment is the child's own */
+void fault_arm_from_environment(void) {
   const char *dir = getenv("FAULT_DIR");
-  if (!dir || !*dir) return;
+  if (!dir || !*dir) {
+    fault_disarm();
+    return;
+  }
   const char *n = getenv("FAULT_NTH"), *e = getenv("FAULT_ERRNO"), *s = getenv("FAULT_STICKY"),
              *o = getenv("FAULT_OPS");
   fault_arm(dir, n ? atol(n) : 1, e ? atoi(e) : ENOSPC, s ? atoi(s) : 1,
             o ? atoi(o) : (FAULT_WRITE | FAULT_SYNC | FAULT_CLOSE | FAULT_TRUNCATE));
 }
+
+__attribute__((constructor)) static void from_environment(void) { fault_arm_from_environment(); }
 
 /* 1 when this call must fail (errno set), 0 to let it through */
 static int should_fail(int fd, int op) {
