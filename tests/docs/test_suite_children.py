@@ -1,7 +1,8 @@
 """The suite's Python children (tests/support/cli_process.py) are forked from an interpreter that imported torch
 once; what a test can see of them is what a fresh interpreter gives: arguments, path, streams, folder,
-environment, exit codes and signals, the fault shim armed from its environment. A run the fork could change (an environment the preimported libraries
-may read) is a fresh interpreter, and the fork is really used (else the suite is only slower)."""
+environment, exit codes and signals, the fault shim armed from its environment. A run the fork could change
+(an environment the preimported libraries may read) is a fresh interpreter, and the fork is really used (else
+the suite is only slower)."""
 
 from __future__ import annotations
 
