@@ -229,8 +229,8 @@ def test_a_model_that_fails_to_load_fails_the_deployment_naming_why(served, tmp_
     (tmp_path / "options.json").write_text("{}")  # a directory that looks like a model, and is not one
     (tmp_path / "weights.hdf5").write_bytes(b"not hdf5")
     with pytest.raises(RuntimeError, match="Deploying application broken failed"):
-        serve.run(
-            serve_app(model_dir=str(tmp_path), ray_actor_options={"num_cpus": 0.5}),
+        serve.run(  # (one try: Ray's default is 3 per replica, each a replica's start, for the same error)
+            serve_app(model_dir=str(tmp_path), ray_actor_options={"num_cpus": 0.5}, max_constructor_retry_count=1),
             name="broken",
             route_prefix="/broken",
         )
