@@ -1,7 +1,7 @@
 """The vectorized per-channel weight quantization (elmo_fast/export/per_channel.py) writes ONNX Runtime's
 own file, byte for byte: on graphs whose weights have every awkward kind of channel, on a real exported
 biLM (the loop over time is a subgraph), for both weight types; and it hands what it does not reproduce
-back to ONNX Runtime."""
+back to ONNX Runtime, as it does everything where the installed ONNX Runtime computes otherwise."""
 
 import contextlib
 
@@ -114,3 +114,29 @@ def test_what_it_does_not_reproduce_goes_to_onnx_runtime(tmp_path, monkeypatch):
             outputs.append(path.read_bytes())
         assert outputs[0] == outputs[1], name
     assert calls and all(c is None for c in calls)  # each was handed back
+
+
+def test_an_onnx_runtime_that_computes_otherwise_keeps_its_own_loop(tmp_path, monkeypatch):
+    """Where the probe (a small graph quantized both ways) finds other bytes than ONNX Runtime's, the block
+    leaves ONNX Runtime's method in place: the file is ONNX Runtime's own."""
+    from onnx import numpy_helper
+
+    from elmo_fast.export import per_channel
+
+    real = per_channel._quantize
+
+    def off_by_one(quantizer, *args):  # what an ONNX Runtime rounding otherwise would make of one weight
+        names = real(quantizer, *args)
+        if names is not None:
+            weight = next(t for t in quantizer.model.initializer() if t.name == names[0])
+            values = numpy_helper.to_array(weight).copy()
+            values.flat[0] ^= 1
+            weight.CopyFrom(numpy_helper.from_array(values, names[0]))
+        return names
+
+    monkeypatch.setattr(per_channel, "_quantize", off_by_one)
+    monkeypatch.setattr(per_channel, "_AGREES", {})
+    rng = np.random.default_rng()
+    model = _graph(rng, 16, _awkward_channels(rng, 16))
+    own, fast = _both_ways(model, tmp_path, "int8", monkeypatch)
+    assert own == fast and list(per_channel._AGREES.values()) == [False]
