@@ -1,7 +1,7 @@
 """The vectorized per-channel weight quantization (elmo_fast/export/per_channel.py) writes ONNX Runtime's
-own file, byte for byte: on graphs whose weights have every awkward kind of channel, on a real exported
-biLM (the loop over time is a subgraph), for both weight types; and it hands what it does not reproduce
-back to ONNX Runtime, as it does everything where the installed ONNX Runtime computes otherwise."""
+own file, byte for byte: on graphs whose weights have every awkward kind of channel (both weight types), on
+a real exported biLM (the loop over time is a subgraph); and it hands what it does not reproduce back to
+ONNX Runtime, as it does everything where the installed ONNX Runtime computes otherwise."""
 
 import contextlib
 
