@@ -186,7 +186,7 @@ def _quantize(quantizer, weight_name, weight_qtype, channel_axis, reduce_range, 
     lo, hi = get_qmin_qmax_for_qType(weight_qtype, False, symmetric=False)
     values = np.round(weights / scale.reshape(shape)) + zero_point.reshape(shape)
     np.clip(values, lo, hi, out=values)
-    quantized = values.astype(lo.dtype)
+    quantized = values.astype(onnx.helper.tensor_dtype_to_np_dtype(weight_qtype))
 
     q_weight_name = weight_name + TENSOR_NAME_QUANT_SUFFIX
     zp_name, scale_name = weight_name + "_zero_point", weight_name + "_scale"
@@ -197,7 +197,6 @@ def _quantize(quantizer, weight_name, weight_qtype, channel_axis, reduce_range, 
             onnx.helper.make_tensor(zp_name, weight_qtype, dims, zero_point.tolist()),
         ]
     )
-    quantized = np.asarray(quantized, dtype=onnx.helper.tensor_dtype_to_np_dtype(weight_qtype))
     quantizer.model.initializer_extend(
         [onnx.numpy_helper.from_array(quantized.reshape(initializer.dims), q_weight_name)]
     )

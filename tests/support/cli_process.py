@@ -8,9 +8,8 @@ The preimported interpreter was started with the child's environment, but for va
 reads (the project's, the Hub's, the cache folders, HOME, TMPDIR): one per other environment, up to 4. A run
 with ``LD_PRELOAD`` is forked from an interpreter started with that library preloaded (its ``FAULT_*``
 variables left out: the fault shim, tests/support/faults, reads the child's in the fork). A run the fork
-could make differ from a fresh interpreter is one (the plain ``subprocess`` path): with
-interpreter options (``-u``, ``-X``), ``preexec_fn``,
-``pass_fds``, a user or group, or a program other than this Python. ``ELMO_FAST_TEST_FRESH_PROCESSES=1``
+could make differ from a fresh interpreter is one (the plain ``subprocess`` path): with interpreter options
+(``-u``, ``-X``), ``preexec_fn``, ``pass_fds``, a user or group, or a program other than this Python. ``ELMO_FAST_TEST_FRESH_PROCESSES=1``
 makes every run a fresh interpreter (to rule the fork out when a test fails). A child whose environment names
 more libraries in ``ELMO_FAST_TEST_PREIMPORT`` (comma-separated) is forked from an interpreter that imported
 those too (flair's children: its import is most of their time).
