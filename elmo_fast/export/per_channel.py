@@ -22,11 +22,12 @@ import contextlib
 import functools
 import inspect
 import os
-import tempfile
 import threading
 from collections.abc import Iterator
 
 import numpy as np
+
+from .. import durable
 
 #: the parameters of ONNX Runtime's method that this module knows (onnxruntime 1.32)
 _SIGNATURE = ("self", "weight_name", "weight_qType", "channel_axis", "reduce_range", "keep_float_weight")
@@ -112,7 +113,7 @@ def _agrees_with_onnx_runtime(cls, impl, original) -> bool:
         def quantized(method, weight_type) -> bytes:
             cls.quantize_weight_per_channel_impl = method
             try:
-                with quiet(), tempfile.TemporaryDirectory(prefix="elmo-fast-probe-") as folder:
+                with quiet(), durable.scratch_dir(prefix="elmo-fast-probe-") as folder:
                     path = os.path.join(folder, "probe.onnx")
                     quantize_dynamic(_probe_model(), path, per_channel=True, weight_type=weight_type)
                     with open(path, "rb") as f:
